@@ -1,0 +1,136 @@
+"""Reading a user's sequence for the CLI: files, standard input and text.
+
+Every failure is an :class:`InputError` whose message names the problem in one line.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+SUFFIXES = (".json", ".csv", ".npy")
+
+
+class InputError(ValueError):
+    """The user's input cannot be used; the message says why."""
+
+
+def _numeric_rows(rows: Any, source: str) -> np.ndarray:
+    """A list of equally long rows of finite numbers as a (L, d_model) float64 array."""
+    if not isinstance(rows, list) or not all(isinstance(r, list) for r in rows):
+        raise InputError(f"{source}: expected a list of rows (a list of lists of numbers)")
+    if not rows:
+        raise InputError(f"{source}: the sequence is empty")
+    width = len(rows[0])
+    for i, row in enumerate(rows):
+        if len(row) != width:
+            raise InputError(f"{source}: ragged rows: row 0 has {width} values, row {i} has {len(row)}")
+        for j, x in enumerate(row):
+            if isinstance(x, bool) or not isinstance(x, (int, float)):
+                raise InputError(f"{source}: row {i}, column {j}: expected a number, got {x!r}")
+    return _finite(np.array(rows, dtype=float).reshape(len(rows), width), source)
+
+
+def _finite(x: np.ndarray, source: str) -> np.ndarray:
+    if x.ndim != 2 or 0 in x.shape:
+        raise InputError(f"{source}: expected a non-empty (length, width) matrix, got shape {x.shape}")
+    bad = np.argwhere(~np.isfinite(x))
+    if len(bad):
+        i, j = bad[0]
+        raise InputError(f"{source}: row {i}, column {j}: expected a finite number, got {x[i, j]}")
+    return x
+
+
+def _parse_json(text: str, source: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise InputError(f"{source}: not valid JSON ({e})") from None
+
+
+def _read_csv(text: str, source: str) -> np.ndarray:
+    rows = []
+    for i, fields in enumerate(csv.reader(io.StringIO(text))):
+        if not fields:
+            continue
+        try:
+            rows.append([float(f) for f in fields])
+        except ValueError:
+            bad = next(f for f in fields if not _is_float(f))
+            raise InputError(f"{source}: row {i}: expected numbers only, got {bad!r}") from None
+    return _numeric_rows(rows, source)
+
+
+def _is_float(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def read_json_or_matrix(path: str) -> Any:
+    """The parsed JSON document of a .json file or standard input ('-'), or the matrix
+    of a .csv or .npy file."""
+    if path == "-":
+        return _parse_json(sys.stdin.read(), "standard input")
+    file = Path(path)
+    if file.suffix.lower() not in SUFFIXES:
+        raise InputError(f"{path}: unknown suffix {file.suffix!r}; expected one of {', '.join(SUFFIXES)} or '-'")
+    try:
+        if file.suffix.lower() == ".npy":
+            array = np.load(file, allow_pickle=False)
+            if array.dtype.kind not in "iuf":
+                raise InputError(f"{path}: expected an array of numbers, got dtype {array.dtype}")
+            return _finite(array.astype(float), path)
+        text = file.read_text(encoding="utf-8")
+    except InputError:
+        raise
+    except (OSError, ValueError, UnicodeDecodeError) as e:
+        reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+        raise InputError(f"{path}: cannot read: {reason}") from None
+    return _read_csv(text, path) if file.suffix.lower() == ".csv" else _parse_json(text, path)
+
+
+def read_sequence(path: str) -> np.ndarray:
+    """A (L, d_model) sequence from a .json, .csv or .npy file or '-' (JSON on stdin)."""
+    data = read_json_or_matrix(path)
+    if isinstance(data, np.ndarray):
+        return data
+    return _numeric_rows(data, "standard input" if path == "-" else path)
+
+
+def split_text(text: str) -> list[str]:
+    """Tokens of ``text``: split on whitespace, or into characters when it has none."""
+    tokens = text.split() if any(c.isspace() for c in text.strip()) else list(text.strip())
+    if not tokens:
+        raise InputError("--text: the text is empty")
+    return tokens
+
+
+def embed_tokens(tokens: list[str], embed: str, d_model: int, seed: int) -> np.ndarray:
+    """(L, d_model) vectors: one-hot over the distinct tokens in order of first appearance
+    (d_model = their count), or seeded N(0, 1) vectors of width ``d_model``, one per
+    distinct token."""
+    vocabulary = list(dict.fromkeys(tokens))
+    index = [vocabulary.index(t) for t in tokens]
+    if embed == "onehot":
+        table = np.eye(len(vocabulary))
+    else:
+        table = np.random.default_rng(seed).standard_normal((len(vocabulary), d_model))
+    return table[index]
+
+
+def parse_tokens(tokens: str | None, length: int) -> list[str] | None:
+    if tokens is None:
+        return None
+    labels = tokens.split()
+    if len(labels) != length:
+        raise InputError(f"--tokens: expected {length} labels (one per row), got {len(labels)}")
+    return labels

@@ -1,0 +1,150 @@
+"""The ``attnlab`` command: a thin layer over the library.
+
+Every user error ends in one line on standard error and exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from collections.abc import Sequence
+from typing import NoReturn
+
+from . import __version__
+from ._inputs import InputError, embed_tokens, parse_tokens, read_sequence, split_text
+from ._self_attention import SelfAttention
+from ._trace import LANGUAGES, Trace
+from .reference import SelfAttention as ReferenceSelfAttention
+
+# The seed article's demonstration: four one-hot tokens of width 8, d_k = 6.
+DEMO_D_MODEL, DEMO_D_K = 8, 6
+DEMO_X = [[1.0 if j == i else 0.0 for j in range(DEMO_D_MODEL)] for i in range(4)]
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports a usage error in one line (exit status 2)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def _scale(text: str) -> float | str:
+    if text in ("sqrt", "none"):
+        return text
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected 'sqrt', 'none' or a number, got {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
+    return value
+
+
+def _at_least(minimum: int) -> type:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"expected an integer >= {minimum}, got {value}")
+        return value
+
+    return parse  # type: ignore[return-value]
+
+
+def _add_output_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--format", choices=("text", "json"), default="text", help="text (default) or json (full precision)")
+    parser.add_argument("--precision", type=_at_least(0), default=4, help="decimals in the text (default 4)")
+    parser.add_argument("--lang", choices=LANGUAGES, default="zh", help="labels: zh (default, as the article) or en")
+
+
+def add_input_options(parser: argparse.ArgumentParser) -> None:
+    """The options that say which sequence to run and how (shared with plot and view)."""
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("input", nargs="?", metavar="INPUT", help="a .json (list of rows), .csv or .npy file, or - for JSON on stdin")
+    source.add_argument("--text", help="a sentence: split on spaces, or into characters when it has none")
+    parser.add_argument("--embed", choices=("onehot", "random"), default="onehot",
+                        help="with --text: one-hot vectors (default) or seeded Gaussian vectors of --d-model width")
+    parser.add_argument("--d-model", type=_at_least(1), default=16, help="width of --embed random vectors (default 16)")
+    parser.add_argument("--d-k", type=_at_least(1), help="width of Q, K and V (default: the input's width)")
+    parser.add_argument("--seed", type=int, default=42, help="seed of the weights (default 42, the article's)")
+    parser.add_argument("--scale", type=_scale, default="sqrt", help="sqrt (1/√d_k, default), none (1) or a number multiplying Q·Kᵀ")
+    parser.add_argument("--causal", action="store_true", help="token i attends to tokens 0..i only")
+    parser.add_argument("--tokens", help="labels of the rows, separated by spaces")
+
+
+def trace_from_args(args: argparse.Namespace) -> Trace:
+    """Run the seed's layer on the sequence the options name."""
+    if args.text is not None:
+        tokens = split_text(args.text)
+        if args.tokens is not None:
+            tokens = parse_tokens(args.tokens, len(tokens)) or tokens
+        X = embed_tokens(tokens, args.embed, args.d_model, args.seed)
+    else:
+        X = read_sequence(args.input)
+        tokens = parse_tokens(args.tokens, len(X))
+    d_k = args.d_k or X.shape[1]
+    scale = {"sqrt": None, "none": 1.0}.get(args.scale, args.scale)
+    layer = SelfAttention(X.shape[1], d_k, seed=args.seed)
+    return layer.trace(X, is_causal=args.causal, scale=scale, tokens=tokens)
+
+
+def _print_trace(trace: Trace, args: argparse.Namespace, title: str | None = None) -> None:
+    if args.format == "json":
+        print(trace.to_json())
+    else:
+        print(trace.render(lang=args.lang, precision=args.precision, title=title))
+
+
+def _demo(args: argparse.Namespace) -> None:
+    steps = ReferenceSelfAttention(DEMO_D_MODEL, DEMO_D_K).trace(DEMO_X)
+    _print_trace(Trace.from_reference(DEMO_X, steps), args)
+
+
+def _trace(args: argparse.Namespace) -> None:
+    title = {"zh": "自注意力追踪", "en": "Self-attention trace"}[args.lang]
+    _print_trace(trace_from_args(args), args, title)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="attnlab", description="Self-attention, step by step: the seed article's layer and more.")
+    parser.add_argument("--version", action="version", version=f"attnlab {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
+
+    demo = commands.add_parser(
+        "demo", help="the article's demonstration, every step",
+        description="Print the seed article's demo: 4 one-hot tokens, d_model=8, d_k=6, seed 42.",
+        epilog="example: attnlab demo --lang en", formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    _add_output_options(demo)
+    demo.set_defaults(run=_demo)
+
+    trace = commands.add_parser(
+        "trace", help="every step of attention on your own sequence",
+        description="Run the seed's layer on your sequence and print every intermediate.",
+        epilog='examples:\n  attnlab trace x.json --d-k 4 --causal\n  attnlab trace --text "小明是个运动达人，他平时很爱打篮球"\n'
+        "  echo '[[1, 0], [0, 1]]' | attnlab trace - --tokens 'a b' --format json",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_input_options(trace)
+    _add_output_options(trace)
+    trace.set_defaults(run=_trace)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        args.run(args)
+    except (InputError, ValueError, TypeError) as e:
+        print(f"attnlab {args.command}: error: {e}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:  # the reader went away (| head): not an error
+        sys.stderr.close()
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

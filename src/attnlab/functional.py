@@ -1,0 +1,163 @@
+"""Scaled dot-product attention and its exact backward, with PyTorch's semantics.
+
+    Attention(Q, K, V) = dropout(softmax(scale · Q·Kᵀ + mask)) · V
+
+Shapes (see ``_problem`` for the letters): query (B…, L, E), key (B…, S, E),
+value (B…, S, Ev) -> output (B…, L, Ev). The batch dimensions broadcast as in NumPy.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import numpy as np
+
+from . import _naive
+from ._problem import Problem, make_problem
+from ._softmax import softmax
+from ._validation import fail, float_array
+
+__all__ = ["scaled_dot_product_attention", "scaled_dot_product_attention_backward", "softmax"]
+
+Engine = Literal["naive", "tiled"]
+ENGINES = ("naive", "tiled")
+
+
+def _choose_engine(engine: str | None, return_weights: bool) -> str:
+    if engine is None:
+        return "naive"
+    if engine not in ENGINES:
+        raise fail("engine", f"one of {ENGINES} or None", repr(engine))
+    if engine == "tiled" and return_weights:
+        raise fail("return_weights", "False with engine='tiled' (the tiled engine never holds the (L, S) "
+                   "weights; use engine='naive' or None)", True)
+    return engine
+
+
+def scaled_dot_product_attention(
+    query: Any,
+    key: Any,
+    value: Any,
+    attn_mask: Any = None,
+    dropout_p: float = 0.0,
+    is_causal: bool = False,
+    scale: float | None = None,
+    enable_gqa: bool = False,
+    *,
+    return_weights: bool = False,
+    return_lse: bool = False,
+    rng: int | np.random.Generator | None = None,
+    engine: Engine | None = None,
+) -> Any:
+    """softmax(scale · Q·Kᵀ + mask) · V, as ``torch.nn.functional.scaled_dot_product_attention``.
+
+    Args:
+        query: (B…, L, E).
+        key: (B…, S, E).
+        value: (B…, S, Ev). Batch dimensions of the three broadcast together.
+        attn_mask: None, or an array that broadcasts to (B…, L, S): bool, where True
+            means *may attend* (torch's SDPA polarity), or float, added to the scores.
+        dropout_p: probability of zeroing each attention weight; kept weights are
+            scaled by 1/(1 − dropout_p). Default 0.
+        is_causal: mask keys j > i for query i, aligned top-left as in torch (query i
+            sees keys 0..i even when L != S). Combined with ``attn_mask`` when both are
+            given: a key is attended only if the mask AND the causal rule allow it.
+        scale: multiplies Q·Kᵀ; default 1/√E.
+        enable_gqa: grouped-query attention: query has H heads (dimension −3), key and
+            value Hk heads with H a multiple of Hk; query head h uses key head h // (H/Hk).
+        return_weights: also return the weights that multiplied V, (B…, L, S) (after
+            dropout, as torch's MultiheadAttention returns them).
+        return_lse: also return log Σ_j exp(scores_ij) of each row, (B…, L).
+        rng: dropout randomness: a ``numpy.random.Generator``, or an int seed that gives
+            the same mask every time (pass the same one to the backward). None draws
+            fresh OS entropy.
+        engine: "naive" (the full score matrix) or "tiled"; None picks one.
+
+    Returns:
+        output (B…, L, Ev), followed by the weights and/or the lse when asked for, in
+        that order. Same dtype as the inputs (float16 is computed in float32).
+
+    A query row whose keys are all masked gives output 0, weights 0 and lse −inf
+    (never NaN).
+    """
+    pb = make_problem(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, rng)
+    chosen = _choose_engine(engine, return_weights)
+    if chosen == "naive":
+        output, weights, lse = _naive.forward(pb)
+    else:
+        raise NotImplementedError  # pragma: no cover - filled by the tiled engine
+    results = [output]
+    if return_weights:
+        results.append(weights)
+    if return_lse:
+        results.append(lse)
+    results = [r.astype(pb.dtype, copy=False) for r in results]
+    return results[0] if len(results) == 1 else tuple(results)
+
+
+def _sum_to_shape(grad: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """Undo broadcasting: sum ``grad`` over the dimensions that ``shape`` broadcast along."""
+    grad = grad.sum(axis=tuple(range(grad.ndim - len(shape))))
+    stretched = tuple(i for i, n in enumerate(shape) if n == 1 and grad.shape[i] != 1)
+    return grad.sum(axis=stretched, keepdims=True) if stretched else grad
+
+
+def _reduce_grads(pb: Problem, grads: tuple[np.ndarray, ...], shapes: tuple[tuple[int, ...], ...]) -> tuple[np.ndarray, ...]:
+    grad_query, grad_key, grad_value = grads
+    if pb.groups > 1:  # sum each group of G query heads back onto its key/value head
+        *batch, heads, S, E = grad_key.shape
+        grad_key = grad_key.reshape(*batch, heads // pb.groups, pb.groups, S, E).sum(axis=-3)  # (B…, Hk, S, E)
+        grad_value = grad_value.reshape(*batch, heads // pb.groups, pb.groups, S, -1).sum(axis=-3)  # (B…, Hk, S, Ev)
+    return tuple(
+        _sum_to_shape(g, shape).astype(pb.dtype, copy=False)
+        for g, shape in zip((grad_query, grad_key, grad_value), shapes)
+    )
+
+
+def scaled_dot_product_attention_backward(
+    grad_output: Any,
+    query: Any,
+    key: Any,
+    value: Any,
+    attn_mask: Any = None,
+    is_causal: bool = False,
+    scale: float | None = None,
+    enable_gqa: bool = False,
+    *,
+    dropout_p: float = 0.0,
+    rng: int | None = None,
+    engine: Engine | None = None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Gradients of ``scaled_dot_product_attention`` for query, key and value.
+
+    With P = softmax(S), S = scale · Q·Kᵀ + mask, O = P·V (dropout aside):
+
+        dV = Pᵀ·dO,   dP = dO·Vᵀ,   dS = P∘(dP − rowsum(dO∘O)),
+        dQ = scale · dS·K,   dK = scale · dSᵀ·Q.
+
+    Arguments are those of the forward; ``grad_output`` has the output's shape
+    (B…, L, Ev). With dropout, pass the forward's ``dropout_p`` and the same int seed
+    as ``rng``: the mask is redrawn bit for bit. Each gradient has the shape of its
+    input (broadcast dimensions summed, GQA groups summed onto their shared head) and
+    its dtype. Fully-masked rows give zero, finite gradients.
+    """
+    if isinstance(rng, np.random.Generator):
+        raise fail("rng", "the int seed the forward used (a Generator cannot replay its draw)", "a Generator",
+                   TypeError)
+    if dropout_p and rng is None:
+        raise fail("rng", "the forward's int seed when dropout_p > 0", None, TypeError)
+    pb = make_problem(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, rng)
+    L, _, Ev = pb.shape
+    expected = (*pb.batch_shape, L, Ev)
+    grad_output = float_array("grad_output", grad_output)
+    if grad_output.shape != expected:
+        raise fail("grad_output", f"the output's shape {expected}", f"shape {grad_output.shape}")
+    if grad_output.dtype != pb.dtype:
+        raise fail("grad_output", f"dtype {pb.dtype} as the inputs", f"dtype {grad_output.dtype}", TypeError)
+    grad_output = grad_output.astype(pb.query.dtype, copy=False)
+    chosen = _choose_engine(engine, False)
+    if chosen == "naive":
+        grads = _naive.backward(pb, grad_output)
+    else:
+        raise NotImplementedError  # pragma: no cover - filled by the tiled engine
+    return _reduce_grads(pb, grads, (pb.query.shape, pb.key.shape, pb.value.shape))  # type: ignore[return-value]

@@ -1,0 +1,65 @@
+"""Conversion between ``attnlab.MultiheadAttention`` and ``torch.nn.MultiheadAttention``.
+
+torch is imported only inside these functions; install it with
+``pip install 'attnlab[torch]'``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ._multihead import MultiheadAttention
+
+__all__ = ["from_torch", "to_torch"]
+
+_DTYPES = {np.dtype(np.float32): "float32", np.dtype(np.float64): "float64"}
+
+
+def _torch() -> Any:
+    try:
+        import torch
+    except ImportError:
+        raise ImportError("attnlab.interop needs PyTorch: pip install 'attnlab[torch]'") from None
+    return torch
+
+
+def _config(module: Any) -> dict[str, Any]:
+    return dict(
+        embed_dim=module.embed_dim,
+        num_heads=module.num_heads,
+        dropout=module.dropout,
+        bias=module.in_proj_bias is not None,
+        add_bias_kv=module.bias_k is not None,
+        add_zero_attn=module.add_zero_attn,
+        kdim=module.kdim,
+        vdim=module.vdim,
+        batch_first=module.batch_first,
+    )
+
+
+def from_torch(module: Any) -> MultiheadAttention:
+    """A ``MultiheadAttention`` with the torch module's configuration, parameters,
+    dtype and training mode."""
+    torch = _torch()
+    if not isinstance(module, torch.nn.MultiheadAttention):
+        raise TypeError(f"module: expected a torch.nn.MultiheadAttention, got {type(module).__name__}")
+    dtype = np.float64 if module.out_proj.weight.dtype == torch.float64 else np.float32
+    layer = MultiheadAttention(**_config(module), dtype=dtype)
+    layer.load_state_dict({k: v.detach().cpu().numpy() for k, v in module.state_dict().items()})
+    return layer.train(module.training)
+
+
+def to_torch(layer: MultiheadAttention) -> Any:
+    """A ``torch.nn.MultiheadAttention`` with the layer's configuration, parameters,
+    dtype and training mode."""
+    torch = _torch()
+    if not isinstance(layer, MultiheadAttention):
+        raise TypeError(f"layer: expected an attnlab.MultiheadAttention, got {type(layer).__name__}")
+    module = torch.nn.MultiheadAttention(
+        layer.embed_dim, layer.num_heads, layer.dropout, layer.bias, layer.add_bias_kv, layer.add_zero_attn,
+        layer.kdim, layer.vdim, layer.batch_first, dtype=getattr(torch, _DTYPES[layer.dtype]),
+    )
+    module.load_state_dict({k: torch.from_numpy(v) for k, v in layer.state_dict().items()})
+    return module.train(layer.training)
