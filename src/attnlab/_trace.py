@@ -28,8 +28,8 @@ _LABELS = {
         "scale": "缩放系数",
         "weights": "注意力权重（Softmax 后）",
         "output": "自注意力输出",
-        "row": "第 {i} 行",
-        "token_output": "词 {i} 的输出",
+        "row": "第 {i} 行{tok}",
+        "token_output": "词 {i}{tok} 的输出",
     },
     "en": {
         "title": "Self-attention demo",
@@ -41,8 +41,8 @@ _LABELS = {
         "scale": "scale",
         "weights": "Attention weights (after softmax)",
         "output": "Self-attention output",
-        "row": "row {i}",
-        "token_output": "output of token {i}",
+        "row": "row {i}{tok}",
+        "token_output": "output of token {i}{tok}",
     },
 }
 LANGUAGES = tuple(_LABELS)
@@ -103,8 +103,7 @@ class Trace:
         t = _LABELS[lang]
 
         def label(key: str, i: int) -> str:
-            text = t[key].format(i=i)
-            return f"{text} ({self.tokens[i]})" if self.tokens else text
+            return t[key].format(i=i, tok=f" ({self.tokens[i]})" if self.tokens else "")
 
         def rows(key: str, matrix: np.ndarray) -> list[str]:
             cells = [[f"{x:.{precision}f}" for x in row] for row in matrix]

@@ -1,0 +1,163 @@
+"""The attnlab command: the demo against the seed program, trace, and bad input."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import attnlab as al
+from attnlab.cli import main
+
+NUMBER = re.compile(r"-?\d+\.\d+|-?\d+")
+
+
+def run(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def numbers(text: str) -> list[str]:
+    """Every number printed, in order, excluding the row/token indices in labels."""
+    text = re.sub(r"(第 \d+ 行|词 \d+|row \d+|token \d+)", "", text)
+    return NUMBER.findall(text)
+
+
+def test_demo_prints_the_seed_programs_numbers_every_one(capsys, seed_run):
+    seed_text, _ = seed_run
+    code, out, _ = run(capsys, "demo")
+    assert code == 0
+    assert numbers(out) == numbers(seed_text)
+    assert len(numbers(out)) == 2 + 3 * 2 + 3 * 16 + 4 * 6
+
+
+def test_demo_sections_come_in_the_seed_programs_order(capsys, seed_run):
+    seed_text, _ = seed_run
+    _, out, _ = run(capsys, "demo")
+    labels = ["输入序列长度", "输入维度", "Q 的形状", "K 的形状", "V 的形状", "原始注意力分数",
+              "缩放后的注意力分数", "注意力权重（Softmax 后）", "自注意力输出", "词 3 的输出"]
+    for text in (out, seed_text):
+        positions = [text.index(label) for label in labels]
+        assert positions == sorted(positions)
+
+
+def test_demo_in_english_has_the_same_numbers(capsys, seed_run):
+    _, out, _ = run(capsys, "demo", "--lang", "en")
+    assert "Attention weights (after softmax)" in out and "第" not in out
+    assert numbers(out) == numbers(seed_run[0])
+
+
+def test_demo_json_is_the_reference_at_full_precision(capsys, seed_run):
+    _, seed = seed_run
+    _, out, _ = run(capsys, "demo", "--format", "json")
+    data = json.loads(out)
+    assert data["weights"] == seed["attention_weights"]
+    assert data["output"] == seed["output"]
+    assert data["scale"] == 1 / np.sqrt(6)
+
+
+def test_trace_json_matches_its_text(capsys, tmp_path):
+    path = tmp_path / "x.json"
+    path.write_text(json.dumps(np.random.default_rng(0).normal(size=(3, 5)).tolist()))
+    args = [str(path), "--d-k", "4", "--seed", "3", "--tokens", "a b c"]
+    _, text, _ = run(capsys, "trace", *args, "--lang", "en", "--precision", "6")
+    _, raw, _ = run(capsys, "trace", *args, "--format", "json")
+    data = json.loads(raw)
+    assert data["tokens"] == ["a", "b", "c"]
+    printed = [float(x) for x in numbers(text)]
+    expected = [3, 5, 3, 4, 3, 4, 3, 4]
+    for name in ("scores", "scaled_scores", "weights", "output"):
+        expected += [round(x, 6) for row in data[name] for x in row]
+    assert printed == pytest.approx(expected, abs=1e-12)
+    layer = al.SelfAttention(5, 4, seed=3)
+    np.testing.assert_allclose(data["output"], layer.forward(np.array(data["inputs"]))[0], atol=1e-15)
+
+
+@pytest.mark.parametrize("suffix", ["json", "csv", "npy", "-"])
+def test_trace_reads_every_input_kind(capsys, tmp_path, monkeypatch, suffix):
+    X = np.array([[1.0, 0.5], [0.0, 2.0], [-1.0, 1.0]])
+    path = tmp_path / f"x.{suffix}"
+    if suffix == "json":
+        path.write_text(json.dumps(X.tolist()))
+    elif suffix == "csv":
+        path.write_text("\n".join(",".join(map(str, row)) for row in X))
+    elif suffix == "npy":
+        np.save(path, X)
+    else:
+        monkeypatch.setattr(sys, "stdin", __import__("io").StringIO(json.dumps(X.tolist())))
+        path = "-"
+    code, out, _ = run(capsys, "trace", str(path), "--format", "json", "--scale", "none", "--causal")
+    assert code == 0
+    data = json.loads(out)
+    assert data["inputs"] == X.tolist() and data["scale"] == 1.0
+    assert data["scaled_scores"][0][1] is None  # masked by --causal
+
+
+def test_trace_text_one_hot_like_the_article(capsys):
+    sentence = "小明是个运动达人，他平时很爱打篮球"
+    code, out, _ = run(capsys, "trace", "--text", sentence, "--format", "json")
+    data = json.loads(out)
+    assert code == 0 and data["tokens"] == list(sentence)
+    X = np.array(data["inputs"])
+    assert X.shape == (17, 17) and np.array_equal(X, np.eye(17))  # 17 distinct characters
+    _, text, _ = run(capsys, "trace", "--text", sentence)
+    assert "第 0 行 (小)" in text and "词 16 (球) 的输出" in text
+
+
+def test_trace_text_random_embedding_repeats_vectors_for_repeated_words(capsys):
+    _, out, _ = run(capsys, "trace", "--text", "the cat saw the dog", "--embed", "random", "--d-model", "5",
+                    "--format", "json")
+    X = np.array(json.loads(out)["inputs"])
+    assert X.shape == (5, 5) and np.array_equal(X[0], X[3]) and not np.array_equal(X[0], X[1])
+
+
+BAD_INPUTS = {
+    "missing file": (["missing.json"], None, "cannot read"),
+    "unknown suffix": (["x.txt"], "1,2", "unknown suffix"),
+    "ragged": (["x.json"], "[[1, 2], [3]]", "ragged"),
+    "empty": (["x.json"], "[]", "empty"),
+    "not numbers": (["x.json"], '[[1, "a"]]', "expected a number"),
+    "csv not numbers": (["x.csv"], "1,2\n3,abc", "numbers only"),
+    "nan": (["x.json"], "[[1, NaN]]", "finite"),
+    "infinity": (["x.csv"], "1,inf", "finite"),
+    "invalid json": (["x.json"], "[[1, 2]", "not valid JSON"),
+    "not a list of rows": (["x.json"], '{"a": 1}', "list of rows"),
+    "d_k zero": (["x.json", "--d-k", "0"], "[[1, 2]]", "--d-k"),
+    "tokens mismatch": (["x.json", "--tokens", "a b"], "[[1, 2]]", "--tokens: expected 1 labels"),
+    "bad scale": (["x.json", "--scale", "big"], "[[1, 2]]", "--scale"),
+    "no input": ([], None, "required"),
+}
+
+
+@pytest.mark.parametrize("case", BAD_INPUTS, ids=list(BAD_INPUTS))
+def test_bad_input_is_one_line_and_exit_status_2(tmp_path, case):
+    argv, content, message = BAD_INPUTS[case]
+    if content is not None:
+        (tmp_path / argv[0]).write_text(content)
+    result = subprocess.run([sys.executable, "-m", "attnlab.cli", "trace", *argv], cwd=tmp_path,
+                            capture_output=True, text=True)
+    assert result.returncode == 2
+    assert result.stdout == ""
+    assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr
+    assert message in result.stderr
+
+
+def test_npy_with_objects_is_refused_without_unpickling(tmp_path, capsys):
+    np.save(tmp_path / "x.npy", np.array([[1, None]], dtype=object), allow_pickle=True)
+    code, _, err = run(capsys, "trace", str(tmp_path / "x.npy"))
+    assert code == 2 and "pickle" in err.lower()
+
+
+def test_version_and_help_with_examples(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--version"])
+    assert exit_info.value.code == 0 and al.__version__ in capsys.readouterr().out
+    for command in ("demo", "trace"):
+        with pytest.raises(SystemExit):
+            main([command, "--help"])
+        assert "example" in capsys.readouterr().out
