@@ -237,18 +237,20 @@ class MultiheadAttention:
         dropout_p = self.dropout if self.training else 0.0
         seed = int(self._rng.integers(2**63)) if dropout_p else None
 
-        heads, weights = scaled_dot_product_attention(q, k, v, mask, dropout_p, rng=seed, return_weights=True)
+        heads, *weights, lse = scaled_dot_product_attention(
+            q, k, v, mask, dropout_p, rng=seed, return_weights=need_weights, return_lse=True
+        )
         attended = heads.transpose(0, 2, 1, 3).reshape(N, L, E)  # (N, L, E)
         output = attended @ self._params["out_proj.weight"].T
         if self.bias:
             output += self._params["out_proj.bias"]
         self._cache = dict(inputs=(q_in, k_in, v_in), heads=(q, k, v), mask=mask, dropout_p=dropout_p, seed=seed,
-                           attended=attended, batched=batched)
+                           attended=attended, batched=batched, attention=(heads, lse))
         if not need_weights:
             return self._from_batch_first(output, batched), None
-        if average_attn_weights:
-            weights = weights.mean(axis=1)  # (N, L, S')
-        return self._from_batch_first(output, batched), weights if batched else weights[0]
+        per_head = weights[0]  # (N, H, L, S')
+        averaged = per_head.mean(axis=1) if average_attn_weights else per_head  # (N, L, S') or (N, H, L, S')
+        return self._from_batch_first(output, batched), averaged if batched else averaged[0]
 
     forward = __call__
 
@@ -273,8 +275,9 @@ class MultiheadAttention:
         if self.bias:
             grads["out_proj.bias"] = grad_out.sum(axis=(0, 1))
         grad_heads = (grad_out @ self._params["out_proj.weight"]).reshape(N, L, H, D).transpose(0, 2, 1, 3)  # (N, H, L, D)
+        heads, lse = c["attention"]
         gq, gk, gv = scaled_dot_product_attention_backward(
-            grad_heads, q, k, v, c["mask"], dropout_p=c["dropout_p"], rng=c["seed"]
+            grad_heads, q, k, v, c["mask"], dropout_p=c["dropout_p"], rng=c["seed"], output=heads, lse=lse
         )
         if self.add_zero_attn:  # the zero row is a constant
             gk, gv = gk[:, :, :-1], gv[:, :, :-1]

@@ -28,8 +28,9 @@ def mask_scores_(scores: np.ndarray, mask: np.ndarray | None, is_causal: bool, r
             scores += mask
     if is_causal:
         rows, cols = scores.shape[-2:]
-        later = np.arange(col0, col0 + cols)[None, :] > np.arange(row0, row0 + rows)[:, None]  # (l, s)
-        np.copyto(scores, -np.inf, where=later)
+        first = max(0, row0 + 1 - col0)  # columns before this one are visible to every row of the block
+        later = np.arange(col0 + first, col0 + cols)[None, :] > np.arange(row0, row0 + rows)[:, None]  # (l, s - first)
+        np.copyto(scores[..., first:], -np.inf, where=later)
 
 
 def dropout_scale(pb: Problem) -> np.ndarray | None:

@@ -8,24 +8,34 @@ value (B…, S, Ev) -> output (B…, L, Ev). The batch dimensions broadcast as i
 
 from __future__ import annotations
 
+import math
 from typing import Any, Literal
 
 import numpy as np
 
-from . import _naive
+from . import _naive, _tiled
 from ._problem import Problem, make_problem
 from ._softmax import softmax
-from ._validation import fail, float_array
+from ._validation import fail, float_array, positive_int
 
 __all__ = ["scaled_dot_product_attention", "scaled_dot_product_attention_backward", "softmax"]
 
 Engine = Literal["naive", "tiled"]
 ENGINES = ("naive", "tiled")
+# engine=None picks the tiled engine from this many scores (B·H·L·S) on: below it the
+# naive engine's one large GEMM beats the tiles' overhead (measured in docs/benchmarks.md)
+TILED_FROM = 2**22
 
 
-def _choose_engine(engine: str | None, return_weights: bool) -> str:
+def _threads(num_threads: int | None) -> int | None:
+    return None if num_threads is None else positive_int("num_threads", num_threads)
+
+
+def _choose_engine(engine: str | None, pb: Problem, return_weights: bool) -> str:
+    """The engine asked for, or the faster one for these shapes (see docs/benchmarks.md)."""
     if engine is None:
-        return "naive"
+        L, S, _ = pb.shape
+        return "naive" if return_weights or math.prod(pb.batch_shape) * L * S < TILED_FROM else "tiled"
     if engine not in ENGINES:
         raise fail("engine", f"one of {ENGINES} or None", repr(engine))
     if engine == "tiled" and return_weights:
@@ -48,6 +58,7 @@ def scaled_dot_product_attention(
     return_lse: bool = False,
     rng: int | np.random.Generator | None = None,
     engine: Engine | None = None,
+    num_threads: int | None = None,
 ) -> Any:
     """softmax(scale · Q·Kᵀ + mask) · V, as ``torch.nn.functional.scaled_dot_product_attention``.
 
@@ -71,7 +82,12 @@ def scaled_dot_product_attention(
         rng: dropout randomness: a ``numpy.random.Generator``, or an int seed that gives
             the same mask every time (pass the same one to the backward). None draws
             fresh OS entropy.
-        engine: "naive" (the full score matrix) or "tiled"; None picks one.
+        engine: "naive" (the whole (L, S) score matrix at once) or "tiled" (blocks of
+            keys with an online softmax: O(L·Ev) extra memory, multi-threaded); None
+            picks the faster for the shapes given (naive when weights are asked for).
+        num_threads: threads of the tiled engine; default the ``ATTNLAB_NUM_THREADS``
+            environment variable, else the machine's cores. Results are the same bits
+            for any number.
 
     Returns:
         output (B…, L, Ev), followed by the weights and/or the lse when asked for, in
@@ -81,12 +97,12 @@ def scaled_dot_product_attention(
     (never NaN).
     """
     pb = make_problem(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, rng)
-    chosen = _choose_engine(engine, return_weights)
-    if chosen == "naive":
+    threads = _threads(num_threads)
+    if _choose_engine(engine, pb, return_weights) == "naive":
         with np.errstate(all="ignore"):  # non-finite inputs give NaN, never a warning
             output, weights, lse = _naive.forward(pb)
     else:
-        raise NotImplementedError  # pragma: no cover - filled by the tiled engine
+        output, lse = _tiled.forward(pb, threads)
     results = [output]
     if return_weights:
         results.append(weights)
@@ -128,6 +144,9 @@ def scaled_dot_product_attention_backward(
     dropout_p: float = 0.0,
     rng: int | None = None,
     engine: Engine | None = None,
+    num_threads: int | None = None,
+    output: Any = None,
+    lse: Any = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Gradients of ``scaled_dot_product_attention`` for query, key and value.
 
@@ -141,6 +160,9 @@ def scaled_dot_product_attention_backward(
     as ``rng``: the mask is redrawn bit for bit. Each gradient has the shape of its
     input (broadcast dimensions summed, GQA groups summed onto their shared head) and
     its dtype. Fully-masked rows give zero, finite gradients.
+
+    The tiled engine needs the forward's ``output`` and ``lse`` (from
+    ``return_lse=True``); pass them to save recomputing the forward.
     """
     if isinstance(rng, np.random.Generator):
         raise fail("rng", "the int seed the forward used (a Generator cannot replay its draw)", "a Generator",
@@ -156,10 +178,16 @@ def scaled_dot_product_attention_backward(
     if grad_output.dtype != pb.dtype:
         raise fail("grad_output", f"dtype {pb.dtype} as the inputs", f"dtype {grad_output.dtype}", TypeError)
     grad_output = grad_output.astype(pb.query.dtype, copy=False)
-    chosen = _choose_engine(engine, False)
-    if chosen == "naive":
+    if _choose_engine(engine, pb, False) == "naive":
         with np.errstate(all="ignore"):
             grads = _naive.backward(pb, grad_output)
     else:
-        raise NotImplementedError  # pragma: no cover - filled by the tiled engine
+        saved = None
+        if output is not None and lse is not None:
+            saved = (float_array("output", output).astype(pb.query.dtype, copy=False),
+                     float_array("lse", lse, min_ndim=1).astype(pb.query.dtype, copy=False))
+            if saved[0].shape != expected or saved[1].shape != expected[:-1]:
+                raise fail("output, lse", f"the forward's shapes {expected} and {expected[:-1]}",
+                           f"{saved[0].shape} and {saved[1].shape}")
+        grads = _tiled.backward(pb, grad_output, *(saved or (None, None)), threads=_threads(num_threads))
     return _reduce_grads(pb, grads, (pb.query.shape, pb.key.shape, pb.value.shape))  # type: ignore[return-value]
