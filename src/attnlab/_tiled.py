@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import functools
 import os
+import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -66,14 +67,27 @@ def _pool(threads: int) -> ThreadPoolExecutor:
 
 
 def _run(tasks: list[Callable[[], None]], threads: int | None) -> None:
-    """Run every task, BLAS held to one thread so that ours and its never oversubscribe."""
+    """Run every task, BLAS held to one thread so that ours and its never oversubscribe.
+    Each thread takes the next task from a shared queue; which thread runs a task
+    never changes its bits. Tasks are best given largest first."""
     threads = min(default_threads() if threads is None else threads, len(tasks))
-    with _blas_controller().limit(limits=1, user_api="blas"), np.errstate(all="ignore"):
-        if threads == 1:
-            for task in tasks:
+    queue = iter(tasks)
+    lock = threading.Lock()
+
+    def worker() -> None:
+        with np.errstate(all="ignore"):  # per thread: masked rows take exp(−inf) and log(0) on purpose
+            while True:
+                with lock:
+                    task = next(queue, None)
+                if task is None:
+                    return
                 task()
+
+    with _blas_controller().limit(limits=1, user_api="blas"):
+        if threads == 1:
+            worker()
             return
-        for future in [_pool(threads).submit(task) for task in tasks]:
+        for future in [_pool(threads).submit(worker) for _ in range(threads)]:
             future.result()
 
 
@@ -170,8 +184,8 @@ def forward(pb: Problem, threads: int | None = None) -> tuple[np.ndarray, np.nda
     lse = np.empty((len(heads), L), dtype=pb.query.dtype)
     tasks = [
         (lambda h=head, r=rows: _forward_block(pb, h, r, out[h.n], lse[h.n]))
+        for rows in reversed(_row_blocks(L, BLOCK_Q))  # causal: the last rows see the most keys
         for head in heads
-        for rows in _row_blocks(L, BLOCK_Q)
     ]
     _run(tasks, threads)
     return out.reshape(*pb.batch_shape, L, Ev), lse.reshape(*pb.batch_shape, L)  # (B…, L, Ev), (B…, L)
@@ -237,10 +251,13 @@ def backward(
             gq += block(head, rows, cols)[2] @ head.k[cols]
         grad_q[head.n, rows] = gq * scale
 
+    # largest first: with causal masking the first keys and the last queries have the most work
     tasks: list[Callable[[], Any]] = [
-        (lambda h=head, c=cols: keys_task(h, c)) for head in heads for cols in _row_blocks(S, BLOCK_K)
+        (lambda h=head, c=cols: keys_task(h, c)) for cols in _row_blocks(S, BLOCK_K) for head in heads
     ]
-    tasks += [(lambda h=head, r=rows: queries_task(h, r)) for head in heads for rows in _row_blocks(L, BLOCK_Q)]
+    tasks += [
+        (lambda h=head, r=rows: queries_task(h, r)) for rows in reversed(_row_blocks(L, BLOCK_Q)) for head in heads
+    ]
     _run(tasks, threads)
     batch = pb.batch_shape
     return (

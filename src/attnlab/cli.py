@@ -108,6 +108,12 @@ def _trace(args: argparse.Namespace) -> None:
     _print_trace(trace_from_args(args), args, title)
 
 
+def _bench(args: argparse.Namespace) -> None:
+    from ._bench import main as bench
+
+    print(bench(quick=args.quick, json_path=args.json, repeat=args.repeat))
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="attnlab", description="Self-attention, step by step: the seed article's layer and more.")
     parser.add_argument("--version", action="version", version=f"attnlab {__version__}")
@@ -131,6 +137,19 @@ def build_parser() -> argparse.ArgumentParser:
     add_input_options(trace)
     _add_output_options(trace)
     trace.set_defaults(run=_trace)
+
+    bench = commands.add_parser(
+        "bench", help="time attnlab's engines against NumPy and torch, side by side",
+        description="Time the tiled and naive engines, textbook NumPy attention and torch's SDPA in one run "
+        "(float32, B=1, H=8, d=64, L = S from 256 to 4096, causal and not, forward and forward+backward).",
+        epilog="examples:\n  attnlab bench --quick\n  attnlab bench --json bench.json\n"
+        "  env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE attnlab bench   # let OpenBLAS pick its fastest kernels",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    bench.add_argument("--quick", action="store_true", help="L up to 1024 only, 2 repeats: under a minute")
+    bench.add_argument("--json", metavar="PATH", help="also write every figure to this JSON file")
+    bench.add_argument("--repeat", type=_at_least(1), help="timed runs per figure, best kept (default 3, quick 2)")
+    bench.set_defaults(run=_bench)
     return parser
 
 

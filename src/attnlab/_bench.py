@@ -1,0 +1,267 @@
+"""Side-by-side timings of attention implementations, for ``attnlab bench``.
+
+Every figure of one table comes from one run on one machine: attnlab's tiled and
+naive engines, the textbook three-line NumPy attention and torch's fused
+``scaled_dot_product_attention`` (when torch is installed), float32, B=1, H=8, d=64.
+FLOPs: forward 4·B·H·L·S·d (half when causal), backward 2.5× the forward.
+Times are the best of ``repeat`` runs; memory is the peak of NumPy's allocations
+during one run (tracemalloc), which torch's allocations are not part of.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+import random
+import subprocess
+import sys
+import time
+import tracemalloc
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+from . import reference
+from .functional import scaled_dot_product_attention, scaled_dot_product_attention_backward
+
+B, H, D = 1, 8, 64
+SIZES = (256, 512, 1024, 2048, 4096)
+QUICK_SIZES = (256, 512, 1024)
+LONG_LENGTH = 65_536
+IMPLEMENTATIONS = ("tiled", "naive", "textbook", "torch")
+
+
+@dataclass
+class Row:
+    """One configuration: milliseconds and peak MiB per implementation (None: not run)."""
+
+    passes: str  # "forward" or "forward+backward"
+    causal: bool
+    length: int
+    gflop: float
+    ms: dict[str, float | None]
+    peak_mib: dict[str, float | None]
+
+
+def _best_ms(run: Callable[[], Any], repeat: int) -> float:
+    run()  # warm up: caches, thread pool, BLAS buffers
+    best = math.inf
+    for _ in range(repeat):
+        start = time.perf_counter()
+        run()
+        best = min(best, time.perf_counter() - start)
+    return best * 1e3
+
+
+def _peak_mib(run: Callable[[], Any]) -> float:
+    tracemalloc.start()
+    try:
+        run()
+        return tracemalloc.get_traced_memory()[1] / 2**20
+    finally:
+        tracemalloc.stop()
+
+
+def textbook_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool) -> np.ndarray:
+    """The three lines every tutorial writes (plus the causal mask)."""
+    scores = q @ k.swapaxes(-1, -2) / np.sqrt(q.shape[-1])  # (B, H, L, S)
+    if causal:
+        scores = np.where(np.tri(*scores.shape[-2:], dtype=bool), scores, -np.inf)
+    weights = np.exp(scores - scores.max(axis=-1, keepdims=True))
+    return (weights / weights.sum(axis=-1, keepdims=True)) @ v
+
+
+def _runs(length: int, causal: bool, backward: bool) -> dict[str, Callable[[], Any]]:
+    rng = np.random.default_rng(0)
+    q, k, v, grad = (rng.standard_normal((B, H, length, D), dtype=np.float32) for _ in range(4))
+
+    def engine(name: str) -> Callable[[], Any]:
+        def run() -> None:
+            out, lse = scaled_dot_product_attention(q, k, v, is_causal=causal, engine=name, return_lse=True)  # type: ignore[arg-type]
+            if backward:
+                scaled_dot_product_attention_backward(grad, q, k, v, is_causal=causal, engine=name, output=out, lse=lse)  # type: ignore[arg-type]
+
+        return run
+
+    runs = {"tiled": engine("tiled"), "naive": engine("naive")}
+    if not backward:
+        runs["textbook"] = lambda: textbook_attention(q, k, v, causal)
+    try:
+        import torch
+    except ImportError:
+        return runs
+    tq, tk, tv = (torch.tensor(x, requires_grad=backward) for x in (q, k, v))
+    t_grad = torch.tensor(grad)
+
+    def torch_run() -> None:
+        out = torch.nn.functional.scaled_dot_product_attention(tq, tk, tv, is_causal=causal)
+        if backward:
+            out.backward(t_grad)
+
+    runs["torch"] = torch_run
+    return runs
+
+
+def gemm_gflops(n: int = 2048, repeat: int = 5) -> float:
+    """The machine's float32 matrix-multiply rate, all cores: the ceiling."""
+    a = np.random.default_rng(0).standard_normal((n, n), dtype=np.float32)
+    return 2 * n**3 / _best_ms(lambda: a @ a, repeat) / 1e6
+
+
+def blas_info() -> str:
+    try:
+        from threadpoolctl import threadpool_info
+    except ImportError:  # pragma: no cover
+        return "unknown"
+    blas = [i for i in threadpool_info() if i.get("user_api") == "blas"]
+    coretype = os.environ.get("OPENBLAS_CORETYPE")
+    override = f"OPENBLAS_CORETYPE={coretype}" if coretype else "OPENBLAS_CORETYPE unset"
+    names = ", ".join(f"{i['internal_api']} {i.get('version')} {i.get('architecture', '')}".strip() for i in blas)
+    return f"{names} ({override})"
+
+
+def _seed_matrix_multiply(a: list[list[float]], b: list[list[float]]) -> list[list[float]]:
+    """The seed program's matrix multiply, as it wrote it: the triple loop."""
+    m, n, p = len(a), len(b), len(b[0])
+    result = [[0.0 for _ in range(p)] for _ in range(m)]
+    for i in range(m):
+        for j in range(p):
+            for k in range(n):
+                result[i][j] += a[i][k] * b[k][j]
+    return result
+
+
+def _seed_forward(layer: reference.SelfAttention, X: list[list[float]]) -> list[list[float]]:
+    """The seed program's forward (without its prints), on the layer's weights."""
+    Q, K, V = (_seed_matrix_multiply(X, w) for w in (layer.Wq, layer.Wk, layer.Wv))
+    scores = _seed_matrix_multiply(Q, reference.transpose(K))
+    scale_factor = math.sqrt(layer.d_k)
+    weights = [reference.softmax([s / scale_factor for s in row]) for row in scores]
+    return _seed_matrix_multiply(weights, V)
+
+
+def reference_vs_seed(sizes: tuple[int, ...] = (16, 32, 64), repeat: int = 3) -> list[dict[str, float]]:
+    """attnlab.reference against the seed's algorithm, L = d_model = d_k = n."""
+    results = []
+    for n in sizes:
+        rnd = random.Random(n)
+        X = [[rnd.uniform(-1, 1) for _ in range(n)] for _ in range(n)]
+        layer = reference.SelfAttention(n, n)
+        if layer.forward(X)[0] != _seed_forward(layer, X):  # pragma: no cover - the tests check this too
+            raise RuntimeError("attnlab.reference no longer reproduces the seed's numbers bit for bit")
+        seed_ms = _best_ms(lambda: _seed_forward(layer, X), repeat)
+        reference_ms = _best_ms(lambda: layer.forward(X), repeat)
+        results.append({"n": n, "seed_ms": seed_ms, "reference_ms": reference_ms, "speedup": seed_ms / reference_ms})
+    return results
+
+
+_LONG_SCRIPT = """
+import resource, time, numpy as np, attnlab as al
+q, k, v = (np.random.default_rng(i).standard_normal((1, {n}, 64), dtype=np.float32) for i in range(3))
+start = time.perf_counter()
+out = al.scaled_dot_product_attention(q, k, v, engine="tiled")
+print(time.perf_counter() - start, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, float(out[0, 0, 0]))
+"""
+
+
+def long_sequence(length: int = LONG_LENGTH) -> dict[str, float]:
+    """Tiled forward at L = S = ``length``, one head, d=64, in a fresh process: seconds
+    and the process's peak resident memory (MiB), against the textbook's score bytes."""
+    result = subprocess.run([sys.executable, "-c", _LONG_SCRIPT.format(n=length)], capture_output=True, text=True,
+                            check=True)
+    seconds, peak_mib, _ = map(float, result.stdout.split())
+    return {"length": length, "seconds": seconds, "peak_rss_mib": peak_mib, "textbook_scores_mib": length**2 * 4 / 2**20}
+
+
+def run(sizes: tuple[int, ...], repeat: int, memory: bool = True) -> list[Row]:
+    rows = []
+    for backward in (False, True):
+        for causal in (False, True):
+            for length in sizes:
+                flop = 4 * B * H * length * length * D / (2 if causal else 1) * (3.5 if backward else 1)
+                runs = _runs(length, causal, backward)
+                ms: dict[str, float | None] = dict.fromkeys(IMPLEMENTATIONS)
+                peak: dict[str, float | None] = dict.fromkeys(IMPLEMENTATIONS)
+                for name, fn in runs.items():
+                    ms[name] = _best_ms(fn, repeat)
+                    if memory and name != "torch":
+                        peak[name] = _peak_mib(fn)
+                passes = "forward+backward" if backward else "forward"
+                rows.append(Row(passes, causal, length, flop / 1e9, ms, peak))
+    return rows
+
+
+def _fmt(x: float | None, digits: int = 1) -> str:
+    return "—" if x is None else f"{x:.{digits}f}"
+
+
+def format_table(rows: list[Row]) -> str:
+    """A Markdown table: ms per implementation, GFLOP/s and the ratios that matter."""
+    head = ("| pass | causal | L | tiled ms | naive ms | textbook ms | torch ms | tiled GFLOP/s | torch GFLOP/s "
+            "| tiled ÷ torch | tiled ÷ textbook | peak MiB tiled / naive / textbook |")
+    lines = [head, "|" + "---|" * (head.count("|") - 1)]
+    for r in rows:
+        t = r.ms
+        speed = {k: None if v is None else r.gflop / (v / 1e3) for k, v in t.items()}
+        vs_torch = None if t["torch"] is None or t["tiled"] is None else t["torch"] / t["tiled"]
+        vs_text = None if t["textbook"] is None or t["tiled"] is None else t["textbook"] / t["tiled"]
+        peaks = " / ".join(_fmt(r.peak_mib[k], 0) for k in ("tiled", "naive", "textbook"))
+        lines.append(
+            f"| {r.passes} | {'yes' if r.causal else 'no'} | {r.length} | {_fmt(t['tiled'])} | {_fmt(t['naive'])} "
+            f"| {_fmt(t['textbook'])} | {_fmt(t['torch'])} | {_fmt(speed['tiled'], 0)} | {_fmt(speed['torch'], 0)} "
+            f"| {_fmt(vs_torch, 2)}× | {_fmt(vs_text, 2)}× | {peaks} |"
+        )
+    return "\n".join(lines).replace("| —× |", "| — |")
+
+
+def main(quick: bool = False, json_path: str | None = None, repeat: int | None = None) -> str:
+    """Run the whole benchmark and return its report (Markdown)."""
+    repeat = repeat or (2 if quick else 3)
+    from ._tiled import default_threads
+
+    machine = {
+        "cpu": platform.processor() or platform.machine(),
+        "cores": os.cpu_count(),
+        "threads": default_threads(),
+        "blas": blas_info(),
+        "numpy": np.__version__,
+        "python": platform.python_version(),
+    }
+    try:
+        import torch
+
+        machine["torch"] = f"{torch.__version__} ({torch.get_num_threads()} threads)"
+    except ImportError:
+        machine["torch"] = "not installed (pip install 'attnlab[torch]')"
+    ceiling = gemm_gflops()
+    rows = run(QUICK_SIZES if quick else SIZES, repeat)
+    seed = reference_vs_seed((16, 32) if quick else (16, 32, 64))
+    long = None if quick else long_sequence()
+
+    report = [
+        f"attnlab bench: float32, B={B}, H={H}, d={D}, L = S; best of {repeat}; "
+        "GFLOP/s with forward 4·B·H·L·S·d (½ causal), backward 2.5× forward",
+        "machine: " + ", ".join(f"{k} {v}" for k, v in machine.items()),
+        f"float32 GEMM ceiling (2048², all cores): {ceiling:.0f} GFLOP/s",
+        "",
+        format_table(rows),
+        "",
+        "attnlab.reference vs the seed's triple-loop algorithm (L = d_model = d_k = n, same numbers bit for bit):",
+    ]
+    report += [f"  n={s['n']}: seed {s['seed_ms']:.2f} ms, reference {s['reference_ms']:.2f} ms, "
+               f"{s['speedup']:.1f}× faster" for s in seed]
+    if long:
+        report.append(
+            f"long sequence, tiled forward, L = S = {long['length']}, H=1, d=64: {long['seconds']:.1f} s, peak process "
+            f"memory {long['peak_rss_mib']:.0f} MiB (the textbook's scores alone: {long['textbook_scores_mib']:.0f} MiB)"
+        )
+    if json_path:
+        data = {"machine": machine, "gemm_gflops": ceiling, "repeat": repeat, "rows": [asdict(r) for r in rows],
+                "reference_vs_seed": seed, "long_sequence": long}
+        with open(json_path, "w", encoding="utf-8") as f:
+            json.dump(data, f, indent=1)
+    return "\n".join(report)
