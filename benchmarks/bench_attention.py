@@ -1,6 +1,6 @@
 """The attention benchmark, runnable from a source checkout: the same code as `attnlab bench`.
 
-    python benchmarks/bench_attention.py [--quick] [--json PATH]
+python benchmarks/bench_attention.py [--quick] [--json PATH]
 """
 
 import sys

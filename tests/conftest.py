@@ -19,8 +19,9 @@ TOLERANCE = {np.dtype(np.float64): dict(atol=1e-10, rtol=0), np.dtype(np.float32
 
 
 def assert_close(actual: Any, expected: Any, dtype: Any = np.float64) -> None:
-    np.testing.assert_allclose(np.asarray(actual, dtype=np.float64), np.asarray(expected, dtype=np.float64),
-                               **TOLERANCE[np.dtype(dtype)])
+    np.testing.assert_allclose(
+        np.asarray(actual, dtype=np.float64), np.asarray(expected, dtype=np.float64), **TOLERANCE[np.dtype(dtype)]
+    )
 
 
 @pytest.fixture(scope="session")

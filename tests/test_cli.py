@@ -39,8 +39,18 @@ def test_demo_prints_the_seed_programs_numbers_every_one(capsys, seed_run):
 def test_demo_sections_come_in_the_seed_programs_order(capsys, seed_run):
     seed_text, _ = seed_run
     _, out, _ = run(capsys, "demo")
-    labels = ["输入序列长度", "输入维度", "Q 的形状", "K 的形状", "V 的形状", "原始注意力分数",
-              "缩放后的注意力分数", "注意力权重（Softmax 后）", "自注意力输出", "词 3 的输出"]
+    labels = [
+        "输入序列长度",
+        "输入维度",
+        "Q 的形状",
+        "K 的形状",
+        "V 的形状",
+        "原始注意力分数",
+        "缩放后的注意力分数",
+        "注意力权重（Softmax 后）",
+        "自注意力输出",
+        "词 3 的输出",
+    ]
     for text in (out, seed_text):
         positions = [text.index(label) for label in labels]
         assert positions == sorted(positions)
@@ -110,8 +120,9 @@ def test_trace_text_one_hot_like_the_article(capsys):
 
 
 def test_trace_text_random_embedding_repeats_vectors_for_repeated_words(capsys):
-    _, out, _ = run(capsys, "trace", "--text", "the cat saw the dog", "--embed", "random", "--d-model", "5",
-                    "--format", "json")
+    _, out, _ = run(
+        capsys, "trace", "--text", "the cat saw the dog", "--embed", "random", "--d-model", "5", "--format", "json"
+    )
     X = np.array(json.loads(out)["inputs"])
     assert X.shape == (5, 5) and np.array_equal(X[0], X[3]) and not np.array_equal(X[0], X[1])
 
@@ -139,8 +150,9 @@ def test_bad_input_is_one_line_and_exit_status_2(tmp_path, case):
     argv, content, message = BAD_INPUTS[case]
     if content is not None:
         (tmp_path / argv[0]).write_text(content)
-    result = subprocess.run([sys.executable, "-m", "attnlab.cli", "trace", *argv], cwd=tmp_path,
-                            capture_output=True, text=True)
+    result = subprocess.run(
+        [sys.executable, "-m", "attnlab.cli", "trace", *argv], cwd=tmp_path, capture_output=True, text=True
+    )
     assert result.returncode == 2
     assert result.stdout == ""
     assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr

@@ -8,9 +8,9 @@ import itertools
 import numpy as np
 import pytest
 import torch
-from conftest import assert_close, numerical_gradient
 
 import attnlab as al
+from conftest import assert_close, numerical_gradient
 
 DTYPES = [np.float64, np.float32]
 
@@ -23,10 +23,11 @@ def torch_reference(q, k, v, mask, is_causal, scale, gqa):
     """torch's SDPA for the output and gradients; its math formula for weights and lse."""
     tq, tk, tv = (torch.tensor(x, requires_grad=True) for x in (q, k, v))
     tmask = None if mask is None else torch.tensor(mask)
-    out = torch.nn.functional.scaled_dot_product_attention(tq, tk, tv, tmask, is_causal=is_causal, scale=scale,
-                                                           enable_gqa=gqa)
+    out = torch.nn.functional.scaled_dot_product_attention(
+        tq, tk, tv, tmask, is_causal=is_causal, scale=scale, enable_gqa=gqa
+    )
     with torch.no_grad():
-        kk, vv = tk, tv
+        kk = tk
         if gqa:
             kk = tk.repeat_interleave(tq.shape[-3] // tk.shape[-3], -3)
         scores = tq @ kk.transpose(-1, -2) * (scale if scale is not None else q.shape[-1] ** -0.5)
@@ -54,8 +55,11 @@ def mask_for(kind, rng, L, S, dtype):
 
 
 # torch refuses attn_mask with is_causal; test_mask_and_causal_combine covers that pair
-CASES = [case for case in itertools.product(DTYPES, MASKS, [False, True], [(5, 5), (4, 7), (7, 3)], [False, True])
-         if not (case[1] != "none" and case[2])]
+CASES = [
+    case
+    for case in itertools.product(DTYPES, MASKS, [False, True], [(5, 5), (4, 7), (7, 3)], [False, True])
+    if not (case[1] != "none" and case[2])
+]
 
 
 @pytest.mark.parametrize("dtype, mask_kind, is_causal, lengths, gqa", CASES)
@@ -68,8 +72,9 @@ def test_forward_and_gradients_match_torch(dtype, mask_kind, is_causal, lengths,
     v = make(rng, (2, kv_heads, S, 3), dtype)
     mask = mask_for(mask_kind, rng, L, S, dtype)
     scale = 0.3 if mask_kind == "float-3d" else None
-    out, weights, lse = al.scaled_dot_product_attention(q, k, v, mask, is_causal=is_causal, scale=scale,
-                                                        enable_gqa=gqa, return_weights=True, return_lse=True)
+    out, weights, lse = al.scaled_dot_product_attention(
+        q, k, v, mask, is_causal=is_causal, scale=scale, enable_gqa=gqa, return_weights=True, return_lse=True
+    )
     tq, tk, tv, t_out, t_weights, t_lse = torch_reference(q, k, v, mask, is_causal, scale, gqa)
     assert out.dtype == weights.dtype == lse.dtype == dtype and out.shape == (2, 4, L, 3)
     assert_close(out, t_out.detach().numpy(), dtype)
@@ -79,8 +84,9 @@ def test_forward_and_gradients_match_torch(dtype, mask_kind, is_causal, lengths,
 
     grad = make(rng, out.shape, dtype)
     t_out.backward(torch.tensor(grad))
-    grads = al.scaled_dot_product_attention_backward(grad, q, k, v, mask, is_causal=is_causal, scale=scale,
-                                                     enable_gqa=gqa)
+    grads = al.scaled_dot_product_attention_backward(
+        grad, q, k, v, mask, is_causal=is_causal, scale=scale, enable_gqa=gqa
+    )
     for ours, theirs in zip(grads, (tq, tk, tv)):
         assert ours.shape == theirs.shape and ours.dtype == dtype
         assert_close(ours, theirs.grad.numpy(), dtype)
@@ -121,7 +127,11 @@ def test_unbatched_and_float16():
 @pytest.mark.parametrize("case", ["plain", "bool mask", "float mask", "causal", "gqa", "dropout", "scale"])
 def test_gradients_match_finite_differences(case):
     rng = np.random.default_rng(4)
-    q, k, v = make(rng, (2, 4, 3, 5), np.float64), make(rng, (2, 2, 4, 5), np.float64), make(rng, (2, 2, 4, 3), np.float64)
+    q, k, v = (
+        make(rng, (2, 4, 3, 5), np.float64),
+        make(rng, (2, 2, 4, 5), np.float64),
+        make(rng, (2, 2, 4, 3), np.float64),
+    )
     if case != "gqa":
         k, v = np.repeat(k, 2, axis=1), np.repeat(v, 2, axis=1)
     kwargs = {
@@ -179,8 +189,10 @@ class TestDropout:
         np.testing.assert_allclose(wa[kept], plain[kept] * 2, rtol=1e-15)
         assert 0.4 < kept.mean() < 0.6
         gen = np.random.default_rng(0)
-        assert not np.array_equal(al.scaled_dot_product_attention(self.q, self.k, self.v, dropout_p=0.5, rng=gen),
-                                  al.scaled_dot_product_attention(self.q, self.k, self.v, dropout_p=0.5, rng=gen))
+        assert not np.array_equal(
+            al.scaled_dot_product_attention(self.q, self.k, self.v, dropout_p=0.5, rng=gen),
+            al.scaled_dot_product_attention(self.q, self.k, self.v, dropout_p=0.5, rng=gen),
+        )
 
     def test_the_mean_of_many_draws_approaches_the_output_without_dropout(self):
         plain = al.scaled_dot_product_attention(self.q, self.k, self.v)
@@ -197,13 +209,25 @@ class TestDropout:
 
 BAD_CALLS = [
     (dict(query=np.ones(3)), ValueError, r"query: expected an array with at least 2 dimensions, got shape \(3,\)"),
-    (dict(key=np.ones((5, 3))), ValueError, r"key: expected last dimension E=4 as in query \(2, 4\), got shape \(5, 3\)"),
+    (
+        dict(key=np.ones((5, 3))),
+        ValueError,
+        r"key: expected last dimension E=4 as in query \(2, 4\), got shape \(5, 3\)",
+    ),
     (dict(value=np.ones((4, 2))), ValueError, r"value: expected S=5 rows as in key \(5, 4\), got shape \(4, 2\)"),
     (dict(key=np.ones((5, 4), np.float32)), TypeError, "query, key, value: expected one dtype"),
-    (dict(query=np.ones((2, 4), int)), TypeError, "query: expected a float16, float32 or float64 array, got dtype int64"),
+    (
+        dict(query=np.ones((2, 4), int)),
+        TypeError,
+        "query: expected a float16, float32 or float64 array, got dtype int64",
+    ),
     (dict(attn_mask=np.ones((2, 5), int)), TypeError, "attn_mask: expected a bool array"),
-    (dict(attn_mask=np.ones((3, 5), bool)), ValueError, r"attn_mask: expected a shape that broadcasts to the attention "
-                                                        r"shape \(2, 5\), got shape \(3, 5\)"),
+    (
+        dict(attn_mask=np.ones((3, 5), bool)),
+        ValueError,
+        r"attn_mask: expected a shape that broadcasts to the attention "
+        r"shape \(2, 5\), got shape \(3, 5\)",
+    ),
     (dict(dropout_p=1.0), ValueError, r"dropout_p: expected a number in \[0, 1\), got 1.0"),
     (dict(dropout_p=-0.1), ValueError, "dropout_p"),
     (dict(scale=float("nan")), ValueError, "scale: expected a finite number"),

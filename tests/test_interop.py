@@ -9,8 +9,9 @@ import torch
 import attnlab as al
 
 
-@pytest.mark.parametrize("options", [dict(), dict(kdim=3, vdim=5, add_bias_kv=True, batch_first=True),
-                                     dict(bias=False, add_zero_attn=True)])
+@pytest.mark.parametrize(
+    "options", [dict(), dict(kdim=3, vdim=5, add_bias_kv=True, batch_first=True), dict(bias=False, add_zero_attn=True)]
+)
 def test_round_trip_gives_identical_outputs(options):
     layer = al.MultiheadAttention(8, 2, seed=0, **options).eval()
     module = al.interop.to_torch(layer)
@@ -32,9 +33,9 @@ def test_round_trip_gives_identical_outputs(options):
 def test_float64_and_wrong_types():
     module = torch.nn.MultiheadAttention(4, 1, dtype=torch.float64)
     assert al.interop.from_torch(module).dtype == np.float64
-    with pytest.raises(TypeError, match="module: expected a torch.nn.MultiheadAttention, got Linear"):
+    with pytest.raises(TypeError, match=r"module: expected a torch\.nn\.MultiheadAttention, got Linear"):
         al.interop.from_torch(torch.nn.Linear(2, 2))
-    with pytest.raises(TypeError, match="layer: expected an attnlab.MultiheadAttention"):
+    with pytest.raises(TypeError, match=r"layer: expected an attnlab\.MultiheadAttention"):
         al.interop.to_torch(module)
 
 

@@ -7,23 +7,34 @@ import itertools
 import numpy as np
 import pytest
 import torch
-from conftest import assert_close, numerical_gradient
 
 import attnlab as al
+from conftest import assert_close, numerical_gradient
 
 E, H, N, L, S = 8, 2, 3, 4, 5
 
-CONFIGS = list(itertools.product(
-    [np.float64, np.float32],  # dtype
-    [False, True],  # batch_first
-    [True, False],  # bias
-    [False, True],  # add_bias_kv
-    [False, True],  # add_zero_attn
-    [None, (6, 3)],  # kdim, vdim
-    [True, False],  # batched
-))
-MASKS = ["none", "attn-bool-2d", "attn-float-2d", "attn-bool-3d", "attn-float-3d", "kpm-bool", "kpm-float", "both",
-         "causal"]
+CONFIGS = list(
+    itertools.product(
+        [np.float64, np.float32],  # dtype
+        [False, True],  # batch_first
+        [True, False],  # bias
+        [False, True],  # add_bias_kv
+        [False, True],  # add_zero_attn
+        [None, (6, 3)],  # kdim, vdim
+        [True, False],  # batched
+    )
+)
+MASKS = [
+    "none",
+    "attn-bool-2d",
+    "attn-float-2d",
+    "attn-bool-3d",
+    "attn-float-3d",
+    "kpm-bool",
+    "kpm-float",
+    "both",
+    "causal",
+]
 
 
 def layout(shape_len: int, width: int, batch_first: bool, batched: bool) -> tuple[int, ...]:
@@ -57,14 +68,24 @@ def to_torch_masks(kwargs: dict) -> dict:
 
 @pytest.mark.parametrize("mask_kind", MASKS)
 @pytest.mark.parametrize("dtype, batch_first, bias, add_bias_kv, add_zero_attn, kv_dims, batched", CONFIGS)
-def test_outputs_weights_and_all_gradients_match_torch(dtype, batch_first, bias, add_bias_kv, add_zero_attn,
-                                                       kv_dims, batched, mask_kind):
+def test_outputs_weights_and_all_gradients_match_torch(
+    dtype, batch_first, bias, add_bias_kv, add_zero_attn, kv_dims, batched, mask_kind
+):
     index = CONFIGS.index((dtype, batch_first, bias, add_bias_kv, add_zero_attn, kv_dims, batched))
     rng = np.random.default_rng(index * len(MASKS) + MASKS.index(mask_kind))
     torch.manual_seed(index)
     kdim, vdim = kv_dims or (E, E)
-    module = torch.nn.MultiheadAttention(E, H, bias=bias, add_bias_kv=add_bias_kv, add_zero_attn=add_zero_attn,
-                                         kdim=kdim, vdim=vdim, batch_first=batch_first, dtype=getattr(torch, np.dtype(dtype).name))
+    module = torch.nn.MultiheadAttention(
+        E,
+        H,
+        bias=bias,
+        add_bias_kv=add_bias_kv,
+        add_zero_attn=add_zero_attn,
+        kdim=kdim,
+        vdim=vdim,
+        batch_first=batch_first,
+        dtype=getattr(torch, np.dtype(dtype).name),
+    )
     layer = al.interop.from_torch(module)
     query = rng.standard_normal(layout(L, E, batch_first, batched)).astype(dtype)
     key = rng.standard_normal(layout(S, kdim, batch_first, batched)).astype(dtype)
@@ -79,8 +100,9 @@ def test_outputs_weights_and_all_gradients_match_torch(dtype, batch_first, bias,
     for need_weights, average in variants:
         module.zero_grad()
         inputs = [torch.tensor(x, requires_grad=True) for x in (query, key, value)]
-        t_out, t_weights = module(*inputs, need_weights=need_weights, average_attn_weights=average,
-                                  **to_torch_masks(mask_kwargs))
+        t_out, t_weights = module(
+            *inputs, need_weights=need_weights, average_attn_weights=average, **to_torch_masks(mask_kwargs)
+        )
         out, weights = layer(query, key, value, need_weights=need_weights, average_attn_weights=average, **mask_kwargs)
         assert out.dtype == dtype and out.shape == t_out.shape
         assert_close(out, t_out.detach().numpy(), dtype)
@@ -123,12 +145,15 @@ def test_fully_masked_queries_give_zero_attention_where_torch_gives_nan():
     assert all(np.all(np.isfinite(g)) for g in (*grads, *layer.grads.values()))
 
 
-@pytest.mark.parametrize("options", [
-    dict(),
-    dict(add_bias_kv=True, add_zero_attn=True, kdim=3, vdim=5),
-    dict(bias=False, batch_first=True),
-    dict(dropout=0.5),
-])
+@pytest.mark.parametrize(
+    "options",
+    [
+        dict(),
+        dict(add_bias_kv=True, add_zero_attn=True, kdim=3, vdim=5),
+        dict(bias=False, batch_first=True),
+        dict(dropout=0.5),
+    ],
+)
 def test_every_gradient_matches_finite_differences(options):
     rng = np.random.default_rng(1)
     layer = al.MultiheadAttention(E, H, seed=3, dtype=np.float64, **options)
@@ -156,8 +181,9 @@ def test_every_gradient_matches_finite_differences(options):
         np.testing.assert_allclose(analytic, numerical_gradient(loss, x), atol=1e-7, rtol=1e-6)
     params = layer._params
     for name in layer.grads:
-        np.testing.assert_allclose(layer.grads[name], numerical_gradient(loss, params[name]), atol=1e-7, rtol=1e-6,
-                                   err_msg=name)
+        np.testing.assert_allclose(
+            layer.grads[name], numerical_gradient(loss, params[name]), atol=1e-7, rtol=1e-6, err_msg=name
+        )
 
 
 def test_dropout_only_in_training_and_seeded():

@@ -9,12 +9,12 @@ import tracemalloc
 import numpy as np
 import pytest
 import torch
-from conftest import assert_close
 
 import attnlab as al
 from attnlab import _tiled
-from attnlab.functional import _choose_engine
 from attnlab._problem import make_problem
+from attnlab.functional import _choose_engine
+from conftest import assert_close
 
 
 @pytest.fixture(autouse=True)
@@ -28,8 +28,11 @@ def make(rng, shape, dtype):
 
 
 MASKS = ["none", "bool-2d", "bool-4d", "float-2d", "float-3d", "fully-masked"]
-CASES = list(itertools.product([np.float64, np.float32], MASKS, [False, True], [(37, 53), (53, 37), (1, 70)],
-                               [False, True], [0.0, 0.3]))
+CASES = list(
+    itertools.product(
+        [np.float64, np.float32], MASKS, [False, True], [(37, 53), (53, 37), (1, 70)], [False, True], [0.0, 0.3]
+    )
+)
 
 
 def mask_for(kind, rng, L, S, dtype):
@@ -50,8 +53,13 @@ def test_tiled_equals_naive_forward_lse_and_gradients(dtype, mask_kind, is_causa
     q = make(rng, (2, 4, L, 8), dtype)
     k = make(rng, (2, 2 if gqa else 4, S, 8), dtype)
     v = make(rng, (1, 2 if gqa else 4, S, 5), dtype)  # batch 1 broadcasts against 2
-    kwargs = dict(attn_mask=mask_for(mask_kind, rng, L, S, dtype), is_causal=is_causal, enable_gqa=gqa,
-                  dropout_p=dropout_p, rng=11 if dropout_p else None)
+    kwargs = dict(
+        attn_mask=mask_for(mask_kind, rng, L, S, dtype),
+        is_causal=is_causal,
+        enable_gqa=gqa,
+        dropout_p=dropout_p,
+        rng=11 if dropout_p else None,
+    )
     out, lse = al.scaled_dot_product_attention(q, k, v, engine="tiled", return_lse=True, **kwargs)
     expected_out, expected_lse = al.scaled_dot_product_attention(q, k, v, engine="naive", return_lse=True, **kwargs)
     assert out.dtype == lse.dtype == dtype
@@ -80,8 +88,9 @@ def test_tiled_matches_torch(dtype, is_causal):
     assert_close(out, t_out.detach().numpy(), dtype)
     grad = make(rng, out.shape, dtype)
     t_out.backward(torch.tensor(grad))
-    grads = al.scaled_dot_product_attention_backward(grad, q, k, v, is_causal=is_causal, engine="tiled", output=out,
-                                                     lse=lse)
+    grads = al.scaled_dot_product_attention_backward(
+        grad, q, k, v, is_causal=is_causal, engine="tiled", output=out, lse=lse
+    )
     for ours, theirs in zip(grads, (tq, tk, tv)):
         assert_close(ours, theirs.grad.numpy(), dtype)
 
@@ -119,8 +128,17 @@ def test_weights_need_the_naive_engine():
 
 def test_engine_none_picks_by_size():
     def chosen(batch, L, S, weights=False):
-        pb = make_problem(np.ones((*batch, L, 4)), np.ones((*batch, S, 4)), np.ones((*batch, S, 4)), None, 0.0, False,
-                          None, False, None)
+        pb = make_problem(
+            np.ones((*batch, L, 4)),
+            np.ones((*batch, S, 4)),
+            np.ones((*batch, S, 4)),
+            None,
+            0.0,
+            False,
+            None,
+            False,
+            None,
+        )
         return _choose_engine(None, pb, weights)
 
     assert chosen((), 64, 64) == "naive"

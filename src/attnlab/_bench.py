@@ -10,6 +10,7 @@ during one run (tracemalloc), which torch's allocations are not part of.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -70,7 +71,7 @@ def textbook_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool
     """The three lines every tutorial writes (plus the causal mask)."""
     scores = q @ k.swapaxes(-1, -2) / np.sqrt(q.shape[-1])  # (B, H, L, S)
     if causal:
-        scores = np.where(np.tri(*scores.shape[-2:], dtype=bool), scores, -np.inf)
+        scores = np.where(np.tril(np.ones(scores.shape[-2:], dtype=bool)), scores, -np.inf)
     weights = np.exp(scores - scores.max(axis=-1, keepdims=True))
     return (weights / weights.sum(axis=-1, keepdims=True)) @ v
 
@@ -153,28 +154,42 @@ def reference_vs_seed(sizes: tuple[int, ...] = (16, 32, 64), repeat: int = 3) ->
         layer = reference.SelfAttention(n, n)
         if layer.forward(X)[0] != _seed_forward(layer, X):  # pragma: no cover - the tests check this too
             raise RuntimeError("attnlab.reference no longer reproduces the seed's numbers bit for bit")
-        seed_ms = _best_ms(lambda: _seed_forward(layer, X), repeat)
-        reference_ms = _best_ms(lambda: layer.forward(X), repeat)
+        seed_ms = _best_ms(functools.partial(_seed_forward, layer, X), repeat)
+        reference_ms = _best_ms(functools.partial(layer.forward, X), repeat)
         results.append({"n": n, "seed_ms": seed_ms, "reference_ms": reference_ms, "speedup": seed_ms / reference_ms})
     return results
 
 
+# Peak memory from /proc's VmHWM: ru_maxrss would include the parent's peak, which a
+# child inherits across fork and exec on Linux.
 _LONG_SCRIPT = """
-import resource, time, numpy as np, attnlab as al
+import re, resource, time, numpy as np, attnlab as al
 q, k, v = (np.random.default_rng(i).standard_normal((1, {n}, 64), dtype=np.float32) for i in range(3))
 start = time.perf_counter()
 out = al.scaled_dot_product_attention(q, k, v, engine="tiled")
-print(time.perf_counter() - start, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, float(out[0, 0, 0]))
+seconds = time.perf_counter() - start
+try:
+    with open("/proc/self/status") as f:
+        peak_mib = int(re.search(r"VmHWM:\\s+(\\d+) kB", f.read()).group(1)) / 1024
+except OSError:
+    peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+print(seconds, peak_mib, float(out[0, 0, 0]))
 """
 
 
 def long_sequence(length: int = LONG_LENGTH) -> dict[str, float]:
     """Tiled forward at L = S = ``length``, one head, d=64, in a fresh process: seconds
     and the process's peak resident memory (MiB), against the textbook's score bytes."""
-    result = subprocess.run([sys.executable, "-c", _LONG_SCRIPT.format(n=length)], capture_output=True, text=True,
-                            check=True)
+    result = subprocess.run(
+        [sys.executable, "-c", _LONG_SCRIPT.format(n=length)], capture_output=True, text=True, check=True
+    )
     seconds, peak_mib, _ = map(float, result.stdout.split())
-    return {"length": length, "seconds": seconds, "peak_rss_mib": peak_mib, "textbook_scores_mib": length**2 * 4 / 2**20}
+    return {
+        "length": length,
+        "seconds": seconds,
+        "peak_rss_mib": peak_mib,
+        "textbook_scores_mib": length**2 * 4 / 2**20,
+    }
 
 
 def run(sizes: tuple[int, ...], repeat: int, memory: bool = True) -> list[Row]:
@@ -201,8 +216,10 @@ def _fmt(x: float | None, digits: int = 1) -> str:
 
 def format_table(rows: list[Row]) -> str:
     """A Markdown table: ms per implementation, GFLOP/s and the ratios that matter."""
-    head = ("| pass | causal | L | tiled ms | naive ms | textbook ms | torch ms | tiled GFLOP/s | torch GFLOP/s "
-            "| tiled ÷ torch | tiled ÷ textbook | peak MiB tiled / naive / textbook |")
+    head = (
+        "| pass | causal | L | tiled ms | naive ms | textbook ms | torch ms | tiled GFLOP/s | torch GFLOP/s "
+        "| tiled ÷ torch | tiled ÷ textbook | peak MiB tiled / naive / textbook |"
+    )
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in rows:
         t = r.ms
@@ -252,16 +269,25 @@ def main(quick: bool = False, json_path: str | None = None, repeat: int | None =
         "",
         "attnlab.reference vs the seed's triple-loop algorithm (L = d_model = d_k = n, same numbers bit for bit):",
     ]
-    report += [f"  n={s['n']}: seed {s['seed_ms']:.2f} ms, reference {s['reference_ms']:.2f} ms, "
-               f"{s['speedup']:.1f}× faster" for s in seed]
+    report += [
+        f"  n={s['n']}: seed {s['seed_ms']:.2f} ms, reference {s['reference_ms']:.2f} ms, {s['speedup']:.1f}× faster"
+        for s in seed
+    ]
     if long:
         report.append(
-            f"long sequence, tiled forward, L = S = {long['length']}, H=1, d=64: {long['seconds']:.1f} s, peak process "
-            f"memory {long['peak_rss_mib']:.0f} MiB (the textbook's scores alone: {long['textbook_scores_mib']:.0f} MiB)"
+            f"long sequence, tiled forward, L = S = {long['length']}, H=1, d=64: {long['seconds']:.1f} s, "
+            f"peak process memory {long['peak_rss_mib']:.0f} MiB "
+            f"(the textbook's scores alone: {long['textbook_scores_mib']:.0f} MiB)"
         )
     if json_path:
-        data = {"machine": machine, "gemm_gflops": ceiling, "repeat": repeat, "rows": [asdict(r) for r in rows],
-                "reference_vs_seed": seed, "long_sequence": long}
+        data = {
+            "machine": machine,
+            "gemm_gflops": ceiling,
+            "repeat": repeat,
+            "rows": [asdict(r) for r in rows],
+            "reference_vs_seed": seed,
+            "long_sequence": long,
+        }
         with open(json_path, "w", encoding="utf-8") as f:
             json.dump(data, f, indent=1)
     return "\n".join(report)

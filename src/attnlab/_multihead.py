@@ -11,10 +11,12 @@ unbatched; key (S, N, kdim) and value (S, N, vdim) likewise.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
+from ._trace import Trace, build_trace
 from ._validation import fail, float_array, positive_int, probability
 from .functional import scaled_dot_product_attention, scaled_dot_product_attention_backward
 
@@ -244,8 +246,16 @@ class MultiheadAttention:
         output = attended @ self._params["out_proj.weight"].T
         if self.bias:
             output += self._params["out_proj.bias"]
-        self._cache = dict(inputs=(q_in, k_in, v_in), heads=(q, k, v), mask=mask, dropout_p=dropout_p, seed=seed,
-                           attended=attended, batched=batched, attention=(heads, lse))
+        self._cache = dict(
+            inputs=(q_in, k_in, v_in),
+            heads=(q, k, v),
+            mask=mask,
+            dropout_p=dropout_p,
+            seed=seed,
+            attended=attended,
+            batched=batched,
+            attention=(heads, lse),
+        )
         if not need_weights:
             return self._from_batch_first(output, batched), None
         per_head = weights[0]  # (N, H, L, S')
@@ -253,6 +263,27 @@ class MultiheadAttention:
         return self._from_batch_first(output, batched), averaged if batched else averaged[0]
 
     forward = __call__
+
+    def trace(
+        self, x: Any, *, is_causal: bool = False, scale: float | None = None, tokens: Sequence[str] | None = None
+    ) -> Trace:
+        """Self-attention of one sequence x (L, E), every head's intermediates kept:
+        Q, K, V (H, L, D) after the in-projection, weights (H, L, L) and each head's
+        output (H, L, D) before the out-projection. No dropout; no appended keys."""
+        if self.add_bias_kv or self.add_zero_attn or not self._qkv_same_embed_dim:
+            raise fail("trace", "a layer without add_bias_kv, add_zero_attn, kdim or vdim", "one with them")
+        x = float_array("x", x)
+        if x.ndim != 2 or x.shape[1] != self.embed_dim:
+            raise fail("x", f"one sequence of shape (L, {self.embed_dim})", f"shape {x.shape}")
+        L, H, D = x.shape[0], self.num_heads, self.head_dim
+        x = x.astype(self.dtype, copy=False)
+        Q, K, V = (
+            (x @ w.T + (0 if b is None else b)).reshape(L, H, D).transpose(1, 0, 2)  # (H, L, D)
+            for w, b in self._projections()
+        )
+        return build_trace(
+            x, Q, K, V, scale=scale, is_causal=is_causal, tokens=None if tokens is None else list(tokens)
+        )
 
     # ---- backward ---------------------------------------------------------------
 
@@ -274,7 +305,9 @@ class MultiheadAttention:
         grads["out_proj.weight"] = np.einsum("nle,nlf->ef", grad_out, c["attended"])
         if self.bias:
             grads["out_proj.bias"] = grad_out.sum(axis=(0, 1))
-        grad_heads = (grad_out @ self._params["out_proj.weight"]).reshape(N, L, H, D).transpose(0, 2, 1, 3)  # (N, H, L, D)
+        grad_heads = (
+            (grad_out @ self._params["out_proj.weight"]).reshape(N, L, H, D).transpose(0, 2, 1, 3)
+        )  # (N, H, L, D)
         heads, lse = c["attention"]
         gq, gk, gv = scaled_dot_product_attention_backward(
             grad_heads, q, k, v, c["mask"], dropout_p=c["dropout_p"], rng=c["seed"], output=heads, lse=lse

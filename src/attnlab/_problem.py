@@ -80,8 +80,11 @@ def make_problem(
     groups = 1
     if enable_gqa:
         if min(query.ndim, key.ndim, value.ndim) < 3:
-            raise fail("query, key, value", "a head dimension (..., H, L, E) with enable_gqa=True",
-                       f"shapes {query.shape}, {key.shape}, {value.shape}")
+            raise fail(
+                "query, key, value",
+                "a head dimension (..., H, L, E) with enable_gqa=True",
+                f"shapes {query.shape}, {key.shape}, {value.shape}",
+            )
         heads, kv_heads = query.shape[-3], key.shape[-3]
         if value.shape[-3] != kv_heads:
             raise fail("value", f"{kv_heads} heads as in key {key.shape}", f"shape {value.shape}")
@@ -93,16 +96,23 @@ def make_problem(
     try:
         batch = tuple(np.broadcast_shapes(*(a.shape[:-lead] for a in (query, key, value))))
     except ValueError:
-        raise fail("query, key, value", "batch dimensions that broadcast together",
-                    f"shapes {query.shape}, {key.shape}, {value.shape}") from None
+        raise fail(
+            "query, key, value",
+            "batch dimensions that broadcast together",
+            f"shapes {query.shape}, {key.shape}, {value.shape}",
+        ) from None
     if groups > 1:
         batch = (*batch, query.shape[-3])
     mask = None
     if attn_mask is not None:
         mask = np.asarray(attn_mask)
         if mask.dtype != bool and mask.dtype not in (np.float16, np.float32, np.float64):
-            raise fail("attn_mask", "a bool array (True = may attend) or a float array (added)",
-                       f"dtype {mask.dtype}", TypeError)
+            raise fail(
+                "attn_mask",
+                "a bool array (True = may attend) or a float array (added)",
+                f"dtype {mask.dtype}",
+                TypeError,
+            )
         full = (*batch, L, S)
         if not broadcasts_to(mask.shape, full):
             raise fail("attn_mask", f"a shape that broadcasts to the attention shape {full}", f"shape {mask.shape}")
@@ -110,7 +120,11 @@ def make_problem(
             mask = mask.astype(work, copy=False)
     if scale is None:
         scale = 1.0 / np.sqrt(E)
-    elif isinstance(scale, bool) or not isinstance(scale, (int, float, np.floating, np.integer)) or not np.isfinite(scale):
+    elif (
+        isinstance(scale, bool)
+        or not isinstance(scale, (int, float, np.floating, np.integer))
+        or not np.isfinite(scale)
+    ):
         raise fail("scale", "a finite number or None", repr(scale))
     p = probability("dropout_p", dropout_p)
     return Problem(

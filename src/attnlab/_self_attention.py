@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from . import reference
-from ._trace import Trace
+from ._trace import Trace, build_trace
 from ._validation import fail, float_array, positive_int
 from .functional import scaled_dot_product_attention
 
@@ -66,7 +66,7 @@ class SelfAttention:
         """Return ``(output, weights)``: (…, L, d_k) and (…, L, L). ``scale`` defaults
         to 1/√d_k; ``is_causal`` lets token i attend to tokens 0..i only."""
         _, Q, K, V = self._project(X)
-        return scaled_dot_product_attention(Q, K, V, is_causal=is_causal, scale=scale, return_weights=True)  # type: ignore[no-any-return]
+        return scaled_dot_product_attention(Q, K, V, is_causal=is_causal, scale=scale, return_weights=True)
 
     __call__ = forward
 
@@ -77,13 +77,6 @@ class SelfAttention:
         X, Q, K, V = self._project(X)
         if X.ndim != 2:
             raise fail("X", f"one sequence of shape (L, {self.d_model}) to trace", f"shape {X.shape}")
-        scale = 1.0 / np.sqrt(self.d_k) if scale is None else scale
-        output, weights = self.forward(X, is_causal=is_causal, scale=scale)
-        scores = Q @ K.T  # (L, L)
-        scaled = scores * scale
-        if is_causal:
-            scaled[np.triu_indices_from(scaled, k=1)] = -np.inf
-        return Trace(
-            inputs=X, Q=Q, K=K, V=V, scores=scores, scale=float(scale), scaled_scores=scaled,
-            weights=weights, output=output, tokens=None if tokens is None else list(tokens),
+        return build_trace(
+            X, Q, K, V, scale=scale, is_causal=is_causal, tokens=None if tokens is None else list(tokens)
         )

@@ -26,7 +26,7 @@ from __future__ import annotations
 import functools
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -66,7 +66,7 @@ def _pool(threads: int) -> ThreadPoolExecutor:
     return ThreadPoolExecutor(max_workers=threads, thread_name_prefix="attnlab")
 
 
-def _run(tasks: list[Callable[[], None]], threads: int | None) -> None:
+def _run(tasks: Sequence[Callable[[], None]], threads: int | None) -> None:
     """Run every task, BLAS held to one thread so that ours and its never oversubscribe.
     Each thread takes the next task from a shared queue; which thread runs a task
     never changes its bits. Tasks are best given largest first."""
@@ -102,15 +102,17 @@ class _Head:
     mask: np.ndarray | None
 
 
-def _heads(pb: Problem) -> list[_Head]:
-    """One entry per (batch·head) slice, as views (broadcast dimensions are not copied)."""
+def _heads(pb: Problem, value: np.ndarray | None = None) -> list[_Head]:
+    """One entry per (batch·head) slice, as views (broadcast dimensions are not copied);
+    ``value`` replaces the problem's values."""
+    value = pb.value if value is None else value
     batch = pb.batch_shape
-    L, S, Ev = pb.shape
-    E = pb.query.shape[-1]
+    L, S = pb.shape[:2]
+    E, Ev = pb.query.shape[-1], value.shape[-1]
     kv_batch = (*batch[:-1], batch[-1] // pb.groups) if pb.groups > 1 else batch
     q = np.broadcast_to(pb.query, (*batch, L, E))
     k = np.broadcast_to(pb.key, (*kv_batch, S, E))
-    v = np.broadcast_to(pb.value, (*kv_batch, S, Ev))
+    v = np.broadcast_to(value, (*kv_batch, S, Ev))
     mask = None if pb.mask is None else np.broadcast_to(pb.mask, (*batch, L, S))
     heads = []
     for n, index in enumerate(np.ndindex(*batch)):
@@ -146,28 +148,29 @@ def _dropout(pb: Problem, head: _Head, rows: slice, cols: slice) -> np.ndarray |
 
 
 def _forward_block(pb: Problem, head: _Head, rows: slice, out: np.ndarray, lse: np.ndarray) -> None:
-    """Output rows and log-sum-exp of one block of queries, by online softmax."""
+    """Output rows and log-sum-exp of one block of queries, by online softmax. ``head.v``
+    carries a last column of ones, so that acc's last column accumulates the row sums l
+    inside the same matrix product (and is rescaled with it)."""
     q_scaled = head.q[rows] * np.asarray(pb.scale, dtype=head.q.dtype)  # (block_q, E)
-    dtype = q_scaled.dtype
-    row_max = np.full((q_scaled.shape[0], 1), -np.inf, dtype=dtype)
-    row_sum = np.zeros((q_scaled.shape[0], 1), dtype=dtype)
-    acc = np.zeros((q_scaled.shape[0], head.v.shape[1]), dtype=dtype)
+    row_max = np.full((q_scaled.shape[0], 1), -np.inf, dtype=q_scaled.dtype)
+    acc = np.zeros((q_scaled.shape[0], head.v.shape[1]), dtype=q_scaled.dtype)  # [Σ P·V, l], (block_q, Ev + 1)
     for cols in _key_blocks(pb, rows):
         probs = _scores(pb, head, q_scaled, rows, cols)
         new_max = np.maximum(row_max, probs.max(axis=1, keepdims=True))
         new_max[np.isneginf(new_max)] = 0.0  # rows with nothing visible yet: exp(-inf - 0) = 0
         probs -= new_max
         np.exp(probs, out=probs)  # P_j = exp(S_j − m')
-        correction = np.exp(row_max - new_max)  # e^(m − m'), 0 on the first block
-        row_sum *= correction
-        row_sum += probs.sum(axis=1, keepdims=True)
+        acc *= np.exp(row_max - new_max)  # e^(m − m'), 0 on the first block
         dropout = _dropout(pb, head, rows, cols)
-        if dropout is not None:
+        if dropout is None:
+            acc += probs @ head.v[cols]
+        else:  # l sums the weights before dropout
+            acc[:, -1] += probs.sum(axis=1)
             probs *= dropout
-        acc *= correction
-        acc += probs @ head.v[cols]
+            acc[:, :-1] += probs @ head.v[cols, :-1]
         row_max = new_max
-    np.divide(acc, row_sum, out=out[rows], where=row_sum > 0)
+    row_sum = acc[:, -1:]
+    np.divide(acc[:, :-1], row_sum, out=out[rows], where=row_sum > 0)
     out[rows][row_sum[:, 0] == 0] = 0.0  # fully masked rows give 0
     lse[rows] = (row_max + np.log(row_sum))[:, 0]
 
@@ -179,11 +182,12 @@ def _row_blocks(length: int, size: int) -> list[slice]:
 def forward(pb: Problem, threads: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Return (output (B…, L, Ev), lse (B…, L))."""
     L, _, Ev = pb.shape
-    heads = _heads(pb)
+    ones = np.ones((*pb.value.shape[:-1], 1), dtype=pb.value.dtype)
+    heads = _heads(pb, np.concatenate([pb.value, ones], axis=-1))  # values with a column of ones, (B…, S, Ev + 1)
     out = np.empty((len(heads), L, Ev), dtype=pb.query.dtype)  # (B·H, L, Ev)
     lse = np.empty((len(heads), L), dtype=pb.query.dtype)
     tasks = [
-        (lambda h=head, r=rows: _forward_block(pb, h, r, out[h.n], lse[h.n]))
+        functools.partial(_forward_block, pb, head, rows, out[head.n], lse[head.n])
         for rows in reversed(_row_blocks(L, BLOCK_Q))  # causal: the last rows see the most keys
         for head in heads
     ]
@@ -252,11 +256,9 @@ def backward(
         grad_q[head.n, rows] = gq * scale
 
     # largest first: with causal masking the first keys and the last queries have the most work
-    tasks: list[Callable[[], Any]] = [
-        (lambda h=head, c=cols: keys_task(h, c)) for cols in _row_blocks(S, BLOCK_K) for head in heads
-    ]
+    tasks = [functools.partial(keys_task, head, cols) for cols in _row_blocks(S, BLOCK_K) for head in heads]
     tasks += [
-        (lambda h=head, r=rows: queries_task(h, r)) for rows in reversed(_row_blocks(L, BLOCK_Q)) for head in heads
+        functools.partial(queries_task, head, rows) for rows in reversed(_row_blocks(L, BLOCK_Q)) for head in heads
     ]
     _run(tasks, threads)
     batch = pb.batch_shape

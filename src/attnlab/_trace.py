@@ -30,6 +30,7 @@ _LABELS = {
         "output": "自注意力输出",
         "row": "第 {i} 行{tok}",
         "token_output": "词 {i}{tok} 的输出",
+        "head": "注意力头",
     },
     "en": {
         "title": "Self-attention demo",
@@ -43,18 +44,33 @@ _LABELS = {
         "output": "Self-attention output",
         "row": "row {i}{tok}",
         "token_output": "output of token {i}{tok}",
+        "head": "head",
     },
 }
 LANGUAGES = tuple(_LABELS)
 _RULE = "=" * 50
 
 
+ARRAYS = ("inputs", "Q", "K", "V", "scores", "scaled_scores", "weights", "output")
+
+
+def _json_ready(value: Any) -> Any:
+    """Nested lists of Python floats, −inf (a masked score) as None."""
+    if isinstance(value, list):
+        return [_json_ready(v) for v in value]
+    return None if isinstance(value, float) and math.isinf(value) else value
+
+
 @dataclass
 class Trace:
-    """One forward pass: inputs X (L, d_model); Q, K, V (L, d_k); scores = Q·Kᵀ (L, L);
-    ``scale`` (the scores' multiplier); scaled_scores = scale · scores with masked
-    entries −inf; weights = softmax(scaled_scores) (L, L); output = weights·V (L, d_k);
-    ``tokens`` label the rows (None: positions)."""
+    """One forward pass of self-attention over L tokens.
+
+    inputs X (L, d_model); Q, K, V (L, d_k); scores = Q·Kᵀ (L, L); ``scale``, the scores'
+    multiplier; scaled_scores = scale · scores with masked entries −inf; weights =
+    softmax(scaled_scores) (L, L); output = weights·V (L, d_k); ``tokens`` label the rows
+    (None: positions). A multi-head trace has a leading head axis on every array but
+    ``inputs``: Q (H, L, d_k), weights (H, L, L), and so on.
+    """
 
     inputs: np.ndarray
     Q: np.ndarray
@@ -67,14 +83,28 @@ class Trace:
     output: np.ndarray
     tokens: list[str] | None = None
 
+    @property
+    def num_heads(self) -> int:
+        return 1 if self.weights.ndim == 2 else self.weights.shape[0]
+
+    def head(self, h: int) -> Trace:
+        """The single-head trace of head ``h``."""
+        if self.weights.ndim == 2:
+            return self
+        arrays = {name: getattr(self, name)[h] for name in ARRAYS if name != "inputs"}
+        return Trace(inputs=self.inputs, scale=self.scale, tokens=self.tokens, **arrays)
+
+    @property
+    def labels(self) -> list[str]:
+        """The tokens, or the positions 0..L−1 as text."""
+        return self.tokens if self.tokens is not None else [str(i) for i in range(len(self.inputs))]
+
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready: nested lists of Python floats (full precision), −inf as None."""
         result: dict[str, Any] = {}
         for f in fields(self):
             value = getattr(self, f.name)
-            if isinstance(value, np.ndarray):
-                value = [[None if math.isinf(x) else x for x in row] for row in value.tolist()]
-            result[f.name] = value
+            result[f.name] = _json_ready(value.tolist()) if isinstance(value, np.ndarray) else value
         return result
 
     def to_json(self) -> str:
@@ -83,23 +113,49 @@ class Trace:
     @classmethod
     def from_reference(cls, inputs: Any, steps: AttentionSteps, tokens: list[str] | None = None) -> Trace:
         """The trace of ``attnlab.reference.SelfAttention``, bit for bit."""
-        arrays = {name: np.array(getattr(steps, name)) for name in ("Q", "K", "V", "scores", "scaled_scores", "weights", "output")}
+        arrays = {name: np.array(getattr(steps, name)) for name in ARRAYS if name != "inputs"}
         return cls(inputs=np.array(inputs, dtype=float), scale=1.0 / steps.scale_factor, tokens=tokens, **arrays)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Trace:
-        """Inverse of :meth:`to_dict` (None in scaled_scores becomes −inf)."""
-        kwargs: dict[str, Any] = {}
-        for f in fields(cls):
-            value = data.get(f.name)
-            if f.name in ("scale", "tokens"):
-                kwargs[f.name] = value
-            else:
-                kwargs[f.name] = np.array([[-np.inf if x is None else x for x in row] for row in value], dtype=float)
-        return cls(**kwargs)
+    def from_dict(cls, data: Any, source: str = "trace") -> Trace:
+        """Inverse of :meth:`to_dict`, checked: ValueError naming ``source`` and the
+        problem when a field is missing or the shapes do not fit together."""
+        if not isinstance(data, dict):
+            raise ValueError(f"{source}: expected a trace (a JSON object from 'attnlab trace --format json')")
+        missing = [name for name in (*ARRAYS, "scale") if name not in data]
+        if missing:
+            raise ValueError(f"{source}: not a trace, missing {', '.join(missing)}")
+        arrays = {}
+        for name in ARRAYS:
+            try:
+                arrays[name] = np.array(data[name], dtype=float)  # None (masked) becomes NaN here
+            except (TypeError, ValueError):
+                raise ValueError(f"{source}: {name}: expected a matrix of numbers") from None
+        arrays["scaled_scores"][np.isnan(arrays["scaled_scores"])] = -np.inf
+        L = arrays["inputs"].shape[0] if arrays["inputs"].ndim == 2 else -1
+        weights = arrays["weights"]
+        if L < 1 or weights.ndim not in (2, 3) or weights.shape[-2:] != (L, L):
+            raise ValueError(
+                f"{source}: weights: expected shape (L, L) or (H, L, L) with L={L} input rows, got {weights.shape}"
+            )
+        for name in ("scores", "scaled_scores"):
+            if arrays[name].shape != weights.shape:
+                raise ValueError(
+                    f"{source}: {name}: expected shape {weights.shape} as weights, got {arrays[name].shape}"
+                )
+        tokens = data.get("tokens")
+        if tokens is not None and (not isinstance(tokens, list) or len(tokens) != L):
+            raise ValueError(
+                f"{source}: tokens: expected {L} labels, one per input row, got "
+                f"{len(tokens) if isinstance(tokens, list) else type(tokens).__name__}"
+            )
+        if isinstance(data["scale"], bool) or not isinstance(data["scale"], (int, float)):
+            raise ValueError(f"{source}: scale: expected a number, got {data['scale']!r}")
+        return cls(scale=float(data["scale"]), tokens=None if tokens is None else [str(t) for t in tokens], **arrays)
 
     def render(self, *, lang: str = "zh", precision: int = 4, title: str | None = None) -> str:
-        """The seed demo's text, in Chinese (default) or English labels."""
+        """The seed demo's text, in Chinese (default) or English labels; a multi-head
+        trace shows each head's steps in turn."""
         t = _LABELS[lang]
 
         def label(key: str, i: int) -> str:
@@ -114,13 +170,54 @@ class Trace:
             return [f"\n  {heading}:"] + [f"    {line}" for line in rows("row", matrix)]
 
         L, d_model = self.inputs.shape
-        lines = [_RULE, title or t["title"], _RULE, f"{t['length']}: {L}", f"{t['width']}: {d_model}", ""]
-        lines += [f"  {t['shape'].format(name=n)}: {len(m)} × {m.shape[1]}" for n, m in zip("QKV", (self.Q, self.K, self.V))]
-        lines += section(t["scores"], self.scores)
-        if not math.isclose(self.scale, 1 / math.sqrt(self.Q.shape[1]), rel_tol=1e-12):
-            lines.append(f"\n  {t['scale']}: {self.scale:.{precision}f}")
-        lines += section(t["scaled"], self.scaled_scores)
-        lines += section(t["weights"], self.weights)
-        lines += ["", _RULE, f"{t['output']}:", _RULE]
-        lines += rows("token_output", self.output)
+        lines = [_RULE, title or t["title"], _RULE, f"{t['length']}: {L}", f"{t['width']}: {d_model}"]
+        for h in range(self.num_heads):
+            one = self.head(h)
+            lines += [f"\n-- {t['head']} {h} --"] if self.num_heads > 1 else []
+            lines += [""] + [
+                f"  {t['shape'].format(name=n)}: {len(m)} × {m.shape[1]}" for n, m in zip("QKV", (one.Q, one.K, one.V))
+            ]
+            lines += section(t["scores"], one.scores)
+            if not math.isclose(self.scale, 1 / math.sqrt(one.Q.shape[1]), rel_tol=1e-12):
+                lines.append(f"\n  {t['scale']}: {self.scale:.{precision}f}")
+            lines += section(t["scaled"], one.scaled_scores)
+            lines += section(t["weights"], one.weights)
+            lines += ["", _RULE, f"{t['output']}:", _RULE]
+            lines += rows("token_output", one.output)
         return "\n".join(lines)
+
+
+def build_trace(
+    inputs: np.ndarray,
+    Q: np.ndarray,
+    K: np.ndarray,
+    V: np.ndarray,
+    *,
+    scale: float | None,
+    is_causal: bool,
+    tokens: list[str] | None,
+) -> Trace:
+    """The trace of attention over projections Q, K (…, L, d_k) and V (…, L, d_v) of
+    ``inputs`` (L, d_model): the weights and output come from the engine, the scores
+    beside them for display."""
+    from .functional import scaled_dot_product_attention
+
+    scale = 1.0 / math.sqrt(Q.shape[-1]) if scale is None else float(scale)
+    output, weights = scaled_dot_product_attention(Q, K, V, is_causal=is_causal, scale=scale, return_weights=True)
+    scores = Q @ np.swapaxes(K, -1, -2)  # (…, L, L)
+    scaled = scores * scale
+    if is_causal:
+        L = scores.shape[-1]
+        np.copyto(scaled, -np.inf, where=np.arange(L)[None, :] > np.arange(L)[:, None])  # key j after query i
+    return Trace(
+        inputs=inputs,
+        Q=Q,
+        K=K,
+        V=V,
+        scores=scores,
+        scale=scale,
+        scaled_scores=scaled,
+        weights=weights,
+        output=output,
+        tokens=tokens,
+    )

@@ -11,8 +11,11 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
+import numpy as np
+
 from . import __version__
 from ._inputs import InputError, embed_tokens, parse_tokens, read_sequence, split_text
+from ._multihead import MultiheadAttention
 from ._self_attention import SelfAttention
 from ._trace import LANGUAGES, Trace
 from .reference import SelfAttention as ReferenceSelfAttention
@@ -55,7 +58,9 @@ def _at_least(minimum: int) -> type:
 
 
 def _add_output_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--format", choices=("text", "json"), default="text", help="text (default) or json (full precision)")
+    parser.add_argument(
+        "--format", choices=("text", "json"), default="text", help="text (default) or json (full precision)"
+    )
     parser.add_argument("--precision", type=_at_least(0), default=4, help="decimals in the text (default 4)")
     parser.add_argument("--lang", choices=LANGUAGES, default="zh", help="labels: zh (default, as the article) or en")
 
@@ -63,31 +68,50 @@ def _add_output_options(parser: argparse.ArgumentParser) -> None:
 def add_input_options(parser: argparse.ArgumentParser) -> None:
     """The options that say which sequence to run and how (shared with plot and view)."""
     source = parser.add_mutually_exclusive_group(required=True)
-    source.add_argument("input", nargs="?", metavar="INPUT", help="a .json (list of rows), .csv or .npy file, or - for JSON on stdin")
+    source.add_argument(
+        "input", nargs="?", metavar="INPUT", help="a .json (list of rows), .csv or .npy file, or - for JSON on stdin"
+    )
     source.add_argument("--text", help="a sentence: split on spaces, or into characters when it has none")
-    parser.add_argument("--embed", choices=("onehot", "random"), default="onehot",
-                        help="with --text: one-hot vectors (default) or seeded Gaussian vectors of --d-model width")
+    parser.add_argument(
+        "--embed",
+        choices=("onehot", "random"),
+        default="onehot",
+        help="with --text: one-hot vectors (default) or seeded Gaussian vectors of --d-model width",
+    )
     parser.add_argument("--d-model", type=_at_least(1), default=16, help="width of --embed random vectors (default 16)")
     parser.add_argument("--d-k", type=_at_least(1), help="width of Q, K and V (default: the input's width)")
     parser.add_argument("--seed", type=int, default=42, help="seed of the weights (default 42, the article's)")
-    parser.add_argument("--scale", type=_scale, default="sqrt", help="sqrt (1/√d_k, default), none (1) or a number multiplying Q·Kᵀ")
+    parser.add_argument(
+        "--scale", type=_scale, default="sqrt", help="sqrt (1/√d_k, default), none (1) or a number multiplying Q·Kᵀ"
+    )
     parser.add_argument("--causal", action="store_true", help="token i attends to tokens 0..i only")
     parser.add_argument("--tokens", help="labels of the rows, separated by spaces")
+    parser.add_argument(
+        "--num-heads",
+        type=_at_least(1),
+        default=1,
+        help="1 (default): the seed's layer; more: a MultiheadAttention of that many heads "
+        "(they must divide the input's width; --d-k is then ignored)",
+    )
 
 
 def trace_from_args(args: argparse.Namespace) -> Trace:
     """Run the seed's layer on the sequence the options name."""
+    tokens: list[str] | None
     if args.text is not None:
-        tokens = split_text(args.text)
-        if args.tokens is not None:
-            tokens = parse_tokens(args.tokens, len(tokens)) or tokens
-        X = embed_tokens(tokens, args.embed, args.d_model, args.seed)
+        words = split_text(args.text)
+        X = embed_tokens(words, args.embed, args.d_model, args.seed)
+        tokens = parse_tokens(args.tokens, len(words)) or words
     else:
         X = read_sequence(args.input)
         tokens = parse_tokens(args.tokens, len(X))
-    d_k = args.d_k or X.shape[1]
     scale = {"sqrt": None, "none": 1.0}.get(args.scale, args.scale)
-    layer = SelfAttention(X.shape[1], d_k, seed=args.seed)
+    if args.num_heads > 1:
+        if X.shape[1] % args.num_heads:
+            raise InputError(f"--num-heads: expected a divisor of the input's width {X.shape[1]}, got {args.num_heads}")
+        heads = MultiheadAttention(X.shape[1], args.num_heads, seed=args.seed, dtype=np.float64)
+        return heads.trace(X, is_causal=args.causal, scale=scale, tokens=tokens)
+    layer = SelfAttention(X.shape[1], args.d_k or X.shape[1], seed=args.seed)
     return layer.trace(X, is_causal=args.causal, scale=scale, tokens=tokens)
 
 
@@ -120,17 +144,21 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
 
     demo = commands.add_parser(
-        "demo", help="the article's demonstration, every step",
+        "demo",
+        help="the article's demonstration, every step",
         description="Print the seed article's demo: 4 one-hot tokens, d_model=8, d_k=6, seed 42.",
-        epilog="example: attnlab demo --lang en", formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="example: attnlab demo --lang en",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     _add_output_options(demo)
     demo.set_defaults(run=_demo)
 
     trace = commands.add_parser(
-        "trace", help="every step of attention on your own sequence",
+        "trace",
+        help="every step of attention on your own sequence",
         description="Run the seed's layer on your sequence and print every intermediate.",
-        epilog='examples:\n  attnlab trace x.json --d-k 4 --causal\n  attnlab trace --text "小明是个运动达人，他平时很爱打篮球"\n'
+        epilog="examples:\n  attnlab trace x.json --d-k 4 --causal\n"
+        '  attnlab trace --text "小明是个运动达人，他平时很爱打篮球"\n'
         "  echo '[[1, 0], [0, 1]]' | attnlab trace - --tokens 'a b' --format json",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -139,7 +167,8 @@ def build_parser() -> argparse.ArgumentParser:
     trace.set_defaults(run=_trace)
 
     bench = commands.add_parser(
-        "bench", help="time attnlab's engines against NumPy and torch, side by side",
+        "bench",
+        help="time attnlab's engines against NumPy and torch, side by side",
         description="Time the tiled and naive engines, textbook NumPy attention and torch's SDPA in one run "
         "(float32, B=1, H=8, d=64, L = S from 256 to 4096, causal and not, forward and forward+backward).",
         epilog="examples:\n  attnlab bench --quick\n  attnlab bench --json bench.json\n"

@@ -39,8 +39,11 @@ def _choose_engine(engine: str | None, pb: Problem, return_weights: bool) -> str
     if engine not in ENGINES:
         raise fail("engine", f"one of {ENGINES} or None", repr(engine))
     if engine == "tiled" and return_weights:
-        raise fail("return_weights", "False with engine='tiled' (the tiled engine never holds the (L, S) "
-                   "weights; use engine='naive' or None)", True)
+        raise fail(
+            "return_weights",
+            "False with engine='tiled' (the tiled engine never holds the (L, S) weights; use engine='naive' or None)",
+            True,
+        )
     return engine
 
 
@@ -119,7 +122,9 @@ def _sum_to_shape(grad: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
     return grad.sum(axis=stretched, keepdims=True) if stretched else grad
 
 
-def _reduce_grads(pb: Problem, grads: tuple[np.ndarray, ...], shapes: tuple[tuple[int, ...], ...]) -> tuple[np.ndarray, ...]:
+def _reduce_grads(
+    pb: Problem, grads: tuple[np.ndarray, ...], shapes: tuple[tuple[int, ...], ...]
+) -> tuple[np.ndarray, ...]:
     grad_query, grad_key, grad_value = grads
     if pb.groups > 1:  # sum each group of G query heads back onto its key/value head
         *batch, heads, S, E = grad_key.shape
@@ -165,8 +170,9 @@ def scaled_dot_product_attention_backward(
     ``return_lse=True``); pass them to save recomputing the forward.
     """
     if isinstance(rng, np.random.Generator):
-        raise fail("rng", "the int seed the forward used (a Generator cannot replay its draw)", "a Generator",
-                   TypeError)
+        raise fail(
+            "rng", "the int seed the forward used (a Generator cannot replay its draw)", "a Generator", TypeError
+        )
     if dropout_p and rng is None:
         raise fail("rng", "the forward's int seed when dropout_p > 0", None, TypeError)
     pb = make_problem(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, rng)
@@ -182,12 +188,16 @@ def scaled_dot_product_attention_backward(
         with np.errstate(all="ignore"):
             grads = _naive.backward(pb, grad_output)
     else:
-        saved = None
         if output is not None and lse is not None:
-            saved = (float_array("output", output).astype(pb.query.dtype, copy=False),
-                     float_array("lse", lse, min_ndim=1).astype(pb.query.dtype, copy=False))
-            if saved[0].shape != expected or saved[1].shape != expected[:-1]:
-                raise fail("output, lse", f"the forward's shapes {expected} and {expected[:-1]}",
-                           f"{saved[0].shape} and {saved[1].shape}")
-        grads = _tiled.backward(pb, grad_output, *(saved or (None, None)), threads=_threads(num_threads))
+            output = float_array("output", output).astype(pb.query.dtype, copy=False)
+            lse = float_array("lse", lse, min_ndim=1).astype(pb.query.dtype, copy=False)
+            if output.shape != expected or lse.shape != expected[:-1]:
+                raise fail(
+                    "output, lse",
+                    f"the forward's shapes {expected} and {expected[:-1]}",
+                    f"{output.shape} and {lse.shape}",
+                )
+        else:
+            output = lse = None
+        grads = _tiled.backward(pb, grad_output, output, lse, threads=_threads(num_threads))
     return _reduce_grads(pb, grads, (pb.query.shape, pb.key.shape, pb.value.shape))  # type: ignore[return-value]

@@ -58,8 +58,16 @@ def to_torch(layer: MultiheadAttention) -> Any:
     if not isinstance(layer, MultiheadAttention):
         raise TypeError(f"layer: expected an attnlab.MultiheadAttention, got {type(layer).__name__}")
     module = torch.nn.MultiheadAttention(
-        layer.embed_dim, layer.num_heads, layer.dropout, layer.bias, layer.add_bias_kv, layer.add_zero_attn,
-        layer.kdim, layer.vdim, layer.batch_first, dtype=getattr(torch, _DTYPES[layer.dtype]),
+        layer.embed_dim,
+        layer.num_heads,
+        layer.dropout,
+        layer.bias,
+        layer.add_bias_kv,
+        layer.add_zero_attn,
+        layer.kdim,
+        layer.vdim,
+        layer.batch_first,
+        dtype=getattr(torch, _DTYPES[layer.dtype]),
     )
     module.load_state_dict({k: torch.from_numpy(v) for k, v in layer.state_dict().items()})
     return module.train(layer.training)

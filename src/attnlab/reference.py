@@ -110,8 +110,7 @@ class SelfAttention:
         if weights is None:
             rng = random.Random(seed)
             self.Wq, self.Wk, self.Wv = (
-                [[rng.normalvariate(0, std) for _ in range(d_k)] for _ in range(d_model)]
-                for _ in range(3)
+                [[rng.normalvariate(0, std) for _ in range(d_k)] for _ in range(d_model)] for _ in range(3)
             )
         else:
             for name, w in zip(("Wq", "Wk", "Wv"), weights):
