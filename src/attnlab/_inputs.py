@@ -98,12 +98,13 @@ def read_json_or_matrix(path: str) -> Any:
     return _read_csv(text, path) if file.suffix.lower() == ".csv" else _parse_json(text, path)
 
 
-def read_sequence(path: str) -> np.ndarray:
-    """A (L, d_model) sequence from a .json, .csv or .npy file or '-' (JSON on stdin)."""
-    data = read_json_or_matrix(path)
-    if isinstance(data, np.ndarray):
-        return data
-    return _numeric_rows(data, "standard input" if path == "-" else path)
+def source_name(path: str) -> str:
+    return "standard input" if path == "-" else path
+
+
+def as_sequence(data: Any, path: str) -> np.ndarray:
+    """What :func:`read_json_or_matrix` read, as a (L, d_model) sequence."""
+    return data if isinstance(data, np.ndarray) else _numeric_rows(data, source_name(path))
 
 
 def split_text(text: str) -> list[str]:

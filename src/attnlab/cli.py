@@ -14,7 +14,15 @@ from typing import NoReturn
 import numpy as np
 
 from . import __version__
-from ._inputs import InputError, embed_tokens, parse_tokens, read_sequence, split_text
+from ._inputs import (
+    InputError,
+    as_sequence,
+    embed_tokens,
+    parse_tokens,
+    read_json_or_matrix,
+    source_name,
+    split_text,
+)
 from ._multihead import MultiheadAttention
 from ._self_attention import SelfAttention
 from ._trace import LANGUAGES, Trace
@@ -96,14 +104,20 @@ def add_input_options(parser: argparse.ArgumentParser) -> None:
 
 
 def trace_from_args(args: argparse.Namespace) -> Trace:
-    """Run the seed's layer on the sequence the options name."""
+    """Run the layer on the sequence the options name, or load a saved trace (a JSON
+    object from ``attnlab trace --format json``)."""
     tokens: list[str] | None
     if args.text is not None:
         words = split_text(args.text)
         X = embed_tokens(words, args.embed, args.d_model, args.seed)
         tokens = parse_tokens(args.tokens, len(words)) or words
     else:
-        X = read_sequence(args.input)
+        data = read_json_or_matrix(args.input)
+        if isinstance(data, dict):
+            trace = Trace.from_dict(data, source_name(args.input))
+            trace.tokens = parse_tokens(args.tokens, len(trace.inputs)) or trace.tokens
+            return trace
+        X = as_sequence(data, args.input)
         tokens = parse_tokens(args.tokens, len(X))
     scale = {"sqrt": None, "none": 1.0}.get(args.scale, args.scale)
     if args.num_heads > 1:
@@ -130,6 +144,21 @@ def _demo(args: argparse.Namespace) -> None:
 def _trace(args: argparse.Namespace) -> None:
     title = {"zh": "自注意力追踪", "en": "Self-attention trace"}[args.lang]
     _print_trace(trace_from_args(args), args, title)
+
+
+def _plot(args: argparse.Namespace) -> None:
+    from ._plot import plot
+
+    for note in plot(trace_from_args(args), args.output, stage=args.stage, heads=args.heads):
+        print(f"attnlab plot: warning: {note}", file=sys.stderr)
+
+
+def _view(args: argparse.Namespace) -> None:
+    from ._view import write_page
+
+    if not args.output.lower().endswith((".html", ".htm")):
+        raise InputError(f"-o: expected a file ending in .html, got {args.output!r}")
+    write_page(trace_from_args(args), args.output)
 
 
 def _bench(args: argparse.Namespace) -> None:
@@ -166,6 +195,34 @@ def build_parser() -> argparse.ArgumentParser:
     _add_output_options(trace)
     trace.set_defaults(run=_trace)
 
+    plot = commands.add_parser(
+        "plot",
+        help="draw the attention weights as a heatmap (PNG, SVG or PDF)",
+        description="Draw a heatmap of a trace: token labels on both axes, one panel per head. "
+        "INPUT is what 'attnlab trace' takes, or a trace saved with 'attnlab trace --format json'.",
+        epilog='examples:\n  attnlab plot --text "小明是个运动达人，他平时很爱打篮球" -o weights.png\n'
+        "  attnlab plot trace.json --stage scaled --heads 0,2 -o scaled.svg",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_input_options(plot)
+    plot.add_argument("-o", "--output", required=True, help="the picture to write: .png, .svg or .pdf")
+    plot.add_argument("--stage", choices=("weights", "scaled", "scores"), default="weights", help="what to draw")
+    plot.add_argument("--heads", default="all", help="'all' (default) or head indices such as 0,2,5")
+    plot.set_defaults(run=_plot)
+
+    view = commands.add_parser(
+        "view",
+        help="write one self-contained interactive HTML page",
+        description="Write an HTML page (no network needed) with the heatmap, a head view, a step-by-step "
+        "table for one query, a live scale slider and PNG/SVG export.",
+        epilog='examples:\n  attnlab view --text "小明是个运动达人，他平时很爱打篮球" -o attention.html\n'
+        "  attnlab view --text 'the cat sat on the mat' --embed random --num-heads 4 -o heads.html",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_input_options(view)
+    view.add_argument("-o", "--output", required=True, help="the page to write (.html)")
+    view.set_defaults(run=_view)
+
     bench = commands.add_parser(
         "bench",
         help="time attnlab's engines against NumPy and torch, side by side",
@@ -186,8 +243,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         args.run(args)
-    except (InputError, ValueError, TypeError) as e:
+    except (InputError, ValueError, TypeError, ImportError) as e:
         print(f"attnlab {args.command}: error: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:
+        print(f"attnlab {args.command}: error: {e.filename or ''}: {e.strerror or e}", file=sys.stderr)
         return 2
     except BrokenPipeError:  # the reader went away (| head): not an error
         sys.stderr.close()

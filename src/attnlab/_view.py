@@ -1,0 +1,56 @@
+"""One self-contained HTML page that shows a trace: scripts, styles and data inline,
+nothing fetched from the network.
+
+The page holds the raw scores Q·Kᵀ, the mask, and Q, K, V of every head; it computes
+the weights itself as softmax(scale · scores) over the unmasked keys, so that its scale
+slider can recompute them live.
+"""
+
+from __future__ import annotations
+
+import json
+from importlib.resources import files
+from pathlib import Path
+
+import numpy as np
+
+from ._trace import Trace
+
+_PLACEHOLDER = "__ATTNLAB_DATA__"
+
+
+def _with_heads(x: np.ndarray, trace: Trace) -> np.ndarray:
+    return x if trace.num_heads > 1 and x.ndim == 3 else x[None]  # (H, L, ·)
+
+
+def page_data(trace: Trace) -> dict[str, object]:
+    """What the page needs, as JSON-ready values."""
+    scaled = _with_heads(trace.scaled_scores, trace)  # (H, L, L)
+    masked = np.isneginf(scaled[0])
+    return {
+        "tokens": trace.labels,
+        "scale": trace.scale,
+        "d_k": int(_with_heads(trace.K, trace).shape[-1]),
+        "scores": _with_heads(trace.scores, trace).tolist(),
+        "masked": ["".join("1" if m else "0" for m in row) for row in masked],
+        "q": _with_heads(trace.Q, trace).tolist(),
+        "k": _with_heads(trace.K, trace).tolist(),
+        "v": _with_heads(trace.V, trace).tolist(),
+    }
+
+
+def render_page(trace: Trace) -> str:
+    """The HTML text. The data sits in a JSON script block with '<', '>' and '&'
+    escaped, so no token can end the block or inject markup; the script only ever
+    writes tokens as text."""
+    payload = json.dumps(page_data(trace), ensure_ascii=False)
+    payload = payload.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+    template = files("attnlab").joinpath("_view.html").read_text(encoding="utf-8")
+    return template.replace(_PLACEHOLDER, payload)
+
+
+def write_page(trace: Trace, path: str | Path) -> None:
+    path = Path(path)
+    if path.suffix.lower() not in (".html", ".htm"):
+        raise ValueError(f"-o: expected a file ending in .html, got {str(path)!r}")
+    path.write_text(render_page(trace), encoding="utf-8")

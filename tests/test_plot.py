@@ -1,0 +1,125 @@
+"""attnlab plot: valid pictures, Chinese glyphs, heads, and bad input."""
+
+from __future__ import annotations
+
+import json
+import struct
+import subprocess
+import sys
+import warnings
+import xml.etree.ElementTree as ET
+
+import numpy as np
+import pytest
+
+from attnlab import _plot
+from attnlab.cli import main
+
+SENTENCE = "小明是个运动达人，他平时很爱打篮球"
+
+
+def png_size(data: bytes) -> tuple[int, int]:
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and data[12:16] == b"IHDR"
+    return struct.unpack(">II", data[16:24])
+
+
+def test_png_svg_and_pdf_are_valid_and_sized_by_heads(tmp_path):
+    for suffix in ("png", "svg", "pdf"):
+        assert main(["plot", "--text", "a b c", "-o", str(tmp_path / f"one.{suffix}")]) == 0
+    width, height = png_size((tmp_path / "one.png").read_bytes())
+    assert 300 <= width <= 1400 and 300 <= height <= 1400
+    root = ET.parse(tmp_path / "one.svg").getroot()
+    assert root.tag.endswith("svg") and float(root.get("width").rstrip("pt")) > 100
+    pdf = (tmp_path / "one.pdf").read_bytes()
+    assert pdf.startswith(b"%PDF-") and b"/MediaBox" in pdf and pdf.rstrip().endswith(b"%%EOF")
+
+    argv = ["--text", "a b c d", "--embed", "random", "--d-model", "8", "--num-heads", "4"]
+    assert main(["plot", *argv, "-o", str(tmp_path / "four.png")]) == 0
+    assert main(["plot", *argv, "--heads", "0,2", "-o", str(tmp_path / "two.png")]) == 0
+    four, two = png_size((tmp_path / "four.png").read_bytes()), png_size((tmp_path / "two.png").read_bytes())
+    assert four[0] > 1.6 * two[0] and four[1] == two[1]  # one row of panels, twice as many
+
+
+def test_chinese_tokens_render_without_missing_glyphs(tmp_path):
+    assert _plot.find_cjk_font() is not None, "CI installs fonts-wqy-zenhei; install a CJK font to run this"
+    from attnlab._trace import Trace
+
+    assert main(["plot", "--text", SENTENCE, "--stage", "scaled", "--causal", "-o", str(tmp_path / "zh.png")]) == 0
+    capture = subprocess.run(
+        [sys.executable, "-m", "attnlab.cli", "trace", "--text", SENTENCE, "--format", "json"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    trace = Trace.from_dict(json.loads(capture.stdout))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        notes = _plot.plot(trace, tmp_path / "zh.svg")
+    assert notes == []
+    assert not [w for w in caught if "missing from" in str(w.message)]
+
+
+def test_without_a_cjk_font_it_says_so_once(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(_plot, "find_cjk_font", lambda: None)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert main(["plot", "--text", SENTENCE, "-o", str(tmp_path / "boxes.png")]) == 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "fonts-noto-cjk" in err[0] and "boxes" in err[0]
+    assert not [w for w in caught if "missing from" in str(w.message)]
+
+
+def test_values_are_written_in_small_matrices(tmp_path):
+    from attnlab import SelfAttention
+
+    trace = SelfAttention(2, 2).trace(np.eye(2), tokens=["x", "y"])
+    _plot.plot(trace, tmp_path / "small.svg")
+    svg = (tmp_path / "small.svg").read_text()
+    assert svg.count("<!-- 0.") + svg.count("<!-- 1.") >= 4  # matplotlib keeps each text as a comment
+
+
+def test_select_heads():
+    assert _plot.select_heads("all", 3) == [0, 1, 2]
+    assert _plot.select_heads("2,0", 3) == [2, 0]
+    with pytest.raises(ValueError, match=r"--heads: expected indices in 0\.\.2, got '3'"):
+        _plot.select_heads("3", 3)
+    with pytest.raises(ValueError, match="--heads: expected 'all' or indices"):
+        _plot.select_heads("first", 3)
+
+
+BAD = {
+    "plot suffix": (["plot", "--text", "a b", "-o", "x.gif"], "-o: expected a file ending in .png, .svg, .pdf"),
+    "view suffix": (["view", "--text", "a b", "-o", "x.png"], "-o: expected a file ending in .html"),
+    "unreadable trace": (["plot", "broken.json", "-o", "x.png"], "not valid JSON"),
+    "not a trace": (["view", "object.json", "-o", "x.html"], "not a trace, missing"),
+    "mismatched tokens": (["plot", "trace.json", "--tokens", "a b c", "-o", "x.png"], "--tokens: expected 2 labels"),
+    "bad heads": (["plot", "trace.json", "--heads", "5", "-o", "x.png"], "--heads"),
+    "missing directory": (["view", "--text", "a b", "-o", "no/such/dir/x.html"], "No such file"),
+}
+
+
+@pytest.mark.parametrize("case", BAD, ids=list(BAD))
+def test_bad_input_is_one_line_and_exit_status_2(tmp_path, case):
+    argv, message = BAD[case]
+    (tmp_path / "broken.json").write_text('{"weights": [[1')
+    (tmp_path / "object.json").write_text('{"weights": [[1.0]]}')
+    trace = subprocess.run(
+        [sys.executable, "-m", "attnlab.cli", "trace", "--text", "a b", "--format", "json"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    (tmp_path / "trace.json").write_text(trace)
+    result = subprocess.run([sys.executable, "-m", "attnlab.cli", *argv], cwd=tmp_path, capture_output=True, text=True)
+    assert result.returncode == 2
+    assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr
+    assert message in result.stderr
+    assert not (tmp_path / "x.png").exists()
+
+
+def test_a_saved_trace_round_trips(tmp_path, capsys):
+    assert main(["trace", "--text", "a b c", "--causal", "--format", "json"]) == 0
+    saved = capsys.readouterr().out
+    (tmp_path / "t.json").write_text(saved)
+    assert main(["trace", str(tmp_path / "t.json"), "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out) == json.loads(saved)

@@ -1,0 +1,180 @@
+"""attnlab view: the page in a real browser (headless Chromium driven by Selenium)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from selenium import webdriver
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.action_chains import ActionChains
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support.ui import Select
+
+import attnlab as al
+from attnlab.cli import main
+
+ARTIFACTS = Path(__file__).parent.parent / "test-artifacts"
+XSS = "<img/src=x/onerror=window.__xss=1>"
+
+
+@pytest.fixture(scope="module")
+def browser():
+    chromium, driver = shutil.which("chromium"), shutil.which("chromedriver")
+    assert chromium and driver, "the browser tests need Debian's chromium and chromium-driver (see README)"
+    options = webdriver.ChromeOptions()
+    options.binary_location = chromium
+    for flag in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--window-size=1400,1000",
+    ):
+        options.add_argument(flag)
+    session = webdriver.Chrome(service=Service(driver), options=options)
+    yield session
+    session.quit()
+
+
+def open_page(browser, tmp_path: Path, capsys, *argv: str) -> dict:
+    """Write the page with the CLI, open it, and return the trace it was made from."""
+    assert main(["trace", *argv, "--format", "json"]) == 0
+    trace = json.loads(capsys.readouterr().out)
+    page = tmp_path / "view.html"
+    assert main(["view", *argv, "-o", str(page)]) == 0
+    browser.get(page.as_uri())
+    assert browser.execute_script("return window.attnlabView && window.attnlabView.ready") is True
+    return trace
+
+
+def hover_cell(browser, i: int, j: int, L: int) -> str:
+    canvas = browser.find_element(By.ID, "heatmap")
+    size = canvas.size["width"]
+    x, y = (j + 0.5) * size / L - size / 2, (i + 0.5) * size / L - size / 2
+    ActionChains(browser).move_to_element_with_offset(canvas, int(x), int(y)).perform()
+    return browser.find_element(By.ID, "cell-value").get_attribute("data-value")
+
+
+def test_a_cell_shows_the_python_weight(browser, tmp_path, capsys):
+    trace = open_page(browser, tmp_path, capsys, "--text", "小明是个运动达人，他平时很爱打篮球", "--scale", "3")
+    weights = np.array(trace["weights"])
+    for i, j in [(0, 0), (3, 7), (16, 16), (9, 0)]:
+        assert hover_cell(browser, i, j, 17) == f"{weights[i, j]:.4f}"
+    assert "小" in browser.find_element(By.ID, "cell-value").text
+    ARTIFACTS.mkdir(exist_ok=True)
+    browser.save_screenshot(str(ARTIFACTS / "view.png"))
+
+
+@pytest.mark.parametrize("position", [0.0, 0.05, 0.5, 1.0])
+def test_b_the_scale_slider_recomputes_the_softmax(browser, tmp_path, capsys, position):
+    trace = open_page(
+        browser,
+        tmp_path,
+        capsys,
+        "--text",
+        "the cat sat on the mat because it was warm",
+        "--embed",
+        "random",
+        "--d-model",
+        "8",
+        "--causal",
+    )
+    browser.execute_script(
+        "const s = document.getElementById('scale');"
+        "s.value = String(Number(s.max) * arguments[0]); s.dispatchEvent(new Event('input'));",
+        position,
+    )
+    scale = browser.execute_script("return window.attnlabView.scale")
+    assert float(browser.find_element(By.ID, "scale-value").get_attribute("data-scale")) == scale
+    scaled = np.array(trace["scores"]) * scale
+    scaled[np.isnan(np.array(trace["scaled_scores"], dtype=float))] = -np.inf  # None: masked by --causal
+    expected = al.softmax(scaled)
+    shown = np.array(browser.execute_script("return window.attnlabView.weights(0)")).reshape(expected.shape)
+    np.testing.assert_allclose(shown, expected, atol=1e-12)
+    np.testing.assert_allclose(shown.sum(axis=1), 1.0, atol=1e-12)
+    table = [float(td.text) for td in browser.find_elements(By.CSS_SELECTOR, "#steps tr td:nth-child(6)")]
+    assert table == [float(f"{w:.4f}") for w in expected[0]]
+    if position == 0.0:
+        np.testing.assert_allclose(shown[-1], 1 / shown.shape[1], atol=1e-15)  # flat
+    if position == 1.0:
+        assert np.mean(shown.max(axis=1) > 0.99) >= 0.75  # saturated: one-hot rows
+
+
+def test_c_the_head_selector_switches_heads(browser, tmp_path, capsys):
+    trace = open_page(
+        browser,
+        tmp_path,
+        capsys,
+        "--text",
+        "a b c d e f",
+        "--embed",
+        "random",
+        "--d-model",
+        "8",
+        "--num-heads",
+        "4",
+        "--scale",
+        "2",
+    )
+    weights = np.array(trace["weights"])  # (4, 6, 6)
+    assert len(Select(browser.find_element(By.ID, "head")).options) == 4
+    for head in (0, 2, 3):
+        Select(browser.find_element(By.ID, "head")).select_by_value(str(head))
+        assert browser.execute_script("return window.attnlabView.head") == head
+        assert hover_cell(browser, 2, 4, 6) == f"{weights[head, 2, 4]:.4f}"
+        assert f"head {head}" in browser.find_element(By.ID, "steps-token").text
+    assert not np.allclose(weights[0], weights[3])
+
+
+def test_d_tokens_are_text_and_no_script_runs(browser, tmp_path, capsys):
+    tokens = f"a {XSS} </script><script>window.__xss=2</script> b"
+    sequence = tmp_path / "x.json"
+    sequence.write_text(json.dumps([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0], [0.5, 0.0]]))
+    open_page(browser, tmp_path, capsys, str(sequence), "--tokens", tokens)
+    assert browser.execute_script("return window.__xss") is None
+    assert browser.find_elements(By.CSS_SELECTOR, "img") == []
+    labels = [t.text for t in browser.find_elements(By.CSS_SELECTOR, "#steps td.token")]
+    assert labels == tokens.split()
+
+
+def test_e_a_512_token_page_loads_in_a_few_seconds(browser, tmp_path):
+    rng = np.random.default_rng(0)
+    sequence = tmp_path / "long.npy"
+    np.save(sequence, rng.standard_normal((512, 16)))
+    page = tmp_path / "long.html"
+    assert main(["view", str(sequence), "--d-k", "16", "-o", str(page)]) == 0
+    start = time.perf_counter()
+    browser.get(page.as_uri())
+    assert browser.execute_script("return window.attnlabView.ready") is True
+    assert time.perf_counter() - start < 5.0
+    assert hover_cell(browser, 300, 100, 512) is not None
+    ARTIFACTS.mkdir(exist_ok=True)
+    browser.save_screenshot(str(ARTIFACTS / "view-512.png"))
+
+
+def test_export_png_and_svg(browser, tmp_path, capsys):
+    open_page(browser, tmp_path, capsys, "--text", "a b c")
+    png = browser.execute_script("return window.attnlabView.exportPNG()")
+    svg = browser.execute_script("return window.attnlabView.exportSVG()")
+    assert png.startswith("data:image/png;base64,") and len(png) > 100
+    assert svg.startswith("<svg") and svg.count("<rect") == 9
+
+
+def test_the_page_is_self_contained(tmp_path):
+    page = tmp_path / "p.html"
+    assert main(["view", "--text", "a b", "-o", str(page)]) == 0
+    html = page.read_text()
+    assert (
+        "<script src" not in html
+        and "<link" not in html
+        and "http://" not in html.replace("http://www.w3.org/2000/svg", "")
+    )
