@@ -257,3 +257,14 @@ def test_softmax_public():
     x = np.array([[1e4, -1e4, 1e4], [-np.inf, -np.inf, -np.inf]])
     np.testing.assert_array_equal(al.softmax(x), [[0.5, 0, 0.5], [0, 0, 0]])
     np.testing.assert_allclose(al.softmax(np.arange(6.0).reshape(2, 3), axis=0).sum(axis=0), 1.0)
+
+
+@pytest.mark.parametrize("engine", ["naive", "tiled"])
+def test_empty_sequences(engine):
+    q, k, v = np.ones((2, 3, 4)), np.ones((2, 0, 4)), np.ones((2, 0, 5))
+    out, lse = al.scaled_dot_product_attention(q, k, v, engine=engine, return_lse=True)
+    assert np.array_equal(out, np.zeros((2, 3, 5))) and np.all(np.isneginf(lse))
+    grads = al.scaled_dot_product_attention_backward(np.ones((2, 3, 5)), q, k, v, engine=engine)
+    assert [g.shape for g in grads] == [(2, 3, 4), (2, 0, 4), (2, 0, 5)] and not grads[0].any()
+    empty = al.scaled_dot_product_attention(np.ones((2, 0, 4)), np.ones((2, 3, 4)), np.ones((2, 3, 5)), engine=engine)
+    assert empty.shape == (2, 0, 5)

@@ -39,14 +39,7 @@ class Problem:
     dropout_p: float
     dropout_seed: int | None  # Philox key of the dropout mask, None without dropout
     dtype: np.dtype  # dtype of the inputs and of every result
-
-    @property
-    def batch_shape(self) -> tuple[int, ...]:
-        """B…: the broadcast batch shape of the result, query heads last."""
-        q, k, v = self.query.shape[:-2], self.key.shape[:-2], self.value.shape[:-2]
-        if self.groups == 1:
-            return tuple(np.broadcast_shapes(q, k, v))
-        return (*np.broadcast_shapes(q[:-1], k[:-1], v[:-1]), q[-1])
+    batch_shape: tuple[int, ...]  # B…: the broadcast batch shape of the result, query heads last
 
     @property
     def shape(self) -> tuple[int, int, int]:
@@ -138,4 +131,5 @@ def make_problem(
         dropout_p=p,
         dropout_seed=dropout_seed(rng) if p > 0 else None,
         dtype=dtype,
+        batch_shape=batch,
     )

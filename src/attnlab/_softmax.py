@@ -19,7 +19,7 @@ __all__ = ["softmax"]
 def softmax_lse_(scores: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Softmax over the last axis, written into ``scores``; also returns the rows'
     log-sum-exp (shape ``scores.shape[:-1]``)."""
-    row_max = scores.max(axis=-1, keepdims=True)
+    row_max = scores.max(axis=-1, keepdims=True, initial=-np.inf)  # an empty row (S = 0) counts as masked
     row_max[np.isneginf(row_max)] = 0.0  # fully masked rows: exp(-inf - 0) = 0
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
         np.subtract(scores, row_max, out=scores)

@@ -29,9 +29,9 @@ import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
+from threadpoolctl import ThreadpoolController
 
 from ._dropout import keep_mask
 from ._naive import mask_scores_
@@ -53,10 +53,8 @@ def default_threads() -> int:
 
 
 @functools.cache
-def _blas_controller() -> Any:
+def _blas_controller() -> ThreadpoolController:
     """threadpoolctl's view of the loaded BLAS, inspected once (it scans the libraries)."""
-    from threadpoolctl import ThreadpoolController
-
     return ThreadpoolController()
 
 

@@ -123,16 +123,18 @@ def _sum_to_shape(grad: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
 
 
 def _reduce_grads(
-    pb: Problem, grads: tuple[np.ndarray, ...], shapes: tuple[tuple[int, ...], ...]
-) -> tuple[np.ndarray, ...]:
+    pb: Problem, grads: tuple[np.ndarray, np.ndarray, np.ndarray]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The engine's gradients (broadcast shapes, GQA heads expanded) in the inputs' shapes and dtype."""
     grad_query, grad_key, grad_value = grads
     if pb.groups > 1:  # sum each group of G query heads back onto its key/value head
         *batch, heads, S, E = grad_key.shape
         grad_key = grad_key.reshape(*batch, heads // pb.groups, pb.groups, S, E).sum(axis=-3)  # (B…, Hk, S, E)
         grad_value = grad_value.reshape(*batch, heads // pb.groups, pb.groups, S, -1).sum(axis=-3)  # (B…, Hk, S, Ev)
-    return tuple(
-        _sum_to_shape(g, shape).astype(pb.dtype, copy=False)
-        for g, shape in zip((grad_query, grad_key, grad_value), shapes)
+    return (
+        _sum_to_shape(grad_query, pb.query.shape).astype(pb.dtype, copy=False),
+        _sum_to_shape(grad_key, pb.key.shape).astype(pb.dtype, copy=False),
+        _sum_to_shape(grad_value, pb.value.shape).astype(pb.dtype, copy=False),
     )
 
 
@@ -166,8 +168,8 @@ def scaled_dot_product_attention_backward(
     input (broadcast dimensions summed, GQA groups summed onto their shared head) and
     its dtype. Fully-masked rows give zero, finite gradients.
 
-    The tiled engine needs the forward's ``output`` and ``lse`` (from
-    ``return_lse=True``); pass them to save recomputing the forward.
+    The tiled engine starts from the forward's ``output`` and ``lse`` (from
+    ``return_lse=True``): pass them, or it recomputes them.
     """
     if isinstance(rng, np.random.Generator):
         raise fail(
@@ -200,4 +202,4 @@ def scaled_dot_product_attention_backward(
         else:
             output = lse = None
         grads = _tiled.backward(pb, grad_output, output, lse, threads=_threads(num_threads))
-    return _reduce_grads(pb, grads, (pb.query.shape, pb.key.shape, pb.value.shape))  # type: ignore[return-value]
+    return _reduce_grads(pb, grads)
