@@ -170,7 +170,7 @@ def test_version_and_help_with_examples(capsys):
     with pytest.raises(SystemExit) as exit_info:
         main(["--version"])
     assert exit_info.value.code == 0 and al.__version__ in capsys.readouterr().out
-    for command in ("demo", "trace"):
+    for command in ("demo", "trace", "plot", "view", "bench"):
         with pytest.raises(SystemExit):
             main([command, "--help"])
         assert "example" in capsys.readouterr().out

@@ -188,9 +188,10 @@ class MultiheadAttention:
                 raise fail("attn_mask", f"shape ({L}, {S}) or ({N * H}, {L}, {S})", f"shape {mask.shape}")
         if key_padding_mask is not None:
             mask = _additive("key_padding_mask", key_padding_mask, self.dtype)
-            if mask.shape not in ((N, S), (S,) if N == 1 else (N, S)):
+            unbatched = N == 1 and mask.shape == (S,)  # torch takes (S,) with an unbatched query
+            if mask.shape != (N, S) and not unbatched:
                 raise fail("key_padding_mask", f"shape ({N}, {S})", f"shape {mask.shape}")
-            padding = mask.reshape(-1, 1, 1, S)  # (N, 1, 1, S)
+            padding = mask.reshape(N, 1, 1, S)  # (N, 1, 1, S)
             total = padding if total is None else total + padding
         if is_causal:
             causal = np.where(np.tri(L, S, dtype=bool), 0.0, -np.inf).astype(self.dtype)  # (L, S)

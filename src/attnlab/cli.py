@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import math
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import NoReturn
 
 import numpy as np
@@ -52,7 +52,7 @@ def _scale(text: str) -> float | str:
     return value
 
 
-def _at_least(minimum: int) -> type:
+def _at_least(minimum: int) -> Callable[[str], int]:
     def parse(text: str) -> int:
         try:
             value = int(text)
@@ -62,7 +62,7 @@ def _at_least(minimum: int) -> type:
             raise argparse.ArgumentTypeError(f"expected an integer >= {minimum}, got {value}")
         return value
 
-    return parse  # type: ignore[return-value]
+    return parse
 
 
 def _add_output_options(parser: argparse.ArgumentParser) -> None:
@@ -168,7 +168,13 @@ def _bench(args: argparse.Namespace) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="attnlab", description="Self-attention, step by step: the seed article's layer and more.")
+    parser = _Parser(
+        prog="attnlab",
+        description="Self-attention, step by step: the seed article's layer and more.",
+        epilog='examples:\n  attnlab demo\n  attnlab trace --text "小明是个运动达人，他平时很爱打篮球" --lang en\n'
+        "  attnlab COMMAND --help",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--version", action="version", version=f"attnlab {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
 
