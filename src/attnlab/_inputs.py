@@ -59,20 +59,14 @@ def _read_csv(text: str, source: str) -> np.ndarray:
     for i, fields in enumerate(csv.reader(io.StringIO(text))):
         if not fields:
             continue
-        try:
-            rows.append([float(f) for f in fields])
-        except ValueError:
-            bad = next(f for f in fields if not _is_float(f))
-            raise InputError(f"{source}: row {i}: expected numbers only, got {bad!r}") from None
+        row = []
+        for j, field in enumerate(fields):
+            try:
+                row.append(float(field))
+            except ValueError:
+                raise InputError(f"{source}: row {i}, column {j}: expected numbers only, got {field!r}") from None
+        rows.append(row)
     return _numeric_rows(rows, source)
-
-
-def _is_float(text: str) -> bool:
-    try:
-        float(text)
-    except ValueError:
-        return False
-    return True
 
 
 def read_json_or_matrix(path: str) -> Any:
@@ -119,8 +113,8 @@ def embed_tokens(tokens: list[str], embed: str, d_model: int, seed: int) -> np.n
     """(L, d_model) vectors: one-hot over the distinct tokens in order of first appearance
     (d_model = their count), or seeded N(0, 1) vectors of width ``d_model``, one per
     distinct token."""
-    vocabulary = list(dict.fromkeys(tokens))
-    index = [vocabulary.index(t) for t in tokens]
+    vocabulary = {token: n for n, token in enumerate(dict.fromkeys(tokens))}
+    index = [vocabulary[t] for t in tokens]
     if embed == "onehot":
         table = np.eye(len(vocabulary))
     else:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import sys
 from collections.abc import Callable, Sequence
 from typing import NoReturn
@@ -252,11 +253,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (InputError, ValueError, TypeError, ImportError) as e:
         print(f"attnlab {args.command}: error: {e}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # the reader went away (| head): not an error; say nothing more
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     except OSError as e:
         print(f"attnlab {args.command}: error: {e.filename or ''}: {e.strerror or e}", file=sys.stderr)
         return 2
-    except BrokenPipeError:  # the reader went away (| head): not an error
-        sys.stderr.close()
     return 0
 
 
