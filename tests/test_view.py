@@ -178,3 +178,15 @@ def test_the_page_is_self_contained(tmp_path):
         and "<link" not in html
         and "http://" not in html.replace("http://www.w3.org/2000/svg", "")
     )
+
+
+def test_a_link_opens_a_query_head_and_scale(browser, tmp_path, capsys):
+    trace = open_page(
+        browser, tmp_path, capsys, "--text", "a b c d", "--embed", "random", "--d-model", "4", "--num-heads", "2"
+    )
+    browser.get((tmp_path / "view.html").as_uri() + "#query=3&head=1&scale=0.25")
+    assert browser.execute_script("return [window.attnlabView.head, window.attnlabView.scale]") == [1, 0.25]
+    assert browser.find_element(By.ID, "steps-token").text.startswith("3 (d), head 1")
+    scaled = np.array(trace["scores"])[1] * 0.25
+    shown = np.array(browser.execute_script("return window.attnlabView.weights(1)")).reshape(4, 4)
+    np.testing.assert_allclose(shown, al.softmax(scaled), atol=1e-12)
