@@ -238,3 +238,16 @@ def test_bad_arguments():
         layer.load_state_dict({"in_proj_weight": np.ones((24, 8))})
     with pytest.raises(RuntimeError, match="backward: call the layer"):
         al.MultiheadAttention(8, 2).backward(x)
+
+
+def test_eval_mode_matches_torchs_fast_path():
+    torch.manual_seed(1)
+    module = torch.nn.MultiheadAttention(E, H, batch_first=True).eval()  # eligible for torch's fused fast path
+    layer = al.interop.from_torch(module)
+    x = np.random.default_rng(1).standard_normal((N, L, E)).astype(np.float32)
+    padding = np.zeros((N, L), dtype=bool)
+    padding[:, -1] = True
+    with torch.inference_mode():
+        expected = module(*(torch.tensor(x),) * 3, key_padding_mask=torch.tensor(padding), need_weights=False)[0]
+    out, _ = layer(x, x, x, key_padding_mask=padding, need_weights=False)
+    assert_close(out, expected.numpy(), np.float32)

@@ -6,9 +6,11 @@ from __future__ import annotations
 import itertools
 import tracemalloc
 
+import hypothesis.strategies as st
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
 
 import attnlab as al
 from attnlab import _tiled
@@ -158,3 +160,28 @@ def test_extra_memory_is_a_block_not_the_score_matrix(monkeypatch):
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
     assert peak < scores_bytes / 8
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.integers(1, 3),  # batch
+    st.integers(1, 60),  # L
+    st.integers(1, 60),  # S
+    st.integers(1, 9),  # E
+    st.booleans(),  # causal
+    st.sampled_from(["none", "bool", "float"]),
+    st.integers(0, 2**32 - 1),
+)
+def test_tiled_equals_naive_for_any_shape(batch, L, S, E, is_causal, mask_kind, seed):
+    rng = np.random.default_rng(seed)
+    q, k, v = make(rng, (batch, L, E), np.float64), make(rng, (batch, S, E), np.float64), make(rng, (S, 3), np.float64)
+    mask = None if mask_kind == "none" else mask_for(f"{mask_kind}-2d", rng, L, S, np.float64)
+    outs = [al.scaled_dot_product_attention(q, k, v, mask, is_causal=is_causal, engine=e) for e in ("tiled", "naive")]
+    np.testing.assert_allclose(*outs, atol=1e-12, rtol=0)
+    grad = make(rng, outs[0].shape, np.float64)
+    grads = [
+        al.scaled_dot_product_attention_backward(grad, q, k, v, mask, is_causal=is_causal, engine=e)
+        for e in ("tiled", "naive")
+    ]
+    for tiled, naive in zip(*grads):
+        np.testing.assert_allclose(tiled, naive, atol=1e-12, rtol=0)
