@@ -25,6 +25,12 @@ def small_blocks(monkeypatch):
     monkeypatch.setattr(_tiled, "BLOCK_K", 24)
 
 
+@pytest.fixture(params=["fused", "two-pass"])
+def backward_kind(request, monkeypatch):
+    """Run a test with each of the tiled backward's two schedules."""
+    monkeypatch.setattr(_tiled, "FUSED_BACKWARD_FROM", 1 if request.param == "fused" else 10**9)
+
+
 def make(rng, shape, dtype):
     return rng.standard_normal(shape).astype(dtype)
 
@@ -49,7 +55,9 @@ def mask_for(kind, rng, L, S, dtype):
 
 
 @pytest.mark.parametrize("dtype, mask_kind, is_causal, lengths, gqa, dropout_p", CASES)
-def test_tiled_equals_naive_forward_lse_and_gradients(dtype, mask_kind, is_causal, lengths, gqa, dropout_p):
+def test_tiled_equals_naive_forward_lse_and_gradients(
+    dtype, mask_kind, is_causal, lengths, gqa, dropout_p, backward_kind
+):
     rng = np.random.default_rng(CASES.index((dtype, mask_kind, is_causal, lengths, gqa, dropout_p)))
     L, S = lengths
     q = make(rng, (2, 4, L, 8), dtype)
@@ -98,7 +106,7 @@ def test_tiled_matches_torch(dtype, is_causal):
 
 
 @pytest.mark.parametrize("dropout_p", [0.0, 0.2])
-def test_one_and_two_threads_give_identical_bits(dropout_p):
+def test_one_and_two_threads_give_identical_bits(dropout_p, backward_kind):
     rng = np.random.default_rng(2)
     q, k, v = make(rng, (3, 50, 8), np.float32), make(rng, (3, 70, 8), np.float32), make(rng, (3, 70, 8), np.float32)
     grad = make(rng, (3, 50, 8), np.float32)

@@ -12,9 +12,13 @@ Forward, for one head and one block of queries (Milakov & Gimelshein 2018; Dao 2
     O = acc / l,  lse = m + log l
 
 Backward recomputes P_ij = exp(S_ij − lse_i) block by block instead of storing P, with
-D_i = rowsum(dO_i∘O_i): a pass over key blocks gives dV_j = Σ_i P_ijᵀ·dO_i and
-dK_j = scale·Σ_i dS_ijᵀ·Q_i, a pass over query blocks gives dQ_i = scale·Σ_j dS_ij·K_j,
-where dS_ij = P_ij∘(dO_i·V_jᵀ − D_i). Neither pass writes where another task writes.
+D_i = rowsum(dO_i∘O_i) and dS_ij = P_ij∘(dO_i·V_jᵀ − D_i):
+
+    dV_j = Σ_i P_ijᵀ·dO_i    dK_j = scale·Σ_i dS_ijᵀ·Q_i    dQ_i = scale·Σ_j dS_ij·K_j
+
+With many heads, each task owns one head and makes all three in one pass. With few,
+each head is split: tasks over key blocks make dK_j and dV_j, tasks over query blocks
+make dQ_i (P_ij computed twice). Either way no two tasks write the same rows.
 
 Work is split into tasks of (batch·head, block) run on a thread pool; BLAS is held to
 one thread meanwhile. Each task's arithmetic does not depend on which thread runs it
@@ -40,6 +44,10 @@ from ._problem import Problem
 BLOCK_Q = 256
 BLOCK_K = 1024
 THREADS_ENV = "ATTNLAB_NUM_THREADS"
+# From this many (batch·head) slices on, the backward gives each thread whole heads (one
+# pass, less work); below it, it splits heads into blocks to keep every thread busy. A
+# constant, not the thread count, decides, so the bits never depend on the thread count.
+FUSED_BACKWARD_FROM = 8
 
 
 def default_threads() -> int:
@@ -253,11 +261,36 @@ def backward(
             gq += block(head, rows, cols)[2] @ head.k[cols]
         grad_q[head.n, rows] = gq * scale
 
-    # largest first: with causal masking the first keys and the last queries have the most work
-    tasks = [functools.partial(keys_task, head, cols) for cols in _row_blocks(S, BLOCK_K) for head in heads]
-    tasks += [
-        functools.partial(queries_task, head, rows) for rows in reversed(_row_blocks(L, BLOCK_Q)) for head in heads
-    ]
+    def head_task(head: _Head) -> None:
+        """The whole backward of one head in one pass: dQ accumulates in place, since
+        no other task touches this head."""
+        grad_q[head.n] = 0.0
+        for cols in _row_blocks(S, BLOCK_K):
+            gk = np.zeros((cols.stop - cols.start, E), dtype=dtype)
+            gv = np.zeros((cols.stop - cols.start, Ev), dtype=dtype)
+            first = cols.start if pb.is_causal else 0
+            for rows in _row_blocks(L, BLOCK_Q):
+                if rows.stop <= first:
+                    continue
+                probs, dropout, grad_scores = block(head, rows, cols)
+                grad_q[head.n, rows] += grad_scores @ head.k[cols]
+                if dropout is not None:
+                    probs *= dropout
+                gv += probs.T @ grad_output[head.n, rows]
+                gk += grad_scores.T @ head.q[rows]
+            grad_k[head.n, cols] = gk * scale
+            grad_v[head.n, cols] = gv
+        grad_q[head.n] *= scale
+
+    tasks: list[functools.partial[None]]
+    if n >= FUSED_BACKWARD_FROM:  # one task per head: 5 products and one exp per block
+        tasks = [functools.partial(head_task, head) for head in heads]
+    else:  # few heads: split each head in two passes, 7 products and two exps per block
+        # largest first: with causal masking the first keys and the last queries have the most work
+        tasks = [functools.partial(keys_task, head, cols) for cols in _row_blocks(S, BLOCK_K) for head in heads]
+        tasks += [
+            functools.partial(queries_task, head, rows) for rows in reversed(_row_blocks(L, BLOCK_Q)) for head in heads
+        ]
     _run(tasks, threads)
     batch = pb.batch_shape
     return (
