@@ -190,3 +190,16 @@ def test_a_link_opens_a_query_head_and_scale(browser, tmp_path, capsys):
     scaled = np.array(trace["scores"])[1] * 0.25
     shown = np.array(browser.execute_script("return window.attnlabView.weights(1)")).reshape(4, 4)
     np.testing.assert_allclose(shown, al.softmax(scaled), atol=1e-12)
+
+
+def test_page_data_has_a_head_axis_for_one_head_or_many():
+    from attnlab._view import page_data
+
+    for trace in (
+        al.SelfAttention(4, 3).trace(np.eye(4)),
+        al.MultiheadAttention(4, 1, seed=0, dtype=np.float64).trace(np.eye(4)),
+        al.MultiheadAttention(4, 2, seed=0, dtype=np.float64).trace(np.eye(4)),
+    ):
+        data = page_data(trace)
+        assert np.array(data["scores"]).shape == (trace.num_heads, 4, 4)
+        assert np.array(data["q"]).shape[:2] == (trace.num_heads, 4)

@@ -19,23 +19,24 @@ from ._trace import Trace
 _PLACEHOLDER = "__ATTNLAB_DATA__"
 
 
-def _with_heads(x: np.ndarray, trace: Trace) -> np.ndarray:
-    return x if trace.num_heads > 1 and x.ndim == 3 else x[None]  # (H, L, ·)
+def _with_heads(x: np.ndarray) -> np.ndarray:
+    """A trace's array with its head axis, (H, L, ·), one head or many."""
+    return x if x.ndim == 3 else x[None]
 
 
 def page_data(trace: Trace) -> dict[str, object]:
     """What the page needs, as JSON-ready values."""
-    scaled = _with_heads(trace.scaled_scores, trace)  # (H, L, L)
+    scaled = _with_heads(trace.scaled_scores)  # (H, L, L)
     masked = np.isneginf(scaled[0])
     return {
         "tokens": trace.labels,
         "scale": trace.scale,
-        "d_k": int(_with_heads(trace.K, trace).shape[-1]),
-        "scores": _with_heads(trace.scores, trace).tolist(),
+        "d_k": int(_with_heads(trace.K).shape[-1]),
+        "scores": _with_heads(trace.scores).tolist(),
         "masked": ["".join("1" if m else "0" for m in row) for row in masked],
-        "q": _with_heads(trace.Q, trace).tolist(),
-        "k": _with_heads(trace.K, trace).tolist(),
-        "v": _with_heads(trace.V, trace).tolist(),
+        "q": _with_heads(trace.Q).tolist(),
+        "k": _with_heads(trace.K).tolist(),
+        "v": _with_heads(trace.V).tolist(),
     }
 
 
