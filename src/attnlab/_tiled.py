@@ -240,7 +240,9 @@ def backward(
         grad_probs *= probs  # dS = P∘(dP − D)
         return probs, dropout, grad_probs
 
-    def keys_task(head: _Head, cols: slice) -> None:
+    def keys_task(head: _Head, cols: slice, with_queries: bool = False) -> None:
+        """dK_j and dV_j of one block of keys. ``with_queries`` also adds dS_ij·K_j into
+        dQ_i, which only a task that owns the whole head may do."""
         gk = np.zeros((cols.stop - cols.start, E), dtype=dtype)
         gv = np.zeros((cols.stop - cols.start, Ev), dtype=dtype)
         first = cols.start if pb.is_causal else 0  # causal: keys j are seen by queries i >= j
@@ -248,6 +250,8 @@ def backward(
             if rows.stop <= first:
                 continue
             probs, dropout, grad_scores = block(head, rows, cols)
+            if with_queries:
+                grad_q[head.n, rows] += grad_scores @ head.k[cols]
             if dropout is not None:
                 probs *= dropout
             gv += probs.T @ grad_output[head.n, rows]
@@ -262,24 +266,10 @@ def backward(
         grad_q[head.n, rows] = gq * scale
 
     def head_task(head: _Head) -> None:
-        """The whole backward of one head in one pass: dQ accumulates in place, since
-        no other task touches this head."""
+        """The whole backward of one head in one pass over its key blocks."""
         grad_q[head.n] = 0.0
         for cols in _row_blocks(S, BLOCK_K):
-            gk = np.zeros((cols.stop - cols.start, E), dtype=dtype)
-            gv = np.zeros((cols.stop - cols.start, Ev), dtype=dtype)
-            first = cols.start if pb.is_causal else 0
-            for rows in _row_blocks(L, BLOCK_Q):
-                if rows.stop <= first:
-                    continue
-                probs, dropout, grad_scores = block(head, rows, cols)
-                grad_q[head.n, rows] += grad_scores @ head.k[cols]
-                if dropout is not None:
-                    probs *= dropout
-                gv += probs.T @ grad_output[head.n, rows]
-                gk += grad_scores.T @ head.q[rows]
-            grad_k[head.n, cols] = gk * scale
-            grad_v[head.n, cols] = gv
+            keys_task(head, cols, with_queries=True)
         grad_q[head.n] *= scale
 
     tasks: list[functools.partial[None]]

@@ -15,6 +15,8 @@ from typing import Any
 
 import numpy as np
 
+from ._naive import mask_scores_
+from .functional import scaled_dot_product_attention
 from .reference import AttentionSteps
 
 _LABELS = {
@@ -200,15 +202,11 @@ def build_trace(
     """The trace of attention over projections Q, K (…, L, d_k) and V (…, L, d_v) of
     ``inputs`` (L, d_model): the weights and output come from the engine, the scores
     beside them for display."""
-    from .functional import scaled_dot_product_attention
-
     scale = 1.0 / math.sqrt(Q.shape[-1]) if scale is None else float(scale)
     output, weights = scaled_dot_product_attention(Q, K, V, is_causal=is_causal, scale=scale, return_weights=True)
     scores = Q @ np.swapaxes(K, -1, -2)  # (…, L, L)
     scaled = scores * scale
-    if is_causal:
-        L = scores.shape[-1]
-        np.copyto(scaled, -np.inf, where=np.arange(L)[None, :] > np.arange(L)[:, None])  # key j after query i
+    mask_scores_(scaled, None, is_causal)  # −inf where key j comes after query i
     return Trace(
         inputs=inputs,
         Q=Q,
