@@ -1,27 +1,15 @@
-"""Shared oracles: the seed program, tolerances, finite differences."""
+"""Shared fixtures; the oracles themselves are in oracles.py."""
 
 from __future__ import annotations
 
 import contextlib
 import io
 import runpy
-from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 
-SEED_PROGRAM = Path(__file__).parent / "seed" / "seed_program.py"
-
-# DESIGN.md: float64 1e-10 absolute; float32 1e-5 absolute and 5e-6 relative.
-TOLERANCE = {np.dtype(np.float64): dict(atol=1e-10, rtol=0), np.dtype(np.float32): dict(atol=1e-5, rtol=5e-6)}
-
-
-def assert_close(actual: Any, expected: Any, dtype: Any = np.float64) -> None:
-    np.testing.assert_allclose(
-        np.asarray(actual, dtype=np.float64), np.asarray(expected, dtype=np.float64), **TOLERANCE[np.dtype(dtype)]
-    )
+from oracles import SEED_PROGRAM
 
 
 @pytest.fixture(scope="session")
@@ -31,17 +19,3 @@ def seed_run() -> tuple[str, dict[str, Any]]:
     with contextlib.redirect_stdout(out):
         namespace = runpy.run_path(str(SEED_PROGRAM))
     return out.getvalue(), namespace
-
-
-def numerical_gradient(f: Callable[[], float], x: np.ndarray, eps: float = 1e-6) -> np.ndarray:
-    """Central differences of the scalar f() with respect to every entry of x (in place)."""
-    grad = np.zeros_like(x)
-    for i in np.ndindex(x.shape):
-        saved = x[i]
-        x[i] = saved + eps
-        up = f()
-        x[i] = saved - eps
-        down = f()
-        x[i] = saved
-        grad[i] = (up - down) / (2 * eps)
-    return grad

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import attnlab as al
-from conftest import assert_close, numerical_gradient
+from oracles import assert_close, numerical_gradient
 
 DTYPES = [np.float64, np.float32]
 
@@ -88,7 +88,7 @@ def test_forward_and_gradients_match_torch(dtype, mask_kind, is_causal, lengths,
     grads = al.scaled_dot_product_attention_backward(
         grad, q, k, v, mask, is_causal=is_causal, scale=scale, enable_gqa=gqa
     )
-    for ours, theirs in zip(grads, (tq, tk, tv)):
+    for ours, theirs in zip(grads, (tq, tk, tv), strict=True):
         assert ours.shape == theirs.shape and ours.dtype == dtype
         assert_close(ours, theirs.grad.numpy(), dtype)
 
@@ -111,7 +111,7 @@ def test_broadcast_batch_dimensions_and_their_gradients():
     assert_close(out, t_out.detach().numpy())
     grad = make(rng, out.shape, np.float64)
     t_out.backward(torch.tensor(grad))
-    for ours, theirs in zip(al.scaled_dot_product_attention_backward(grad, q, k, v), (tq, tk, tv)):
+    for ours, theirs in zip(al.scaled_dot_product_attention_backward(grad, q, k, v), (tq, tk, tv), strict=True):
         assert ours.shape == theirs.shape
         assert_close(ours, theirs.grad.numpy())
 
@@ -149,7 +149,7 @@ def test_gradients_match_finite_differences(case):
         return float((al.scaled_dot_product_attention(q, k, v, **kwargs) * grad_out).sum())
 
     grads = al.scaled_dot_product_attention_backward(grad_out, q, k, v, **kwargs)
-    for analytic, x in zip(grads, (q, k, v)):
+    for analytic, x in zip(grads, (q, k, v), strict=True):
         np.testing.assert_allclose(analytic, numerical_gradient(loss, x), atol=1e-8, rtol=1e-6)
         assert np.all(np.isfinite(analytic))
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import attnlab as al
-from conftest import assert_close, numerical_gradient
+from oracles import assert_close, numerical_gradient
 
 E, H, N, L, S = 8, 2, 3, 4, 5
 
@@ -114,7 +114,7 @@ def test_outputs_weights_and_all_gradients_match_torch(
 
         grad = rng.standard_normal(out.shape).astype(dtype)
         t_out.backward(torch.tensor(grad))
-        for ours, theirs in zip(layer.backward(grad), inputs):
+        for ours, theirs in zip(layer.backward(grad), inputs, strict=True):
             assert_close(ours, theirs.grad.numpy(), dtype)
         torch_grads = {name: p.grad.numpy() for name, p in module.named_parameters()}
         assert set(layer.grads) == set(layer.state_dict()) == set(torch_grads)
@@ -169,17 +169,17 @@ def test_every_gradient_matches_finite_differences(options):
     padding = rng.random((N, S)) < 0.3
     padding[:, 0] = False
     grad_out = rng.standard_normal(query.shape)
-    seed_state = layer._rng.bit_generator.state
+    seed_state = layer.generator.bit_generator.state
 
     def loss() -> float:
-        layer._rng.bit_generator.state = seed_state  # the same dropout draw every time
+        layer.generator.bit_generator.state = seed_state  # the same dropout draw every time
         return float((layer(query, key, value, key_padding_mask=padding)[0] * grad_out).sum())
 
     loss()
     grads = layer.backward(grad_out)
-    for analytic, x in zip(grads, (query, key, value)):
+    for analytic, x in zip(grads, (query, key, value), strict=True):
         np.testing.assert_allclose(analytic, numerical_gradient(loss, x), atol=1e-7, rtol=1e-6)
-    params = layer._params
+    params = dict(layer.named_parameters())
     for name in layer.grads:
         np.testing.assert_allclose(
             layer.grads[name], numerical_gradient(loss, params[name]), atol=1e-7, rtol=1e-6, err_msg=name

@@ -81,9 +81,9 @@ def test_values_are_written_in_small_matrices(tmp_path):
 def test_select_heads():
     assert _plot.select_heads("all", 3) == [0, 1, 2]
     assert _plot.select_heads("2,0", 3) == [2, 0]
-    with pytest.raises(ValueError, match=r"--heads: expected indices in 0\.\.2, got '3'"):
+    with pytest.raises(ValueError, match=r"^heads: expected indices in 0\.\.2, got '3'"):
         _plot.select_heads("3", 3)
-    with pytest.raises(ValueError, match="--heads: expected 'all' or indices"):
+    with pytest.raises(ValueError, match=r"^heads: expected 'all' or indices"):
         _plot.select_heads("first", 3)
 
 

@@ -9,6 +9,7 @@ import hypothesis.strategies as st
 import pytest
 from hypothesis import given, settings
 
+import attnlab as al
 from attnlab.reference import SelfAttention, matmul, softmax, transpose
 
 finite = st.floats(-1e4, 1e4, allow_nan=False)
@@ -52,7 +53,7 @@ def test_two_tokens_by_hand():
     e_half, e_one = math.exp(0.5), math.exp(1.0)
     expected_weights = [[e_half / (e_half + 1), 1 / (e_half + 1)], [e_one / (e_one + 1), 1 / (e_one + 1)]]
     expected_output = [(3 * e_half + 5) / (e_half + 1), (3 * e_one + 5) / (e_one + 1)]
-    for row, expected in zip(steps.weights, expected_weights):
+    for row, expected in zip(steps.weights, expected_weights, strict=True):
         assert row == pytest.approx(expected, abs=1e-15)
     assert [row[0] for row in steps.output] == pytest.approx(expected_output, abs=1e-15)
     assert all(row[1:] == [0.0, 0.0, 0.0] for row in steps.output)
@@ -93,3 +94,11 @@ def test_bad_arguments_are_named():
         SelfAttention(4, 0)
     with pytest.raises(ValueError, match="Wk"):
         SelfAttention(2, 2, weights=([[1.0, 0], [0, 1]], [[1.0]], [[1.0, 0], [0, 1]]))
+
+
+def test_two_weight_matrices_are_refused_by_name():
+    w = [[1.0, 0.0], [0.0, 1.0]]
+    with pytest.raises(ValueError, match=r"weights: expected three matrices \(Wq, Wk, Wv\), got 2"):
+        SelfAttention(2, 2, weights=(w, w))  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="weights: expected a \\(Wq, Wk, Wv\\) triple, got 2 items"):
+        al.SelfAttention(2, 2, weights=(w, w))

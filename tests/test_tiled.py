@@ -13,10 +13,8 @@ import torch
 from hypothesis import given, settings
 
 import attnlab as al
-from attnlab import _tiled
-from attnlab._problem import make_problem
-from attnlab.functional import _choose_engine
-from conftest import assert_close
+from attnlab import _threads, _tiled
+from oracles import assert_close
 
 
 @pytest.fixture(autouse=True)
@@ -81,7 +79,7 @@ def test_tiled_equals_naive_forward_lse_and_gradients(
     tiled = al.scaled_dot_product_attention_backward(grad, q, k, v, engine="tiled", output=out, lse=lse, **kwargs)
     recomputed = al.scaled_dot_product_attention_backward(grad, q, k, v, engine="tiled", **kwargs)
     naive = al.scaled_dot_product_attention_backward(grad, q, k, v, engine="naive", **kwargs)
-    for ours, again, expected in zip(tiled, recomputed, naive):
+    for ours, again, expected in zip(tiled, recomputed, naive, strict=True):
         assert ours.shape == expected.shape and ours.dtype == dtype and np.all(np.isfinite(ours))
         assert np.array_equal(ours, again)
         assert_close(ours, expected, dtype)
@@ -101,7 +99,7 @@ def test_tiled_matches_torch(dtype, is_causal):
     grads = al.scaled_dot_product_attention_backward(
         grad, q, k, v, is_causal=is_causal, engine="tiled", output=out, lse=lse
     )
-    for ours, theirs in zip(grads, (tq, tk, tv)):
+    for ours, theirs in zip(grads, (tq, tk, tv), strict=True):
         assert_close(ours, theirs.grad.numpy(), dtype)
 
 
@@ -116,13 +114,13 @@ def test_one_and_two_threads_give_identical_bits(dropout_p, backward_kind):
         out, lse = al.scaled_dot_product_attention(q, k, v, return_lse=True, num_threads=threads, **kwargs)
         grads = al.scaled_dot_product_attention_backward(grad, q, k, v, num_threads=threads, **kwargs)
         results.append((out, lse, *grads))
-    for one, two in zip(*results):
+    for one, two in zip(*results, strict=True):
         assert np.array_equal(one, two)
 
 
 def test_the_thread_count_comes_from_the_environment(monkeypatch):
     monkeypatch.setenv("ATTNLAB_NUM_THREADS", "3")
-    assert _tiled.default_threads() == 3
+    assert _threads.default_threads() == 3
     monkeypatch.setenv("ATTNLAB_NUM_THREADS", "many")
     with pytest.raises(ValueError, match="ATTNLAB_NUM_THREADS: expected an integer >= 1, got 'many'"):
         al.scaled_dot_product_attention(np.ones((4, 2)), np.ones((4, 2)), np.ones((4, 2)), engine="tiled")
@@ -138,18 +136,9 @@ def test_weights_need_the_naive_engine():
 
 def test_engine_none_picks_by_size():
     def chosen(batch, L, S, weights=False):
-        pb = make_problem(
-            np.ones((*batch, L, 4)),
-            np.ones((*batch, S, 4)),
-            np.ones((*batch, S, 4)),
-            None,
-            0.0,
-            False,
-            None,
-            False,
-            None,
-        )
-        return _choose_engine(None, pb, weights)
+        return al.attention(
+            np.ones((*batch, L, 4)), np.ones((*batch, S, 4)), np.ones((*batch, S, 4)), need_weights=weights
+        ).engine
 
     assert chosen((), 64, 64) == "naive"
     assert chosen((8,), 1024, 1024) == "tiled"
@@ -191,5 +180,5 @@ def test_tiled_equals_naive_for_any_shape(batch, L, S, E, is_causal, mask_kind, 
         al.scaled_dot_product_attention_backward(grad, q, k, v, mask, is_causal=is_causal, engine=e)
         for e in ("tiled", "naive")
     ]
-    for tiled, naive in zip(*grads):
+    for tiled, naive in zip(*grads, strict=True):
         np.testing.assert_allclose(tiled, naive, atol=1e-12, rtol=0)

@@ -1,33 +1,63 @@
 """attnlab: scaled dot-product self-attention, from the seed article's pure-Python layer
-to a NumPy engine with PyTorch's semantics and exact gradients."""
+to a NumPy engine with PyTorch's semantics and exact gradients.
 
-from __future__ import annotations
+The public names are re-exported here from private modules; ``attnlab.functional``,
+``attnlab.reference`` and ``attnlab.interop`` are public modules too. The design is in
+docs/design.md.
+"""
 
-from importlib.metadata import PackageNotFoundError, version
+import importlib.metadata as _metadata
 
-from . import interop, reference
+from . import functional, interop, reference
 from ._multihead import MultiheadAttention
 from ._self_attention import SelfAttention
 from ._trace import Trace
+from ._validation import ArgumentError, ArgumentTypeError, AttnlabError, MissingDependencyError
 from .functional import (
+    Attention,
+    Gradients,
+    attention,
     scaled_dot_product_attention,
     scaled_dot_product_attention_backward,
     softmax,
 )
 
 try:
-    __version__ = version("attnlab")
-except PackageNotFoundError:  # pragma: no cover - running from a source tree
+    __version__ = _metadata.version("attnlab")
+except _metadata.PackageNotFoundError:  # pragma: no cover - running from a source tree
     __version__ = "0.0.0"
 
 __all__ = [
+    "ArgumentError",
+    "ArgumentTypeError",
+    "Attention",
+    "AttnlabError",
+    "Gradients",
+    "MissingDependencyError",
     "MultiheadAttention",
     "SelfAttention",
     "Trace",
     "__version__",
+    "attention",
+    "functional",
     "interop",
     "reference",
     "scaled_dot_product_attention",
     "scaled_dot_product_attention_backward",
     "softmax",
 ]
+
+# Public classes report where users find them: attnlab.Trace, not attnlab._trace.Trace.
+for _public in (
+    ArgumentError,
+    ArgumentTypeError,
+    Attention,
+    AttnlabError,
+    Gradients,
+    MissingDependencyError,
+    MultiheadAttention,
+    SelfAttention,
+    Trace,
+):
+    _public.__module__ = __name__
+del _public

@@ -18,7 +18,7 @@ import platform
 import random
 import subprocess
 import sys
-import time
+import timeit
 import tracemalloc
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -27,13 +27,24 @@ from typing import Any
 import numpy as np
 
 from . import reference
-from .functional import scaled_dot_product_attention, scaled_dot_product_attention_backward
+from ._attention import Engine, attention
 
-B, H, D = 1, 8, 64
+B, H, E = 1, 8, 64
 SIZES = (256, 512, 1024, 2048, 4096)
 QUICK_SIZES = (256, 512, 1024)
 LONG_LENGTH = 65_536
 IMPLEMENTATIONS = ("tiled", "naive", "textbook", "torch")
+
+__all__ = [
+    "Row",
+    "format_table",
+    "gemm_gflops",
+    "long_sequence",
+    "main",
+    "reference_vs_seed",
+    "run",
+    "textbook_attention",
+]
 
 
 @dataclass
@@ -49,13 +60,8 @@ class Row:
 
 
 def _best_ms(run: Callable[[], Any], repeat: int) -> float:
-    run()  # warm up: caches, thread pool, BLAS buffers
-    best = math.inf
-    for _ in range(repeat):
-        start = time.perf_counter()
-        run()
-        best = min(best, time.perf_counter() - start)
-    return best * 1e3
+    """The fastest of ``repeat`` runs after one to warm up (caches, thread pool, BLAS buffers), ms."""
+    return min(timeit.repeat(run, number=1, repeat=repeat + 1)[1:]) * 1e3
 
 
 def _peak_mib(run: Callable[[], Any]) -> float:
@@ -78,13 +84,13 @@ def textbook_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool
 
 def _runs(length: int, causal: bool, backward: bool) -> dict[str, Callable[[], Any]]:
     rng = np.random.default_rng(0)
-    q, k, v, grad = (rng.standard_normal((B, H, length, D), dtype=np.float32) for _ in range(4))
+    q, k, v, grad = (rng.standard_normal((B, H, length, E), dtype=np.float32) for _ in range(4))
 
-    def engine(name: str) -> Callable[[], Any]:
+    def engine(name: Engine) -> Callable[[], Any]:
         def run() -> None:
-            out, lse = scaled_dot_product_attention(q, k, v, is_causal=causal, engine=name, return_lse=True)  # type: ignore[arg-type]
+            result = attention(q, k, v, is_causal=causal, engine=name)
             if backward:
-                scaled_dot_product_attention_backward(grad, q, k, v, is_causal=causal, engine=name, output=out, lse=lse)  # type: ignore[arg-type]
+                result.backward(grad)
 
         return run
 
@@ -160,36 +166,12 @@ def reference_vs_seed(sizes: tuple[int, ...] = (16, 32, 64), repeat: int = 3) ->
     return results
 
 
-# Peak memory from /proc's VmHWM: ru_maxrss would include the parent's peak, which a
-# child inherits across fork and exec on Linux.
-_LONG_SCRIPT = """
-import re, resource, time, numpy as np, attnlab as al
-q, k, v = (np.random.default_rng(i).standard_normal((1, {n}, 64), dtype=np.float32) for i in range(3))
-start = time.perf_counter()
-out = al.scaled_dot_product_attention(q, k, v, engine="tiled")
-seconds = time.perf_counter() - start
-try:
-    with open("/proc/self/status") as f:
-        peak_mib = int(re.search(r"VmHWM:\\s+(\\d+) kB", f.read()).group(1)) / 1024
-except OSError:
-    peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-print(seconds, peak_mib, float(out[0, 0, 0]))
-"""
-
-
 def long_sequence(length: int = LONG_LENGTH) -> dict[str, float]:
     """Tiled forward at L = S = ``length``, one head, d=64, in a fresh process: seconds
     and the process's peak resident memory (MiB), against the textbook's score bytes."""
-    result = subprocess.run(
-        [sys.executable, "-c", _LONG_SCRIPT.format(n=length)], capture_output=True, text=True, check=True
-    )
-    seconds, peak_mib, _ = map(float, result.stdout.split())
-    return {
-        "length": length,
-        "seconds": seconds,
-        "peak_rss_mib": peak_mib,
-        "textbook_scores_mib": length**2 * 4 / 2**20,
-    }
+    command = [sys.executable, "-m", "attnlab._long_sequence", str(length)]
+    measured = json.loads(subprocess.run(command, capture_output=True, text=True, check=True).stdout)
+    return {"length": length, **measured, "textbook_scores_mib": length**2 * 4 / 2**20}
 
 
 def run(sizes: tuple[int, ...], repeat: int, memory: bool = True) -> list[Row]:
@@ -197,7 +179,7 @@ def run(sizes: tuple[int, ...], repeat: int, memory: bool = True) -> list[Row]:
     for backward in (False, True):
         for causal in (False, True):
             for length in sizes:
-                flop = 4 * B * H * length * length * D / (2 if causal else 1) * (3.5 if backward else 1)
+                flop = 4 * B * H * length * length * E / (2 if causal else 1) * (3.5 if backward else 1)
                 runs = _runs(length, causal, backward)
                 ms: dict[str, float | None] = dict.fromkeys(IMPLEMENTATIONS)
                 peak: dict[str, float | None] = dict.fromkeys(IMPLEMENTATIONS)
@@ -210,8 +192,8 @@ def run(sizes: tuple[int, ...], repeat: int, memory: bool = True) -> list[Row]:
     return rows
 
 
-def _fmt(x: float | None, digits: int = 1) -> str:
-    return "—" if x is None else f"{x:.{digits}f}"
+def _fmt(x: float | None, digits: int = 1, unit: str = "") -> str:
+    return "—" if x is None else f"{x:.{digits}f}{unit}"
 
 
 def format_table(rows: list[Row]) -> str:
@@ -230,15 +212,15 @@ def format_table(rows: list[Row]) -> str:
         lines.append(
             f"| {r.passes} | {'yes' if r.causal else 'no'} | {r.length} | {_fmt(t['tiled'])} | {_fmt(t['naive'])} "
             f"| {_fmt(t['textbook'])} | {_fmt(t['torch'])} | {_fmt(speed['tiled'], 0)} | {_fmt(speed['torch'], 0)} "
-            f"| {_fmt(vs_torch, 2)}× | {_fmt(vs_text, 2)}× | {peaks} |"
+            f"| {_fmt(vs_torch, 2, '×')} | {_fmt(vs_text, 2, '×')} | {peaks} |"
         )
-    return "\n".join(lines).replace("| —× |", "| — |")
+    return "\n".join(lines)
 
 
 def main(quick: bool = False, json_path: str | None = None, repeat: int | None = None) -> str:
     """Run the whole benchmark and return its report (Markdown)."""
     repeat = repeat or (2 if quick else 3)
-    from ._tiled import default_threads
+    from ._threads import default_threads
 
     machine = {
         "cpu": platform.processor() or platform.machine(),
@@ -260,7 +242,7 @@ def main(quick: bool = False, json_path: str | None = None, repeat: int | None =
     long = None if quick else long_sequence()
 
     report = [
-        f"attnlab bench: float32, B={B}, H={H}, d={D}, L = S; best of {repeat}; "
+        f"attnlab bench: float32, B={B}, H={H}, E={E}, L = S; best of {repeat}; "
         "GFLOP/s with forward 4·B·H·L·S·d (½ causal), backward 2.5× forward",
         "machine: " + ", ".join(f"{k} {v}" for k, v in machine.items()),
         f"float32 GEMM ceiling (2048², all cores): {ceiling:.0f} GFLOP/s",

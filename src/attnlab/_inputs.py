@@ -14,10 +14,22 @@ from typing import Any
 
 import numpy as np
 
+from ._validation import ArgumentError
+
+__all__ = [
+    "InputError",
+    "as_sequence",
+    "embed_tokens",
+    "parse_tokens",
+    "read_json_or_matrix",
+    "source_name",
+    "split_text",
+]
+
 SUFFIXES = (".json", ".csv", ".npy")
 
 
-class InputError(ValueError):
+class InputError(ArgumentError):
     """The user's input cannot be used; the message says why."""
 
 

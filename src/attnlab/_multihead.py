@@ -1,31 +1,59 @@
 """Multi-head attention with ``torch.nn.MultiheadAttention``'s constructor, forward,
 parameter names and shapes, plus an exact backward.
 
-    head_i = Attention(query·Wq_iᵀ + bq_i, key·Wk_iᵀ + bk_i, value·Wv_iᵀ + bv_i)
+    head_h = attention(query·Wq_hᵀ + bq_h, key·Wk_hᵀ + bk_h, value·Wv_hᵀ + bv_h)
     output = concat(head_1 … head_H)·Woᵀ + bo
 
-Shapes, with N the batch, L the query length, S the key length, E = embed_dim,
-H heads of D = E/H: query (L, N, E), or (N, L, E) with ``batch_first``, or (L, E)
-unbatched; key (S, N, kdim) and value (S, N, vdim) likewise.
+Shapes, with torch's letter N for the batch: N batch, L query length, S key length,
+D = embed_dim, H heads of E = D/H each, Dk = kdim, Dv = vdim. query (L, N, D), or
+(N, L, D) with ``batch_first``, or (L, D) unbatched; key (S, N, Dk) and value (S, N, Dv)
+likewise. Inside, everything is batch first, and S' counts the keys after appending
+bias_k and the zero row.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from ._attention import Attention, attention
+from ._layers import linear, linear_backward, merge_heads, split_heads
 from ._trace import Trace, build_trace
-from ._validation import fail, float_array, positive_int, probability
-from .functional import scaled_dot_product_attention, scaled_dot_product_attention_backward
+from ._validation import fail, flag, float_array, int_seed, layer_dtype, positive_int, probability
+
+__all__ = ["MultiheadAttention"]
 
 
-def _xavier_uniform(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
-    """U(−a, a) with a = √(6 / (fan_in + fan_out)), as torch.nn.init.xavier_uniform_."""
-    fan_out, fan_in = shape[0], shape[1]
-    bound = np.sqrt(6.0 / (fan_in + fan_out))
-    return rng.uniform(-bound, bound, size=shape)
+def _initial_parameters(
+    rng: np.random.Generator, D: int, Dk: int, Dv: int, bias: bool, add_bias_kv: bool
+) -> dict[str, np.ndarray]:
+    """torch's initialisation, drawn from ``rng``: Xavier-uniform projections, zero
+    biases, Xavier-normal bias_k and bias_v, and out_proj as torch.nn.Linear."""
+
+    def xavier_uniform(fan_out: int, fan_in: int) -> np.ndarray:  # U(−a, a), a = √(6 / (fan_in + fan_out))
+        bound = np.sqrt(6.0 / (fan_in + fan_out))
+        return rng.uniform(-bound, bound, size=(fan_out, fan_in))
+
+    params: dict[str, np.ndarray] = {}
+    if Dk == D and Dv == D:
+        params["in_proj_weight"] = xavier_uniform(3 * D, D)
+    else:
+        params["q_proj_weight"] = xavier_uniform(D, D)
+        params["k_proj_weight"] = xavier_uniform(D, Dk)
+        params["v_proj_weight"] = xavier_uniform(D, Dv)
+    if bias:
+        params["in_proj_bias"] = np.zeros(3 * D)
+    if add_bias_kv:  # xavier_normal_ on (1, 1, D): std = √(2 / (D + D))
+        params["bias_k"] = rng.normal(0.0, np.sqrt(1.0 / D), size=(1, 1, D))
+        params["bias_v"] = rng.normal(0.0, np.sqrt(1.0 / D), size=(1, 1, D))
+    bound = 1.0 / np.sqrt(D)  # torch.nn.Linear's kaiming_uniform_(a=√5)
+    params["out_proj.weight"] = rng.uniform(-bound, bound, size=(D, D))
+    if bias:
+        params["out_proj.bias"] = np.zeros(D)
+    return params
 
 
 def _additive(name: str, mask: Any, dtype: np.dtype) -> np.ndarray:
@@ -36,6 +64,43 @@ def _additive(name: str, mask: Any, dtype: np.dtype) -> np.ndarray:
     if mask.dtype.kind != "f":
         raise fail(name, "a bool array (True = ignore) or a float array (added)", f"dtype {mask.dtype}", TypeError)
     return mask.astype(dtype)
+
+
+def _combined_mask(
+    attn_mask: Any, key_padding_mask: Any, is_causal: bool, shape: tuple[int, int, int, int], extra: int, dtype: Any
+) -> np.ndarray | None:
+    """All masks as one additive mask (N or 1, H or 1, L, S + extra) for attention of
+    ``shape`` (N, H, L, S); the ``extra`` appended key columns are never masked."""
+    N, H, L, S = shape
+    total = None
+    if attn_mask is not None:
+        mask = _additive("attn_mask", attn_mask, dtype)
+        if mask.shape not in ((L, S), (N * H, L, S)):
+            raise fail("attn_mask", f"shape ({L}, {S}) or ({N * H}, {L}, {S})", f"shape {mask.shape}")
+        total = mask.reshape(-1, H, L, S) if mask.ndim == 3 else mask  # (N, H, L, S) or (L, S)
+    if key_padding_mask is not None:
+        mask = _additive("key_padding_mask", key_padding_mask, dtype)
+        if mask.shape != (N, S) and not (N == 1 and mask.shape == (S,)):  # torch takes (S,) unbatched
+            raise fail("key_padding_mask", f"shape ({N}, {S})", f"shape {mask.shape}")
+        padding = mask.reshape(N, 1, 1, S)  # (N, 1, 1, S)
+        total = padding if total is None else total + padding
+    if is_causal:
+        causal = np.where(np.tri(L, S, dtype=bool), 0.0, -np.inf).astype(dtype)  # (L, S)
+        total = causal if total is None else total + causal
+    if total is None or not extra:
+        return total
+    return np.concatenate([total, np.zeros((*total.shape[:-1], extra), dtype)], axis=-1)  # (…, L, S + extra)
+
+
+@dataclass(frozen=True)
+class _Forward:
+    """One forward of the layer: what it returned and what its backward needs."""
+
+    inputs: tuple[np.ndarray, np.ndarray, np.ndarray]  # query (N, L, D), key (N, S, Dk), value (N, S, Dv)
+    attention: Attention  # over heads q (N, H, L, E), k and v (N, H, S', E)
+    merged: np.ndarray  # the heads' outputs side by side, (N, L, D)
+    output: np.ndarray  # (N, L, D)
+    batched: bool
 
 
 class MultiheadAttention:
@@ -49,16 +114,19 @@ class MultiheadAttention:
     attention part is 0) and weights 0, where torch returns NaN: on purpose.
 
     Args:
-        embed_dim: E, width of the query and of the output.
-        num_heads: H, must divide E.
+        embed_dim: D, width of the query and of the output.
+        num_heads: H, must divide D.
         dropout: dropout probability on the attention weights, in training only.
         bias: add biases to the input and output projections.
         add_bias_kv: append a learned bias_k / bias_v row to the keys and values.
         add_zero_attn: append a row of zeros to the keys and values (after the heads split).
-        kdim, vdim: widths of key and value (default E).
-        batch_first: inputs and outputs are (N, L, E) instead of (L, N, E).
-        seed: seed of the layer's generator (initial weights, then dropout draws).
+        kdim, vdim: widths of key and value (default D).
+        batch_first: inputs and outputs are (N, L, D) instead of (L, N, D).
+        seed: seed of ``generator``, which draws the initial weights, then the dropout masks.
         dtype: float32 (default) or float64.
+
+    Raises:
+        ValueError, TypeError: an argument that cannot be used, named in the message.
     """
 
     def __init__(
@@ -84,40 +152,22 @@ class MultiheadAttention:
         self.kdim = embed_dim if kdim is None else positive_int("kdim", kdim)
         self.vdim = embed_dim if vdim is None else positive_int("vdim", vdim)
         self.dropout = probability("dropout", dropout)
-        self.bias, self.add_bias_kv, self.add_zero_attn = bool(bias), bool(add_bias_kv), bool(add_zero_attn)
-        self.batch_first = bool(batch_first)
-        self.dtype = np.dtype(dtype)
-        if self.dtype not in (np.float32, np.float64):
-            raise fail("dtype", "float32 or float64", self.dtype, TypeError)
+        self.bias, self.add_bias_kv = flag("bias", bias), flag("add_bias_kv", add_bias_kv)
+        self.add_zero_attn, self.batch_first = flag("add_zero_attn", add_zero_attn), flag("batch_first", batch_first)
+        self.dtype = layer_dtype(dtype)
         self.training = True
-        self._rng = np.random.default_rng(seed)
-        self._cache: dict[str, Any] | None = None
-        self.grads: dict[str, np.ndarray] = {}
-
-        E = embed_dim
-        params: dict[str, np.ndarray] = {}
-        if self._qkv_same_embed_dim:
-            params["in_proj_weight"] = _xavier_uniform(self._rng, (3 * E, E))
-        else:
-            params["q_proj_weight"] = _xavier_uniform(self._rng, (E, E))
-            params["k_proj_weight"] = _xavier_uniform(self._rng, (E, self.kdim))
-            params["v_proj_weight"] = _xavier_uniform(self._rng, (E, self.vdim))
-        if bias:
-            params["in_proj_bias"] = np.zeros(3 * E)
-        if add_bias_kv:  # xavier_normal_ on (1, 1, E): std = √(2 / (E + E))
-            params["bias_k"] = self._rng.normal(0.0, np.sqrt(1.0 / E), size=(1, 1, E))
-            params["bias_v"] = self._rng.normal(0.0, np.sqrt(1.0 / E), size=(1, 1, E))
-        bound = 1.0 / np.sqrt(E)  # torch.nn.Linear's kaiming_uniform_(a=√5)
-        params["out_proj.weight"] = self._rng.uniform(-bound, bound, size=(E, E))
-        if bias:
-            params["out_proj.bias"] = np.zeros(E)
+        self.generator = np.random.default_rng(None if seed is None else int_seed("seed", seed))
+        params = _initial_parameters(self.generator, embed_dim, self.kdim, self.vdim, self.bias, self.add_bias_kv)
         self._params = {k: v.astype(self.dtype) for k, v in params.items()}
+        self.grads: dict[str, np.ndarray] = {}
+        self._last: _Forward | None = None
 
-    @property
-    def _qkv_same_embed_dim(self) -> bool:
-        return self.kdim == self.embed_dim and self.vdim == self.embed_dim
+    def __repr__(self) -> str:
+        return f"MultiheadAttention(embed_dim={self.embed_dim}, num_heads={self.num_heads}, dtype={self.dtype})"
 
-    # ---- parameters -------------------------------------------------------------
+    def named_parameters(self) -> Iterator[tuple[str, np.ndarray]]:
+        """(name, array) of every parameter, the live arrays (as torch's ``named_parameters``)."""
+        return iter(self._params.items())
 
     def state_dict(self) -> dict[str, np.ndarray]:
         """Copies of the parameters under torch's names and shapes."""
@@ -125,40 +175,28 @@ class MultiheadAttention:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Replace every parameter; names and shapes must be exactly this layer's."""
-        missing = sorted(set(self._params) - set(state))
-        unexpected = sorted(set(state) - set(self._params))
-        if missing or unexpected:
-            raise fail("state", f"the keys {sorted(self._params)}", f"missing {missing}, unexpected {unexpected}")
-        loaded = {}
-        for name, current in self._params.items():
-            value = np.asarray(state[name], dtype=self.dtype)
-            if value.shape != current.shape:
-                raise fail(f"state[{name!r}]", f"shape {current.shape}", f"shape {value.shape}")
-            loaded[name] = value.copy()
-        self._params = loaded
-
-    def _projections(self) -> list[tuple[np.ndarray, np.ndarray | None]]:
-        """(weight, bias) of the query, key and value projections."""
-        E, p = self.embed_dim, self._params
-        if self._qkv_same_embed_dim:
-            weights = [p["in_proj_weight"][i * E : (i + 1) * E] for i in range(3)]
-        else:
-            weights = [p["q_proj_weight"], p["k_proj_weight"], p["v_proj_weight"]]
-        bias = p.get("in_proj_bias")
-        return [(w, None if bias is None else bias[i * E : (i + 1) * E]) for i, w in enumerate(weights)]
+        self._params = _checked_state(state, self._params, self.dtype)
 
     def train(self, mode: bool = True) -> MultiheadAttention:
-        self.training = bool(mode)
+        self.training = flag("mode", mode)
         return self
 
     def eval(self) -> MultiheadAttention:
         return self.train(False)
 
-    # ---- forward ----------------------------------------------------------------
+    def _projections(self) -> list[tuple[np.ndarray, np.ndarray | None]]:
+        """(weight, bias) of the query, key and value projections."""
+        D, p = self.embed_dim, self._params
+        if "in_proj_weight" in p:
+            weights = [p["in_proj_weight"][i * D : (i + 1) * D] for i in range(3)]
+        else:
+            weights = [p["q_proj_weight"], p["k_proj_weight"], p["v_proj_weight"]]
+        bias = p.get("in_proj_bias")
+        return [(w, None if bias is None else bias[i * D : (i + 1) * D]) for i, w in enumerate(weights)]
 
-    def _to_batch_first(self, name: str, x: Any, width: int, batched: bool) -> np.ndarray:
+    def _batch_first(self, name: str, x: Any, width: int, batched: bool) -> np.ndarray:
         x = float_array(name, x)
-        expected = f"(L, N, {width})" if not self.batch_first else f"(N, L, {width})"
+        expected = f"(N, L, {width})" if self.batch_first else f"(L, N, {width})"
         if x.ndim != (3 if batched else 2) or x.shape[-1] != width:
             raise fail(name, f"shape {expected} or unbatched (L, {width})", f"shape {x.shape}")
         if x.dtype != self.dtype:
@@ -167,38 +205,9 @@ class MultiheadAttention:
             return x[None]  # (1, L, width)
         return x if self.batch_first else x.swapaxes(0, 1)  # (N, L, width)
 
-    def _from_batch_first(self, x: np.ndarray, batched: bool) -> np.ndarray:
-        if not batched:
-            return x[0]
-        return x if self.batch_first else x.swapaxes(0, 1)
-
-    def _mask(
-        self, attn_mask: Any, key_padding_mask: Any, is_causal: bool, N: int, L: int, S: int, extra: int
-    ) -> np.ndarray | None:
-        """All masks as one additive float mask (N or 1, H or 1, L, S + extra); the
-        ``extra`` appended key columns (bias_k, zero_attn) are never masked."""
-        H, total = self.num_heads, None
-        if attn_mask is not None:
-            mask = _additive("attn_mask", attn_mask, self.dtype)
-            if mask.shape == (L, S):
-                total = mask[None, None]  # (1, 1, L, S)
-            elif mask.shape == (N * H, L, S):
-                total = mask.reshape(N, H, L, S)  # (N, H, L, S)
-            else:
-                raise fail("attn_mask", f"shape ({L}, {S}) or ({N * H}, {L}, {S})", f"shape {mask.shape}")
-        if key_padding_mask is not None:
-            mask = _additive("key_padding_mask", key_padding_mask, self.dtype)
-            unbatched = N == 1 and mask.shape == (S,)  # torch takes (S,) with an unbatched query
-            if mask.shape != (N, S) and not unbatched:
-                raise fail("key_padding_mask", f"shape ({N}, {S})", f"shape {mask.shape}")
-            padding = mask.reshape(N, 1, 1, S)  # (N, 1, 1, S)
-            total = padding if total is None else total + padding
-        if is_causal:
-            causal = np.where(np.tri(L, S, dtype=bool), 0.0, -np.inf).astype(self.dtype)  # (L, S)
-            total = causal if total is None else total + causal
-        if total is None or not extra:
-            return total
-        return np.concatenate([total, np.zeros((*total.shape[:-1], extra), self.dtype)], axis=-1)
+    def _layout(self, x: np.ndarray, batched: bool) -> np.ndarray:
+        """Batch-first (N, L, ·) back to the caller's layout."""
+        return (x if self.batch_first else x.swapaxes(0, 1)) if batched else x[0]
 
     def __call__(
         self,
@@ -211,125 +220,141 @@ class MultiheadAttention:
         average_attn_weights: bool = True,
         is_causal: bool = False,
     ) -> tuple[np.ndarray, np.ndarray | None]:
-        """Return ``(output, weights)``: output like query but E wide; weights
-        (N, L, S') averaged over heads or (N, H, L, S') per head (without N when
-        unbatched), S' counting appended bias_k / zero_attn keys; None unless
-        ``need_weights``."""
+        """Return ``(output, weights)``: output like query; weights (N, L, S') averaged
+        over heads or (N, H, L, S') per head (without N when unbatched), None unless
+        ``need_weights``. The forward is kept for :meth:`backward`."""
+        need_weights, average = flag("need_weights", need_weights), flag("average_attn_weights", average_attn_weights)
         batched = np.ndim(query) == 3
-        q_in = self._to_batch_first("query", query, self.embed_dim, batched)  # (N, L, E)
-        k_in = self._to_batch_first("key", key, self.kdim, batched)  # (N, S, kdim)
-        v_in = self._to_batch_first("value", value, self.vdim, batched)  # (N, S, vdim)
-        N, L, E = q_in.shape
-        S = k_in.shape[1]
-        if k_in.shape[:2] != v_in.shape[:2] or k_in.shape[0] != N:
-            raise fail("key, value", f"the same batch N={N} and length", f"shapes {np.shape(key)}, {np.shape(value)}")
-        H, D = self.num_heads, self.head_dim
-
-        q, k, v = (x @ w.T + (0 if b is None else b) for x, (w, b) in zip((q_in, k_in, v_in), self._projections()))
-        if self.add_bias_kv:
-            k = np.concatenate([k, np.broadcast_to(self._params["bias_k"][0], (N, 1, E))], axis=1)  # (N, S+1, E)
-            v = np.concatenate([v, np.broadcast_to(self._params["bias_v"][0], (N, 1, E))], axis=1)
-        q = q.reshape(N, L, H, D).transpose(0, 2, 1, 3)  # (N, H, L, D)
-        k = k.reshape(N, -1, H, D).transpose(0, 2, 1, 3)  # (N, H, S', D)
-        v = v.reshape(N, -1, H, D).transpose(0, 2, 1, 3)  # (N, H, S', D)
-        if self.add_zero_attn:
-            k = np.concatenate([k, np.zeros((N, H, 1, D), self.dtype)], axis=2)  # (N, H, S'+1, D)
-            v = np.concatenate([v, np.zeros((N, H, 1, D), self.dtype)], axis=2)
-        extra = self.add_bias_kv + self.add_zero_attn
-        mask = self._mask(attn_mask, key_padding_mask, is_causal, N, L, S, extra)
-        dropout_p = self.dropout if self.training else 0.0
-        seed = int(self._rng.integers(2**63)) if dropout_p else None
-
-        heads, *weights, lse = scaled_dot_product_attention(
-            q, k, v, mask, dropout_p, rng=seed, return_weights=need_weights, return_lse=True
+        inputs = tuple(
+            self._batch_first(name, x, width, batched)
+            for name, x, width in zip(
+                ("query", "key", "value"), (query, key, value), (self.embed_dim, self.kdim, self.vdim), strict=True
+            )
         )
-        attended = heads.transpose(0, 2, 1, 3).reshape(N, L, E)  # (N, L, E)
-        output = attended @ self._params["out_proj.weight"].T
-        if self.bias:
-            output += self._params["out_proj.bias"]
-        self._cache = dict(
-            inputs=(q_in, k_in, v_in),
-            heads=(q, k, v),
-            mask=mask,
-            dropout_p=dropout_p,
-            seed=seed,
-            attended=attended,
-            batched=batched,
-            attention=(heads, lse),
-        )
-        if not need_weights:
-            return self._from_batch_first(output, batched), None
-        per_head = weights[0]  # (N, H, L, S')
-        averaged = per_head.mean(axis=1) if average_attn_weights else per_head  # (N, L, S') or (N, H, L, S')
-        return self._from_batch_first(output, batched), averaged if batched else averaged[0]
+        is_causal = flag("is_causal", is_causal)
+        self._last = forward = _forward(self, inputs, key_padding_mask, attn_mask, is_causal, need_weights, batched)
+        output, weights = self._layout(forward.output, batched), forward.attention.weights  # weights (N, H, L, S')
+        if weights is None:
+            return output, None
+        weights = weights.mean(axis=1) if average else weights  # (N, L, S') or (N, H, L, S')
+        return output, weights if batched else weights[0]
 
     forward = __call__
+
+    def backward(self, grad_output: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Gradients of the last forward's output for query, key and value (in their
+        layouts); fills ``self.grads`` with one gradient per ``state_dict`` entry.
+
+        Raises:
+            RuntimeError: no forward yet.
+            ValueError, TypeError: ``grad_output`` not of the output's shape or dtype.
+        """
+        if self._last is None:
+            raise RuntimeError("backward: call the layer (forward) first")
+        grads, self.grads = _backward(self, self._last, grad_output)
+        return grads
 
     def trace(
         self, x: Any, *, is_causal: bool = False, scale: float | None = None, tokens: Sequence[str] | None = None
     ) -> Trace:
-        """Self-attention of one sequence x (L, E), every head's intermediates kept:
-        Q, K, V (H, L, D) after the in-projection, weights (H, L, L) and each head's
-        output (H, L, D) before the out-projection. No dropout; no appended keys."""
-        if self.add_bias_kv or self.add_zero_attn or not self._qkv_same_embed_dim:
+        """Self-attention of one sequence x (L, D), every head's intermediates kept:
+        Q, K, V (H, L, E) after the in-projection, weights (H, L, L) and each head's
+        output (H, L, E) before the out-projection. No dropout; no appended keys."""
+        if self.add_bias_kv or self.add_zero_attn or "in_proj_weight" not in self._params:
             raise fail("trace", "a layer without add_bias_kv, add_zero_attn, kdim or vdim", "one with them")
         x = float_array("x", x)
         if x.ndim != 2 or x.shape[1] != self.embed_dim:
             raise fail("x", f"one sequence of shape (L, {self.embed_dim})", f"shape {x.shape}")
-        L, H, D = x.shape[0], self.num_heads, self.head_dim
         x = x.astype(self.dtype, copy=False)
-        Q, K, V = (
-            (x @ w.T + (0 if b is None else b)).reshape(L, H, D).transpose(1, 0, 2)  # (H, L, D)
-            for w, b in self._projections()
+        Q, K, V = (split_heads(linear(x[None], w, b), self.num_heads)[0] for w, b in self._projections())  # (H, L, E)
+        tokens = None if tokens is None else list(tokens)
+        return build_trace(x, Q, K, V, scale=scale, is_causal=is_causal, tokens=tokens)
+
+
+def _checked_state(state: Any, current: dict[str, np.ndarray], dtype: np.dtype) -> dict[str, np.ndarray]:
+    """Copies of ``state``'s arrays, once its names, shapes and dtypes match ``current``."""
+    if not isinstance(state, dict):
+        raise fail("state", "a dict of arrays (from state_dict())", type(state).__name__, TypeError)
+    missing = sorted(set(current) - set(state))
+    unexpected = sorted(set(state) - set(current))
+    if missing or unexpected:
+        raise fail("state", f"the keys {sorted(current)}", f"missing {missing}, unexpected {unexpected}")
+    loaded = {}
+    for name, now in current.items():
+        value = np.asarray(state[name])
+        if value.dtype.kind not in "fiu":
+            raise fail(f"state[{name!r}]", "an array of numbers", f"dtype {value.dtype}", TypeError)
+        if value.shape != now.shape:
+            raise fail(f"state[{name!r}]", f"shape {now.shape}", f"shape {value.shape}")
+        loaded[name] = value.astype(dtype)
+    return loaded
+
+
+def _forward(
+    layer: MultiheadAttention,
+    inputs: tuple[np.ndarray, ...],
+    key_padding_mask: Any,
+    attn_mask: Any,
+    is_causal: bool,
+    need_weights: bool,
+    batched: bool,
+) -> _Forward:
+    """Project, split into heads, attend, merge, project out."""
+    query, key, value = inputs  # (N, L, D), (N, S, Dk), (N, S, Dv)
+    N, L, D = query.shape
+    S = key.shape[1]
+    if key.shape[:2] != value.shape[:2] or key.shape[0] != N:
+        raise fail("key, value", f"the same batch N={N} and length", f"shapes {key.shape}, {value.shape}")
+    H, p = layer.num_heads, layer._params
+    q, k, v = (linear(x, w, b) for x, (w, b) in zip(inputs, layer._projections(), strict=True))  # (N, ·, D)
+    if layer.add_bias_kv:
+        k = np.concatenate([k, np.broadcast_to(p["bias_k"][0], (N, 1, D))], axis=1)  # (N, S + 1, D)
+        v = np.concatenate([v, np.broadcast_to(p["bias_v"][0], (N, 1, D))], axis=1)
+    q, k, v = (split_heads(x, H) for x in (q, k, v))  # (N, H, L, E), (N, H, S', E), (N, H, S', E)
+    if layer.add_zero_attn:
+        zero = np.zeros((N, H, 1, layer.head_dim), layer.dtype)
+        k, v = np.concatenate([k, zero], axis=2), np.concatenate([v, zero], axis=2)  # (N, H, S' + 1, E)
+    extra = layer.add_bias_kv + layer.add_zero_attn
+    mask = _combined_mask(attn_mask, key_padding_mask, is_causal, (N, H, L, S), extra, layer.dtype)
+    dropout_p = layer.dropout if layer.training else 0.0
+    rng = layer.generator if dropout_p else None
+    result = attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, need_weights=need_weights, rng=rng)
+    merged = merge_heads(result.output)  # (N, L, D)
+    output = linear(merged, p["out_proj.weight"], p.get("out_proj.bias"))  # (N, L, D)
+    return _Forward(inputs=(query, key, value), attention=result, merged=merged, output=output, batched=batched)
+
+
+def _backward(
+    layer: MultiheadAttention, forward: _Forward, grad_output: Any
+) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray], dict[str, np.ndarray]]:
+    """The input gradients (in the caller's layout) and one gradient per parameter."""
+    N, L, D = forward.output.shape
+    grad_out = layer._batch_first("grad_output", grad_output, D, forward.batched)  # (N, L, D)
+    if grad_out.shape != (N, L, D):
+        raise fail("grad_output", f"the output's shape for batch {N}, length {L}", f"shape {np.shape(grad_output)}")
+    p, grads = layer._params, {}
+    grad_merged, grads["out_proj.weight"], grads["out_proj.bias"] = linear_backward(
+        grad_out, forward.merged, p["out_proj.weight"]
+    )
+    gq, gk, gv = forward.attention.backward(split_heads(grad_merged, layer.num_heads))  # (N, H, ·, E)
+    if layer.add_zero_attn:  # the zero row is a constant
+        gk, gv = gk[:, :, :-1], gv[:, :, :-1]
+    gq, gk, gv = (merge_heads(g) for g in (gq, gk, gv))  # (N, L, D), (N, S', D), (N, S', D)
+    if layer.add_bias_kv:
+        grads["bias_k"] = gk[:, -1].sum(axis=0).reshape(1, 1, D)
+        grads["bias_v"] = gv[:, -1].sum(axis=0).reshape(1, 1, D)
+        gk, gv = gk[:, :-1], gv[:, :-1]
+    projected = [
+        linear_backward(g, x, w)
+        for g, x, (w, _) in zip((gq, gk, gv), forward.inputs, layer._projections(), strict=True)
+    ]
+    if "in_proj_weight" in p:
+        grads["in_proj_weight"] = np.concatenate([weight for _, weight, _ in projected])
+    else:
+        grads.update(
+            zip(("q_proj_weight", "k_proj_weight", "v_proj_weight"), (w for _, w, _ in projected), strict=True)
         )
-        return build_trace(
-            x, Q, K, V, scale=scale, is_causal=is_causal, tokens=None if tokens is None else list(tokens)
-        )
-
-    # ---- backward ---------------------------------------------------------------
-
-    def backward(self, grad_output: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Gradients of the last forward's output for query, key and value (in their
-        layouts); fills ``self.grads`` with one gradient per ``state_dict`` entry."""
-        if self._cache is None:
-            raise RuntimeError("backward: call the layer (forward) first")
-        c = self._cache
-        q_in, k_in, v_in = c["inputs"]
-        q, k, v = c["heads"]
-        N, L, E = q_in.shape
-        H, D = self.num_heads, self.head_dim
-        grad_out = self._to_batch_first("grad_output", grad_output, E, c["batched"])  # (N, L, E)
-        if grad_out.shape != (N, L, E):
-            raise fail("grad_output", f"the output's shape for batch {N}, length {L}", f"shape {np.shape(grad_output)}")
-
-        grads: dict[str, np.ndarray] = {}
-        grads["out_proj.weight"] = np.einsum("nle,nlf->ef", grad_out, c["attended"])
-        if self.bias:
-            grads["out_proj.bias"] = grad_out.sum(axis=(0, 1))
-        grad_heads = (
-            (grad_out @ self._params["out_proj.weight"]).reshape(N, L, H, D).transpose(0, 2, 1, 3)
-        )  # (N, H, L, D)
-        heads, lse = c["attention"]
-        gq, gk, gv = scaled_dot_product_attention_backward(
-            grad_heads, q, k, v, c["mask"], dropout_p=c["dropout_p"], rng=c["seed"], output=heads, lse=lse
-        )
-        if self.add_zero_attn:  # the zero row is a constant
-            gk, gv = gk[:, :, :-1], gv[:, :, :-1]
-        gq = gq.transpose(0, 2, 1, 3).reshape(N, L, E)  # (N, L, E)
-        gk = gk.transpose(0, 2, 1, 3).reshape(N, -1, E)  # (N, S', E)
-        gv = gv.transpose(0, 2, 1, 3).reshape(N, -1, E)  # (N, S', E)
-        if self.add_bias_kv:
-            grads["bias_k"] = gk[:, -1].sum(axis=0).reshape(1, 1, E)
-            grads["bias_v"] = gv[:, -1].sum(axis=0).reshape(1, 1, E)
-            gk, gv = gk[:, :-1], gv[:, :-1]
-
-        weight_grads = [np.einsum("nle,nlf->ef", g, x) for g, x in zip((gq, gk, gv), (q_in, k_in, v_in))]
-        if self._qkv_same_embed_dim:
-            grads["in_proj_weight"] = np.concatenate(weight_grads)
-        else:
-            grads.update(zip(("q_proj_weight", "k_proj_weight", "v_proj_weight"), weight_grads))
-        if self.bias:
-            grads["in_proj_bias"] = np.concatenate([g.sum(axis=(0, 1)) for g in (gq, gk, gv)])
-        self.grads = {name: grads[name].astype(self.dtype, copy=False) for name in self._params}
-        inputs = (g @ w for g, (w, _) in zip((gq, gk, gv), self._projections()))
-        return tuple(self._from_batch_first(g, c["batched"]) for g in inputs)  # type: ignore[return-value]
+    grads["in_proj_bias"] = np.concatenate([bias for _, _, bias in projected])
+    param_grads = {name: grads[name].astype(layer.dtype, copy=False) for name in p}
+    inputs = tuple(layer._layout(grad_x, forward.batched) for grad_x, _, _ in projected)
+    return inputs, param_grads  # type: ignore[return-value]

@@ -17,6 +17,9 @@ from typing import Any
 import numpy as np
 
 from ._trace import Trace
+from ._validation import MissingDependencyError, fail
+
+__all__ = ["FORMATS", "STAGES", "check_path", "find_cjk_font", "needs_cjk", "plot", "select_heads"]
 
 FORMATS = (".png", ".svg", ".pdf")
 STAGES = {"scores": "scores", "scaled": "scaled_scores", "weights": "weights"}
@@ -71,23 +74,31 @@ def select_heads(spec: str, num_heads: int) -> list[int]:
     try:
         heads = [int(part) for part in spec.split(",")]
     except ValueError:
-        raise ValueError(f"--heads: expected 'all' or indices such as 0,2,5, got {spec!r}") from None
+        raise fail("heads", "'all' or indices such as 0,2,5", repr(spec)) from None
     bad = [h for h in heads if not 0 <= h < num_heads]
     if bad or not heads:
-        raise ValueError(f"--heads: expected indices in 0..{num_heads - 1}, got {spec!r}")
+        raise fail("heads", f"indices in 0..{num_heads - 1}", repr(spec))
     return heads
+
+
+def check_path(path: str | Path) -> Path:
+    """``path`` as a Path, once its suffix is one of FORMATS."""
+    path = Path(path)
+    if path.suffix.lower() not in FORMATS:
+        raise fail("path", f"a file ending in {', '.join(FORMATS)}", repr(str(path)))
+    return path
 
 
 def plot(trace: Trace, path: str | Path, *, stage: str = "weights", heads: str = "all") -> list[str]:
     """Draw ``stage`` of the chosen heads of ``trace`` into ``path`` (.png, .svg or
     .pdf); return the warnings to show the user (at most one)."""
-    path = Path(path)
-    if path.suffix.lower() not in FORMATS:
-        raise ValueError(f"-o: expected a file ending in {', '.join(FORMATS)}, got {str(path)!r}")
+    path = check_path(path)
+    if stage not in STAGES:
+        raise fail("stage", f"one of {', '.join(STAGES)}", repr(stage))
     try:
         from matplotlib.figure import Figure
     except ImportError:
-        raise ImportError("attnlab plot needs matplotlib: pip install 'attnlab[viz]'") from None
+        raise MissingDependencyError("plotting needs matplotlib: pip install 'attnlab[viz]'") from None
 
     chosen = select_heads(heads, trace.num_heads)
     labels = trace.labels
@@ -120,9 +131,9 @@ def plot(trace: Trace, path: str | Path, *, stage: str = "weights", heads: str =
             warnings.filterwarnings("ignore", message="Glyph .* missing from")
         images = [
             ax.imshow(np.ma.masked_invalid(matrix), cmap="viridis", vmin=low, vmax=high)
-            for ax, matrix in zip(axes, matrices)
+            for ax, matrix in zip(axes, matrices, strict=True)
         ]
-        for ax, h, matrix in zip(axes, chosen, matrices):
+        for ax, h, matrix in zip(axes, chosen, matrices, strict=True):
             ax.set_xticks(range(L), labels, rotation=90, fontdict=font)
             ax.set_yticks(range(L), labels, fontdict=font)
             ax.tick_params(labelsize=max(4, min(10, 400 / L)))

@@ -9,8 +9,10 @@ import numpy as np
 
 from . import reference
 from ._trace import Trace, build_trace
-from ._validation import fail, float_array, positive_int
+from ._validation import fail, float_array, layer_dtype, positive_int
 from .functional import scaled_dot_product_attention
+
+__all__ = ["SelfAttention"]
 
 
 class SelfAttention:
@@ -41,9 +43,7 @@ class SelfAttention:
     ) -> None:
         self.d_model = positive_int("d_model", d_model)
         self.d_k = positive_int("d_k", d_k)
-        self.dtype = np.dtype(dtype)
-        if self.dtype not in (np.float32, np.float64):
-            raise fail("dtype", "float32 or float64", self.dtype, TypeError)
+        self.dtype = layer_dtype(dtype)
         if weights is None:
             layer = reference.SelfAttention(d_model, d_k, seed=seed, std=std)
             weights = (layer.Wq, layer.Wk, layer.Wv)

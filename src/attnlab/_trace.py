@@ -15,9 +15,12 @@ from typing import Any
 
 import numpy as np
 
-from ._naive import mask_scores_
+from ._masks import mask_scores_
+from ._validation import ArgumentError
 from .functional import scaled_dot_product_attention
 from .reference import AttentionSteps
+
+__all__ = ["ARRAYS", "LANGUAGES", "Trace", "build_trace"]
 
 _LABELS = {
     "zh": {
@@ -120,73 +123,92 @@ class Trace:
 
     @classmethod
     def from_dict(cls, data: Any, source: str = "trace") -> Trace:
-        """Inverse of :meth:`to_dict`, checked: ValueError naming ``source`` and the
-        problem when a field is missing or the shapes do not fit together."""
-        if not isinstance(data, dict):
-            raise ValueError(f"{source}: expected a trace (a JSON object from 'attnlab trace --format json')")
-        missing = [name for name in (*ARRAYS, "scale") if name not in data]
-        if missing:
-            raise ValueError(f"{source}: not a trace, missing {', '.join(missing)}")
-        arrays = {}
-        for name in ARRAYS:
-            try:
-                arrays[name] = np.array(data[name], dtype=float)  # None (masked) becomes NaN here
-            except (TypeError, ValueError):
-                raise ValueError(f"{source}: {name}: expected a matrix of numbers") from None
-        arrays["scaled_scores"][np.isnan(arrays["scaled_scores"])] = -np.inf
-        L = arrays["inputs"].shape[0] if arrays["inputs"].ndim == 2 else -1
-        weights = arrays["weights"]
-        if L < 1 or weights.ndim not in (2, 3) or weights.shape[-2:] != (L, L):
-            raise ValueError(
-                f"{source}: weights: expected shape (L, L) or (H, L, L) with L={L} input rows, got {weights.shape}"
-            )
-        for name in ("scores", "scaled_scores"):
-            if arrays[name].shape != weights.shape:
-                raise ValueError(
-                    f"{source}: {name}: expected shape {weights.shape} as weights, got {arrays[name].shape}"
-                )
-        tokens = data.get("tokens")
-        if tokens is not None and (not isinstance(tokens, list) or len(tokens) != L):
-            raise ValueError(
-                f"{source}: tokens: expected {L} labels, one per input row, got "
-                f"{len(tokens) if isinstance(tokens, list) else type(tokens).__name__}"
-            )
-        if isinstance(data["scale"], bool) or not isinstance(data["scale"], (int, float)):
-            raise ValueError(f"{source}: scale: expected a number, got {data['scale']!r}")
-        return cls(scale=float(data["scale"]), tokens=None if tokens is None else [str(t) for t in tokens], **arrays)
+        """Inverse of :meth:`to_dict`, checked.
+
+        Raises:
+            ArgumentError: naming ``source`` and the problem, when a field is missing or
+                the shapes do not fit together.
+        """
+        return _trace_from_dict(data, source)
 
     def render(self, *, lang: str = "zh", precision: int = 4, title: str | None = None) -> str:
         """The seed demo's text, in Chinese (default) or English labels; a multi-head
         trace shows each head's steps in turn."""
-        t = _LABELS[lang]
+        return _render(self, lang, precision, title)
 
-        def label(key: str, i: int) -> str:
-            return t[key].format(i=i, tok=f" ({self.tokens[i]})" if self.tokens else "")
-
-        def rows(key: str, matrix: np.ndarray) -> list[str]:
-            cells = [[f"{x:.{precision}f}" for x in row] for row in matrix]
-            width = max(len(c) for row in cells for c in row)
-            return [f"{label(key, i)}: [{', '.join(c.rjust(width) for c in row)}]" for i, row in enumerate(cells)]
-
-        def section(heading: str, matrix: np.ndarray) -> list[str]:
-            return [f"\n  {heading}:"] + [f"    {line}" for line in rows("row", matrix)]
-
+    def __repr__(self) -> str:
         L, d_model = self.inputs.shape
-        lines = [_RULE, title or t["title"], _RULE, f"{t['length']}: {L}", f"{t['width']}: {d_model}"]
-        for h in range(self.num_heads):
-            one = self.head(h)
-            lines += [f"\n-- {t['head']} {h} --"] if self.num_heads > 1 else []
-            lines += [""] + [
-                f"  {t['shape'].format(name=n)}: {len(m)} × {m.shape[1]}" for n, m in zip("QKV", (one.Q, one.K, one.V))
-            ]
-            lines += section(t["scores"], one.scores)
-            if not math.isclose(self.scale, 1 / math.sqrt(one.Q.shape[1]), rel_tol=1e-12):
-                lines.append(f"\n  {t['scale']}: {self.scale:.{precision}f}")
-            lines += section(t["scaled"], one.scaled_scores)
-            lines += section(t["weights"], one.weights)
-            lines += ["", _RULE, f"{t['output']}:", _RULE]
-            lines += rows("token_output", one.output)
-        return "\n".join(lines)
+        return f"Trace(L={L}, d_model={d_model}, heads={self.num_heads}, scale={self.scale:.4g})"
+
+
+def _trace_from_dict(data: Any, source: str) -> Trace:
+    """See :meth:`Trace.from_dict`."""
+    if not isinstance(data, dict):
+        raise ArgumentError(f"{source}: expected a trace (a dict as Trace.to_dict gives)")
+    missing = [name for name in (*ARRAYS, "scale") if name not in data]
+    if missing:
+        raise ArgumentError(f"{source}: not a trace, missing {', '.join(missing)}")
+    arrays = {}
+    for name in ARRAYS:
+        try:
+            arrays[name] = np.array(data[name], dtype=float)  # None (masked) becomes NaN here
+        except (TypeError, ValueError):
+            raise ArgumentError(f"{source}: {name}: expected a matrix of numbers") from None
+    arrays["scaled_scores"][np.isnan(arrays["scaled_scores"])] = -np.inf
+    L = arrays["inputs"].shape[0] if arrays["inputs"].ndim == 2 else -1
+    weights = arrays["weights"]
+    if L < 1 or weights.ndim not in (2, 3) or weights.shape[-2:] != (L, L):
+        raise ArgumentError(
+            f"{source}: weights: expected shape (L, L) or (H, L, L) with L={L} input rows, got {weights.shape}"
+        )
+    for name in ("scores", "scaled_scores"):
+        if arrays[name].shape != weights.shape:
+            raise ArgumentError(
+                f"{source}: {name}: expected shape {weights.shape} as weights, got {arrays[name].shape}"
+            )
+    tokens = data.get("tokens")
+    if tokens is not None and (not isinstance(tokens, list) or len(tokens) != L):
+        raise ArgumentError(
+            f"{source}: tokens: expected {L} labels, one per input row, got "
+            f"{len(tokens) if isinstance(tokens, list) else type(tokens).__name__}"
+        )
+    if isinstance(data["scale"], bool) or not isinstance(data["scale"], (int, float)):
+        raise ArgumentError(f"{source}: scale: expected a number, got {data['scale']!r}")
+    return Trace(scale=float(data["scale"]), tokens=None if tokens is None else [str(t) for t in tokens], **arrays)
+
+
+def _render(trace: Trace, lang: str, precision: int, title: str | None) -> str:
+    """See :meth:`Trace.render`."""
+    t = _LABELS[lang]
+
+    def label(key: str, i: int) -> str:
+        return t[key].format(i=i, tok=f" ({trace.tokens[i]})" if trace.tokens else "")
+
+    def rows(key: str, matrix: np.ndarray) -> list[str]:
+        cells = [[f"{x:.{precision}f}" for x in row] for row in matrix]
+        width = max(len(c) for row in cells for c in row)
+        return [f"{label(key, i)}: [{', '.join(c.rjust(width) for c in row)}]" for i, row in enumerate(cells)]
+
+    def section(heading: str, matrix: np.ndarray) -> list[str]:
+        return [f"\n  {heading}:"] + [f"    {line}" for line in rows("row", matrix)]
+
+    L, d_model = trace.inputs.shape
+    lines = [_RULE, title or t["title"], _RULE, f"{t['length']}: {L}", f"{t['width']}: {d_model}"]
+    for h in range(trace.num_heads):
+        one = trace.head(h)
+        lines += [f"\n-- {t['head']} {h} --"] if trace.num_heads > 1 else []
+        lines += [""] + [
+            f"  {t['shape'].format(name=n)}: {len(m)} × {m.shape[1]}"
+            for n, m in zip("QKV", (one.Q, one.K, one.V), strict=True)
+        ]
+        lines += section(t["scores"], one.scores)
+        if not math.isclose(trace.scale, 1 / math.sqrt(one.Q.shape[1]), rel_tol=1e-12):
+            lines.append(f"\n  {t['scale']}: {trace.scale:.{precision}f}")
+        lines += section(t["scaled"], one.scaled_scores)
+        lines += section(t["weights"], one.weights)
+        lines += ["", _RULE, f"{t['output']}:", _RULE]
+        lines += rows("token_output", one.output)
+    return "\n".join(lines)
 
 
 def build_trace(

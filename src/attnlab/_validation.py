@@ -1,5 +1,9 @@
-"""One place for argument checks, so every message reads the same way:
-``<argument>: expected <what>, got <what came>``."""
+"""The errors attnlab raises about its arguments, and the checks that build them.
+
+Every message reads ``<argument>: expected <what>, got <what came>``, and every error is
+an :class:`AttnlabError` as well as the ``ValueError`` or ``TypeError`` a caller expects,
+so that a program (the CLI among them) can tell a bad argument from a bug.
+"""
 
 from __future__ import annotations
 
@@ -7,12 +11,106 @@ from typing import Any
 
 import numpy as np
 
+__all__ = [
+    "FLOAT_DTYPES",
+    "ArgumentError",
+    "ArgumentTypeError",
+    "AttnlabError",
+    "MissingDependencyError",
+    "broadcasts_to",
+    "compute_dtype",
+    "fail",
+    "flag",
+    "float_array",
+    "int_seed",
+    "layer_dtype",
+    "positive_int",
+    "probability",
+    "real_number",
+    "same_dtype",
+]
+
 FLOAT_DTYPES = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
+SEED_LIMIT = 2**63  # seeds are ints in [0, 2**63): what a Philox key and numpy's SeedSequence take
 
 
-def fail(name: str, expected: str, got: object, error: type[Exception] = ValueError) -> Exception:
-    """Build (not raise) the error for argument ``name``; callers ``raise fail(...)``."""
-    return error(f"{name}: expected {expected}, got {got}")
+class AttnlabError(Exception):
+    """Base of every error attnlab raises on purpose: a bad argument or bad input."""
+
+
+class ArgumentError(AttnlabError, ValueError):
+    """An argument has the right type but a value that cannot be used."""
+
+    def __init__(self, message: str, argument: str = "") -> None:
+        super().__init__(message)
+        self.argument = argument  # the name the message starts with, so a caller can rename it
+
+
+class ArgumentTypeError(AttnlabError, TypeError):
+    """An argument has the wrong type."""
+
+    def __init__(self, message: str, argument: str = "") -> None:
+        super().__init__(message)
+        self.argument = argument
+
+
+class MissingDependencyError(AttnlabError, ImportError):
+    """An optional feature's extra is not installed; the message says which to install."""
+
+
+def fail(name: str, expected: str, got: object, error: type[Exception] = ValueError) -> AttnlabError:
+    """Build (not raise) the error for argument ``name``: an :class:`ArgumentError`, or an
+    :class:`ArgumentTypeError` when ``error`` is ``TypeError``. Callers ``raise fail(...)``."""
+    kind = ArgumentTypeError if issubclass(error, TypeError) else ArgumentError
+    return kind(f"{name}: expected {expected}, got {got}", name)
+
+
+def _is_real(x: Any) -> bool:
+    """A Python or NumPy real number that is not a bool."""
+    return isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(x, (bool, np.bool_))
+
+
+def real_number(name: str, x: Any, *, finite: bool = True) -> float:
+    """``x`` as a float; it must be a real number (not a bool), finite unless ``finite=False``."""
+    if not _is_real(x):
+        raise fail(name, "a real number", repr(x), TypeError)
+    try:
+        value = float(x)
+    except OverflowError:  # an int beyond float range
+        raise fail(name, "a number within float range", f"an integer of {len(str(abs(int(x))))} digits") from None
+    if finite and not np.isfinite(value):
+        raise fail(name, "a finite number", repr(x))
+    return value
+
+
+def flag(name: str, x: Any) -> bool:
+    """A real bool (Python's or NumPy's); ``"False"``, 0 or None are refused, as torch does."""
+    if not isinstance(x, (bool, np.bool_)):
+        raise fail(name, "True or False", repr(x), TypeError)
+    return bool(x)
+
+
+def positive_int(name: str, n: Any) -> int:
+    """An integer >= 1 (not a bool)."""
+    if isinstance(n, (bool, np.bool_)) or not isinstance(n, (int, np.integer)) or n < 1:
+        raise fail(name, "an integer >= 1", repr(n))
+    return int(n)
+
+
+def int_seed(name: str, n: Any) -> int:
+    """A seed: an integer in [0, 2**63)."""
+    if isinstance(n, (bool, np.bool_)) or not isinstance(n, (int, np.integer)):
+        raise fail(name, "an integer in [0, 2**63)", repr(n), TypeError)
+    if not 0 <= n < SEED_LIMIT:
+        raise fail(name, "an integer in [0, 2**63)", repr(n))
+    return int(n)
+
+
+def probability(name: str, p: Any) -> float:
+    """A dropout probability in [0, 1)."""
+    if not _is_real(p) or not 0 <= p < 1:
+        raise fail(name, "a number in [0, 1)", repr(p))
+    return float(p)
 
 
 def float_array(name: str, x: Any, *, min_ndim: int = 2) -> np.ndarray:
@@ -27,6 +125,17 @@ def float_array(name: str, x: Any, *, min_ndim: int = 2) -> np.ndarray:
     if x.ndim < min_ndim:
         raise fail(name, f"an array with at least {min_ndim} dimensions", f"shape {x.shape}")
     return x
+
+
+def layer_dtype(dtype: Any) -> np.dtype:
+    """A layer's parameter dtype: float32 or float64."""
+    try:
+        result = np.dtype(dtype)
+    except TypeError:
+        raise fail("dtype", "float32 or float64", repr(dtype), TypeError) from None
+    if result not in (np.float32, np.float64):
+        raise fail("dtype", "float32 or float64", result, TypeError)
+    return result
 
 
 def same_dtype(**arrays: np.ndarray) -> np.dtype:
@@ -50,16 +159,3 @@ def broadcasts_to(shape: tuple[int, ...], target: tuple[int, ...]) -> bool:
         return tuple(np.broadcast_shapes(shape, target)) == tuple(target)
     except ValueError:
         return False
-
-
-def probability(name: str, p: Any) -> float:
-    """A dropout probability in [0, 1)."""
-    if isinstance(p, bool) or not isinstance(p, (int, float, np.floating, np.integer)) or not 0 <= p < 1:
-        raise fail(name, "a number in [0, 1)", repr(p))
-    return float(p)
-
-
-def positive_int(name: str, n: Any) -> int:
-    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
-        raise fail(name, "an integer >= 1", repr(n))
-    return int(n)

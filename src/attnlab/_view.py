@@ -15,6 +15,9 @@ from pathlib import Path
 import numpy as np
 
 from ._trace import Trace
+from ._validation import fail
+
+__all__ = ["check_path", "page_data", "render_page", "write_page"]
 
 _PLACEHOLDER = "__ATTNLAB_DATA__"
 
@@ -50,8 +53,14 @@ def render_page(trace: Trace) -> str:
     return template.replace(_PLACEHOLDER, payload)
 
 
-def write_page(trace: Trace, path: str | Path) -> None:
+def check_path(path: str | Path) -> Path:
+    """``path`` as a Path, once it ends in .html or .htm."""
     path = Path(path)
     if path.suffix.lower() not in (".html", ".htm"):
-        raise ValueError(f"-o: expected a file ending in .html, got {str(path)!r}")
-    path.write_text(render_page(trace), encoding="utf-8")
+        raise fail("path", "a file ending in .html", repr(str(path)))
+    return path
+
+
+def write_page(trace: Trace, path: str | Path) -> None:
+    """Write the page of ``trace`` to ``path`` (.html)."""
+    check_path(path).write_text(render_page(trace), encoding="utf-8")

@@ -1,6 +1,9 @@
 """The ``attnlab`` command: a thin layer over the library.
 
-Every user error ends in one line on standard error and exit status 2.
+Every user error (the library's :class:`AttnlabError`, a file that cannot be read or
+written) ends in one line on standard error and exit status 2, with the library's
+argument names translated into the options that carry them. Anything else is a bug and
+shows its traceback.
 """
 
 from __future__ import annotations
@@ -27,7 +30,10 @@ from ._inputs import (
 from ._multihead import MultiheadAttention
 from ._self_attention import SelfAttention
 from ._trace import LANGUAGES, Trace
+from ._validation import AttnlabError
 from .reference import SelfAttention as ReferenceSelfAttention
+
+__all__ = ["build_parser", "main"]
 
 # The seed article's demonstration: four one-hot tokens of width 8, d_k = 6.
 DEMO_D_MODEL, DEMO_D_K = 8, 6
@@ -148,17 +154,17 @@ def _trace(args: argparse.Namespace) -> None:
 
 
 def _plot(args: argparse.Namespace) -> None:
-    from ._plot import plot
+    from ._plot import check_path, plot
 
+    check_path(args.output)
     for note in plot(trace_from_args(args), args.output, stage=args.stage, heads=args.heads):
         print(f"attnlab plot: warning: {note}", file=sys.stderr)
 
 
 def _view(args: argparse.Namespace) -> None:
-    from ._view import write_page
+    from ._view import check_path, write_page
 
-    if not args.output.lower().endswith((".html", ".htm")):
-        raise InputError(f"-o: expected a file ending in .html, got {args.output!r}")
+    check_path(args.output)
     write_page(trace_from_args(args), args.output)
 
 
@@ -246,12 +252,24 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# The library's argument names, as the options that carry them on the command line.
+_OPTIONS = {"path": "-o", "heads": "--heads", "stage": "--stage"}
+
+
+def _in_cli_words(error: AttnlabError) -> str:
+    """The error's message, starting with the option instead of the library's argument."""
+    message, argument = str(error), getattr(error, "argument", "")
+    if argument in _OPTIONS and message.startswith(f"{argument}:"):
+        return _OPTIONS[argument] + message[len(argument) :]
+    return message
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         args.run(args)
-    except (InputError, ValueError, TypeError, ImportError) as e:
-        print(f"attnlab {args.command}: error: {e}", file=sys.stderr)
+    except AttnlabError as e:
+        print(f"attnlab {args.command}: error: {_in_cli_words(e)}", file=sys.stderr)
         return 2
     except BrokenPipeError:  # the reader went away (| head): not an error; say nothing more
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

@@ -1,52 +1,64 @@
-"""Scaled dot-product attention and its exact backward, with PyTorch's semantics.
+"""Scaled dot-product attention with PyTorch's semantics, and its exact backward.
 
     Attention(Q, K, V) = dropout(softmax(scale · Q·Kᵀ + mask)) · V
 
-Shapes (see ``_problem`` for the letters): query (B…, L, E), key (B…, S, E),
-value (B…, S, Ev) -> output (B…, L, Ev). The batch dimensions broadcast as in NumPy.
+``attention`` returns a result that carries its own backward; the two torch-shaped
+functions below are thin wrappers over it. Shapes (letters in ``attnlab._problem``):
+query (B…, L, E), key (B…, S, E), value (B…, S, Ev) -> output (B…, L, Ev); the batch
+dimensions broadcast as in NumPy.
 """
 
 from __future__ import annotations
 
-import math
-from typing import Any, Literal
+from typing import Any, Literal, overload
 
 import numpy as np
 
-from . import _naive, _tiled
-from ._problem import Problem, make_problem
+from ._attention import Attention, Engine, Gradients, attention, backward, choose_engine
+from ._problem import make_problem
 from ._softmax import softmax
-from ._validation import fail, float_array, positive_int
+from ._validation import fail, flag, float_array
 
-__all__ = ["scaled_dot_product_attention", "scaled_dot_product_attention_backward", "softmax"]
+__all__ = [
+    "Attention",
+    "Gradients",
+    "attention",
+    "scaled_dot_product_attention",
+    "scaled_dot_product_attention_backward",
+    "softmax",
+]
 
-Engine = Literal["naive", "tiled"]
-ENGINES = ("naive", "tiled")
-# engine=None picks the tiled engine from this many scores (B·H·L·S) on: below it the
-# naive engine's one large GEMM beats the tiles' overhead (measured in docs/benchmarks.md)
-TILED_FROM = 2**22
-
-
-def _threads(num_threads: int | None) -> int | None:
-    return None if num_threads is None else positive_int("num_threads", num_threads)
-
-
-def _choose_engine(engine: str | None, pb: Problem, return_weights: bool) -> str:
-    """The engine asked for, or the faster one for these shapes (see docs/benchmarks.md)."""
-    if engine is None:
-        L, S, _ = pb.shape
-        return "naive" if return_weights or math.prod(pb.batch_shape) * L * S < TILED_FROM else "tiled"
-    if engine not in ENGINES:
-        raise fail("engine", f"one of {ENGINES} or None", repr(engine))
-    if engine == "tiled" and return_weights:
-        raise fail(
-            "return_weights",
-            "False with engine='tiled' (the tiled engine never holds the (L, S) weights; use engine='naive' or None)",
-            True,
-        )
-    return engine
+Array = np.ndarray
 
 
+@overload
+def scaled_dot_product_attention(
+    query: Any, key: Any, value: Any, attn_mask: Any = ..., dropout_p: float = ..., is_causal: bool = ...,
+    scale: float | None = ..., enable_gqa: bool = ..., *, return_weights: Literal[False] = ...,
+    return_lse: Literal[False] = ..., rng: int | np.random.Generator | None = ..., engine: Engine | None = ...,
+    num_threads: int | None = ...,
+) -> Array: ...  # fmt: skip
+@overload
+def scaled_dot_product_attention(
+    query: Any, key: Any, value: Any, attn_mask: Any = ..., dropout_p: float = ..., is_causal: bool = ...,
+    scale: float | None = ..., enable_gqa: bool = ..., *, return_weights: Literal[True],
+    return_lse: Literal[False] = ..., rng: int | np.random.Generator | None = ..., engine: Engine | None = ...,
+    num_threads: int | None = ...,
+) -> tuple[Array, Array]: ...  # fmt: skip
+@overload
+def scaled_dot_product_attention(
+    query: Any, key: Any, value: Any, attn_mask: Any = ..., dropout_p: float = ..., is_causal: bool = ...,
+    scale: float | None = ..., enable_gqa: bool = ..., *, return_weights: Literal[False] = ...,
+    return_lse: Literal[True], rng: int | np.random.Generator | None = ..., engine: Engine | None = ...,
+    num_threads: int | None = ...,
+) -> tuple[Array, Array]: ...  # fmt: skip
+@overload
+def scaled_dot_product_attention(
+    query: Any, key: Any, value: Any, attn_mask: Any = ..., dropout_p: float = ..., is_causal: bool = ...,
+    scale: float | None = ..., enable_gqa: bool = ..., *, return_weights: Literal[True],
+    return_lse: Literal[True], rng: int | np.random.Generator | None = ..., engine: Engine | None = ...,
+    num_threads: int | None = ...,
+) -> tuple[Array, Array, Array]: ...  # fmt: skip
 def scaled_dot_product_attention(
     query: Any,
     key: Any,
@@ -62,7 +74,7 @@ def scaled_dot_product_attention(
     rng: int | np.random.Generator | None = None,
     engine: Engine | None = None,
     num_threads: int | None = None,
-) -> Any:
+) -> Array | tuple[Array, ...]:
     """softmax(scale · Q·Kᵀ + mask) · V, as ``torch.nn.functional.scaled_dot_product_attention``.
 
     Args:
@@ -81,7 +93,8 @@ def scaled_dot_product_attention(
             value Hk heads with H a multiple of Hk; query head h uses key head h // (H/Hk).
         return_weights: also return the weights that multiplied V, (B…, L, S) (after
             dropout, as torch's MultiheadAttention returns them).
-        return_lse: also return log Σ_j exp(scores_ij) of each row, (B…, L).
+        return_lse: also return log Σ_j exp(scores_ij) of each row, (B…, L), in the
+            compute dtype (float32 for float16 inputs).
         rng: dropout randomness: a ``numpy.random.Generator``, or an int seed that gives
             the same mask every time (pass the same one to the backward). None draws
             fresh OS entropy.
@@ -95,47 +108,34 @@ def scaled_dot_product_attention(
     Returns:
         output (B…, L, Ev), followed by the weights and/or the lse when asked for, in
         that order. Same dtype as the inputs (float16 is computed in float32).
+        A query row whose keys are all masked gives output 0, weights 0 and lse −inf.
 
-    A query row whose keys are all masked gives output 0, weights 0 and lse −inf
-    (never NaN).
+    Raises:
+        ValueError: shapes that do not fit together, a probability outside [0, 1), an
+            unknown engine, weights asked of the tiled engine.
+        TypeError: an argument of the wrong type or dtype (flags must be bools).
     """
-    pb = make_problem(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, rng)
-    threads = _threads(num_threads)
-    if _choose_engine(engine, pb, return_weights) == "naive":
-        with np.errstate(all="ignore"):  # non-finite inputs give NaN, never a warning
-            output, weights, lse = _naive.forward(pb)
-    else:
-        output, lse = _tiled.forward(pb, threads)
-    results = [output]
-    if return_weights:
-        results.append(weights)
-    if return_lse:
-        results.append(lse)
-    results = [r.astype(pb.dtype, copy=False) for r in results]
-    return results[0] if len(results) == 1 else tuple(results)
-
-
-def _sum_to_shape(grad: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
-    """Undo broadcasting: sum ``grad`` over the dimensions that ``shape`` broadcast along."""
-    grad = grad.sum(axis=tuple(range(grad.ndim - len(shape))))
-    stretched = tuple(i for i, n in enumerate(shape) if n == 1 and grad.shape[i] != 1)
-    return grad.sum(axis=stretched, keepdims=True) if stretched else grad
-
-
-def _reduce_grads(
-    pb: Problem, grads: tuple[np.ndarray, np.ndarray, np.ndarray]
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The engine's gradients (broadcast shapes, GQA heads expanded) in the inputs' shapes and dtype."""
-    grad_query, grad_key, grad_value = grads
-    if pb.groups > 1:  # sum each group of G query heads back onto its key/value head
-        *batch, heads, S, E = grad_key.shape
-        grad_key = grad_key.reshape(*batch, heads // pb.groups, pb.groups, S, E).sum(axis=-3)  # (B…, Hk, S, E)
-        grad_value = grad_value.reshape(*batch, heads // pb.groups, pb.groups, S, -1).sum(axis=-3)  # (B…, Hk, S, Ev)
-    return (
-        _sum_to_shape(grad_query, pb.query.shape).astype(pb.dtype, copy=False),
-        _sum_to_shape(grad_key, pb.key.shape).astype(pb.dtype, copy=False),
-        _sum_to_shape(grad_value, pb.value.shape).astype(pb.dtype, copy=False),
+    return_weights, return_lse = flag("return_weights", return_weights), flag("return_lse", return_lse)
+    result = attention(
+        query,
+        key,
+        value,
+        attn_mask=attn_mask,
+        dropout_p=dropout_p,
+        is_causal=is_causal,
+        scale=scale,
+        enable_gqa=enable_gqa,
+        need_weights=return_weights,
+        rng=rng,
+        engine=engine,
+        num_threads=num_threads,
     )
+    results = [result.output]
+    if result.weights is not None:
+        results.append(result.weights)
+    if return_lse:
+        results.append(result.lse)
+    return results[0] if len(results) == 1 else tuple(results)
 
 
 def scaled_dot_product_attention_backward(
@@ -154,22 +154,30 @@ def scaled_dot_product_attention_backward(
     num_threads: int | None = None,
     output: Any = None,
     lse: Any = None,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+) -> Gradients:
     """Gradients of ``scaled_dot_product_attention`` for query, key and value.
 
-    With P = softmax(S), S = scale · Q·Kᵀ + mask, O = P·V (dropout aside):
+    With P = softmax(Z), Z = scale · Q·Kᵀ + mask, O = P·V (dropout aside):
 
-        dV = Pᵀ·dO,   dP = dO·Vᵀ,   dS = P∘(dP − rowsum(dO∘O)),
-        dQ = scale · dS·K,   dK = scale · dSᵀ·Q.
+        dV = Pᵀ·dO,   dP = dO·Vᵀ,   dZ = P∘(dP − rowsum(dO∘O)),
+        dQ = scale · dZ·K,   dK = scale · dZᵀ·Q.
 
     Arguments are those of the forward; ``grad_output`` has the output's shape
     (B…, L, Ev). With dropout, pass the forward's ``dropout_p`` and the same int seed
-    as ``rng``: the mask is redrawn bit for bit. Each gradient has the shape of its
-    input (broadcast dimensions summed, GQA groups summed onto their shared head) and
-    its dtype. Fully-masked rows give zero, finite gradients.
+    as ``rng``: the mask is redrawn bit for bit (``attention(...).backward`` needs no
+    seed and takes any rng). The tiled engine starts from the forward's ``output`` and
+    ``lse`` (from ``return_lse=True``): pass them, or it recomputes them.
 
-    The tiled engine starts from the forward's ``output`` and ``lse`` (from
-    ``return_lse=True``): pass them, or it recomputes them.
+    Returns:
+        (grad_query, grad_key, grad_value), each in the shape of its input (broadcast
+        dimensions summed, GQA groups summed onto their shared head) and its dtype.
+        Fully-masked rows give zero, finite gradients.
+
+    Raises:
+        ValueError: as the forward, and a ``grad_output``, ``output`` or ``lse`` of
+            the wrong shape.
+        TypeError: as the forward, a Generator as ``rng`` (it cannot replay its draw),
+            no ``rng`` with dropout, a ``grad_output`` of another dtype.
     """
     if isinstance(rng, np.random.Generator):
         raise fail(
@@ -178,28 +186,15 @@ def scaled_dot_product_attention_backward(
     if dropout_p and rng is None:
         raise fail("rng", "the forward's int seed when dropout_p > 0", None, TypeError)
     pb = make_problem(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, rng)
-    L, _, Ev = pb.shape
-    expected = (*pb.batch_shape, L, Ev)
-    grad_output = float_array("grad_output", grad_output)
-    if grad_output.shape != expected:
-        raise fail("grad_output", f"the output's shape {expected}", f"shape {grad_output.shape}")
-    if grad_output.dtype != pb.dtype:
-        raise fail("grad_output", f"dtype {pb.dtype} as the inputs", f"dtype {grad_output.dtype}", TypeError)
-    grad_output = grad_output.astype(pb.query.dtype, copy=False)
-    if _choose_engine(engine, pb, False) == "naive":
-        with np.errstate(all="ignore"):
-            grads = _naive.backward(pb, grad_output)
-    else:
-        if output is not None and lse is not None:
-            output = float_array("output", output).astype(pb.query.dtype, copy=False)
-            lse = float_array("lse", lse, min_ndim=1).astype(pb.query.dtype, copy=False)
-            if output.shape != expected or lse.shape != expected[:-1]:
-                raise fail(
-                    "output, lse",
-                    f"the forward's shapes {expected} and {expected[:-1]}",
-                    f"{output.shape} and {lse.shape}",
-                )
-        else:
-            output = lse = None
-        grads = _tiled.backward(pb, grad_output, output, lse, threads=_threads(num_threads))
-    return _reduce_grads(pb, grads)
+    saved = None
+    if output is not None and lse is not None:
+        output = float_array("output", output).astype(pb.compute_dtype, copy=False)
+        lse = float_array("lse", lse, min_ndim=1).astype(pb.compute_dtype, copy=False)
+        if output.shape != pb.output_shape or lse.shape != pb.output_shape[:-1]:
+            raise fail(
+                "output, lse",
+                f"the forward's shapes {pb.output_shape} and {pb.output_shape[:-1]}",
+                f"{output.shape} and {lse.shape}",
+            )
+        saved = (output, lse)
+    return backward(pb, choose_engine(engine, pb, False), grad_output, saved, num_threads)

@@ -46,13 +46,13 @@ def softmax(x: Sequence[float]) -> list[float]:
 
 def transpose(matrix: Sequence[Sequence[float]]) -> Matrix:
     """Rows become columns: (m, n) -> (n, m)."""
-    return [list(column) for column in zip(*matrix)]
+    return [list(column) for column in zip(*matrix, strict=True)]
 
 
 def _dot(u: Sequence[float], v: Sequence[float]) -> float:
     """Σ_k u_k·v_k, accumulated left to right from 0.0 as the seed's loop does."""
     total = 0.0
-    for a, b in zip(u, v):
+    for a, b in zip(u, v, strict=True):
         total += a * b
     return total
 
@@ -112,8 +112,10 @@ class SelfAttention:
             self.Wq, self.Wk, self.Wv = (
                 [[rng.normalvariate(0, std) for _ in range(d_k)] for _ in range(d_model)] for _ in range(3)
             )
+        elif len(weights) != 3:
+            raise ValueError(f"weights: expected three matrices (Wq, Wk, Wv), got {len(weights)}")
         else:
-            for name, w in zip(("Wq", "Wk", "Wv"), weights):
+            for name, w in zip(("Wq", "Wk", "Wv"), weights, strict=True):
                 shape = (len(w), len(w[0]) if w else 0)
                 if shape != (d_model, d_k) or any(len(row) != d_k for row in w):
                     raise ValueError(f"weights: expected {name} of shape ({d_model}, {d_k}), got {shape}")

@@ -1,0 +1,183 @@
+"""The attention call that carries its own backward.
+
+    result = attention(q, k, v, is_causal=True)     # forward: result.output, result.lse
+    dq, dk, dv = result.backward(grad_output)       # the exact gradients of that forward
+
+The result holds the validated problem (with its dropout seed, so any ``rng`` replays),
+the engine that ran and what that engine's backward needs, like micrograd's
+``out._backward`` or ``jax.vjp``. Letters as in ``_problem``.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+from typing import Any, Literal, NamedTuple
+
+import numpy as np
+
+from . import _naive, _tiled
+from ._problem import Problem, make_problem
+from ._validation import fail, flag, float_array, positive_int
+
+__all__ = ["ENGINES", "TILED_FROM", "Attention", "Engine", "Gradients", "attention", "backward", "choose_engine"]
+
+Engine = Literal["naive", "tiled"]
+ENGINES: tuple[Engine, ...] = ("naive", "tiled")
+# engine=None picks the tiled engine from this many scores (B·H·L·S) on: below it the
+# naive engine's one large GEMM beats the tiles' overhead (measured in docs/benchmarks.md)
+TILED_FROM = 2**22
+
+
+class Gradients(NamedTuple):
+    """dQ, dK and dV, each in the shape and dtype of its input."""
+
+    query: np.ndarray
+    key: np.ndarray
+    value: np.ndarray
+
+
+@dataclass(frozen=True, repr=False)
+class Attention:
+    """One attention forward: its results, and :meth:`backward` for its gradients.
+
+    Attributes:
+        output: O, (B…, L, Ev), in the inputs' dtype.
+        lse: log Σ_j exp(Z_ij) of each row, (B…, L), in the compute dtype (float32 for
+            float16 inputs, so that the backward keeps every digit); −inf for a row
+            whose keys are all masked.
+        weights: the weights that multiplied V (after dropout), (B…, L, S), in the
+            inputs' dtype; None unless ``need_weights=True``.
+        problem: the validated arguments, including the dropout seed drawn for this call.
+        engine: "naive" or "tiled", the engine that ran.
+        num_threads: the tiled engine's thread count (None: the default).
+    """
+
+    problem: Problem
+    engine: Engine
+    lse: np.ndarray
+    weights: np.ndarray | None
+    num_threads: int | None
+    exact_output: np.ndarray = field(repr=False)  # O in the compute dtype, what the backward's δ needs
+
+    @functools.cached_property
+    def output(self) -> np.ndarray:
+        return self.exact_output.astype(self.problem.result_dtype, copy=False)
+
+    def backward(self, grad_output: Any) -> Gradients:
+        """dQ, dK, dV of Σ grad_output∘O, each in the shape and dtype of its input
+        (broadcast dimensions summed, GQA groups summed onto their shared head).
+
+        Raises:
+            ValueError: ``grad_output`` is not of the output's shape.
+            TypeError: ``grad_output`` is not of the inputs' dtype.
+        """
+        return backward(self.problem, self.engine, grad_output, (self.exact_output, self.lse), self.num_threads)
+
+    def __repr__(self) -> str:
+        shape = "×".join(map(str, self.problem.output_shape))
+        return f"Attention(output {shape} {self.problem.result_dtype}, engine={self.engine!r})"
+
+
+def choose_engine(engine: Any, pb: Problem, need_weights: bool) -> Engine:
+    """The engine asked for, or the faster one for these shapes (see docs/benchmarks.md)."""
+    if engine is None:
+        L, S = pb.lengths
+        return "naive" if need_weights or pb.slices * L * S < TILED_FROM else "tiled"
+    if engine not in ENGINES:
+        raise fail("engine", f"one of {ENGINES} or None", repr(engine))
+    if engine == "tiled" and need_weights:
+        raise fail(
+            "return_weights",
+            "False with engine='tiled' (the tiled engine never holds the (L, S) weights; use engine='naive' or None)",
+            True,
+        )
+    return engine
+
+
+def _threads(num_threads: Any) -> int | None:
+    return None if num_threads is None else positive_int("num_threads", num_threads)
+
+
+def attention(
+    query: Any,
+    key: Any,
+    value: Any,
+    *,
+    attn_mask: Any = None,
+    dropout_p: float = 0.0,
+    is_causal: bool = False,
+    scale: float | None = None,
+    enable_gqa: bool = False,
+    need_weights: bool = False,
+    rng: int | np.random.Generator | None = None,
+    engine: Engine | None = None,
+    num_threads: int | None = None,
+) -> Attention:
+    """O = dropout(softmax(scale · Q·Kᵀ + mask))·V, as an :class:`Attention` result that
+    can give its own gradients.
+
+    The arguments are those of :func:`attnlab.scaled_dot_product_attention`, keyword-only
+    after the three arrays; ``need_weights`` keeps the (B…, L, S) weights. The dropout
+    mask is drawn once from ``rng`` (a Generator, an int seed or None) and replayed by
+    :meth:`Attention.backward`.
+
+    Raises:
+        ValueError: a shape, length, probability or engine that cannot be used.
+        TypeError: an argument of the wrong type or dtype (flags must be bools).
+    """
+    pb = make_problem(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, rng)
+    need_weights = flag("need_weights", need_weights)
+    threads = _threads(num_threads)
+    chosen = choose_engine(engine, pb, need_weights)
+    weights = None
+    if chosen == "naive":
+        with np.errstate(all="ignore"):  # non-finite inputs give NaN, never a warning
+            output, all_weights, lse = _naive.forward(pb)
+        if need_weights:
+            weights = all_weights.astype(pb.result_dtype, copy=False)
+    else:
+        output, lse = _tiled.forward(pb, threads)
+    return Attention(pb, chosen, lse, weights, threads, exact_output=output)
+
+
+def _sum_to_shape(grad: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """Undo broadcasting: sum ``grad`` over the dimensions that ``shape`` broadcast along."""
+    grad = grad.sum(axis=tuple(range(grad.ndim - len(shape))))
+    stretched = tuple(i for i, n in enumerate(shape) if n == 1 and grad.shape[i] != 1)
+    return grad.sum(axis=stretched, keepdims=True) if stretched else grad
+
+
+def backward(
+    pb: Problem,
+    engine: Engine,
+    grad_output: Any,
+    saved: tuple[np.ndarray, np.ndarray] | None,
+    num_threads: Any = None,
+) -> Gradients:
+    """The gradients of attention over ``pb``; see :meth:`Attention.backward`. ``saved`` is
+    the forward's (O, lse) in the compute dtype, which the tiled engine starts from (None:
+    it recomputes them; the naive engine recomputes the weights in any case)."""
+    threads = _threads(num_threads)
+    grad_output = float_array("grad_output", grad_output)
+    if grad_output.shape != pb.output_shape:
+        raise fail("grad_output", f"the output's shape {pb.output_shape}", f"shape {grad_output.shape}")
+    if grad_output.dtype != pb.result_dtype:
+        raise fail("grad_output", f"dtype {pb.result_dtype} as the inputs", f"dtype {grad_output.dtype}", TypeError)
+    grad_output = grad_output.astype(pb.compute_dtype, copy=False)
+    if engine == "naive":
+        with np.errstate(all="ignore"):
+            grad_query, grad_key, grad_value = _naive.backward(pb, grad_output)
+    else:
+        output, lse = _tiled.forward(pb, threads) if saved is None else saved
+        grad_query, grad_key, grad_value = _tiled.backward(pb, grad_output, output, lse, threads)
+    if pb.groups > 1:  # sum each group of G query heads back onto its key/value head
+        *batch, H, S, E = grad_key.shape
+        grad_key = grad_key.reshape(*batch, H // pb.groups, pb.groups, S, E).sum(axis=-3)  # (B…, Hk, S, E)
+        grad_value = grad_value.reshape(*batch, H // pb.groups, pb.groups, S, -1).sum(axis=-3)  # (B…, Hk, S, Ev)
+    return Gradients(
+        *(
+            _sum_to_shape(grad, x.shape).astype(pb.result_dtype, copy=False)
+            for grad, x in zip((grad_query, grad_key, grad_value), (pb.query, pb.key, pb.value), strict=True)
+        )
+    )
