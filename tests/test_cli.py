@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import attnlab as al
+from attnlab import cli
 from attnlab.cli import main
 
 NUMBER = re.compile(r"-?\d+\.\d+|-?\d+")
@@ -174,3 +175,14 @@ def test_version_and_help_with_examples(capsys):
         with pytest.raises(SystemExit):
             main([command, "--help"])
         assert "example" in capsys.readouterr().out
+
+
+def test_a_bug_is_not_dressed_as_a_user_error(monkeypatch):
+    """Only attnlab's own errors become one line and exit 2; a bug keeps its traceback."""
+
+    def broken(*args, **kwargs):
+        raise TypeError("an unexpected bug")
+
+    monkeypatch.setattr(cli, "ReferenceSelfAttention", broken)
+    with pytest.raises(TypeError, match="an unexpected bug"):
+        cli.main(["demo"])

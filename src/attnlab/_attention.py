@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from . import _naive, _tiled
 from ._problem import Problem, make_problem
@@ -100,17 +101,17 @@ def _threads(num_threads: Any) -> int | None:
 
 
 def attention(
-    query: Any,
-    key: Any,
-    value: Any,
+    query: ArrayLike,
+    key: ArrayLike,
+    value: ArrayLike,
     *,
-    attn_mask: Any = None,
-    dropout_p: float = 0.0,
+    attn_mask: ArrayLike | None = None,
     is_causal: bool = False,
     scale: float | None = None,
     enable_gqa: bool = False,
-    need_weights: bool = False,
+    dropout_p: float = 0.0,
     rng: int | np.random.Generator | None = None,
+    need_weights: bool = False,
     engine: Engine | None = None,
     num_threads: int | None = None,
 ) -> Attention:

@@ -9,6 +9,13 @@ D = embed_dim, H heads of E = D/H each, Dk = kdim, Dv = vdim. query (L, N, D), o
 (N, L, D) with ``batch_first``, or (L, D) unbatched; key (S, N, Dk) and value (S, N, Dv)
 likewise. Inside, everything is batch first, and S' counts the keys after appending
 bias_k and the zero row.
+
+Masks follow torch's MultiheadAttention: a bool ``key_padding_mask`` or ``attn_mask`` is
+True where a key is to be *ignored*; a float mask is added to the scores.
+``is_causal=True`` applies the causal mask itself (combined with ``attn_mask`` if one is
+given); torch instead requires ``attn_mask`` and takes ``is_causal`` as a hint. A query
+whose keys are all masked gives output bo (the attention part is 0) and weights 0, where
+torch returns NaN: on purpose.
 """
 
 from __future__ import annotations
@@ -104,26 +111,15 @@ class _Forward:
 
 
 class MultiheadAttention:
-    """torch.nn.MultiheadAttention in NumPy, with ``backward``.
+    """torch.nn.MultiheadAttention in NumPy, with ``backward``; masks as in the module's docstring.
 
-    Masks follow torch's MultiheadAttention: a bool ``key_padding_mask`` or
-    ``attn_mask`` is True where a key is to be *ignored*; a float mask is added to the
-    scores. ``is_causal=True`` applies the causal mask itself (combined with
-    ``attn_mask`` if one is given); torch instead requires ``attn_mask`` and takes
-    ``is_causal`` as a hint. A query whose keys are all masked gives output bo (the
-    attention part is 0) and weights 0, where torch returns NaN: on purpose.
-
-    Args:
-        embed_dim: D, width of the query and of the output.
-        num_heads: H, must divide D.
-        dropout: dropout probability on the attention weights, in training only.
-        bias: add biases to the input and output projections.
-        add_bias_kv: append a learned bias_k / bias_v row to the keys and values.
-        add_zero_attn: append a row of zeros to the keys and values (after the heads split).
-        kdim, vdim: widths of key and value (default D).
-        batch_first: inputs and outputs are (N, L, D) instead of (L, N, D).
-        seed: seed of ``generator``, which draws the initial weights, then the dropout masks.
-        dtype: float32 (default) or float64.
+    Args (torch's, plus two keyword-only): embed_dim D; num_heads H, a divisor of D;
+    dropout on the attention weights, in training only; bias of the input and output
+    projections; add_bias_kv, a learned row appended to the keys and values;
+    add_zero_attn, a zero row appended after the heads split; kdim, vdim, the widths of
+    key and value (default D); batch_first, (N, L, D) instead of (L, N, D); seed of
+    ``generator``, which draws the initial weights and then the dropout masks; dtype,
+    float32 (default) or float64.
 
     Raises:
         ValueError, TypeError: an argument that cannot be used, named in the message.
@@ -184,31 +180,6 @@ class MultiheadAttention:
     def eval(self) -> MultiheadAttention:
         return self.train(False)
 
-    def _projections(self) -> list[tuple[np.ndarray, np.ndarray | None]]:
-        """(weight, bias) of the query, key and value projections."""
-        D, p = self.embed_dim, self._params
-        if "in_proj_weight" in p:
-            weights = [p["in_proj_weight"][i * D : (i + 1) * D] for i in range(3)]
-        else:
-            weights = [p["q_proj_weight"], p["k_proj_weight"], p["v_proj_weight"]]
-        bias = p.get("in_proj_bias")
-        return [(w, None if bias is None else bias[i * D : (i + 1) * D]) for i, w in enumerate(weights)]
-
-    def _batch_first(self, name: str, x: Any, width: int, batched: bool) -> np.ndarray:
-        x = float_array(name, x)
-        expected = f"(N, L, {width})" if self.batch_first else f"(L, N, {width})"
-        if x.ndim != (3 if batched else 2) or x.shape[-1] != width:
-            raise fail(name, f"shape {expected} or unbatched (L, {width})", f"shape {x.shape}")
-        if x.dtype != self.dtype:
-            raise fail(name, f"dtype {self.dtype} as the layer", f"dtype {x.dtype}", TypeError)
-        if not batched:
-            return x[None]  # (1, L, width)
-        return x if self.batch_first else x.swapaxes(0, 1)  # (N, L, width)
-
-    def _layout(self, x: np.ndarray, batched: bool) -> np.ndarray:
-        """Batch-first (N, L, ·) back to the caller's layout."""
-        return (x if self.batch_first else x.swapaxes(0, 1)) if batched else x[0]
-
     def __call__(
         self,
         query: Any,
@@ -223,21 +194,14 @@ class MultiheadAttention:
         """Return ``(output, weights)``: output like query; weights (N, L, S') averaged
         over heads or (N, H, L, S') per head (without N when unbatched), None unless
         ``need_weights``. The forward is kept for :meth:`backward`."""
-        need_weights, average = flag("need_weights", need_weights), flag("average_attn_weights", average_attn_weights)
-        batched = np.ndim(query) == 3
-        inputs = tuple(
-            self._batch_first(name, x, width, batched)
-            for name, x, width in zip(
-                ("query", "key", "value"), (query, key, value), (self.embed_dim, self.kdim, self.vdim), strict=True
-            )
-        )
-        is_causal = flag("is_causal", is_causal)
-        self._last = forward = _forward(self, inputs, key_padding_mask, attn_mask, is_causal, need_weights, batched)
-        output, weights = self._layout(forward.output, batched), forward.attention.weights  # weights (N, H, L, S')
+        average = flag("average_attn_weights", average_attn_weights)
+        masks = (key_padding_mask, attn_mask, flag("is_causal", is_causal))
+        self._last = forward = _forward(self, (query, key, value), *masks, flag("need_weights", need_weights))
+        output, weights = _layout(self, forward.output, forward.batched), forward.attention.weights  # (N, H, L, S')
         if weights is None:
             return output, None
         weights = weights.mean(axis=1) if average else weights  # (N, L, S') or (N, H, L, S')
-        return output, weights if batched else weights[0]
+        return output, weights if forward.batched else weights[0]
 
     forward = __call__
 
@@ -262,13 +226,38 @@ class MultiheadAttention:
         output (H, L, E) before the out-projection. No dropout; no appended keys."""
         if self.add_bias_kv or self.add_zero_attn or "in_proj_weight" not in self._params:
             raise fail("trace", "a layer without add_bias_kv, add_zero_attn, kdim or vdim", "one with them")
-        x = float_array("x", x)
-        if x.ndim != 2 or x.shape[1] != self.embed_dim:
-            raise fail("x", f"one sequence of shape (L, {self.embed_dim})", f"shape {x.shape}")
-        x = x.astype(self.dtype, copy=False)
-        Q, K, V = (split_heads(linear(x[None], w, b), self.num_heads)[0] for w, b in self._projections())  # (H, L, E)
-        tokens = None if tokens is None else list(tokens)
-        return build_trace(x, Q, K, V, scale=scale, is_causal=is_causal, tokens=tokens)
+        x = _batch_first(self, "x", x, self.embed_dim, batched=False)  # (1, L, D)
+        Q, K, V = (split_heads(linear(x, w, b), self.num_heads)[0] for w, b in _projections(self))  # (H, L, E)
+        return build_trace(x[0], Q, K, V, scale=scale, is_causal=is_causal, tokens=tokens)
+
+
+def _projections(layer: MultiheadAttention) -> list[tuple[np.ndarray, np.ndarray | None]]:
+    """(weight, bias) of the query, key and value projections."""
+    D, p = layer.embed_dim, layer._params
+    if "in_proj_weight" in p:
+        weights = [p["in_proj_weight"][i * D : (i + 1) * D] for i in range(3)]
+    else:
+        weights = [p["q_proj_weight"], p["k_proj_weight"], p["v_proj_weight"]]
+    bias = p.get("in_proj_bias")
+    return [(w, None if bias is None else bias[i * D : (i + 1) * D]) for i, w in enumerate(weights)]
+
+
+def _batch_first(layer: MultiheadAttention, name: str, x: Any, width: int, batched: bool) -> np.ndarray:
+    """``x`` as (N, L, width) in the layer's dtype, from the caller's layout."""
+    x = float_array(name, x)
+    expected = f"(N, L, {width})" if layer.batch_first else f"(L, N, {width})"
+    if x.ndim != (3 if batched else 2) or x.shape[-1] != width:
+        raise fail(name, f"shape {expected} or unbatched (L, {width})", f"shape {x.shape}")
+    if x.dtype != layer.dtype:
+        raise fail(name, f"dtype {layer.dtype} as the layer", f"dtype {x.dtype}", TypeError)
+    if not batched:
+        return x[None]  # (1, L, width)
+    return x if layer.batch_first else x.swapaxes(0, 1)  # (N, L, width)
+
+
+def _layout(layer: MultiheadAttention, x: np.ndarray, batched: bool) -> np.ndarray:
+    """Batch-first (N, L, ·) back to the caller's layout."""
+    return (x if layer.batch_first else x.swapaxes(0, 1)) if batched else x[0]
 
 
 def _checked_state(state: Any, current: dict[str, np.ndarray], dtype: np.dtype) -> dict[str, np.ndarray]:
@@ -292,21 +281,25 @@ def _checked_state(state: Any, current: dict[str, np.ndarray], dtype: np.dtype) 
 
 def _forward(
     layer: MultiheadAttention,
-    inputs: tuple[np.ndarray, ...],
+    inputs: tuple[Any, Any, Any],
     key_padding_mask: Any,
     attn_mask: Any,
     is_causal: bool,
     need_weights: bool,
-    batched: bool,
 ) -> _Forward:
-    """Project, split into heads, attend, merge, project out."""
-    query, key, value = inputs  # (N, L, D), (N, S, Dk), (N, S, Dv)
+    """Check the inputs, project, split into heads, attend, merge, project out."""
+    batched = np.ndim(inputs[0]) == 3
+    widths = (layer.embed_dim, layer.kdim, layer.vdim)
+    query, key, value = (
+        _batch_first(layer, name, x, width, batched)
+        for name, x, width in zip(("query", "key", "value"), inputs, widths, strict=True)
+    )  # (N, L, D), (N, S, Dk), (N, S, Dv)
     N, L, D = query.shape
     S = key.shape[1]
     if key.shape[:2] != value.shape[:2] or key.shape[0] != N:
         raise fail("key, value", f"the same batch N={N} and length", f"shapes {key.shape}, {value.shape}")
     H, p = layer.num_heads, layer._params
-    q, k, v = (linear(x, w, b) for x, (w, b) in zip(inputs, layer._projections(), strict=True))  # (N, ·, D)
+    q, k, v = (linear(x, w, b) for x, (w, b) in zip((query, key, value), _projections(layer), strict=True))
     if layer.add_bias_kv:
         k = np.concatenate([k, np.broadcast_to(p["bias_k"][0], (N, 1, D))], axis=1)  # (N, S + 1, D)
         v = np.concatenate([v, np.broadcast_to(p["bias_v"][0], (N, 1, D))], axis=1)
@@ -329,7 +322,7 @@ def _backward(
 ) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray], dict[str, np.ndarray]]:
     """The input gradients (in the caller's layout) and one gradient per parameter."""
     N, L, D = forward.output.shape
-    grad_out = layer._batch_first("grad_output", grad_output, D, forward.batched)  # (N, L, D)
+    grad_out = _batch_first(layer, "grad_output", grad_output, D, forward.batched)  # (N, L, D)
     if grad_out.shape != (N, L, D):
         raise fail("grad_output", f"the output's shape for batch {N}, length {L}", f"shape {np.shape(grad_output)}")
     p, grads = layer._params, {}
@@ -345,8 +338,7 @@ def _backward(
         grads["bias_v"] = gv[:, -1].sum(axis=0).reshape(1, 1, D)
         gk, gv = gk[:, :-1], gv[:, :-1]
     projected = [
-        linear_backward(g, x, w)
-        for g, x, (w, _) in zip((gq, gk, gv), forward.inputs, layer._projections(), strict=True)
+        linear_backward(g, x, w) for g, x, (w, _) in zip((gq, gk, gv), forward.inputs, _projections(layer), strict=True)
     ]
     if "in_proj_weight" in p:
         grads["in_proj_weight"] = np.concatenate([weight for _, weight, _ in projected])
@@ -356,5 +348,5 @@ def _backward(
         )
     grads["in_proj_bias"] = np.concatenate([bias for _, _, bias in projected])
     param_grads = {name: grads[name].astype(layer.dtype, copy=False) for name in p}
-    inputs = tuple(layer._layout(grad_x, forward.batched) for grad_x, _, _ in projected)
+    inputs = tuple(_layout(layer, grad_x, forward.batched) for grad_x, _, _ in projected)
     return inputs, param_grads  # type: ignore[return-value]

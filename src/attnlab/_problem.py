@@ -81,12 +81,12 @@ def make_problem(
     query: Any,
     key: Any,
     value: Any,
-    attn_mask: Any = None,
-    dropout_p: Any = 0.0,
-    is_causal: Any = False,
-    scale: Any = None,
-    enable_gqa: Any = False,
-    rng: Any = None,
+    attn_mask: Any,
+    dropout_p: Any,
+    is_causal: Any,
+    scale: Any,
+    enable_gqa: Any,
+    rng: Any,
 ) -> Problem:
     """Check every argument of an attention call and normalise it."""
     query = float_array("query", query)

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike, DTypeLike
 
 from . import reference
 from ._trace import Trace, build_trace
@@ -36,10 +37,10 @@ class SelfAttention:
         d_model: int,
         d_k: int,
         *,
+        weights: Sequence[ArrayLike] | None = None,
+        dtype: DTypeLike = np.float64,
         seed: int = 42,
         std: float = 0.1,
-        weights: Sequence[Any] | None = None,
-        dtype: Any = np.float64,
     ) -> None:
         self.d_model = positive_int("d_model", d_model)
         self.d_k = positive_int("d_k", d_k)
@@ -77,6 +78,4 @@ class SelfAttention:
         X, Q, K, V = self._project(X)
         if X.ndim != 2:
             raise fail("X", f"one sequence of shape (L, {self.d_model}) to trace", f"shape {X.shape}")
-        return build_trace(
-            X, Q, K, V, scale=scale, is_causal=is_causal, tokens=None if tokens is None else list(tokens)
-        )
+        return build_trace(X, Q, K, V, scale=scale, is_causal=is_causal, tokens=tokens)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -219,7 +220,7 @@ def build_trace(
     *,
     scale: float | None,
     is_causal: bool,
-    tokens: list[str] | None,
+    tokens: Sequence[str] | None,
 ) -> Trace:
     """The trace of attention over projections Q, K (…, L, d_k) and V (…, L, d_v) of
     ``inputs`` (L, d_model): the weights and output come from the engine, the scores
@@ -239,5 +240,5 @@ def build_trace(
         scaled_scores=scaled,
         weights=weights,
         output=output,
-        tokens=tokens,
+        tokens=None if tokens is None else list(tokens),
     )

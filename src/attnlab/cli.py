@@ -174,6 +174,29 @@ def _bench(args: argparse.Namespace) -> None:
     print(bench(quick=args.quick, json_path=args.json, repeat=args.repeat))
 
 
+def _command(
+    commands: argparse._SubParsersAction,
+    name: str,
+    run: Callable[[argparse.Namespace], None],
+    summary: str,
+    description: str,
+    examples: str,
+    options: Sequence[Callable[[argparse.ArgumentParser], None]] = (),
+) -> argparse.ArgumentParser:
+    """Add subcommand ``name``: its help, its examples below the options, the shared option groups."""
+    parser: argparse.ArgumentParser = commands.add_parser(
+        name,
+        help=summary,
+        description=description,
+        epilog=f"examples:\n{examples}",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    for add_options in options:
+        add_options(parser)
+    parser.set_defaults(run=run)
+    return parser
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="attnlab",
@@ -184,71 +207,65 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"attnlab {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
-
-    demo = commands.add_parser(
+    _command(
+        commands,
         "demo",
-        help="the article's demonstration, every step",
-        description="Print the seed article's demo: 4 one-hot tokens, d_model=8, d_k=6, seed 42.",
-        epilog="example: attnlab demo --lang en",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        _demo,
+        "the article's demonstration, every step",
+        "Print the seed article's demo: 4 one-hot tokens, d_model=8, d_k=6, seed 42.",
+        "  attnlab demo --lang en",
+        [_add_output_options],
     )
-    _add_output_options(demo)
-    demo.set_defaults(run=_demo)
-
-    trace = commands.add_parser(
+    _command(
+        commands,
         "trace",
-        help="every step of attention on your own sequence",
-        description="Run the seed's layer on your sequence and print every intermediate.",
-        epilog="examples:\n  attnlab trace x.json --d-k 4 --causal\n"
+        _trace,
+        "every step of attention on your own sequence",
+        "Run the seed's layer on your sequence and print every intermediate.",
+        "  attnlab trace x.json --d-k 4 --causal\n"
         '  attnlab trace --text "小明是个运动达人，他平时很爱打篮球"\n'
         "  echo '[[1, 0], [0, 1]]' | attnlab trace - --tokens 'a b' --format json",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        [add_input_options, _add_output_options],
     )
-    add_input_options(trace)
-    _add_output_options(trace)
-    trace.set_defaults(run=_trace)
-
-    plot = commands.add_parser(
+    plot = _command(
+        commands,
         "plot",
-        help="draw the attention weights as a heatmap (PNG, SVG or PDF)",
-        description="Draw a heatmap of a trace: token labels on both axes, one panel per head. "
+        _plot,
+        "draw the attention weights as a heatmap (PNG, SVG or PDF)",
+        "Draw a heatmap of a trace: token labels on both axes, one panel per head. "
         "INPUT is what 'attnlab trace' takes, or a trace saved with 'attnlab trace --format json'.",
-        epilog='examples:\n  attnlab plot --text "小明是个运动达人，他平时很爱打篮球" -o weights.png\n'
+        '  attnlab plot --text "小明是个运动达人，他平时很爱打篮球" -o weights.png\n'
         "  attnlab plot trace.json --stage scaled --heads 0,2 -o scaled.svg",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        [add_input_options],
     )
-    add_input_options(plot)
     plot.add_argument("-o", "--output", required=True, help="the picture to write: .png, .svg or .pdf")
     plot.add_argument("--stage", choices=("weights", "scaled", "scores"), default="weights", help="what to draw")
     plot.add_argument("--heads", default="all", help="'all' (default) or head indices such as 0,2,5")
-    plot.set_defaults(run=_plot)
-
-    view = commands.add_parser(
+    view = _command(
+        commands,
         "view",
-        help="write one self-contained interactive HTML page",
-        description="Write an HTML page (no network needed) with the heatmap, a head view, a step-by-step "
+        _view,
+        "write one self-contained interactive HTML page",
+        "Write an HTML page (no network needed) with the heatmap, a head view, a step-by-step "
         "table for one query, a live scale slider and PNG/SVG export.",
-        epilog='examples:\n  attnlab view --text "小明是个运动达人，他平时很爱打篮球" -o attention.html\n'
+        '  attnlab view --text "小明是个运动达人，他平时很爱打篮球" -o attention.html\n'
         "  attnlab view --text 'the cat sat on the mat' --embed random --num-heads 4 -o heads.html",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        [add_input_options],
     )
-    add_input_options(view)
     view.add_argument("-o", "--output", required=True, help="the page to write (.html)")
-    view.set_defaults(run=_view)
-
-    bench = commands.add_parser(
+    bench = _command(
+        commands,
         "bench",
-        help="time attnlab's engines against NumPy and torch, side by side",
-        description="Time the tiled and naive engines, textbook NumPy attention and torch's SDPA in one run "
-        "(float32, B=1, H=8, d=64, L = S from 256 to 4096, causal and not, forward and forward+backward).",
-        epilog="examples:\n  attnlab bench --quick\n  attnlab bench --json bench.json\n"
+        _bench,
+        "time attnlab's engines against NumPy and torch, side by side",
+        "Time the tiled and naive engines, textbook NumPy attention and torch's SDPA in one run "
+        "(float32, B=1, H=8, E=64, L = S from 256 to 4096, causal and not, forward and forward+backward).",
+        "  attnlab bench --quick\n  attnlab bench --json bench.json\n"
         "  env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE attnlab bench   # let OpenBLAS pick its fastest kernels",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     bench.add_argument("--quick", action="store_true", help="L up to 1024 only, 2 repeats: under a minute")
     bench.add_argument("--json", metavar="PATH", help="also write every figure to this JSON file")
     bench.add_argument("--repeat", type=_at_least(1), help="timed runs per figure, best kept (default 3, quick 2)")
-    bench.set_defaults(run=_bench)
     return parser
 
 
