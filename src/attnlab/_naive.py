@@ -54,7 +54,9 @@ def forward(pb: Problem) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     dropout = _dropout(pb)
     if dropout is not None:
         weights *= dropout
-    return weights @ value, weights, lse
+    output = weights @ value
+    output[np.isneginf(lse)] = 0.0  # a row whose keys are all masked is 0, whatever the values
+    return output, weights, lse
 
 
 def backward(pb: Problem, grad_output: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -25,7 +25,7 @@ def softmax_lse_(scores: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         np.subtract(scores, row_max, out=scores)
         np.exp(scores, out=scores)
         row_sum = scores.sum(axis=-1, keepdims=True)
-        np.multiply(scores, np.where(row_sum > 0, 1.0 / row_sum, 0.0), out=scores)
+        np.multiply(scores, np.where(row_sum == 0, 0.0, 1.0 / row_sum), out=scores)  # all −inf rows: 0
         lse = (row_max + np.log(row_sum))[..., 0]
     return scores, lse
 

@@ -82,11 +82,20 @@ def _blocks(length: int, size: int) -> list[slice]:
     return [slice(start, min(start + size, length)) for start in range(0, length, size)]
 
 
-def _key_blocks(pb: Problem, rows: slice) -> list[slice]:
-    """The blocks of keys that query rows ``rows`` can see; when causal, the last one
-    ends at the diagonal (row i sees keys 0..i)."""
+def _key_blocks(pb: Problem, rows: slice, skip_causal: bool) -> list[slice]:
+    """The blocks of keys that query rows ``rows`` read; with ``skip_causal`` the last
+    one ends at the diagonal (row i sees keys 0..i)."""
     S = pb.lengths[1]
-    return _blocks(min(S, rows.stop) if pb.is_causal else S, BLOCK_K)
+    return _blocks(min(S, rows.stop) if skip_causal else S, BLOCK_K)
+
+
+def _value_exponent(value: np.ndarray, length: int) -> int:
+    """k such that Σ over ``length`` rows of values scaled by 2⁻ᵏ cannot overflow:
+    0 unless the values are within a factor ``length`` of the dtype's largest number.
+    Scaling by a power of two is exact, so the results keep their bits."""
+    largest = float(np.max(np.abs(value), initial=0.0, where=np.isfinite(value)))
+    headroom = float(np.finfo(value.dtype).max) / max(length, 1) / 4
+    return max(0, int(np.ceil(np.log2(largest / headroom)))) if largest > headroom else 0
 
 
 def _scores(pb: Problem, s: _Slice, q_scaled: np.ndarray, rows: slice, cols: slice) -> np.ndarray:
@@ -98,14 +107,16 @@ def _scores(pb: Problem, s: _Slice, q_scaled: np.ndarray, rows: slice, cols: sli
     return scores
 
 
-def _forward_block(pb: Problem, s: _Slice, rows: slice, out: np.ndarray, lse: np.ndarray) -> None:
+def _forward_block(
+    pb: Problem, s: _Slice, rows: slice, out: np.ndarray, lse: np.ndarray, skip_causal: bool, exponent: int
+) -> None:
     """Output rows and lse of one block of queries, by online softmax. ``s.v`` carries a
     last column of ones, so that acc's last column accumulates the row sums l inside the
     same matrix product (and is rescaled with it)."""
     q_scaled = s.q[rows] * np.asarray(pb.scale, dtype=s.q.dtype)  # (block_q, E)
     row_max = np.full((q_scaled.shape[0], 1), -np.inf, dtype=q_scaled.dtype)  # m, (block_q, 1)
     acc = np.zeros((q_scaled.shape[0], s.v.shape[1]), dtype=q_scaled.dtype)  # [Σ P·V, l], (block_q, Ev + 1)
-    for cols in _key_blocks(pb, rows):
+    for cols in _key_blocks(pb, rows, skip_causal):
         weights = _scores(pb, s, q_scaled, rows, cols)
         new_max = np.maximum(row_max, weights.max(axis=1, keepdims=True))
         new_max[np.isneginf(new_max)] = 0.0  # rows with nothing visible yet: exp(-inf - 0) = 0
@@ -121,20 +132,26 @@ def _forward_block(pb: Problem, s: _Slice, rows: slice, out: np.ndarray, lse: np
             acc[:, :-1] += weights @ s.v[cols, :-1]
         row_max = new_max
     row_sum = acc[:, -1:]  # l, (block_q, 1)
-    out[rows] = acc[:, :-1] / np.where(row_sum == 0, 1, row_sum)  # fully masked rows: acc = 0, so O = 0
+    np.ldexp(acc[:, :-1] / row_sum, exponent, out=out[rows])  # undo the values' 2⁻ᵏ
+    out[rows][row_sum[:, 0] == 0] = 0.0  # a row whose keys are all masked is 0, whatever the values
     lse[rows] = (row_max + np.log(row_sum))[:, 0]
 
 
 def forward(pb: Problem, threads: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Return (O (B…, L, Ev), lse (B…, L))."""
-    L, _ = pb.lengths
+    L, S = pb.lengths
     Ev = pb.value.shape[-1]
-    ones = np.ones((*pb.value.shape[:-1], 1), dtype=pb.value.dtype)
-    slices = _slices(pb, np.concatenate([pb.value, ones], axis=-1))  # values with a column of ones, (B…, S, Ev + 1)
+    exponent = _value_exponent(pb.value, S)
+    value = np.ldexp(pb.value, -exponent) if exponent else pb.value
+    ones = np.ones((*value.shape[:-1], 1), dtype=value.dtype)
+    slices = _slices(pb, np.concatenate([value, ones], axis=-1))  # values with a column of ones, (B…, S, Ev + 1)
+    # Blocks above the diagonal are skipped only when no value there could make a NaN
+    # (0·NaN): the result is then the same as reading them.
+    skip_causal = pb.is_causal and bool(np.isfinite(pb.value).all())
     out = np.empty((len(slices), L, Ev), dtype=pb.compute_dtype)  # (B·H, L, Ev)
     lse = np.empty((len(slices), L), dtype=pb.compute_dtype)  # (B·H, L)
     tasks = [
-        functools.partial(_forward_block, pb, s, rows, out[s.n], lse[s.n])
+        functools.partial(_forward_block, pb, s, rows, out[s.n], lse[s.n], skip_causal, exponent)
         for rows in reversed(_blocks(L, BLOCK_Q))  # causal: the last rows see the most keys
         for s in slices
     ]
@@ -155,6 +172,9 @@ def backward(
     grad_output = np.broadcast_to(grad_output, pb.output_shape).reshape(n, L, Ev)  # dO, (B·H, L, Ev)
     lse = np.where(np.isneginf(lse), np.inf, lse).reshape(n, L, 1)  # fully masked rows: P = exp(−inf) = 0, (B·H, L, 1)
     delta = np.einsum("nle,nle->nl", grad_output, output.reshape(n, L, Ev))[..., None]  # δ, (B·H, L, 1)
+    # as in the forward: skip blocks above the diagonal only when they could add no NaN
+    finite = (np.isfinite(x).all() for x in (pb.query, pb.key, pb.value, grad_output, delta))
+    skip_causal = pb.is_causal and all(finite)
     grad_q = np.empty((n, L, E), dtype=dtype)
     grad_k = np.empty((n, S, E), dtype=dtype)
     grad_v = np.empty((n, S, Ev), dtype=dtype)
@@ -178,7 +198,7 @@ def backward(
         dQ_i, which only a task that owns the whole slice may do."""
         gk = np.zeros((cols.stop - cols.start, E), dtype=dtype)
         gv = np.zeros((cols.stop - cols.start, Ev), dtype=dtype)
-        first = cols.start if pb.is_causal else 0  # causal: keys j are seen by queries i >= j
+        first = cols.start if skip_causal else 0  # causal: keys j are seen by queries i >= j
         for rows in _blocks(L, BLOCK_Q):
             if rows.stop <= first:
                 continue
@@ -194,7 +214,7 @@ def backward(
 
     def queries_task(s: _Slice, rows: slice) -> None:
         gq = np.zeros((rows.stop - rows.start, E), dtype=dtype)
-        for cols in _key_blocks(pb, rows):
+        for cols in _key_blocks(pb, rows, skip_causal):
             gq += block(s, rows, cols)[2] @ s.k[cols]
         grad_q[s.n, rows] = gq * scale
 
