@@ -186,3 +186,59 @@ def test_a_bug_is_not_dressed_as_a_user_error(monkeypatch):
     monkeypatch.setattr(cli, "ReferenceSelfAttention", broken)
     with pytest.raises(TypeError, match="an unexpected bug"):
         cli.main(["demo"])
+
+
+HOSTILE_FILES = {
+    "deep.json": ("[" * 100_000 + "]" * 100_000, "nested too deeply"),
+    "huge-int.json": ("[[" + "9" * 400 + ", 1]]", "within float range"),
+    "empty.npy": ("", "cannot read"),
+    "long.json": (json.dumps([[0.0]] * 9000), "at most 67,108,864 scores"),
+}
+
+
+@pytest.mark.parametrize("name", HOSTILE_FILES)
+def test_hostile_files_end_in_one_line(name, tmp_path, monkeypatch, capsys):
+    text, message = HOSTILE_FILES[name]
+    (tmp_path / name).write_text(text)
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run(capsys, "trace", name)
+    assert code == 2 and out == "" and message in err and err.count("\n") == 1
+
+
+def test_an_npz_under_an_npy_name_and_a_bom_csv(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    np.savez(tmp_path / "a.npz", x=np.ones((2, 2)))
+    (tmp_path / "a.npz").rename(tmp_path / "a.npy")
+    code, _, err = run(capsys, "trace", "a.npy")
+    assert code == 2 and "got an .npz archive" in err
+    (tmp_path / "excel.csv").write_bytes(b"\xef\xbb\xbf1,0\n0,1\n")
+    code, out, _ = run(capsys, "trace", "excel.csv", "--format", "json")
+    assert code == 0 and json.loads(out)["inputs"] == [[1.0, 0.0], [0.0, 1.0]]
+
+
+@pytest.mark.parametrize(
+    "option, value, message",
+    [("--d-k", str(10**9), "--d-k: expected an integer in 1..65536"), ("--precision", "400", "in 0..17")],
+)
+def test_limits_are_checked_before_work(option, value, message, capsys):
+    with pytest.raises(SystemExit) as exited:
+        main(["trace", "--text", "a b", option, value])
+    assert exited.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_ctrl_c_is_one_line_and_status_130(monkeypatch, capsys):
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "ReferenceSelfAttention", interrupted)
+    code, _, err = run(capsys, "demo")
+    assert code == 130 and err == "attnlab demo: interrupted\n"
+
+
+def test_a_terminal_without_chinese_gets_escapes():
+    result = subprocess.run(
+        [sys.executable, "-m", "attnlab.cli", "demo"],
+        capture_output=True,
+        env={**__import__("os").environ, "PYTHONIOENCODING": "ascii"},
+    )
+    assert result.returncode == 0 and b"\\u81ea" in result.stdout

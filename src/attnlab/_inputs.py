@@ -46,7 +46,11 @@ def _numeric_rows(rows: Any, source: str) -> np.ndarray:
         for j, x in enumerate(row):
             if isinstance(x, bool) or not isinstance(x, (int, float)):
                 raise InputError(f"{source}: row {i}, column {j}: expected a number, got {x!r}")
-    return _finite(np.array(rows, dtype=float).reshape(len(rows), width), source)
+    try:
+        matrix = np.array(rows, dtype=float).reshape(len(rows), width)
+    except OverflowError:  # an integer beyond float range
+        raise InputError(f"{source}: expected numbers within float range (about ±1.8e308)") from None
+    return _finite(matrix, source)
 
 
 def _finite(x: np.ndarray, source: str) -> np.ndarray:
@@ -64,6 +68,10 @@ def _parse_json(text: str, source: str) -> Any:
         return json.loads(text)
     except json.JSONDecodeError as e:
         raise InputError(f"{source}: not valid JSON ({e})") from None
+    except RecursionError:
+        raise InputError(f"{source}: JSON nested too deeply (a sequence is a list of rows)") from None
+    except ValueError as e:  # such as an integer of more than 4300 digits
+        raise InputError(f"{source}: cannot use this JSON ({e})") from None
 
 
 def _read_csv(text: str, source: str) -> np.ndarray:
@@ -92,13 +100,15 @@ def read_json_or_matrix(path: str) -> Any:
     try:
         if file.suffix.lower() == ".npy":
             array = np.load(file, allow_pickle=False)
+            if not isinstance(array, np.ndarray):  # an .npz archive under another name
+                raise InputError(f"{path}: expected one array (.npy), got an .npz archive")
             if array.dtype.kind not in "iuf":
                 raise InputError(f"{path}: expected an array of numbers, got dtype {array.dtype}")
             return _finite(array.astype(float), path)
-        text = file.read_text(encoding="utf-8")
+        text = file.read_text(encoding="utf-8-sig")  # Excel's "CSV UTF-8" starts with a byte-order mark
     except InputError:
         raise
-    except (OSError, ValueError, UnicodeDecodeError) as e:
+    except (OSError, ValueError, EOFError, UnicodeDecodeError) as e:
         reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
         raise InputError(f"{path}: cannot read: {reason}") from None
     return _read_csv(text, path) if file.suffix.lower() == ".csv" else _parse_json(text, path)

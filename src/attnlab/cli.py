@@ -9,6 +9,7 @@ shows its traceback.
 from __future__ import annotations
 
 import argparse
+import io
 import math
 import os
 import sys
@@ -35,6 +36,11 @@ from .reference import SelfAttention as ReferenceSelfAttention
 
 __all__ = ["build_parser", "main"]
 
+# What a trace can hold: its (L, L) matrices are kept whole, several per head, so L²·H
+# is capped before any work (2²⁶ float64 scores are 512 MiB an array); widths likewise.
+MAX_SCORES = 2**26
+MAX_WIDTH = 2**16
+
 # The seed article's demonstration: four one-hot tokens of width 8, d_k = 6.
 DEMO_D_MODEL, DEMO_D_K = 8, 6
 DEMO_X = [[1.0 if j == i else 0.0 for j in range(DEMO_D_MODEL)] for i in range(4)]
@@ -59,14 +65,15 @@ def _scale(text: str) -> float | str:
     return value
 
 
-def _at_least(minimum: int) -> Callable[[str], int]:
+def _at_least(minimum: int, maximum: int | None = None) -> Callable[[str], int]:
     def parse(text: str) -> int:
         try:
             value = int(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"expected an integer >= {minimum}, got {value}")
+        if value < minimum or (maximum is not None and value > maximum):
+            bounds = f">= {minimum}" if maximum is None else f"in {minimum}..{maximum}"
+            raise argparse.ArgumentTypeError(f"expected an integer {bounds}, got {value}")
         return value
 
     return parse
@@ -76,7 +83,7 @@ def _add_output_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--format", choices=("text", "json"), default="text", help="text (default) or json (full precision)"
     )
-    parser.add_argument("--precision", type=_at_least(0), default=4, help="decimals in the text (default 4)")
+    parser.add_argument("--precision", type=_at_least(0, 17), default=4, help="decimals in the text (default 4)")
     parser.add_argument("--lang", choices=LANGUAGES, default="zh", help="labels: zh (default, as the article) or en")
 
 
@@ -93,8 +100,10 @@ def add_input_options(parser: argparse.ArgumentParser) -> None:
         default="onehot",
         help="with --text: one-hot vectors (default) or seeded Gaussian vectors of --d-model width",
     )
-    parser.add_argument("--d-model", type=_at_least(1), default=16, help="width of --embed random vectors (default 16)")
-    parser.add_argument("--d-k", type=_at_least(1), help="width of Q, K and V (default: the input's width)")
+    parser.add_argument(
+        "--d-model", type=_at_least(1, MAX_WIDTH), default=16, help="width of --embed random vectors (default 16)"
+    )
+    parser.add_argument("--d-k", type=_at_least(1, MAX_WIDTH), help="width of Q, K and V (default: the input's width)")
     parser.add_argument("--seed", type=int, default=42, help="seed of the weights (default 42, the article's)")
     parser.add_argument(
         "--scale", type=_scale, default="sqrt", help="sqrt (1/√d_k, default), none (1) or a number multiplying Q·Kᵀ"
@@ -126,6 +135,13 @@ def trace_from_args(args: argparse.Namespace) -> Trace:
             return trace
         X = as_sequence(data, args.input)
         tokens = parse_tokens(args.tokens, len(X))
+    if len(X) ** 2 * args.num_heads > MAX_SCORES:
+        raise InputError(
+            f"{len(X)} tokens × {args.num_heads} heads: a trace keeps L×L matrices per head, at most "
+            f"{MAX_SCORES:,} scores (L²·heads); use fewer tokens or heads"
+        )
+    if X.shape[1] > MAX_WIDTH:
+        raise InputError(f"the input's width: expected at most {MAX_WIDTH}, got {X.shape[1]}")
     scale = {"sqrt": None, "none": 1.0}.get(args.scale, args.scale)
     if args.num_heads > 1:
         if X.shape[1] % args.num_heads:
@@ -282,9 +298,15 @@ def _in_cli_words(error: AttnlabError) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    for stream in (sys.stdout, sys.stderr):  # a terminal that cannot show Chinese gets escapes, not a crash
+        if isinstance(stream, io.TextIOWrapper):
+            stream.reconfigure(errors="backslashreplace")
     args = build_parser().parse_args(argv)
     try:
         args.run(args)
+    except KeyboardInterrupt:
+        print(f"attnlab {args.command}: interrupted", file=sys.stderr)
+        return 130
     except AttnlabError as e:
         print(f"attnlab {args.command}: error: {_in_cli_words(e)}", file=sys.stderr)
         return 2
