@@ -242,3 +242,29 @@ def test_a_terminal_without_chinese_gets_escapes():
         env={**__import__("os").environ, "PYTHONIOENCODING": "ascii"},
     )
     assert result.returncode == 0 and b"\\u81ea" in result.stdout
+
+
+def test_scores_that_overflow_give_valid_json_a_plot_and_a_clear_page_error(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "x.json").write_text("[[1e200, 1e200], [1e200, -1e200]]")
+    code, out, _ = run(capsys, "trace", "x.json", "--format", "json")
+    data = json.loads(out)  # valid JSON: NaN is written "NaN", never a bare NaN
+    assert code == 0 and data["weights"][0][0] == "NaN"
+    (tmp_path / "trace.json").write_text(out)
+    assert al.Trace.from_dict(data).weights.shape == (2, 2)
+    assert np.isnan(al.Trace.from_dict(data).weights).all()
+    code, _, err = run(capsys, "plot", "trace.json", "-o", "x.png")
+    assert code == 0 and (tmp_path / "x.png").stat().st_size > 0
+    code, _, err = run(capsys, "view", "x.json", "-o", "x.html")
+    assert code == 2 and "expected finite scores" in err and not (tmp_path / "x.html").exists()
+
+
+def test_a_trace_with_inconsistent_arrays_is_refused(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    code, out, _ = run(capsys, "trace", "--text", "a b c", "--format", "json")
+    for field, value in [("Q", [1.0, 2.0]), ("K", [[1.0]]), ("scale", 1e400), ("scale", None)]:
+        data = json.loads(out)
+        data[field] = value
+        (tmp_path / "t.json").write_text(json.dumps(data))
+        code, _, err = run(capsys, "view", "t.json", "-o", "t.html")
+        assert code == 2 and f"t.json: {field}: expected" in err, (field, err)

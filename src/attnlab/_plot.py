@@ -122,7 +122,10 @@ def plot(trace: Trace, path: str | Path, *, stage: str = "weights", heads: str =
     axes = np.atleast_1d(figure.subplots(rows, columns, squeeze=False).ravel())
     matrices = [getattr(trace.head(h), STAGES[stage]) for h in chosen]
     finite = np.concatenate([m[np.isfinite(m)] for m in matrices])
-    low, high = (0.0, max(float(finite.max()), 1e-12)) if stage == "weights" else (finite.min(), finite.max())
+    if stage == "weights":  # a matrix with no finite value (overflow) still gets a colour scale
+        low, high = 0.0, max(float(finite.max(initial=0.0)), 1e-12)
+    else:
+        low, high = float(finite.min(initial=0.0)), float(finite.max(initial=0.0))
     quiet_fonts = logging.getLogger("matplotlib.font_manager")  # it logs weight substitutions (CJK fonts are 500)
     level = quiet_fonts.level
     quiet_fonts.setLevel(logging.ERROR)

@@ -60,11 +60,27 @@ _RULE = "=" * 50
 ARRAYS = ("inputs", "Q", "K", "V", "scores", "scaled_scores", "weights", "output")
 
 
+# JSON has no NaN or infinity: −∞ (a masked score) is written null, +∞ "Infinity" and
+# NaN "NaN", so that every trace is valid JSON and reads back as it was.
+_NON_FINITE = {"Infinity": math.inf, "NaN": math.nan}
+
+
 def _json_ready(value: Any) -> Any:
-    """Nested lists of Python floats, −inf (a masked score) as None."""
+    """Nested lists of Python floats, the non-finite ones encoded as above."""
     if isinstance(value, list):
         return [_json_ready(v) for v in value]
-    return None if isinstance(value, float) and math.isinf(value) else value
+    if isinstance(value, float) and not math.isfinite(value):
+        return None if value < 0 else "NaN" if math.isnan(value) else "Infinity"
+    return value
+
+
+def _from_json(value: Any) -> Any:
+    """Inverse of :func:`_json_ready`."""
+    if isinstance(value, list):
+        return [_from_json(v) for v in value]
+    if value is None:
+        return -math.inf
+    return _NON_FINITE.get(value, value) if isinstance(value, str) else value
 
 
 @dataclass
@@ -106,7 +122,8 @@ class Trace:
         return self.tokens if self.tokens is not None else [str(i) for i in range(len(self.inputs))]
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready: nested lists of Python floats (full precision), −inf as None."""
+        """JSON-ready: nested lists of Python floats (full precision); −inf as None,
+        +inf as "Infinity", NaN as "NaN"."""
         result: dict[str, Any] = {}
         for f in fields(self):
             value = getattr(self, f.name)
@@ -114,7 +131,8 @@ class Trace:
         return result
 
     def to_json(self) -> str:
-        return json.dumps(self.to_dict(), ensure_ascii=False, indent=1)
+        """The trace as JSON: valid JSON always (see :meth:`to_dict` for non-finite values)."""
+        return json.dumps(self.to_dict(), ensure_ascii=False, indent=1, allow_nan=False)
 
     @classmethod
     def from_reference(cls, inputs: Any, steps: AttentionSteps, tokens: list[str] | None = None) -> Trace:
@@ -152,10 +170,9 @@ def _trace_from_dict(data: Any, source: str) -> Trace:
     arrays = {}
     for name in ARRAYS:
         try:
-            arrays[name] = np.array(data[name], dtype=float)  # None (masked) becomes NaN here
-        except (TypeError, ValueError):
+            arrays[name] = np.array(_from_json(data[name]), dtype=float)
+        except (TypeError, ValueError, OverflowError):
             raise ArgumentError(f"{source}: {name}: expected a matrix of numbers") from None
-    arrays["scaled_scores"][np.isnan(arrays["scaled_scores"])] = -np.inf
     L = arrays["inputs"].shape[0] if arrays["inputs"].ndim == 2 else -1
     weights = arrays["weights"]
     if L < 1 or weights.ndim not in (2, 3) or weights.shape[-2:] != (L, L):
@@ -167,14 +184,20 @@ def _trace_from_dict(data: Any, source: str) -> Trace:
             raise ArgumentError(
                 f"{source}: {name}: expected shape {weights.shape} as weights, got {arrays[name].shape}"
             )
+    rows = weights.shape[:-1]  # (L,) or (H, L): every projection has one row per token and head
+    for name, like in (("Q", "Q"), ("K", "Q"), ("V", "V"), ("output", "V")):
+        shape, expected = arrays[name].shape, (*rows, arrays[like].shape[-1] if arrays[like].ndim else -1)
+        if arrays[name].ndim != len(expected) or shape != expected or shape[-1] < 0:
+            raise ArgumentError(f"{source}: {name}: expected shape {(*rows, 'width')}, got {shape}")
     tokens = data.get("tokens")
     if tokens is not None and (not isinstance(tokens, list) or len(tokens) != L):
         raise ArgumentError(
             f"{source}: tokens: expected {L} labels, one per input row, got "
             f"{len(tokens) if isinstance(tokens, list) else type(tokens).__name__}"
         )
-    if isinstance(data["scale"], bool) or not isinstance(data["scale"], (int, float)):
-        raise ArgumentError(f"{source}: scale: expected a number, got {data['scale']!r}")
+    scale = data["scale"]
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale):
+        raise ArgumentError(f"{source}: scale: expected a finite number, got {scale!r}")
     return Trace(scale=float(data["scale"]), tokens=None if tokens is None else [str(t) for t in tokens], **arrays)
 
 
@@ -227,8 +250,9 @@ def build_trace(
     beside them for display."""
     scale = 1.0 / math.sqrt(Q.shape[-1]) if scale is None else float(scale)
     output, weights = scaled_dot_product_attention(Q, K, V, is_causal=is_causal, scale=scale, return_weights=True)
-    scores = Q @ np.swapaxes(K, -1, -2)  # (…, L, L)
-    scaled = scores * scale
+    with np.errstate(over="ignore", invalid="ignore"):  # overflowing scores are shown as ±inf or NaN
+        scores = Q @ np.swapaxes(K, -1, -2)  # (…, L, L)
+        scaled = scores * scale
     mask_scores_(scaled, None, is_causal)  # −inf where key j comes after query i
     return Trace(
         inputs=inputs,

@@ -20,6 +20,7 @@ from ._validation import fail
 __all__ = ["check_path", "page_data", "render_page", "write_page"]
 
 _PLACEHOLDER = "__ATTNLAB_DATA__"
+MAX_PAGE_BYTES = 64 * 2**20
 
 
 def _with_heads(x: np.ndarray) -> np.ndarray:
@@ -47,7 +48,20 @@ def render_page(trace: Trace) -> str:
     """The HTML text. The data sits in a JSON script block with '<', '>' and '&'
     escaped, so no token can end the block or inject markup; the script only ever
     writes tokens as text."""
-    payload = json.dumps(page_data(trace), ensure_ascii=False)
+    data = page_data(trace)
+    try:
+        payload = json.dumps(data, ensure_ascii=False, allow_nan=False)
+    except ValueError:  # NaN or infinity: scores that overflowed
+        raise fail(
+            "trace", "finite scores, Q, K and V (the page recomputes the weights from them)", "NaN or ±inf"
+        ) from None
+    if len(payload) > MAX_PAGE_BYTES:
+        raise fail(
+            "trace",
+            f"a page of at most {MAX_PAGE_BYTES // 2**20} MiB of data (a browser cannot open more); "
+            "use fewer tokens or heads",
+            f"{len(payload) / 2**20:.0f} MiB",
+        )
     payload = payload.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
     template = files("attnlab").joinpath("_view.html").read_text(encoding="utf-8")
     return template.replace(_PLACEHOLDER, payload)
