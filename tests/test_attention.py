@@ -129,3 +129,65 @@ def test_errors_are_attnlabs_and_the_builtin_kind():
     assert isinstance(caught.value, ValueError) and caught.value.argument == "key"
     with pytest.raises(al.ArgumentTypeError):
         al.attention(np.ones((2, 3), int), np.ones((2, 3)), np.ones((2, 3)))
+
+
+@pytest.mark.parametrize(
+    "make, error, message",
+    [
+        (lambda x: al.scaled_dot_product_attention(x, x, x, is_causal="False"), TypeError, "is_causal: expected True"),
+        (lambda x: al.scaled_dot_product_attention(x, x, x, return_weights=1), TypeError, "return_weights: expected"),
+        (
+            lambda x: al.scaled_dot_product_attention(x, x, x, dropout_p=0.5, rng=2**200),
+            ValueError,
+            r"rng: expected an integer in \[0, 2\*\*63\)",
+        ),
+        (
+            lambda x: al.scaled_dot_product_attention(x, x, x, dropout_p=0.5, rng=-1),
+            ValueError,
+            "rng: expected an integer in",
+        ),
+        (
+            lambda x: al.scaled_dot_product_attention(x, x, x, dropout_p=0.5, rng="7"),
+            TypeError,
+            "rng: expected a numpy.random.Generator",
+        ),
+        (
+            lambda x: al.scaled_dot_product_attention(x, x, x, scale=10**400),
+            ValueError,
+            "scale: expected a number within float range",
+        ),
+        (lambda x: al.scaled_dot_product_attention(x, x, x, scale=True), TypeError, "scale: expected a real number"),
+        (
+            lambda x: al.MultiheadAttention(4, 2, dtype="banana"),
+            TypeError,
+            "dtype: expected float32 or float64, got 'banana'",
+        ),
+        (lambda x: al.MultiheadAttention(4, 2, seed=-1), ValueError, r"seed: expected an integer in \[0, 2\*\*63\)"),
+        (lambda x: al.MultiheadAttention(4, 2, batch_first="yes"), TypeError, "batch_first: expected True or False"),
+        (lambda x: al.MultiheadAttention(4, 2).train("no"), TypeError, "mode: expected True or False"),
+        (
+            lambda x: al.MultiheadAttention(4, 2).load_state_dict("weights"),
+            TypeError,
+            "state: expected a dict of arrays",
+        ),
+        (
+            lambda x: al.MultiheadAttention(4, 2).load_state_dict(
+                {**al.MultiheadAttention(4, 2).state_dict(), "out_proj.bias": ["a", "b", "c", "d"]}
+            ),
+            TypeError,
+            r"state\['out_proj.bias'\]: expected an array of numbers",
+        ),
+    ],
+)
+def test_bad_arguments_name_themselves(make, error, message):
+    with pytest.raises(error, match=message):
+        make(np.ones((2, 3)))
+
+
+def test_a_state_dict_of_lists_loads():
+    layer = al.MultiheadAttention(4, 2, seed=0)
+    state = {name: value.tolist() for name, value in layer.state_dict().items()}
+    other = al.MultiheadAttention(4, 2, seed=1)
+    other.load_state_dict(state)
+    for name, value in other.state_dict().items():
+        assert value.dtype == np.float32 and np.array_equal(value, layer.state_dict()[name])

@@ -21,13 +21,31 @@ from . import _naive, _tiled
 from ._problem import Problem, make_problem
 from ._validation import fail, flag, float_array, positive_int
 
-__all__ = ["ENGINES", "TILED_FROM", "Attention", "Engine", "Gradients", "attention", "backward", "choose_engine"]
+__all__ = [
+    "ENGINES",
+    "NAIVE_MAX_BYTES",
+    "TILED_FROM",
+    "TILED_TASK_FROM",
+    "Attention",
+    "Engine",
+    "Gradients",
+    "attention",
+    "backward",
+    "choose_engine",
+]
 
 Engine = Literal["naive", "tiled"]
 ENGINES: tuple[Engine, ...] = ("naive", "tiled")
-# engine=None picks the tiled engine from this many scores (B·H·L·S) on: below it the
-# naive engine's one large GEMM beats the tiles' overhead (measured in docs/benchmarks.md)
-TILED_FROM = 2**22
+# engine=None's cost model, fitted to the table of `attnlab bench --engine-table`
+# (docs/engine-choice.json). The tiled engine pays about 40 µs of Python per task (one
+# slice's block of up to BLOCK_Q queries) and then computes about twice as fast (its
+# exponentials run on every core, in cache); the naive engine pays nothing per slice but
+# holds every score. So tiled wins when each task has many scores and there are enough
+# scores in all, and is taken regardless when the naive engine's scores would not fit
+# in memory comfortably.
+TILED_FROM = 2**23  # scores (B·H·L·S) in all
+TILED_TASK_FROM = 2**15  # scores per task: min(L, BLOCK_Q)·S
+NAIVE_MAX_BYTES = 2**31  # the naive engine's score matrix
 
 
 class Gradients(NamedTuple):
@@ -84,7 +102,12 @@ def choose_engine(engine: Any, pb: Problem, need_weights: bool) -> Engine:
     """The engine asked for, or the faster one for these shapes (see docs/benchmarks.md)."""
     if engine is None:
         L, S = pb.lengths
-        return "naive" if need_weights or pb.slices * L * S < TILED_FROM else "tiled"
+        scores = pb.slices * L * S
+        if need_weights:
+            return "naive"
+        if scores * pb.compute_dtype.itemsize > NAIVE_MAX_BYTES:
+            return "tiled"
+        return "tiled" if scores >= TILED_FROM and min(L, _tiled.BLOCK_Q) * S >= TILED_TASK_FROM else "naive"
     if engine not in ENGINES:
         raise fail("engine", f"one of {ENGINES} or None", repr(engine))
     if engine == "tiled" and need_weights:

@@ -27,7 +27,8 @@ from typing import Any
 import numpy as np
 
 from . import reference
-from ._attention import Engine, attention
+from ._attention import ENGINES, Engine, attention
+from ._threads import default_threads
 
 B, H, E = 1, 8, 64
 SIZES = (256, 512, 1024, 2048, 4096)
@@ -37,6 +38,8 @@ IMPLEMENTATIONS = ("tiled", "naive", "textbook", "torch")
 
 __all__ = [
     "Row",
+    "engine_report",
+    "engine_table",
     "format_table",
     "gemm_gflops",
     "long_sequence",
@@ -192,6 +195,43 @@ def run(sizes: tuple[int, ...], repeat: int, memory: bool = True) -> list[Row]:
     return rows
 
 
+# Shapes for engine=None's cost model: many tiny heads to one long one, E = 8 and 64.
+ENGINE_GRID = [
+    (slices, length, width)
+    for width in (8, 64)
+    for slices in (1, 8, 64, 512, 4096, 32768)
+    for length in (8, 32, 128, 256, 512, 2048)
+    if 2**12 <= slices * length * length <= 2**26
+]
+
+
+def engine_table(repeat: int = 3) -> list[dict[str, Any]]:
+    """Both engines' forward times (ms, float32) on ENGINE_GRID, and the engine that
+    engine=None picks there: the table that docs/engine-choice.json keeps."""
+    rows = []
+    for slices, length, width in ENGINE_GRID:
+        rng = np.random.default_rng(0)
+        q, k, v = (rng.standard_normal((slices, length, width), dtype=np.float32) for _ in range(3))
+        ms = {name: _best_ms(functools.partial(attention, q, k, v, engine=name), repeat) for name in ENGINES}
+        rows.append({"slices": slices, "length": length, "width": width, "ms": ms})
+    return rows
+
+
+def engine_report(path: str, repeat: int) -> str:
+    """Write :func:`engine_table` to ``path`` (JSON) and return it as Markdown."""
+    rows = engine_table(repeat)
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump({"machine": _machine(), "repeat": repeat, "rows": rows}, f, indent=1)
+    lines = ["| slices | L = S | E | naive ms | tiled ms | faster |", "|---|---|---|---|---|---|"]
+    for r in rows:
+        ms = r["ms"]
+        lines.append(
+            f"| {r['slices']} | {r['length']} | {r['width']} | {ms['naive']:.2f} | {ms['tiled']:.2f} "
+            f"| {min(ms, key=ms.get)} |"
+        )
+    return "\n".join(lines)
+
+
 def _fmt(x: float | None, digits: int = 1, unit: str = "") -> str:
     return "—" if x is None else f"{x:.{digits}f}{unit}"
 
@@ -217,12 +257,9 @@ def format_table(rows: list[Row]) -> str:
     return "\n".join(lines)
 
 
-def main(quick: bool = False, json_path: str | None = None, repeat: int | None = None) -> str:
-    """Run the whole benchmark and return its report (Markdown)."""
-    repeat = repeat or (2 if quick else 3)
-    from ._threads import default_threads
-
-    machine = {
+def _machine() -> dict[str, Any]:
+    """What the figures were measured on."""
+    machine: dict[str, Any] = {
         "cpu": platform.processor() or platform.machine(),
         "cores": os.cpu_count(),
         "threads": default_threads(),
@@ -236,6 +273,13 @@ def main(quick: bool = False, json_path: str | None = None, repeat: int | None =
         machine["torch"] = f"{torch.__version__} ({torch.get_num_threads()} threads)"
     except ImportError:
         machine["torch"] = "not installed (pip install 'attnlab[torch]')"
+    return machine
+
+
+def main(quick: bool = False, json_path: str | None = None, repeat: int | None = None) -> str:
+    """Run the whole benchmark and return its report (Markdown)."""
+    repeat = repeat or (2 if quick else 3)
+    machine = _machine()
     ceiling = gemm_gflops()
     rows = run(QUICK_SIZES if quick else SIZES, repeat)
     seed = reference_vs_seed((16, 32) if quick else (16, 32, 64))

@@ -187,6 +187,11 @@ def _view(args: argparse.Namespace) -> None:
 def _bench(args: argparse.Namespace) -> None:
     from ._bench import main as bench
 
+    if args.engine_table:
+        from ._bench import engine_report
+
+        print(engine_report(args.engine_table, repeat=args.repeat or 3))
+        return
     print(bench(quick=args.quick, json_path=args.json, repeat=args.repeat))
 
 
@@ -282,6 +287,12 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--quick", action="store_true", help="L up to 1024 only, 2 repeats: under a minute")
     bench.add_argument("--json", metavar="PATH", help="also write every figure to this JSON file")
     bench.add_argument("--repeat", type=_at_least(1), help="timed runs per figure, best kept (default 3, quick 2)")
+    bench.add_argument(
+        "--engine-table",
+        metavar="PATH",
+        help="instead: time both engines on shapes from many tiny heads to one long one, and write the "
+        "table engine=None is fitted to (docs/engine-choice.json) to PATH",
+    )
     return parser
 
 

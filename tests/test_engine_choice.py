@@ -1,0 +1,35 @@
+"""engine=None against the table `attnlab bench --engine-table` measured
+(docs/engine-choice.json): wherever one engine was clearly faster, it is the one chosen."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from attnlab._attention import choose_engine
+from attnlab._problem import make_problem
+
+TABLE = json.loads((Path(__file__).parent.parent / "docs" / "engine-choice.json").read_text())["rows"]
+CLEARLY = 1.25  # one engine at least this many times faster; closer than that is a tie
+
+
+def chosen(slices: int, length: int, width: int) -> str:
+    x = np.broadcast_to(np.float32(0), (slices, length, width))  # a view: nothing is allocated
+    return choose_engine(None, make_problem(x, x, x, None, 0.0, False, None, False, None), False)
+
+
+@pytest.mark.parametrize("row", TABLE, ids=lambda r: f"{r['slices']}x{r['length']}x{r['width']}")
+def test_engine_none_picks_the_faster_engine(row):
+    naive, tiled = row["ms"]["naive"], row["ms"]["tiled"]
+    if max(naive, tiled) < CLEARLY * min(naive, tiled):
+        pytest.skip(f"a tie: naive {naive:.2f} ms, tiled {tiled:.2f} ms")
+    assert chosen(row["slices"], row["length"], row["width"]) == ("naive" if naive < tiled else "tiled")
+
+
+def test_many_tiny_heads_and_one_long_head():
+    assert chosen(70_000, 8, 8) == "naive"  # the review's case: tiled took 9.5 s, naive 0.09 s
+    assert chosen(1, 8192, 64) == "tiled"
+    assert chosen(1, 65_536, 64) == "tiled"  # the naive engine's scores would need 16 GiB
