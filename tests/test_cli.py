@@ -268,3 +268,19 @@ def test_a_trace_with_inconsistent_arrays_is_refused(tmp_path, monkeypatch, caps
         (tmp_path / "t.json").write_text(json.dumps(data))
         code, _, err = run(capsys, "view", "t.json", "-o", "t.html")
         assert code == 2 and f"t.json: {field}: expected" in err, (field, err)
+
+
+def test_the_output_is_checked_first_and_named_when_the_disk_is_full(tmp_path, capsys):
+    code, _, err = run(capsys, "view", "--text", "a b", "-o", str(tmp_path / "missing" / "x.html"))
+    assert code == 2 and "-o: expected a file in a folder that exists" in err
+    full = tmp_path / "full.html"
+    full.symlink_to("/dev/full")  # every write fails with ENOSPC
+    code, _, err = run(capsys, "view", "--text", "a b", "-o", str(full))
+    assert code == 2 and err == f"attnlab view: error: {full}: No space left on device\n"
+
+
+def test_two_thousand_distinct_characters_trace_quickly(capsys):
+    text = "".join(chr(0x4E00 + i) for i in range(2000))
+    code, out, _ = run(capsys, "trace", "--text", text, "--format", "json")
+    data = json.loads(out)
+    assert code == 0 and len(data["tokens"]) == 2000 and len(data["Q"][0]) == 64  # d_k defaults to at most 64

@@ -94,7 +94,7 @@ BAD = {
     "not a trace": (["view", "object.json", "-o", "x.html"], "not a trace, missing"),
     "mismatched tokens": (["plot", "trace.json", "--tokens", "a b c", "-o", "x.png"], "--tokens: expected 2 labels"),
     "bad heads": (["plot", "trace.json", "--heads", "5", "-o", "x.png"], "--heads"),
-    "missing directory": (["view", "--text", "a b", "-o", "no/such/dir/x.html"], "No such file"),
+    "missing directory": (["view", "--text", "a b", "-o", "no/such/dir/x.html"], "a folder that exists"),
 }
 
 

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from ._trace import Trace
-from ._validation import MissingDependencyError, fail
+from ._validation import MissingDependencyError, fail, output_path
 
 __all__ = ["FORMATS", "STAGES", "check_path", "find_cjk_font", "needs_cjk", "plot", "select_heads"]
 
@@ -82,11 +82,8 @@ def select_heads(spec: str, num_heads: int) -> list[int]:
 
 
 def check_path(path: str | Path) -> Path:
-    """``path`` as a Path, once its suffix is one of FORMATS."""
-    path = Path(path)
-    if path.suffix.lower() not in FORMATS:
-        raise fail("path", f"a file ending in {', '.join(FORMATS)}", repr(str(path)))
-    return path
+    """``path`` as a Path, once it names a .png, .svg or .pdf file in a folder that exists."""
+    return output_path(path, FORMATS)
 
 
 def plot(trace: Trace, path: str | Path, *, stage: str = "weights", heads: str = "all") -> list[str]:

@@ -127,12 +127,14 @@ class Trace:
         result: dict[str, Any] = {}
         for f in fields(self):
             value = getattr(self, f.name)
-            result[f.name] = _json_ready(value.tolist()) if isinstance(value, np.ndarray) else value
+            if isinstance(value, np.ndarray):  # only a matrix with non-finite values needs the walk
+                value = value.tolist() if np.isfinite(value).all() else _json_ready(value.tolist())
+            result[f.name] = value
         return result
 
     def to_json(self) -> str:
         """The trace as JSON: valid JSON always (see :meth:`to_dict` for non-finite values)."""
-        return json.dumps(self.to_dict(), ensure_ascii=False, indent=1, allow_nan=False)
+        return json.dumps(self.to_dict(), ensure_ascii=False, allow_nan=False)  # no indent: the C encoder
 
     @classmethod
     def from_reference(cls, inputs: Any, steps: AttentionSteps, tokens: list[str] | None = None) -> Trace:

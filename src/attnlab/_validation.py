@@ -7,6 +7,7 @@ so that a program (the CLI among them) can tell a bad argument from a bug.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -24,6 +25,7 @@ __all__ = [
     "float_array",
     "int_seed",
     "layer_dtype",
+    "output_path",
     "positive_int",
     "probability",
     "real_number",
@@ -151,6 +153,17 @@ def same_dtype(**arrays: np.ndarray) -> np.dtype:
 def compute_dtype(dtype: np.dtype) -> np.dtype:
     """float16 is computed in float32; float32 and float64 as they are."""
     return np.dtype(np.float32) if dtype == np.float16 else dtype
+
+
+def output_path(path: Any, suffixes: tuple[str, ...]) -> Path:
+    """``path`` as a Path, once it ends in one of ``suffixes`` and its folder exists:
+    checked before any long work, so that the work is not lost."""
+    path = Path(path)
+    if path.suffix.lower() not in suffixes:
+        raise fail("path", f"a file ending in {', '.join(suffixes)}", repr(str(path)))
+    if not path.parent.is_dir():
+        raise fail("path", "a file in a folder that exists", repr(str(path)))
+    return path
 
 
 def broadcasts_to(shape: tuple[int, ...], target: tuple[int, ...]) -> bool:

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from ._trace import Trace
-from ._validation import fail
+from ._validation import fail, output_path
 
 __all__ = ["check_path", "page_data", "render_page", "write_page"]
 
@@ -68,11 +68,8 @@ def render_page(trace: Trace) -> str:
 
 
 def check_path(path: str | Path) -> Path:
-    """``path`` as a Path, once it ends in .html or .htm."""
-    path = Path(path)
-    if path.suffix.lower() not in (".html", ".htm"):
-        raise fail("path", "a file ending in .html", repr(str(path)))
-    return path
+    """``path`` as a Path, once it names an .html file in a folder that exists."""
+    return output_path(path, (".html", ".htm"))
 
 
 def write_page(trace: Trace, path: str | Path) -> None:

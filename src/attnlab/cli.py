@@ -40,6 +40,10 @@ __all__ = ["build_parser", "main"]
 # is capped before any work (2²⁶ float64 scores are 512 MiB an array); widths likewise.
 MAX_SCORES = 2**26
 MAX_WIDTH = 2**16
+# --d-k's default: the input's width up to this. The weights are drawn in pure Python as
+# the seed draws them, d_model·d_k numbers each, so a 2000-token one-hot text with
+# d_k = 2000 would draw 12 million of them.
+DEFAULT_MAX_D_K = 64
 
 # The seed article's demonstration: four one-hot tokens of width 8, d_k = 6.
 DEMO_D_MODEL, DEMO_D_K = 8, 6
@@ -103,7 +107,11 @@ def add_input_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--d-model", type=_at_least(1, MAX_WIDTH), default=16, help="width of --embed random vectors (default 16)"
     )
-    parser.add_argument("--d-k", type=_at_least(1, MAX_WIDTH), help="width of Q, K and V (default: the input's width)")
+    parser.add_argument(
+        "--d-k",
+        type=_at_least(1, MAX_WIDTH),
+        help=f"width of Q, K and V (default: the input's width, at most {DEFAULT_MAX_D_K})",
+    )
     parser.add_argument("--seed", type=int, default=42, help="seed of the weights (default 42, the article's)")
     parser.add_argument(
         "--scale", type=_scale, default="sqrt", help="sqrt (1/√d_k, default), none (1) or a number multiplying Q·Kᵀ"
@@ -148,7 +156,7 @@ def trace_from_args(args: argparse.Namespace) -> Trace:
             raise InputError(f"--num-heads: expected a divisor of the input's width {X.shape[1]}, got {args.num_heads}")
         heads = MultiheadAttention(X.shape[1], args.num_heads, seed=args.seed, dtype=np.float64)
         return heads.trace(X, is_causal=args.causal, scale=scale, tokens=tokens)
-    layer = SelfAttention(X.shape[1], args.d_k or X.shape[1], seed=args.seed)
+    layer = SelfAttention(X.shape[1], args.d_k or min(X.shape[1], DEFAULT_MAX_D_K), seed=args.seed)
     return layer.trace(X, is_causal=args.causal, scale=scale, tokens=tokens)
 
 
@@ -323,8 +331,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except BrokenPipeError:  # the reader went away (| head): not an error; say nothing more
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-    except OSError as e:
-        print(f"attnlab {args.command}: error: {e.filename or ''}: {e.strerror or e}", file=sys.stderr)
+    except OSError as e:  # a write that failed half way (a full disk) names no file: the output is the one
+        name = e.filename or getattr(args, "output", None) or getattr(args, "json", None) or args.command
+        print(f"attnlab {args.command}: error: {name}: {e.strerror or e}", file=sys.stderr)
         return 2
     return 0
 
