@@ -203,3 +203,17 @@ def test_page_data_has_a_head_axis_for_one_head_or_many():
         data = page_data(trace)
         assert np.array(data["scores"]).shape == (trace.num_heads, 4, 4)
         assert np.array(data["q"]).shape[:2] == (trace.num_heads, 4)
+
+
+def test_f_scores_that_overflow_are_shown_as_not_numbers(browser, tmp_path, capsys):
+    rows = tmp_path / "overflow.json"
+    rows.write_text("[[1e200, 1e200], [1e200, -1e200]]")  # finite input, scores beyond float range
+    trace = open_page(browser, tmp_path, capsys, str(rows))
+    assert trace["weights"] == [["NaN", "NaN"], ["NaN", "NaN"]]  # the engine's NaN, as valid JSON
+    assert hover_cell(browser, 0, 1, 2) == "NaN"
+    assert "4 weights that are not numbers" in browser.find_element(By.ID, "legend").text
+    canvas_red = browser.execute_script(
+        "const c = document.getElementById('heatmap');"
+        "return Array.from(c.getContext('2d').getImageData(1, 1, 1, 1).data)"
+    )
+    assert canvas_red[:3] == [220, 30, 30]

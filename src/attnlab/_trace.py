@@ -21,7 +21,7 @@ from ._validation import ArgumentError
 from .functional import scaled_dot_product_attention
 from .reference import AttentionSteps
 
-__all__ = ["ARRAYS", "LANGUAGES", "Trace", "build_trace"]
+__all__ = ["ARRAYS", "LANGUAGES", "Trace", "build_trace", "json_ready"]
 
 _LABELS = {
     "zh": {
@@ -65,17 +65,17 @@ ARRAYS = ("inputs", "Q", "K", "V", "scores", "scaled_scores", "weights", "output
 _NON_FINITE = {"Infinity": math.inf, "NaN": math.nan}
 
 
-def _json_ready(value: Any) -> Any:
+def json_ready(value: Any) -> Any:
     """Nested lists of Python floats, the non-finite ones encoded as above."""
     if isinstance(value, list):
-        return [_json_ready(v) for v in value]
+        return [json_ready(v) for v in value]
     if isinstance(value, float) and not math.isfinite(value):
         return None if value < 0 else "NaN" if math.isnan(value) else "Infinity"
     return value
 
 
 def _from_json(value: Any) -> Any:
-    """Inverse of :func:`_json_ready`."""
+    """Inverse of :func:`json_ready`."""
     if isinstance(value, list):
         return [_from_json(v) for v in value]
     if value is None:
@@ -128,7 +128,7 @@ class Trace:
         for f in fields(self):
             value = getattr(self, f.name)
             if isinstance(value, np.ndarray):  # only a matrix with non-finite values needs the walk
-                value = value.tolist() if np.isfinite(value).all() else _json_ready(value.tolist())
+                value = value.tolist() if np.isfinite(value).all() else json_ready(value.tolist())
             result[f.name] = value
         return result
 

@@ -14,12 +14,13 @@ from pathlib import Path
 
 import numpy as np
 
-from ._trace import Trace
+from ._trace import Trace, json_ready
 from ._validation import fail, output_path
 
 __all__ = ["check_path", "page_data", "render_page", "write_page"]
 
 _PLACEHOLDER = "__ATTNLAB_DATA__"
+_NUMBERS = {"scores": "scores", "q": "Q", "k": "K", "v": "V"}  # the page's name: the trace's
 MAX_PAGE_BYTES = 64 * 2**20
 
 
@@ -32,15 +33,15 @@ def page_data(trace: Trace) -> dict[str, object]:
     """What the page needs, as JSON-ready values."""
     scaled = _with_heads(trace.scaled_scores)  # (H, L, L)
     masked = np.isneginf(scaled[0])
+    numbers = {name: _with_heads(getattr(trace, field)) for name, field in _NUMBERS.items()}  # (H, L, ·) each
+    non_finite = not all(np.isfinite(x).all() for x in numbers.values())
     return {
         "tokens": trace.labels,
         "scale": trace.scale,
-        "d_k": int(_with_heads(trace.K).shape[-1]),
-        "scores": _with_heads(trace.scores).tolist(),
+        "d_k": int(numbers["k"].shape[-1]),
         "masked": ["".join("1" if m else "0" for m in row) for row in masked],
-        "q": _with_heads(trace.Q).tolist(),
-        "k": _with_heads(trace.K).tolist(),
-        "v": _with_heads(trace.V).tolist(),
+        "non_finite": non_finite,  # then the numbers are encoded as a trace's JSON encodes them
+        **{name: json_ready(x.tolist()) if non_finite else x.tolist() for name, x in numbers.items()},
     }
 
 

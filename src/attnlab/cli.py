@@ -40,6 +40,7 @@ __all__ = ["build_parser", "main"]
 # is capped before any work (2²⁶ float64 scores are 512 MiB an array); widths likewise.
 MAX_SCORES = 2**26
 MAX_WIDTH = 2**16
+MAX_PAGE_SCORES = 2**21  # about 40 MiB of page: what Chromium opens in a few seconds
 # --d-k's default: the input's width up to this. The weights are drawn in pure Python as
 # the seed draws them, d_model·d_k numbers each, so a 2000-token one-hot text with
 # d_k = 2000 would draw 12 million of them.
@@ -127,9 +128,10 @@ def add_input_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def trace_from_args(args: argparse.Namespace) -> Trace:
+def trace_from_args(args: argparse.Namespace, max_scores: int = MAX_SCORES, holder: str = "a trace") -> Trace:
     """Run the layer on the sequence the options name, or load a saved trace (a JSON
-    object from ``attnlab trace --format json``)."""
+    object from ``attnlab trace --format json``). ``holder`` keeps the L×L matrices and
+    takes at most ``max_scores`` (L²·heads): checked before any work."""
     tokens: list[str] | None
     if args.text is not None:
         words = split_text(args.text)
@@ -143,10 +145,10 @@ def trace_from_args(args: argparse.Namespace) -> Trace:
             return trace
         X = as_sequence(data, args.input)
         tokens = parse_tokens(args.tokens, len(X))
-    if len(X) ** 2 * args.num_heads > MAX_SCORES:
+    if len(X) ** 2 * args.num_heads > max_scores:
         raise InputError(
-            f"{len(X)} tokens × {args.num_heads} heads: a trace keeps L×L matrices per head, at most "
-            f"{MAX_SCORES:,} scores (L²·heads); use fewer tokens or heads"
+            f"{len(X)} tokens × {args.num_heads} heads: {holder} keeps L×L matrices per head, at most "
+            f"{max_scores:,} scores (L²·heads); use fewer tokens or heads"
         )
     if X.shape[1] > MAX_WIDTH:
         raise InputError(f"the input's width: expected at most {MAX_WIDTH}, got {X.shape[1]}")
@@ -189,7 +191,7 @@ def _view(args: argparse.Namespace) -> None:
     from ._view import check_path, write_page
 
     check_path(args.output)
-    write_page(trace_from_args(args), args.output)
+    write_page(trace_from_args(args, MAX_PAGE_SCORES, "a page"), args.output)
 
 
 def _bench(args: argparse.Namespace) -> None:
