@@ -192,6 +192,7 @@ HOSTILE_FILES = {
     "deep.json": ("[" * 100_000 + "]" * 100_000, "nested too deeply"),
     "huge-int.json": ("[[" + "9" * 400 + ", 1]]", "within float range"),
     "empty.npy": ("", "cannot read"),
+    "corrupt.npy": ("\x93NUMPY\x01\x00{'descr': broken", "cannot read"),
     "long.json": (json.dumps([[0.0]] * 9000), "at most 67,108,864 scores"),
 }
 
@@ -218,7 +219,11 @@ def test_an_npz_under_an_npy_name_and_a_bom_csv(tmp_path, monkeypatch, capsys):
 
 @pytest.mark.parametrize(
     "option, value, message",
-    [("--d-k", str(10**9), "--d-k: expected an integer in 1..65536"), ("--precision", "400", "in 0..17")],
+    [
+        ("--d-k", str(10**9), "--d-k: expected an integer in 1..65536"),
+        ("--d-model", str(10**9), "--d-model: expected an integer in 1..65536"),
+        ("--precision", "400", "in 0..17"),
+    ],
 )
 def test_limits_are_checked_before_work(option, value, message, capsys):
     with pytest.raises(SystemExit) as exited:
