@@ -1,5 +1,5 @@
 """engine=None against the table `attnlab bench --engine-table` measured
-(docs/engine-choice.json): wherever one engine was clearly faster, it is the one chosen."""
+(docs/engine-choice.json): the engine chosen is never clearly slower than the fastest."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from attnlab import _fused
 from attnlab._attention import choose_engine
 from attnlab._problem import make_problem
 
@@ -22,11 +23,10 @@ def chosen(slices: int, length: int, width: int) -> str:
 
 
 @pytest.mark.parametrize("row", TABLE, ids=lambda r: f"{r['slices']}x{r['length']}x{r['width']}")
-def test_engine_none_picks_the_faster_engine(row):
-    naive, tiled = row["ms"]["naive"], row["ms"]["tiled"]
-    if max(naive, tiled) < CLEARLY * min(naive, tiled):
-        pytest.skip(f"a tie: naive {naive:.2f} ms, tiled {tiled:.2f} ms")
-    assert chosen(row["slices"], row["length"], row["width"]) == ("naive" if naive < tiled else "tiled")
+def test_engine_none_is_never_clearly_slower_than_the_fastest(row):
+    ms = {engine: time for engine, time in row["ms"].items() if engine != "fused" or _fused.available()}
+    engine = chosen(row["slices"], row["length"], row["width"])
+    assert ms[engine] <= CLEARLY * min(ms.values()), f"{engine} chosen; measured {ms}"
 
 
 def test_many_tiny_heads_and_one_long_head():

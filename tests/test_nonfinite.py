@@ -12,11 +12,12 @@ import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import attnlab as al
-from attnlab import _tiled
+from attnlab import _fused, _tiled
 
 PLACES = ["query", "key", "value", "mask"]
 VALUES = [np.nan, np.inf, -np.inf]
 L, S, E = 5, 7, 4
+ENGINES = ["naive", "tiled", *(["fused"] if _fused.available() else [])]
 
 
 def torch_math(q, k, v, mask, is_causal):
@@ -51,17 +52,19 @@ def test_nan_and_inf_anywhere_match_torchs_math_and_each_engine(place, bad, is_c
     q, k, v, mask = arrays.values()
     expected = torch_math(q, k, v, mask, is_causal)
     results = {}
-    for engine in ("naive", "tiled"):
+    for engine in ENGINES:
         result = al.attention(q, k, v, attn_mask=mask, is_causal=is_causal, engine=engine)
         np.testing.assert_allclose(result.output, expected, rtol=1e-12, atol=1e-12, equal_nan=True)
         results[engine] = result
     grad = rng.standard_normal((2, L, E))
-    for naive, tiled in zip(results["naive"].backward(grad), results["tiled"].backward(grad), strict=True):
-        np.testing.assert_array_equal(np.isnan(naive), np.isnan(tiled))
-        np.testing.assert_allclose(tiled, naive, rtol=1e-10, atol=1e-10, equal_nan=True)
+    expected_grads = results["naive"].backward(grad)
+    for engine in ENGINES[1:]:
+        for naive, blocked in zip(expected_grads, results[engine].backward(grad), strict=True):
+            np.testing.assert_array_equal(np.isnan(naive), np.isnan(blocked))
+            np.testing.assert_allclose(blocked, naive, rtol=1e-10, atol=1e-10, equal_nan=True)
 
 
-@pytest.mark.parametrize("engine", ["naive", "tiled"])
+@pytest.mark.parametrize("engine", ENGINES)
 def test_a_nan_in_one_query_is_nan_in_that_row_only(engine):
     q, k, v = np.ones((1, 4, 3)), np.ones((1, 6, 3)), np.full((1, 6, 3), 777.0)
     q[0, 2, 1] = np.nan
@@ -70,7 +73,7 @@ def test_a_nan_in_one_query_is_nan_in_that_row_only(engine):
     np.testing.assert_array_equal(np.delete(out[0], 2, axis=0), 777.0)
 
 
-@pytest.mark.parametrize("engine", ["naive", "tiled"])
+@pytest.mark.parametrize("engine", ENGINES)
 def test_huge_values_do_not_overflow_in_float32(engine):
     rng = np.random.default_rng(1)
     q, k = (rng.standard_normal((2, 40, 8), dtype=np.float32) for _ in range(2))
@@ -82,7 +85,7 @@ def test_huge_values_do_not_overflow_in_float32(engine):
     np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e33)
 
 
-@pytest.mark.parametrize("engine", ["naive", "tiled"])
+@pytest.mark.parametrize("engine", ENGINES)
 def test_huge_queries_with_a_tiny_scale_stay_finite(engine):
     q = k = np.full((1, 3, 4), 1e20)
     v = np.arange(12.0).reshape(1, 3, 4)
@@ -91,7 +94,7 @@ def test_huge_queries_with_a_tiny_scale_stay_finite(engine):
     np.testing.assert_allclose(out, expected.numpy(), rtol=1e-12)
 
 
-@pytest.mark.parametrize("engine", ["naive", "tiled"])
+@pytest.mark.parametrize("engine", ENGINES)
 def test_zero_width_queries_average_the_values(engine):
     v = np.arange(12.0).reshape(1, 4, 3)
     with np.errstate(all="raise"):
@@ -99,7 +102,7 @@ def test_zero_width_queries_average_the_values(engine):
     np.testing.assert_allclose(out, np.broadcast_to(v.mean(axis=1), (1, 2, 3)))
 
 
-@pytest.mark.parametrize("engine", ["naive", "tiled"])
+@pytest.mark.parametrize("engine", ENGINES)
 def test_a_fully_masked_row_is_zero_even_over_nan_values(engine):
     v = np.ones((1, 4, 3))
     v[0, 1] = np.nan

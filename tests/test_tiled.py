@@ -13,7 +13,7 @@ import torch
 from hypothesis import given, settings
 
 import attnlab as al
-from attnlab import _threads, _tiled
+from attnlab import _fused, _threads, _tiled
 from oracles import assert_close
 
 
@@ -144,7 +144,7 @@ def test_engine_none_picks_by_size(monkeypatch):
         ).engine
 
     assert chosen((), 64, 64) == "naive"
-    assert chosen((8,), 1024, 1024) == "tiled"
+    assert chosen((8,), 1024, 1024) == ("fused" if _fused.available() else "tiled")
     assert chosen((8,), 1024, 1024, weights=True) == "naive"
 
 

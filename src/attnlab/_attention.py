@@ -17,9 +17,9 @@ from typing import Any, Literal, NamedTuple
 import numpy as np
 from numpy.typing import ArrayLike
 
-from . import _naive, _tiled
+from . import _fused, _naive, _tiled
 from ._problem import Problem, make_problem
-from ._validation import fail, flag, float_array, positive_int
+from ._validation import MissingDependencyError, fail, flag, float_array, positive_int
 
 __all__ = [
     "ENGINES",
@@ -34,8 +34,8 @@ __all__ = [
     "choose_engine",
 ]
 
-Engine = Literal["naive", "tiled"]
-ENGINES: tuple[Engine, ...] = ("naive", "tiled")
+Engine = Literal["naive", "tiled", "fused"]
+ENGINES: tuple[Engine, ...] = ("naive", "tiled", "fused")
 # engine=None's cost model, fitted to the table of `attnlab bench --engine-table`
 # (docs/engine-choice.json). The tiled engine pays about 40 µs of Python per task (one
 # slice's block of up to BLOCK_Q queries) and then computes about twice as fast (its
@@ -68,7 +68,7 @@ class Attention:
         weights: the weights that multiplied V (after dropout), (B…, L, S), in the
             inputs' dtype; None unless ``need_weights=True``.
         problem: the validated arguments, including the dropout seed drawn for this call.
-        engine: "naive" or "tiled", the engine that ran.
+        engine: "naive", "tiled" or "fused", the engine that ran.
         num_threads: the tiled engine's thread count (None: the default).
     """
 
@@ -103,19 +103,22 @@ def choose_engine(engine: Any, pb: Problem, need_weights: bool) -> Engine:
     if engine is None:
         L, S = pb.lengths
         scores = pb.slices * L * S
+        blocked: Engine = "fused" if _fused.available() else "tiled"
         if need_weights:
             return "naive"
         if scores * pb.compute_dtype.itemsize > NAIVE_MAX_BYTES:
-            return "tiled"
-        return "tiled" if scores >= TILED_FROM and min(L, _tiled.BLOCK_Q) * S >= TILED_TASK_FROM else "naive"
+            return blocked
+        return blocked if scores >= TILED_FROM and min(L, _tiled.BLOCK_Q) * S >= TILED_TASK_FROM else "naive"
     if engine not in ENGINES:
         raise fail("engine", f"one of {ENGINES} or None", repr(engine))
-    if engine == "tiled" and need_weights:
+    if engine != "naive" and need_weights:
         raise fail(
             "return_weights",
-            "False with engine='tiled' (the tiled engine never holds the (L, S) weights; use engine='naive' or None)",
+            f"False with engine={engine!r} (it never holds the (L, S) weights; use engine='naive' or None)",
             True,
         )
+    if engine == "fused" and not _fused.available():
+        raise MissingDependencyError("engine='fused' needs numba: pip install 'attnlab[fast]'")
     return engine
 
 
@@ -161,8 +164,13 @@ def attention(
         if need_weights:
             weights = all_weights.astype(pb.result_dtype, copy=False)
     else:
-        output, lse = _tiled.forward(pb, threads)
+        output, lse = _tiled.forward(pb, threads, _kernels(chosen))
     return Attention(pb, chosen, lse, weights, threads, exact_output=output)
+
+
+def _kernels(engine: Engine) -> _tiled.Kernels:
+    """The blocked engines differ only in their elementwise kernels."""
+    return _fused.KERNELS if engine == "fused" else _tiled.NUMPY
 
 
 def _sum_to_shape(grad: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
@@ -193,8 +201,9 @@ def backward(
         with np.errstate(all="ignore"):
             grad_query, grad_key, grad_value = _naive.backward(pb, grad_output)
     else:
-        output, lse = _tiled.forward(pb, threads) if saved is None else saved
-        grad_query, grad_key, grad_value = _tiled.backward(pb, grad_output, output, lse, threads)
+        kernels = _kernels(engine)
+        output, lse = _tiled.forward(pb, threads, kernels) if saved is None else saved
+        grad_query, grad_key, grad_value = _tiled.backward(pb, grad_output, output, lse, threads, kernels)
     if pb.groups > 1:  # sum each group of G query heads back onto its key/value head
         *batch, H, S, E = grad_key.shape
         grad_key = grad_key.reshape(*batch, H // pb.groups, pb.groups, S, E).sum(axis=-3)  # (B…, Hk, S, E)

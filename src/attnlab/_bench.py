@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from . import reference
+from . import _fused, reference
 from ._attention import ENGINES, Engine, attention
 from ._threads import default_threads
 
@@ -205,6 +205,11 @@ ENGINE_GRID = [
 ]
 
 
+def _engines() -> list[Engine]:
+    """The engines this installation has: the fused one needs numba."""
+    return [name for name in ENGINES if name != "fused" or _fused.available()]
+
+
 def engine_table(repeat: int = 3) -> list[dict[str, Any]]:
     """Both engines' forward times (ms, float32) on ENGINE_GRID, and the engine that
     engine=None picks there: the table that docs/engine-choice.json keeps."""
@@ -212,7 +217,7 @@ def engine_table(repeat: int = 3) -> list[dict[str, Any]]:
     for slices, length, width in ENGINE_GRID:
         rng = np.random.default_rng(0)
         q, k, v = (rng.standard_normal((slices, length, width), dtype=np.float32) for _ in range(3))
-        ms = {name: _best_ms(functools.partial(attention, q, k, v, engine=name), repeat) for name in ENGINES}
+        ms = {name: _best_ms(functools.partial(attention, q, k, v, engine=name), repeat) for name in _engines()}
         rows.append({"slices": slices, "length": length, "width": width, "ms": ms})
     return rows
 
@@ -222,13 +227,15 @@ def engine_report(path: str, repeat: int) -> str:
     rows = engine_table(repeat)
     with open(path, "w", encoding="utf-8") as f:
         json.dump({"machine": _machine(), "repeat": repeat, "rows": rows}, f, indent=1)
-    lines = ["| slices | L = S | E | naive ms | tiled ms | faster |", "|---|---|---|---|---|---|"]
+    engines = list(rows[0]["ms"])
+    lines = [
+        f"| slices | L = S | E | {' | '.join(f'{e} ms' for e in engines)} | fastest |",
+        "|---" * (len(engines) + 4) + "|",
+    ]
     for r in rows:
         ms = r["ms"]
-        lines.append(
-            f"| {r['slices']} | {r['length']} | {r['width']} | {ms['naive']:.2f} | {ms['tiled']:.2f} "
-            f"| {min(ms, key=ms.get)} |"
-        )
+        times = " | ".join(f"{ms[e]:.2f}" for e in engines)
+        lines.append(f"| {r['slices']} | {r['length']} | {r['width']} | {times} | {min(ms, key=ms.get)} |")
     return "\n".join(lines)
 
 

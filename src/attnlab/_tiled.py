@@ -28,6 +28,7 @@ same bits for any thread count. Letters as in ``_problem``.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -36,7 +37,7 @@ from ._masks import mask_scores_
 from ._problem import Problem
 from ._threads import run
 
-__all__ = ["BLOCK_K", "BLOCK_Q", "FUSED_BACKWARD_FROM", "backward", "forward"]
+__all__ = ["BLOCK_K", "BLOCK_Q", "FUSED_BACKWARD_FROM", "NUMPY", "Kernels", "backward", "forward"]
 
 # Block sizes: 256 queries × 1024 keys of float32 scores is 1 MiB, which stays in a
 # core's L2 cache with its Q and K rows, and makes each block's products large enough
@@ -48,6 +49,30 @@ BLOCK_K = 1024
 # work); below it, it splits slices into blocks to keep every thread busy. A constant,
 # not the thread count, decides, so the bits never depend on the thread count.
 FUSED_BACKWARD_FROM = 8
+
+
+@dataclass(frozen=True)
+class Kernels:
+    """The elementwise work on one block of scores Z (l, s), in place. ``NUMPY`` is the
+    oracle; ``attnlab._fused`` compiles the same two in one pass each."""
+
+    exp_shifted_: Callable[[np.ndarray, np.ndarray], None]  # Z ← exp(Z − m[:, None]), m (l,)
+    # Z ← P = exp(Z − lse[:, None]);  dP ← dZ = P∘(dP − δ[:, None]);  arguments Z, lse, dP, δ
+    softmax_backward_: Callable[[np.ndarray, np.ndarray, np.ndarray, np.ndarray], None]
+
+
+def _exp_shifted_numpy(scores: np.ndarray, shift: np.ndarray) -> None:
+    scores -= shift[:, None]
+    np.exp(scores, out=scores)
+
+
+def _softmax_backward_numpy(scores: np.ndarray, lse: np.ndarray, grad: np.ndarray, delta: np.ndarray) -> None:
+    _exp_shifted_numpy(scores, lse)
+    grad -= delta[:, None]
+    grad *= scores
+
+
+NUMPY = Kernels(_exp_shifted_numpy, _softmax_backward_numpy)
 
 
 @dataclass(frozen=True)
@@ -108,7 +133,14 @@ def _scores(pb: Problem, s: _Slice, q_scaled: np.ndarray, rows: slice, cols: sli
 
 
 def _forward_block(
-    pb: Problem, s: _Slice, rows: slice, out: np.ndarray, lse: np.ndarray, skip_causal: bool, exponent: int
+    pb: Problem,
+    s: _Slice,
+    rows: slice,
+    out: np.ndarray,
+    lse: np.ndarray,
+    skip_causal: bool,
+    exponent: int,
+    kernels: Kernels,
 ) -> None:
     """Output rows and lse of one block of queries, by online softmax. ``s.v`` carries a
     last column of ones, so that acc's last column accumulates the row sums l inside the
@@ -120,8 +152,7 @@ def _forward_block(
         weights = _scores(pb, s, q_scaled, rows, cols)
         new_max = np.maximum(row_max, weights.max(axis=1, keepdims=True))
         new_max[np.isneginf(new_max)] = 0.0  # rows with nothing visible yet: exp(-inf - 0) = 0
-        weights -= new_max
-        np.exp(weights, out=weights)  # P_j = exp(Z_j − m')
+        kernels.exp_shifted_(weights, new_max[:, 0])  # P_j = exp(Z_j − m')
         acc *= np.exp(row_max - new_max)  # e^(m − m'), 0 on the first block
         dropout = pb.dropout(s.n, rows, cols)
         if dropout is None:
@@ -137,7 +168,7 @@ def _forward_block(
     lse[rows] = (row_max + np.log(row_sum))[:, 0]
 
 
-def forward(pb: Problem, threads: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+def forward(pb: Problem, threads: int | None = None, kernels: Kernels = NUMPY) -> tuple[np.ndarray, np.ndarray]:
     """Return (O (B…, L, Ev), lse (B…, L))."""
     L, S = pb.lengths
     Ev = pb.value.shape[-1]
@@ -151,7 +182,7 @@ def forward(pb: Problem, threads: int | None = None) -> tuple[np.ndarray, np.nda
     out = np.empty((len(slices), L, Ev), dtype=pb.compute_dtype)  # (B·H, L, Ev)
     lse = np.empty((len(slices), L), dtype=pb.compute_dtype)  # (B·H, L)
     tasks = [
-        functools.partial(_forward_block, pb, s, rows, out[s.n], lse[s.n], skip_causal, exponent)
+        functools.partial(_forward_block, pb, s, rows, out[s.n], lse[s.n], skip_causal, exponent, kernels)
         for rows in reversed(_blocks(L, BLOCK_Q))  # causal: the last rows see the most keys
         for s in slices
     ]
@@ -160,7 +191,12 @@ def forward(pb: Problem, threads: int | None = None) -> tuple[np.ndarray, np.nda
 
 
 def backward(
-    pb: Problem, grad_output: np.ndarray, output: np.ndarray, lse: np.ndarray, threads: int | None = None
+    pb: Problem,
+    grad_output: np.ndarray,
+    output: np.ndarray,
+    lse: np.ndarray,
+    threads: int | None = None,
+    kernels: Kernels = NUMPY,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(dQ (B…, L, E), dK (B…, S, E), dV (B…, S, Ev)) from dO (B…, L, Ev) and the
     forward's O and lse; key and value heads expanded for GQA, as the naive engine gives them."""
@@ -170,8 +206,8 @@ def backward(
     n = len(slices)
     dtype = pb.compute_dtype
     grad_output = np.broadcast_to(grad_output, pb.output_shape).reshape(n, L, Ev)  # dO, (B·H, L, Ev)
-    lse = np.where(np.isneginf(lse), np.inf, lse).reshape(n, L, 1)  # fully masked rows: P = exp(−inf) = 0, (B·H, L, 1)
-    delta = np.einsum("nle,nle->nl", grad_output, output.reshape(n, L, Ev))[..., None]  # δ, (B·H, L, 1)
+    lse = np.where(np.isneginf(lse), np.inf, lse).reshape(n, L)  # fully masked rows: P = exp(−inf) = 0, (B·H, L)
+    delta = np.einsum("nle,nle->nl", grad_output, output.reshape(n, L, Ev))  # δ, (B·H, L)
     # as in the forward: skip blocks above the diagonal only when they could add no NaN
     finite = (np.isfinite(x).all() for x in (pb.query, pb.key, pb.value, grad_output, delta))
     skip_causal = pb.is_causal and all(finite)
@@ -182,15 +218,12 @@ def backward(
 
     def block(s: _Slice, rows: slice, cols: slice) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
         """P_ij, the dropout factor and dZ_ij of one block."""
-        weights = _scores(pb, s, s.q[rows] * scale, rows, cols)
-        weights -= lse[s.n, rows]
-        np.exp(weights, out=weights)  # P_ij
+        weights = _scores(pb, s, s.q[rows] * scale, rows, cols)  # Z_ij
         dropout = pb.dropout(s.n, rows, cols)
         grad_scores = grad_output[s.n, rows] @ s.v[cols].T  # dP_ij, (block_q, block_k)
         if dropout is not None:
             grad_scores *= dropout
-        grad_scores -= delta[s.n, rows]
-        grad_scores *= weights  # dZ = P∘(dP − δ)
+        kernels.softmax_backward_(weights, lse[s.n, rows], grad_scores, delta[s.n, rows])  # P_ij, dZ = P∘(dP − δ)
         return weights, dropout, grad_scores
 
     def keys_task(s: _Slice, cols: slice, with_queries: bool = False) -> None:
