@@ -18,6 +18,7 @@ import platform
 import random
 import subprocess
 import sys
+import tempfile
 import timeit
 import tracemalloc
 from collections.abc import Callable
@@ -27,25 +28,30 @@ from typing import Any
 import numpy as np
 
 from . import _fused, reference
-from ._attention import ENGINES, Engine, attention
+from ._attention import ENGINES, Engine, attention, choose_engine
+from ._problem import make_problem
 from ._threads import default_threads
 
 B, H, E = 1, 8, 64
 SIZES = (256, 512, 1024, 2048, 4096)
-QUICK_SIZES = (256, 512, 1024)
 LONG_LENGTH = 65_536
 IMPLEMENTATIONS = ("tiled", "naive", "textbook", "torch")
 
 __all__ = [
+    "CASES",
+    "Case",
     "Row",
     "engine_report",
     "engine_table",
+    "first_call_seconds",
+    "format_classes",
     "format_table",
     "gemm_gflops",
     "long_sequence",
     "main",
     "reference_vs_seed",
     "run",
+    "shape_classes",
     "textbook_attention",
 ]
 
@@ -177,6 +183,18 @@ def long_sequence(length: int = LONG_LENGTH) -> dict[str, float]:
     return {"length": length, **measured, "textbook_scores_mib": length**2 * 4 / 2**20}
 
 
+def first_call_seconds() -> dict[str, dict[str, float]] | None:
+    """The fused engine's first forward and backward in a fresh process, with an empty
+    JIT cache and then with the cache that the first process left."""
+    if not _fused.available():
+        return None
+    with tempfile.TemporaryDirectory() as cache:
+        command = [sys.executable, "-m", "attnlab._first_call"]
+        env = {**os.environ, "NUMBA_CACHE_DIR": cache}
+        runs = [subprocess.run(command, capture_output=True, text=True, check=True, env=env) for _ in range(2)]
+    return {"empty cache": json.loads(runs[0].stdout), "cached": json.loads(runs[1].stdout)}
+
+
 def run(sizes: tuple[int, ...], repeat: int, memory: bool = True) -> list[Row]:
     rows = []
     for backward in (False, True):
@@ -203,6 +221,106 @@ ENGINE_GRID = [
     for length in (8, 32, 128, 256, 512, 2048)
     if 2**12 <= slices * length * length <= 2**26
 ]
+
+
+@dataclass(frozen=True)
+class Case:
+    """One shape class: B batches of H query heads (Hk key/value heads), L queries, S keys, width E."""
+
+    name: str
+    B: int
+    H: int
+    Hk: int
+    L: int
+    S: int
+    E: int
+    causal: bool = False
+    backward: bool = False
+    dtype: str = "float32"
+
+
+CASES = (
+    Case("B1 H8 L=S=4096 E64", 1, 8, 8, 4096, 4096, 64),
+    Case("B1 H8 L=S=4096 E64 causal", 1, 8, 8, 4096, 4096, 64, causal=True),
+    Case("B1 H8 L=S=2048 E128", 1, 8, 8, 2048, 2048, 128),
+    Case("B1 H16 L=S=2048 E32", 1, 16, 16, 2048, 2048, 32),
+    Case("B4 H16 L=S=512 E64", 4, 16, 16, 512, 512, 64),
+    Case("B32 H8 L=S=64 E64", 32, 8, 8, 64, 64, 64),
+    Case("prefill B1 H8 L=256 S=8192 E64", 1, 8, 8, 256, 8192, 64),
+    Case("GQA H32/Hk8 L=S=2048 E128", 1, 32, 8, 2048, 2048, 128),
+    Case("float64 B1 H8 L=S=2048 E64", 1, 8, 8, 2048, 2048, 64, dtype="float64"),
+    Case("decode L=1 S=8192 H32 E128", 1, 32, 32, 1, 8192, 128),
+    Case("decode L=1 S=65536 H1 E128", 1, 1, 1, 1, 65536, 128),
+    Case("fwd+bwd B1 H8 L=S=2048 E64", 1, 8, 8, 2048, 2048, 64, backward=True),
+    Case("fwd+bwd B1 H8 L=S=2048 E128 causal", 1, 8, 8, 2048, 2048, 128, causal=True, backward=True),
+    Case("fwd+bwd B4 H16 L=S=512 E64", 4, 16, 16, 512, 512, 64, backward=True),
+)
+
+
+def _case_runs(case: Case, engines: list[Engine | None]) -> dict[str, Callable[[], Any]]:
+    """One callable per attnlab engine (None: engine=None's choice) and for torch."""
+    rng = np.random.default_rng(0)
+    q = rng.standard_normal((case.B, case.H, case.L, case.E)).astype(case.dtype)
+    k, v = (rng.standard_normal((case.B, case.Hk, case.S, case.E)).astype(case.dtype) for _ in range(2))
+    grad = rng.standard_normal(q.shape).astype(case.dtype)
+    gqa = case.Hk != case.H
+
+    def ours(engine: Engine | None) -> Callable[[], Any]:
+        def run() -> None:
+            result = attention(q, k, v, is_causal=case.causal, enable_gqa=gqa, engine=engine)
+            if case.backward:
+                result.backward(grad)
+
+        return run
+
+    runs: dict[str, Callable[[], Any]] = {engine or "attnlab": ours(engine) for engine in engines}
+    try:
+        import torch
+    except ImportError:
+        return runs
+    tq, tk, tv = (torch.tensor(x, requires_grad=case.backward) for x in (q, k, v))
+    t_grad = torch.tensor(grad)
+
+    def theirs() -> None:
+        out = torch.nn.functional.scaled_dot_product_attention(tq, tk, tv, is_causal=case.causal, enable_gqa=gqa)
+        if case.backward:
+            out.backward(t_grad)
+
+    runs["torch"] = theirs
+    return runs
+
+
+def shape_classes(repeat: int, every_engine: bool = True) -> list[dict[str, Any]]:
+    """Each of CASES timed side by side: attnlab's choice (and each blocked engine when
+    ``every_engine``) against torch, ms, best of ``repeat``."""
+    engines: list[Engine | None] = [None]
+    if every_engine:
+        engines += [e for e in _engines() if e != "naive"]
+    rows = []
+    for case in CASES:
+        ms = {name: _best_ms(run, repeat) for name, run in _case_runs(case, engines).items()}
+        rows.append({"case": case.name, "chosen": attention_engine(case), "ms": ms})
+    return rows
+
+
+def attention_engine(case: Case) -> str:
+    """The engine engine=None picks for ``case``, without running it."""
+    x = np.broadcast_to(np.zeros((), case.dtype), (case.B, case.H, case.L, case.E))
+    kv = np.broadcast_to(np.zeros((), case.dtype), (case.B, case.Hk, case.S, case.E))
+    return choose_engine(None, make_problem(x, kv, kv, None, 0.0, case.causal, None, case.Hk != case.H, None), False)
+
+
+def format_classes(rows: list[dict[str, Any]]) -> str:
+    """Markdown: ms per implementation and torch ÷ attnlab (above 1: attnlab is faster)."""
+    names = list(rows[0]["ms"])
+    head = f"| case | engine | {' | '.join(f'{n} ms' for n in names)} | torch ÷ attnlab |"
+    lines = [head, "|---" * (len(names) + 3) + "|"]
+    for r in rows:
+        ms = r["ms"]
+        ratio = ms["torch"] / ms["attnlab"] if "torch" in ms else None
+        times = " | ".join(_fmt(ms[n]) for n in names)
+        lines.append(f"| {r['case']} | {r['chosen']} | {times} | {_fmt(ratio, 2, '×')} |")
+    return "\n".join(lines)
 
 
 def _engines() -> list[Engine]:
@@ -284,42 +402,59 @@ def _machine() -> dict[str, Any]:
 
 
 def main(quick: bool = False, json_path: str | None = None, repeat: int | None = None) -> str:
-    """Run the whole benchmark and return its report (Markdown)."""
-    repeat = repeat or (2 if quick else 3)
+    """Run the whole benchmark and return its report (Markdown). ``quick``: the shape
+    classes only, attnlab's choice against torch, one timed run each (under a minute)."""
+    repeat = repeat or (1 if quick else 3)
     machine = _machine()
     ceiling = gemm_gflops()
-    rows = run(QUICK_SIZES if quick else SIZES, repeat)
+    classes = shape_classes(repeat, every_engine=not quick)
+    rows = [] if quick else run(SIZES, repeat)
     seed = reference_vs_seed((16, 32) if quick else (16, 32, 64))
     long = None if quick else long_sequence()
+    first_call = None if quick else first_call_seconds()
 
     report = [
-        f"attnlab bench: float32, B={B}, H={H}, E={E}, L = S; best of {repeat}; "
-        "GFLOP/s with forward 4·B·H·L·S·d (½ causal), backward 2.5× forward",
-        "machine: " + ", ".join(f"{k} {v}" for k, v in machine.items()),
+        f"attnlab bench: best of {repeat}; machine: " + ", ".join(f"{k} {v}" for k, v in machine.items()),
         f"float32 GEMM ceiling (2048², all cores): {ceiling:.0f} GFLOP/s",
         "",
-        format_table(rows),
+        "Shape classes, side by side with torch (float32 unless named; engine: what engine=None picks):",
         "",
-        "attnlab.reference vs the seed's triple-loop algorithm (L = d_model = d_k = n, same numbers bit for bit):",
+        format_classes(classes),
     ]
+    if rows:
+        report += [
+            "",
+            f"Length sweep: float32, B={B}, H={H}, E={E}, L = S; GFLOP/s with forward 4·B·H·L·S·E (½ causal), "
+            "backward 2.5× forward:",
+            "",
+            format_table(rows),
+        ]
+    report += ["", "attnlab.reference vs the seed's triple-loop algorithm (L = d_model = d_k = n, same numbers):"]
     report += [
         f"  n={s['n']}: seed {s['seed_ms']:.2f} ms, reference {s['reference_ms']:.2f} ms, {s['speedup']:.1f}× faster"
         for s in seed
     ]
     if long:
         report.append(
-            f"long sequence, tiled forward, L = S = {long['length']}, H=1, d=64: {long['seconds']:.1f} s, "
+            f"long sequence, tiled forward, L = S = {long['length']}, H=1, E=64: {long['seconds']:.1f} s, "
             f"peak process memory {long['peak_rss_mib']:.0f} MiB "
             f"(the textbook's scores alone: {long['textbook_scores_mib']:.0f} MiB)"
+        )
+    if first_call:
+        report.append(
+            "fused engine, first forward+backward in a fresh process (float32, float64): "
+            + "; ".join(f"{when} {t['float32']:.2f} s, {t['float64']:.2f} s" for when, t in first_call.items())
         )
     if json_path:
         data = {
             "machine": machine,
             "gemm_gflops": ceiling,
             "repeat": repeat,
+            "classes": classes,
             "rows": [asdict(r) for r in rows],
             "reference_vs_seed": seed,
             "long_sequence": long,
+            "first_call_seconds": first_call,
         }
         with open(json_path, "w", encoding="utf-8") as f:
             json.dump(data, f, indent=1)

@@ -289,14 +289,19 @@ def build_parser() -> argparse.ArgumentParser:
         "bench",
         _bench,
         "time attnlab's engines against NumPy and torch, side by side",
-        "Time the tiled and naive engines, textbook NumPy attention and torch's SDPA in one run "
-        "(float32, B=1, H=8, E=64, L = S from 256 to 4096, causal and not, forward and forward+backward).",
+        "Time attnlab's engines against torch's SDPA in one run: shape classes from many short heads to "
+        "decoding one token against 65,536 keys, forward and forward+backward; then a length sweep "
+        "(float32, B=1, H=8, E=64, L = S from 256 to 4096) with textbook NumPy attention too.",
         "  attnlab bench --quick\n  attnlab bench --json bench.json\n"
-        "  env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE attnlab bench   # let OpenBLAS pick its fastest kernels",
+        "  env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE attnlab bench   # let OpenBLAS pick its fastest kernels\n"
+        "  OPENBLAS_CORETYPE=Haswell NPY_DISABLE_CPU_FEATURES=X86_V4 NUMBA_CPU_NAME=haswell attnlab bench"
+        "   # AVX2 kernels only",
     )
-    bench.add_argument("--quick", action="store_true", help="L up to 1024 only, 2 repeats: under a minute")
+    bench.add_argument(
+        "--quick", action="store_true", help="the shape classes only, attnlab's choice against torch: under a minute"
+    )
     bench.add_argument("--json", metavar="PATH", help="also write every figure to this JSON file")
-    bench.add_argument("--repeat", type=_at_least(1), help="timed runs per figure, best kept (default 3, quick 2)")
+    bench.add_argument("--repeat", type=_at_least(1), help="timed runs per figure, best kept (default 3, quick 1)")
     bench.add_argument(
         "--engine-table",
         metavar="PATH",

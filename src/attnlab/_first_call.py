@@ -1,0 +1,33 @@
+"""The fused engine's first call in a process of its own, for ``attnlab bench``:
+
+    python -m attnlab._first_call
+
+prints, as JSON, the seconds of the first forward and backward in float32 and float64:
+numba compiles the kernels then, or loads them from its cache on disk (NUMBA_CACHE_DIR,
+else the package's __pycache__).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import numpy as np
+
+from ._attention import attention
+
+__all__ = ["main"]
+
+
+def main() -> dict[str, float]:
+    seconds = {}
+    for dtype in ("float32", "float64"):
+        q = np.ones((1, 4, 8), dtype)
+        start = time.perf_counter()
+        attention(q, q, q, engine="fused").backward(q)
+        seconds[dtype] = time.perf_counter() - start
+    return seconds
+
+
+if __name__ == "__main__":
+    print(json.dumps(main()))
