@@ -191,3 +191,55 @@ def test_a_state_dict_of_lists_loads():
     other.load_state_dict(state)
     for name, value in other.state_dict().items():
         assert value.dtype == np.float32 and np.array_equal(value, layer.state_dict()[name])
+
+
+@pytest.mark.parametrize("engine", ["naive", "tiled"])
+def test_changing_the_output_does_not_change_the_gradients(engine):
+    rng = np.random.default_rng(4)
+    q, k, v, grad = (rng.standard_normal((2, 5, 3)) for _ in range(4))
+    result = al.attention(q, k, v, engine=engine)
+    expected = result.backward(grad)
+    result.output[...] = 0.0  # the caller's copy
+    for ours, before in zip(result.backward(grad), expected, strict=True):
+        assert np.array_equal(ours, before)
+    with pytest.raises(ValueError, match="read-only"):
+        result.lse[...] = 0.0
+
+
+@pytest.mark.parametrize(
+    "make, error, message",
+    [
+        (lambda x: al.attention(x, x, x, attn_mask=[[True], [True, False]]), TypeError, "attn_mask: expected an array"),
+        (
+            lambda x: al.attention(
+                np.ones((1, 2, 2, 3)), np.ones((1, 0, 2, 3)), np.ones((1, 0, 2, 3)), enable_gqa=True
+            ),
+            ValueError,
+            "key: expected a number of heads that divides the query's 2, got 0 heads",
+        ),
+        (lambda x: al.attention(x, x, x, rng="abc"), TypeError, "rng: expected a numpy.random.Generator"),
+        (lambda x: al.softmax(x, axis=5), ValueError, r"axis: expected an integer in \[-2, 2\), got 5"),
+        (lambda x: al.softmax(x, axis=1.0), TypeError, "axis: expected an integer, got 1.0"),
+        (
+            lambda x: al.scaled_dot_product_attention_backward(x, x, x, x, output=x),
+            ValueError,
+            "output, lse: expected both of the forward's results or neither",
+        ),
+        (
+            lambda x: al.scaled_dot_product_attention_backward(x, x, x, x, dropout_p="x", rng=1),
+            TypeError,
+            "dropout_p: expected a number in",
+        ),
+        (
+            lambda x: al.attention(x, x, x, engine="tiled", need_weights=True),
+            ValueError,
+            "need_weights: expected False",
+        ),
+        (lambda x: al.SelfAttention(2, 2, std=-1.0), ValueError, r"std: expected a number >= 0.0, got -1.0"),
+        (lambda x: al.SelfAttention(3, 2).trace(np.eye(3), tokens="abc"), TypeError, "tokens: expected 3 labels"),
+    ],
+)
+def test_more_bad_arguments_name_themselves(make, error, message):
+    with pytest.raises(error, match=message) as caught:
+        make(np.ones((2, 3)))
+    assert isinstance(caught.value, al.AttnlabError)

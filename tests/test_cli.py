@@ -193,7 +193,7 @@ HOSTILE_FILES = {
     "huge-int.json": ("[[" + "9" * 400 + ", 1]]", "within float range"),
     "empty.npy": ("", "cannot read"),
     "corrupt.npy": ("\x93NUMPY\x01\x00{'descr': broken", "cannot read"),
-    "long.json": (json.dumps([[0.0]] * 9000), "at most 67,108,864 scores"),
+    "long.json": (json.dumps([[0.0]] * 9000), "at most 16,777,216 scores"),
 }
 
 
@@ -297,3 +297,43 @@ def test_two_thousand_distinct_characters_trace_quickly(capsys):
     code, out, _ = run(capsys, "trace", "--text", text, "--format", "json")
     data = json.loads(out)
     assert code == 0 and len(data["tokens"]) == 2000 and len(data["Q"][0]) == 64  # d_k defaults to at most 64
+
+
+def test_what_a_saved_trace_cannot_honour_is_an_error(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    _, out, _ = run(capsys, "trace", "--text", "a b", "--format", "json")
+    (tmp_path / "t.json").write_text(out)
+    for option in (["--causal"], ["--num-heads", "2"], ["--d-k", "3"], ["--scale", "2"]):
+        code, _, err = run(capsys, "view", "t.json", *option, "-o", "t.html")
+        assert code == 2 and f"{option[0]}: t.json is a saved trace, already computed" in err
+
+
+@pytest.mark.parametrize(
+    "field, value, message",
+    [
+        ("inputs", [[[[[[[[[[1.0]]]]]]]]]] * 1, "inputs: expected"),
+        ("scale", 10**400, "scale: expected a finite number, got an integer of 401 digits"),
+        ("Q", [[], []], "Q: expected shape"),
+    ],
+)
+def test_hostile_saved_traces(field, value, message, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    _, out, _ = run(capsys, "trace", "--text", "a b", "--format", "json")
+    data = json.loads(out)
+    data[field] = value
+    (tmp_path / "t.json").write_text(json.dumps(data))
+    code, _, err = run(capsys, "trace", "t.json")
+    assert code == 2 and message in err and err.count("\n") == 1
+
+
+def test_a_huge_npy_header_is_refused_before_reading(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    with open(tmp_path / "huge.npy", "wb") as f:  # a header that promises 10¹² numbers, and no data
+        np.lib.format.write_array_header_1_0(f, {"descr": "<f8", "fortran_order": False, "shape": (10**6, 10**6)})
+    code, _, err = run(capsys, "trace", "huge.npy")
+    assert code == 2 and "expected at most 67,108,864 numbers, got shape (1000000, 1000000)" in err
+
+
+def test_bench_checks_its_output_before_running(capsys):
+    code, _, err = run(capsys, "bench", "--quick", "--json", "/no/such/folder/x.json")
+    assert code == 2 and "--json: expected a file in a folder that exists" in err

@@ -111,3 +111,13 @@ def test_a_fully_masked_row_is_zero_even_over_nan_values(engine):
     result = al.attention(np.ones((1, 3, 3)), np.ones((1, 4, 3)), v, attn_mask=mask, engine=engine)
     np.testing.assert_array_equal(result.output[0, 1], 0.0)
     assert np.isneginf(result.lse[0, 1])
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_float_minus_infinity_masks_even_a_nan_score(engine):
+    k = np.ones((1, 3, 2))
+    k[0, 1] = np.nan  # its scores are NaN, but the mask says −∞ there
+    mask = np.array([[0.0, -np.inf, 0.0], [-np.inf, -np.inf, -np.inf]])
+    result = al.attention(np.ones((1, 2, 2)), k, np.arange(6.0).reshape(1, 3, 2), attn_mask=mask, engine=engine)
+    np.testing.assert_allclose(result.output[0, 0], [2.0, 3.0])  # the mean of value rows 0 and 2
+    np.testing.assert_array_equal(result.output[0, 1], 0.0)  # every key masked

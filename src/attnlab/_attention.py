@@ -43,7 +43,7 @@ ENGINES: tuple[Engine, ...] = ("naive", "tiled", "fused")
 # holds every score. So tiled wins when each task has many scores and there are enough
 # scores in all, and is taken regardless when the naive engine's scores would not fit
 # in memory comfortably.
-TILED_FROM = 2**23  # scores (B·H·L·S) in all
+TILED_FROM = 2**22  # scores (B·H·L·S) in all
 TILED_TASK_FROM = 2**15  # scores per task: min(L, BLOCK_Q)·S
 NAIVE_MAX_BYTES = 2**31  # the naive engine's score matrix
 
@@ -61,10 +61,12 @@ class Attention:
     """One attention forward: its results, and :meth:`backward` for its gradients.
 
     Attributes:
-        output: O, (B…, L, Ev), in the inputs' dtype.
+        output: O, (B…, L, Ev), in the inputs' dtype, the caller's to change. The result
+            keeps references to q, k and v: changing them in place before ``backward``
+            changes the gradients (copy them first if you must).
         lse: log Σ_j exp(Z_ij) of each row, (B…, L), in the compute dtype (float32 for
             float16 inputs, so that the backward keeps every digit); −inf for a row
-            whose keys are all masked.
+            whose keys are all masked. Read-only: the backward uses it.
         weights: the weights that multiplied V (after dropout), (B…, L, S), in the
             inputs' dtype; None unless ``need_weights=True``.
         problem: the validated arguments, including the dropout seed drawn for this call.
@@ -77,11 +79,12 @@ class Attention:
     lse: np.ndarray
     weights: np.ndarray | None
     num_threads: int | None
-    exact_output: np.ndarray = field(repr=False)  # O in the compute dtype, what the backward's δ needs
+    exact_output: np.ndarray = field(repr=False)  # O in the compute dtype, read-only: what the backward's δ needs
 
     @functools.cached_property
     def output(self) -> np.ndarray:
-        return self.exact_output.astype(self.problem.result_dtype, copy=False)
+        """O in the inputs' dtype: the caller's own copy, which the backward never reads."""
+        return self.exact_output.astype(self.problem.result_dtype, copy=True)
 
     def backward(self, grad_output: Any) -> Gradients:
         """dQ, dK, dV of Σ grad_output∘O, each in the shape and dtype of its input
@@ -99,7 +102,8 @@ class Attention:
 
 
 def choose_engine(engine: Any, pb: Problem, need_weights: bool) -> Engine:
-    """The engine asked for, or the faster one for these shapes (see docs/benchmarks.md)."""
+    """The engine asked for, or the faster one for these shapes (the cost model above;
+    docs/design.md, "Engines")."""
     if engine is None:
         L, S = pb.lengths
         scores = pb.slices * L * S
@@ -113,7 +117,7 @@ def choose_engine(engine: Any, pb: Problem, need_weights: bool) -> Engine:
         raise fail("engine", f"one of {ENGINES} or None", repr(engine))
     if engine != "naive" and need_weights:
         raise fail(
-            "return_weights",
+            "need_weights",
             f"False with engine={engine!r} (it never holds the (L, S) weights; use engine='naive' or None)",
             True,
         )
@@ -165,6 +169,7 @@ def attention(
             weights = all_weights.astype(pb.result_dtype, copy=False)
     else:
         output, lse = _tiled.forward(pb, threads, _kernels(chosen))
+    output.flags.writeable = lse.flags.writeable = False  # the backward's: see Attention.output
     return Attention(pb, chosen, lse, weights, threads, exact_output=output)
 
 

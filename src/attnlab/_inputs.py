@@ -8,6 +8,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 import sys
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,7 @@ __all__ = [
 ]
 
 SUFFIXES = (".json", ".csv", ".npy")
+MAX_VALUES = 2**26  # the most numbers an input file may hold (512 MiB as float64)
 
 
 class InputError(ArgumentError):
@@ -93,18 +95,18 @@ def read_json_or_matrix(path: str) -> Any:
     """The parsed JSON document of a .json file or standard input ('-'), or the matrix
     of a .csv or .npy file."""
     if path == "-":
-        return _parse_json(sys.stdin.read(), "standard input")
+        return _parse_json(sys.stdin.read().removeprefix("\ufeff"), "standard input")
     file = Path(path)
     if file.suffix.lower() not in SUFFIXES:
         raise InputError(f"{path}: unknown suffix {file.suffix!r}; expected one of {', '.join(SUFFIXES)} or '-'")
     try:
         if file.suffix.lower() == ".npy":
-            array = np.load(file, allow_pickle=False)
-            if not isinstance(array, np.ndarray):  # an .npz archive under another name
-                raise InputError(f"{path}: expected one array (.npy), got an .npz archive")
-            if array.dtype.kind not in "iuf":
-                raise InputError(f"{path}: expected an array of numbers, got dtype {array.dtype}")
-            return _finite(array.astype(float), path)
+            shape, dtype = _npy_header(file, path)
+            if dtype.kind not in "iuf":  # objects would need unpickling: refused before any is read
+                raise InputError(f"{path}: expected an array of numbers (no pickle), got dtype {dtype}")
+            if math.prod(shape) > MAX_VALUES:
+                raise InputError(f"{path}: expected at most {MAX_VALUES:,} numbers, got shape {shape}")
+            return _finite(np.load(file, allow_pickle=False).astype(float), path)
         text = file.read_text(encoding="utf-8-sig")  # Excel's "CSV UTF-8" starts with a byte-order mark
     except InputError:
         raise
@@ -112,6 +114,18 @@ def read_json_or_matrix(path: str) -> Any:
         reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
         raise InputError(f"{path}: cannot read: {reason}") from None
     return _read_csv(text, path) if file.suffix.lower() == ".csv" else _parse_json(text, path)
+
+
+def _npy_header(file: Path, path: str) -> tuple[tuple[int, ...], np.dtype]:
+    """The shape and dtype an .npy file's header declares, read without its data."""
+    with open(file, "rb") as f:
+        if f.read(2) == b"PK":  # a zip: an .npz archive under another name
+            raise InputError(f"{path}: expected one array (.npy), got an .npz archive")
+        f.seek(0)
+        major, _ = np.lib.format.read_magic(f)
+        read = np.lib.format.read_array_header_1_0 if major == 1 else np.lib.format.read_array_header_2_0
+        shape, _, dtype = read(f)
+    return shape, dtype
 
 
 def source_name(path: str) -> str:

@@ -2,8 +2,9 @@
 mask and dropout.
 
 Masking, on a block of scores Z (…, l, s) that starts at row ``row0`` and column
-``col0`` of the full (L, S) matrix: a bool mask's False and the causal rule's j > i set
-Z to −∞; a float mask is added.
+``col0`` of the full (L, S) matrix: a bool mask's False, a float mask's −∞ and the
+causal rule's j > i set Z to −∞ (whatever Z was, NaN included); a float mask's other
+values are added.
 
 Dropout: the keep mask of row i, key j of flattened batch-and-head slice n is ``u >= p``
 for a uniform u drawn from a Philox stream keyed by the dropout seed and counted from
@@ -15,11 +16,13 @@ contract: changing either changes every seeded mask ever drawn.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from ._validation import fail, int_seed
 
-__all__ = ["TILE_COLS", "TILE_ROWS", "dropout_factor", "dropout_seed", "keep_mask", "mask_scores_"]
+__all__ = ["TILE_COLS", "TILE_ROWS", "check_rng", "dropout_factor", "dropout_seed", "keep_mask", "mask_scores_"]
 
 TILE_ROWS = 64
 TILE_COLS = 256
@@ -33,6 +36,7 @@ def mask_scores_(scores: np.ndarray, mask: np.ndarray | None, is_causal: bool, r
             np.copyto(scores, -np.inf, where=~mask)
         else:
             scores += mask
+            np.copyto(scores, -np.inf, where=np.isneginf(mask))  # −∞ masks even a NaN score
     if is_causal:
         rows, cols = scores.shape[-2:]
         first = max(0, row0 + 1 - col0)  # columns before this one are visible to every row of the block
@@ -40,16 +44,23 @@ def mask_scores_(scores: np.ndarray, mask: np.ndarray | None, is_causal: bool, r
         np.copyto(scores[..., first:], -np.inf, where=later)
 
 
+def check_rng(rng: Any) -> int | np.random.Generator | None:
+    """``rng`` once it is a Generator, an int seed in [0, 2**63) or None."""
+    if rng is None or isinstance(rng, np.random.Generator):
+        return rng
+    if not isinstance(rng, (int, np.integer)) or isinstance(rng, (bool, np.bool_)):
+        raise fail("rng", "a numpy.random.Generator, an int seed in [0, 2**63) or None", repr(rng), TypeError)
+    return int_seed("rng", rng)
+
+
 def dropout_seed(rng: int | np.random.Generator | None) -> int:
-    """The Philox key for one dropout draw: the integer itself, a draw from the
-    Generator, or fresh OS entropy when ``rng`` is None."""
+    """The Philox key for one dropout draw from a checked ``rng``: the integer itself, a
+    draw from the Generator, or fresh OS entropy when ``rng`` is None."""
     if isinstance(rng, np.random.Generator):
         return int(rng.integers(2**63))
     if rng is None:
         return int(np.random.default_rng().integers(2**63))
-    if not isinstance(rng, (int, np.integer)) or isinstance(rng, (bool, np.bool_)):
-        raise fail("rng", "a numpy.random.Generator, an int seed in [0, 2**63) or None", repr(rng), TypeError)
-    return int_seed("rng", rng)
+    return rng
 
 
 def keep_mask(key: int, n: int, rows: slice, cols: slice, p: float) -> np.ndarray:

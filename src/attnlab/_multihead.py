@@ -29,7 +29,7 @@ import numpy as np
 from ._attention import Attention, attention
 from ._layers import linear, linear_backward, merge_heads, split_heads
 from ._trace import Trace, build_trace
-from ._validation import fail, flag, float_array, int_seed, layer_dtype, positive_int, probability
+from ._validation import array_of, fail, flag, float_array, int_seed, layer_dtype, positive_int, probability
 
 __all__ = ["MultiheadAttention"]
 
@@ -65,7 +65,7 @@ def _initial_parameters(
 
 def _additive(name: str, mask: Any, dtype: np.dtype) -> np.ndarray:
     """A MultiheadAttention mask as scores to add: bool True (= ignore) becomes −inf."""
-    mask = np.asarray(mask)
+    mask = array_of(name, mask)
     if mask.dtype == bool:
         return np.where(mask, -np.inf, 0.0).astype(dtype)
     if mask.dtype.kind != "f":
@@ -225,7 +225,7 @@ class MultiheadAttention:
         Q, K, V (H, L, E) after the in-projection, weights (H, L, L) and each head's
         output (H, L, E) before the out-projection. No dropout; no appended keys."""
         if self.add_bias_kv or self.add_zero_attn or "in_proj_weight" not in self._params:
-            raise fail("trace", "a layer without add_bias_kv, add_zero_attn, kdim or vdim", "one with them")
+            raise fail("self", "a layer without add_bias_kv, add_zero_attn, kdim or vdim to trace", "one with them")
         x = _batch_first(self, "x", x, self.embed_dim, batched=False)  # (1, L, D)
         Q, K, V = (split_heads(linear(x, w, b), self.num_heads)[0] for w, b in _projections(self))  # (H, L, E)
         return build_trace(x[0], Q, K, V, scale=scale, is_causal=is_causal, tokens=tokens)
@@ -270,7 +270,7 @@ def _checked_state(state: Any, current: dict[str, np.ndarray], dtype: np.dtype) 
         raise fail("state", f"the keys {sorted(current)}", f"missing {missing}, unexpected {unexpected}")
     loaded = {}
     for name, now in current.items():
-        value = np.asarray(state[name])
+        value = array_of(f"state[{name!r}]", state[name])
         if value.dtype.kind not in "fiu":
             raise fail(f"state[{name!r}]", "an array of numbers", f"dtype {value.dtype}", TypeError)
         if value.shape != now.shape:
@@ -288,7 +288,7 @@ def _forward(
     need_weights: bool,
 ) -> _Forward:
     """Check the inputs, project, split into heads, attend, merge, project out."""
-    batched = np.ndim(inputs[0]) == 3
+    batched = array_of("query", inputs[0]).ndim == 3
     widths = (layer.embed_dim, layer.kdim, layer.vdim)
     query, key, value = (
         _batch_first(layer, name, x, width, batched)

@@ -19,8 +19,9 @@ from typing import Any
 
 import numpy as np
 
-from ._masks import dropout_factor, dropout_seed
+from ._masks import check_rng, dropout_factor, dropout_seed
 from ._validation import (
+    array_of,
     broadcasts_to,
     compute_dtype,
     fail,
@@ -115,6 +116,7 @@ def make_problem(
     if groups > 1:
         batch = (*batch, query.shape[-3])
     p = probability("dropout_p", dropout_p)
+    rng = check_rng(rng)
     return Problem(
         query=query.astype(work, copy=False),
         key=key.astype(work, copy=False),
@@ -141,7 +143,7 @@ def _groups(query: np.ndarray, key: np.ndarray, value: np.ndarray) -> int:
     heads, kv_heads = query.shape[-3], key.shape[-3]
     if value.shape[-3] != kv_heads:
         raise fail("value", f"{kv_heads} heads as in key {key.shape}", f"shape {value.shape}")
-    if heads % kv_heads:
+    if kv_heads == 0 or heads % kv_heads:
         raise fail("key", f"a number of heads that divides the query's {heads}", f"{kv_heads} heads")
     return heads // kv_heads
 
@@ -157,7 +159,7 @@ def _mask(attn_mask: Any, full: tuple[int, ...], work: np.dtype) -> np.ndarray |
     """The attention mask, checked against the attention shape (B…, L, S); a float mask in ``work``."""
     if attn_mask is None:
         return None
-    mask = np.asarray(attn_mask)
+    mask = array_of("attn_mask", attn_mask)
     if mask.dtype != bool and mask.dtype not in (np.float16, np.float32, np.float64):
         raise fail(
             "attn_mask", "a bool array (True = may attend) or a float array (added)", f"dtype {mask.dtype}", TypeError

@@ -10,7 +10,7 @@ from numpy.typing import ArrayLike, DTypeLike
 
 from . import reference
 from ._trace import Trace, build_trace
-from ._validation import fail, float_array, layer_dtype, positive_int
+from ._validation import fail, float_array, int_seed, layer_dtype, positive_int, real_number
 from .functional import scaled_dot_product_attention
 
 __all__ = ["SelfAttention"]
@@ -46,8 +46,11 @@ class SelfAttention:
         self.d_k = positive_int("d_k", d_k)
         self.dtype = layer_dtype(dtype)
         if weights is None:
-            layer = reference.SelfAttention(d_model, d_k, seed=seed, std=std)
+            std = real_number("std", std, minimum=0.0)
+            layer = reference.SelfAttention(d_model, d_k, seed=int_seed("seed", seed), std=std)
             weights = (layer.Wq, layer.Wk, layer.Wv)
+        elif not isinstance(weights, (list, tuple)):
+            raise fail("weights", "a (Wq, Wk, Wv) triple", type(weights).__name__, TypeError)
         elif len(weights) != 3:
             raise fail("weights", "a (Wq, Wk, Wv) triple", f"{len(weights)} items")
         arrays = [float_array(f"weights[{i}]", w) for i, w in enumerate(weights)]

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from ._validation import compute_dtype, float_array
+from ._validation import compute_dtype, fail, float_array
 
 __all__ = ["softmax"]
 
@@ -36,10 +36,16 @@ def softmax(x: Any, axis: int = -1) -> np.ndarray:
     Each slice along ``axis`` sums to 1, except a slice that is all −inf, which gives
     zeros (the convention for fully-masked attention rows). float16 is computed in
     float32 and returned as float16.
+
+    Raises:
+        TypeError: ``x`` is not a float array, or ``axis`` not an integer.
+        ValueError: ``axis`` is not one of x's axes.
     """
     x = float_array("x", x, min_ndim=1)
+    if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)):
+        raise fail("axis", "an integer", repr(axis), TypeError)
     if not -x.ndim <= axis < x.ndim:
-        raise ValueError(f"axis: expected an integer in [{-x.ndim}, {x.ndim}), got {axis}")
+        raise fail("axis", f"an integer in [{-x.ndim}, {x.ndim})", axis)
     moved = np.moveaxis(x, axis, -1).astype(compute_dtype(x.dtype), copy=True)
     probs, _ = softmax_lse_(moved)
     return np.moveaxis(probs, -1, axis).astype(x.dtype, copy=False)

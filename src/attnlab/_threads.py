@@ -35,7 +35,7 @@ def default_threads() -> int:
     """The ``ATTNLAB_NUM_THREADS`` environment variable, else the machine's cores."""
     value = os.environ.get(THREADS_ENV)
     if value is not None:
-        if not value.isdigit() or int(value) < 1:
+        if not (value.isascii() and value.isdigit()) or int(value) < 1:
             raise fail(THREADS_ENV, "an integer >= 1", repr(value))
         return int(value)
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1

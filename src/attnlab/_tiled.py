@@ -3,7 +3,8 @@
 Forward, for one slice and one block of queries (Milakov & Gimelshein 2018; Dao 2023):
 
     m = −∞, l = 0, acc = 0
-    for each block of keys K_j, V_j (blocks above the diagonal skipped when causal):
+    for each block of keys K_j, V_j (when causal, blocks above the diagonal are skipped
+    unless a non-finite value there would make a NaN, as the naive engine gives):
         Z_j = scale · Q·K_jᵀ + mask_j                     (block_q, block_k)
         m' = max(m, rowmax Z_j);  P_j = exp(Z_j − m')
         l = e^(m − m')·l + rowsum P_j
@@ -20,7 +21,8 @@ With many slices, each task owns one slice and makes all three in one pass. With
 each slice is split: tasks over key blocks make dK_j and dV_j, tasks over query blocks
 make dQ_i (P_ij computed twice). Either way no two tasks write the same rows.
 
-Tasks run on the thread pool of ``_threads``. A task's arithmetic depends only on the
+The elementwise work on each block goes through ``Kernels``: NumPy's here, numba's in
+``_fused`` (engine="fused"). Tasks run on the thread pool of ``_threads``. A task's arithmetic depends only on the
 block sizes, not on which thread runs it or how many there are, so the results are the
 same bits for any thread count. Letters as in ``_problem``.
 """

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from ._masks import mask_scores_
-from ._validation import ArgumentError
+from ._validation import ArgumentError, fail, real_number
 from .functional import scaled_dot_product_attention
 from .reference import AttentionSteps
 
@@ -74,13 +74,25 @@ def json_ready(value: Any) -> Any:
     return value
 
 
-def _from_json(value: Any) -> Any:
-    """Inverse of :func:`json_ready`."""
-    if isinstance(value, list):
-        return [_from_json(v) for v in value]
+def _number(value: Any) -> Any:
+    """One number of :func:`json_ready`'s encoding, decoded."""
     if value is None:
         return -math.inf
-    return _NON_FINITE.get(value, value) if isinstance(value, str) else value
+    if isinstance(value, str):
+        return _NON_FINITE[value]  # KeyError: not a number
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"not a number: {value!r}")
+    return float(value)  # OverflowError: an integer beyond float range
+
+
+_decode = np.frompyfunc(_number, 1, 1)
+
+
+def _from_json(value: Any) -> np.ndarray:
+    """Inverse of :func:`json_ready`, as a float array (NumPy refuses nesting past 64
+    levels and ragged rows, so a hostile document never recurses deeply)."""
+    raw = np.array(value, dtype=object)
+    return np.asarray(_decode(raw), dtype=float) if raw.size else raw.astype(float)
 
 
 @dataclass
@@ -111,6 +123,8 @@ class Trace:
 
     def head(self, h: int) -> Trace:
         """The single-head trace of head ``h``."""
+        if isinstance(h, bool) or not isinstance(h, (int, np.integer)) or not 0 <= h < self.num_heads:
+            raise fail("h", f"a head index in 0..{self.num_heads - 1}", repr(h))
         if self.weights.ndim == 2:
             return self
         arrays = {name: getattr(self, name)[h] for name in ARRAYS if name != "inputs"}
@@ -172,12 +186,14 @@ def _trace_from_dict(data: Any, source: str) -> Trace:
     arrays = {}
     for name in ARRAYS:
         try:
-            arrays[name] = np.array(_from_json(data[name]), dtype=float)
-        except (TypeError, ValueError, OverflowError):
+            arrays[name] = _from_json(data[name])
+        except (TypeError, ValueError, KeyError, OverflowError, RecursionError):
             raise ArgumentError(f"{source}: {name}: expected a matrix of numbers") from None
-    L = arrays["inputs"].shape[0] if arrays["inputs"].ndim == 2 else -1
+    if arrays["inputs"].ndim != 2 or 0 in arrays["inputs"].shape:
+        raise ArgumentError(f"{source}: inputs: expected a (L, d_model) matrix, got shape {arrays['inputs'].shape}")
+    L = arrays["inputs"].shape[0]
     weights = arrays["weights"]
-    if L < 1 or weights.ndim not in (2, 3) or weights.shape[-2:] != (L, L):
+    if weights.ndim not in (2, 3) or weights.shape[-2:] != (L, L):
         raise ArgumentError(
             f"{source}: weights: expected shape (L, L) or (H, L, L) with L={L} input rows, got {weights.shape}"
         )
@@ -189,7 +205,7 @@ def _trace_from_dict(data: Any, source: str) -> Trace:
     rows = weights.shape[:-1]  # (L,) or (H, L): every projection has one row per token and head
     for name, like in (("Q", "Q"), ("K", "Q"), ("V", "V"), ("output", "V")):
         shape, expected = arrays[name].shape, (*rows, arrays[like].shape[-1] if arrays[like].ndim else -1)
-        if arrays[name].ndim != len(expected) or shape != expected or shape[-1] < 0:
+        if arrays[name].ndim != len(expected) or shape != expected or shape[-1] < 1:
             raise ArgumentError(f"{source}: {name}: expected shape {(*rows, 'width')}, got {shape}")
     tokens = data.get("tokens")
     if tokens is not None and (not isinstance(tokens, list) or len(tokens) != L):
@@ -198,13 +214,22 @@ def _trace_from_dict(data: Any, source: str) -> Trace:
             f"{len(tokens) if isinstance(tokens, list) else type(tokens).__name__}"
         )
     scale = data["scale"]
-    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale):
-        raise ArgumentError(f"{source}: scale: expected a finite number, got {scale!r}")
+    try:
+        finite = not isinstance(scale, bool) and isinstance(scale, (int, float)) and math.isfinite(scale)
+    except OverflowError:  # an integer beyond float range
+        finite = False
+    if not finite:
+        got = f"an integer of {len(str(scale))} digits" if isinstance(scale, int) else repr(scale)
+        raise ArgumentError(f"{source}: scale: expected a finite number, got {got}")
     return Trace(scale=float(data["scale"]), tokens=None if tokens is None else [str(t) for t in tokens], **arrays)
 
 
 def _render(trace: Trace, lang: str, precision: int, title: str | None) -> str:
     """See :meth:`Trace.render`."""
+    if lang not in _LABELS:
+        raise fail("lang", f"one of {', '.join(_LABELS)}", repr(lang))
+    if isinstance(precision, bool) or not isinstance(precision, int) or not 0 <= precision <= 17:
+        raise fail("precision", "an integer in 0..17", repr(precision))
     t = _LABELS[lang]
 
     def label(key: str, i: int) -> str:
@@ -250,7 +275,13 @@ def build_trace(
     """The trace of attention over projections Q, K (…, L, d_k) and V (…, L, d_v) of
     ``inputs`` (L, d_model): the weights and output come from the engine, the scores
     beside them for display."""
-    scale = 1.0 / math.sqrt(Q.shape[-1]) if scale is None else float(scale)
+    scale = 1.0 / math.sqrt(Q.shape[-1]) if scale is None else real_number("scale", scale)
+    L = len(inputs)
+    if tokens is not None and (isinstance(tokens, str) or len(tokens) != L):
+        got = "a string" if isinstance(tokens, str) else f"{len(tokens)} labels"
+        raise fail(
+            "tokens", f"{L} labels, one per row of the input", got, TypeError if isinstance(tokens, str) else ValueError
+        )
     output, weights = scaled_dot_product_attention(Q, K, V, is_causal=is_causal, scale=scale, return_weights=True)
     with np.errstate(over="ignore", invalid="ignore"):  # overflowing scores are shown as ±inf or NaN
         scores = Q @ np.swapaxes(K, -1, -2)  # (…, L, L)

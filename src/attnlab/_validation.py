@@ -18,6 +18,7 @@ __all__ = [
     "ArgumentTypeError",
     "AttnlabError",
     "MissingDependencyError",
+    "array_of",
     "broadcasts_to",
     "compute_dtype",
     "fail",
@@ -72,16 +73,18 @@ def _is_real(x: Any) -> bool:
     return isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(x, (bool, np.bool_))
 
 
-def real_number(name: str, x: Any, *, finite: bool = True) -> float:
-    """``x`` as a float; it must be a real number (not a bool), finite unless ``finite=False``."""
+def real_number(name: str, x: Any, *, minimum: float | None = None) -> float:
+    """``x`` as a finite float (not a bool), at least ``minimum`` when given."""
     if not _is_real(x):
         raise fail(name, "a real number", repr(x), TypeError)
     try:
         value = float(x)
     except OverflowError:  # an int beyond float range
         raise fail(name, "a number within float range", f"an integer of {len(str(abs(int(x))))} digits") from None
-    if finite and not np.isfinite(value):
+    if not np.isfinite(value):
         raise fail(name, "a finite number", repr(x))
+    if minimum is not None and value < minimum:
+        raise fail(name, f"a number >= {minimum}", repr(x))
     return value
 
 
@@ -94,7 +97,9 @@ def flag(name: str, x: Any) -> bool:
 
 def positive_int(name: str, n: Any) -> int:
     """An integer >= 1 (not a bool)."""
-    if isinstance(n, (bool, np.bool_)) or not isinstance(n, (int, np.integer)) or n < 1:
+    if isinstance(n, (bool, np.bool_)) or not isinstance(n, (int, np.integer)):
+        raise fail(name, "an integer >= 1", repr(n), TypeError)
+    if n < 1:
         raise fail(name, "an integer >= 1", repr(n))
     return int(n)
 
@@ -110,18 +115,25 @@ def int_seed(name: str, n: Any) -> int:
 
 def probability(name: str, p: Any) -> float:
     """A dropout probability in [0, 1)."""
-    if not _is_real(p) or not 0 <= p < 1:
+    if not _is_real(p):
+        raise fail(name, "a number in [0, 1)", repr(p), TypeError)
+    if not 0 <= p < 1:
         raise fail(name, "a number in [0, 1)", repr(p))
     return float(p)
+
+
+def array_of(name: str, x: Any) -> np.ndarray:
+    """``np.asarray(x)``, with a ragged or non-numeric nesting reported as ``name``'s error."""
+    try:
+        return np.asarray(x)
+    except (ValueError, TypeError) as e:
+        raise fail(name, "an array (equally long rows)", f"{type(x).__name__} ({e})", TypeError) from None
 
 
 def float_array(name: str, x: Any, *, min_ndim: int = 2) -> np.ndarray:
     """``x`` as a floating ndarray of at least ``min_ndim`` dimensions (no copy if it is one)."""
     if not isinstance(x, np.ndarray):
-        try:
-            x = np.asarray(x)
-        except (ValueError, TypeError) as e:
-            raise fail(name, "an array of numbers", f"{type(x).__name__} ({e})", TypeError) from None
+        x = array_of(name, x)
     if x.dtype not in FLOAT_DTYPES:
         raise fail(name, "a float16, float32 or float64 array", f"dtype {x.dtype}", TypeError)
     if x.ndim < min_ndim:
@@ -155,14 +167,14 @@ def compute_dtype(dtype: np.dtype) -> np.dtype:
     return np.dtype(np.float32) if dtype == np.float16 else dtype
 
 
-def output_path(path: Any, suffixes: tuple[str, ...]) -> Path:
+def output_path(path: Any, suffixes: tuple[str, ...], name: str = "path") -> Path:
     """``path`` as a Path, once it ends in one of ``suffixes`` and its folder exists:
     checked before any long work, so that the work is not lost."""
     path = Path(path)
     if path.suffix.lower() not in suffixes:
-        raise fail("path", f"a file ending in {', '.join(suffixes)}", repr(str(path)))
+        raise fail(name, f"a file ending in {', '.join(suffixes)}", repr(str(path)))
     if not path.parent.is_dir():
-        raise fail("path", "a file in a folder that exists", repr(str(path)))
+        raise fail(name, "a file in a folder that exists", repr(str(path)))
     return path
 
 

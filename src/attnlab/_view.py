@@ -49,19 +49,14 @@ def render_page(trace: Trace) -> str:
     """The HTML text. The data sits in a JSON script block with '<', '>' and '&'
     escaped, so no token can end the block or inject markup; the script only ever
     writes tokens as text."""
-    data = page_data(trace)
-    try:
-        payload = json.dumps(data, ensure_ascii=False, allow_nan=False)
-    except ValueError:  # NaN or infinity: scores that overflowed
-        raise fail(
-            "trace", "finite scores, Q, K and V (the page recomputes the weights from them)", "NaN or ±inf"
-        ) from None
-    if len(payload) > MAX_PAGE_BYTES:
+    payload = json.dumps(page_data(trace), ensure_ascii=False, allow_nan=False)  # non-finite: encoded
+    size = len(payload.encode("utf-8"))
+    if size > MAX_PAGE_BYTES:
         raise fail(
             "trace",
             f"a page of at most {MAX_PAGE_BYTES // 2**20} MiB of data (a browser cannot open more); "
             "use fewer tokens or heads",
-            f"{len(payload) / 2**20:.0f} MiB",
+            f"{size / 2**20:.0f} MiB",
         )
     payload = payload.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
     template = files("attnlab").joinpath("_view.html").read_text(encoding="utf-8")

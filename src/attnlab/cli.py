@@ -31,14 +31,14 @@ from ._inputs import (
 from ._multihead import MultiheadAttention
 from ._self_attention import SelfAttention
 from ._trace import LANGUAGES, Trace
-from ._validation import AttnlabError
+from ._validation import AttnlabError, output_path
 from .reference import SelfAttention as ReferenceSelfAttention
 
 __all__ = ["build_parser", "main"]
 
 # What a trace can hold: its (L, L) matrices are kept whole, several per head, so L²·H
-# is capped before any work (2²⁶ float64 scores are 512 MiB an array); widths likewise.
-MAX_SCORES = 2**26
+# is capped before any work (2²⁴ float64 scores are 128 MiB an array); widths likewise.
+MAX_SCORES = 2**24
 MAX_WIDTH = 2**16
 MAX_PAGE_SCORES = 2**21  # about 40 MiB of page: what Chromium opens in a few seconds
 # --d-k's default: the input's width up to this. The weights are drawn in pure Python as
@@ -113,7 +113,9 @@ def add_input_options(parser: argparse.ArgumentParser) -> None:
         type=_at_least(1, MAX_WIDTH),
         help=f"width of Q, K and V (default: the input's width, at most {DEFAULT_MAX_D_K})",
     )
-    parser.add_argument("--seed", type=int, default=42, help="seed of the weights (default 42, the article's)")
+    parser.add_argument(
+        "--seed", type=_at_least(0, 2**63 - 1), default=42, help="seed of the weights (default 42, the article's)"
+    )
     parser.add_argument(
         "--scale", type=_scale, default="sqrt", help="sqrt (1/√d_k, default), none (1) or a number multiplying Q·Kᵀ"
     )
@@ -135,21 +137,16 @@ def trace_from_args(args: argparse.Namespace, max_scores: int = MAX_SCORES, hold
     tokens: list[str] | None
     if args.text is not None:
         words = split_text(args.text)
+        _check_size(len(words), args.num_heads, max_scores, holder)
         X = embed_tokens(words, args.embed, args.d_model, args.seed)
         tokens = parse_tokens(args.tokens, len(words)) or words
     else:
         data = read_json_or_matrix(args.input)
         if isinstance(data, dict):
-            trace = Trace.from_dict(data, source_name(args.input))
-            trace.tokens = parse_tokens(args.tokens, len(trace.inputs)) or trace.tokens
-            return trace
+            return _saved_trace(data, args)
         X = as_sequence(data, args.input)
+        _check_size(len(X), args.num_heads, max_scores, holder)
         tokens = parse_tokens(args.tokens, len(X))
-    if len(X) ** 2 * args.num_heads > max_scores:
-        raise InputError(
-            f"{len(X)} tokens × {args.num_heads} heads: {holder} keeps L×L matrices per head, at most "
-            f"{max_scores:,} scores (L²·heads); use fewer tokens or heads"
-        )
     if X.shape[1] > MAX_WIDTH:
         raise InputError(f"the input's width: expected at most {MAX_WIDTH}, got {X.shape[1]}")
     scale = {"sqrt": None, "none": 1.0}.get(args.scale, args.scale)
@@ -160,6 +157,31 @@ def trace_from_args(args: argparse.Namespace, max_scores: int = MAX_SCORES, hold
         return heads.trace(X, is_causal=args.causal, scale=scale, tokens=tokens)
     layer = SelfAttention(X.shape[1], args.d_k or min(X.shape[1], DEFAULT_MAX_D_K), seed=args.seed)
     return layer.trace(X, is_causal=args.causal, scale=scale, tokens=tokens)
+
+
+def _check_size(length: int, heads: int, max_scores: int, holder: str) -> None:
+    if length**2 * heads > max_scores:
+        raise InputError(
+            f"{length} tokens × {heads} heads: {holder} keeps L×L matrices per head, at most "
+            f"{max_scores:,} scores (L²·heads); use fewer tokens or heads"
+        )
+
+
+def _saved_trace(data: dict[str, object], args: argparse.Namespace) -> Trace:
+    """A trace saved by ``attnlab trace --format json``: only --tokens can change it."""
+    fixed = {
+        "--causal": args.causal,
+        "--num-heads": args.num_heads != 1,
+        "--d-k": args.d_k is not None,
+        "--scale": args.scale != "sqrt",
+        "--seed": args.seed != 42,
+    }
+    for option, given in fixed.items():
+        if given:
+            raise InputError(f"{option}: {args.input} is a saved trace, already computed; {option} cannot change it")
+    trace = Trace.from_dict(data, source_name(args.input))
+    trace.tokens = parse_tokens(args.tokens, len(trace.inputs)) or trace.tokens
+    return trace
 
 
 def _print_trace(trace: Trace, args: argparse.Namespace, title: str | None = None) -> None:
@@ -197,6 +219,9 @@ def _view(args: argparse.Namespace) -> None:
 def _bench(args: argparse.Namespace) -> None:
     from ._bench import main as bench
 
+    for option, path in (("--json", args.json), ("--engine-table", args.engine_table)):  # before minutes of work
+        if path is not None:
+            output_path(path, (".json",), option)
     if args.engine_table:
         from ._bench import engine_report
 
@@ -312,7 +337,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 # The library's argument names, as the options that carry them on the command line.
-_OPTIONS = {"path": "-o", "heads": "--heads", "stage": "--stage"}
+_OPTIONS = {"path": "-o", "heads": "--heads", "stage": "--stage", "tokens": "--tokens", "seed": "--seed"}
 
 
 def _in_cli_words(error: AttnlabError) -> str:

@@ -17,7 +17,7 @@ import numpy as np
 from ._attention import Attention, Engine, Gradients, attention, backward, choose_engine
 from ._problem import make_problem
 from ._softmax import softmax
-from ._validation import fail, flag, float_array
+from ._validation import fail, flag, float_array, probability
 
 __all__ = [
     "Attention",
@@ -116,6 +116,12 @@ def scaled_dot_product_attention(
         TypeError: an argument of the wrong type or dtype (flags must be bools).
     """
     return_weights, return_lse = flag("return_weights", return_weights), flag("return_lse", return_lse)
+    if return_weights and engine in ("tiled", "fused"):
+        raise fail(
+            "return_weights",
+            f"False with engine={engine!r} (it never holds the (L, S) weights; use engine='naive' or None)",
+            True,
+        )
     result = attention(
         query,
         key,
@@ -134,7 +140,7 @@ def scaled_dot_product_attention(
     if result.weights is not None:
         results.append(result.weights)
     if return_lse:
-        results.append(result.lse)
+        results.append(result.lse.copy())  # the result keeps its own, read-only
     return results[0] if len(results) == 1 else tuple(results)
 
 
@@ -165,8 +171,9 @@ def scaled_dot_product_attention_backward(
     Arguments are those of the forward; ``grad_output`` has the output's shape
     (B…, L, Ev). With dropout, pass the forward's ``dropout_p`` and the same int seed
     as ``rng``: the mask is redrawn bit for bit (``attention(...).backward`` needs no
-    seed and takes any rng). The tiled engine starts from the forward's ``output`` and
-    ``lse`` (from ``return_lse=True``): pass them, or it recomputes them.
+    seed and takes any rng). The tiled and fused engines start from the forward's
+    ``output`` and ``lse`` (from ``return_lse=True``): pass both, or neither and they
+    are recomputed (always for float16, whose results were rounded).
 
     Returns:
         (grad_query, grad_key, grad_value), each in the shape of its input (broadcast
@@ -183,11 +190,14 @@ def scaled_dot_product_attention_backward(
         raise fail(
             "rng", "the int seed the forward used (a Generator cannot replay its draw)", "a Generator", TypeError
         )
-    if dropout_p and rng is None:
+    if probability("dropout_p", dropout_p) and rng is None:
         raise fail("rng", "the forward's int seed when dropout_p > 0", None, TypeError)
+    if (output is None) != (lse is None):
+        raise fail("output, lse", "both of the forward's results or neither", "only one of them")
     pb = make_problem(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, rng)
     saved = None
-    if output is not None and lse is not None:
+    # float16's output and lse were rounded to float16: the backward recomputes them in float32
+    if output is not None and pb.result_dtype != np.float16:
         output = float_array("output", output).astype(pb.compute_dtype, copy=False)
         lse = float_array("lse", lse, min_ndim=1).astype(pb.compute_dtype, copy=False)
         if output.shape != pb.output_shape or lse.shape != pb.output_shape[:-1]:

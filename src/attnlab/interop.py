@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from ._multihead import MultiheadAttention
+from ._validation import MissingDependencyError, fail
 
 __all__ = ["from_torch", "to_torch"]
 
@@ -21,7 +22,7 @@ def _torch() -> Any:
     try:
         import torch
     except ImportError:
-        raise ImportError("attnlab.interop needs PyTorch: pip install 'attnlab[torch]'") from None
+        raise MissingDependencyError("attnlab.interop needs PyTorch: pip install 'attnlab[torch]'") from None
     return torch
 
 
@@ -44,7 +45,7 @@ def from_torch(module: Any) -> MultiheadAttention:
     dtype and training mode."""
     torch = _torch()
     if not isinstance(module, torch.nn.MultiheadAttention):
-        raise TypeError(f"module: expected a torch.nn.MultiheadAttention, got {type(module).__name__}")
+        raise fail("module", "a torch.nn.MultiheadAttention", type(module).__name__, TypeError)
     dtype = np.float64 if module.out_proj.weight.dtype == torch.float64 else np.float32
     layer = MultiheadAttention(**_config(module), dtype=dtype)
     layer.load_state_dict({k: v.detach().cpu().numpy() for k, v in module.state_dict().items()})
@@ -56,7 +57,7 @@ def to_torch(layer: MultiheadAttention) -> Any:
     dtype and training mode."""
     torch = _torch()
     if not isinstance(layer, MultiheadAttention):
-        raise TypeError(f"layer: expected an attnlab.MultiheadAttention, got {type(layer).__name__}")
+        raise fail("layer", "an attnlab.MultiheadAttention", type(layer).__name__, TypeError)
     module = torch.nn.MultiheadAttention(
         layer.embed_dim,
         layer.num_heads,
