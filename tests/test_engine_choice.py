@@ -15,6 +15,7 @@ from attnlab._problem import make_problem
 
 TABLE = json.loads((Path(__file__).parent.parent / "docs" / "engine-choice.json").read_text())["rows"]
 CLEARLY = 1.25  # one engine at least this many times faster; closer than that is a tie
+SLACK_MS = 1.0  # and a wrong choice that costs under a millisecond does not matter
 
 
 def chosen(slices: int, length: int, width: int) -> str:
@@ -26,7 +27,8 @@ def chosen(slices: int, length: int, width: int) -> str:
 def test_engine_none_is_never_clearly_slower_than_the_fastest(row):
     ms = {engine: time for engine, time in row["ms"].items() if engine != "fused" or _fused.available()}
     engine = chosen(row["slices"], row["length"], row["width"])
-    assert ms[engine] <= CLEARLY * min(ms.values()), f"{engine} chosen; measured {ms}"
+    fastest = min(ms.values())
+    assert ms[engine] <= max(CLEARLY * fastest, fastest + SLACK_MS), f"{engine} chosen; measured {ms}"
 
 
 def test_many_tiny_heads_and_one_long_head():

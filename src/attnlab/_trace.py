@@ -277,25 +277,14 @@ def build_trace(
     beside them for display."""
     scale = 1.0 / math.sqrt(Q.shape[-1]) if scale is None else real_number("scale", scale)
     L = len(inputs)
-    if tokens is not None and (isinstance(tokens, str) or len(tokens) != L):
-        got = "a string" if isinstance(tokens, str) else f"{len(tokens)} labels"
-        raise fail(
-            "tokens", f"{L} labels, one per row of the input", got, TypeError if isinstance(tokens, str) else ValueError
-        )
+    if isinstance(tokens, str):
+        raise fail("tokens", f"{L} labels, one per row of the input", "a string", TypeError)
+    if tokens is not None and len(tokens) != L:
+        raise fail("tokens", f"{L} labels, one per row of the input", f"{len(tokens)} labels")
     output, weights = scaled_dot_product_attention(Q, K, V, is_causal=is_causal, scale=scale, return_weights=True)
     with np.errstate(over="ignore", invalid="ignore"):  # overflowing scores are shown as ±inf or NaN
         scores = Q @ np.swapaxes(K, -1, -2)  # (…, L, L)
         scaled = scores * scale
     mask_scores_(scaled, None, is_causal)  # −inf where key j comes after query i
-    return Trace(
-        inputs=inputs,
-        Q=Q,
-        K=K,
-        V=V,
-        scores=scores,
-        scale=scale,
-        scaled_scores=scaled,
-        weights=weights,
-        output=output,
-        tokens=None if tokens is None else list(tokens),
-    )
+    labels = None if tokens is None else list(tokens)
+    return Trace(inputs, Q, K, V, scores, scale, scaled, weights, output, labels)  # the fields in order
