@@ -11,7 +11,7 @@ NumPy's exp is vectorised with AVX-512 but falls back to slow code on AVX2 machi
 the SVML library that numba could use instead is not in its pip builds, so the
 exponential is written out: e^x = 2^k·e^r with k = round(x·log₂e) and r = x − k·ln 2
 (in two parts, Cody & Waite), e^r by a Taylor polynomial (degree 7 in float32, 13 in
-float64: within 3 ulp), and 2^k built in an integer's exponent bits. Every step is a
+float64: within 1.2 and 1.6 ulp), and 2^k built in an integer's exponent bits. Every step is a
 plain loop that LLVM vectorises for the machine's instruction set (or the one
 NUMBA_CPU_NAME names). Below the smallest normal number the result is 0 (NumPy gives a
 subnormal: a difference under 2⁻¹²⁶); NaN stays NaN, −∞ gives 0, and +∞ gives +∞.
