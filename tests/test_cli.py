@@ -337,3 +337,13 @@ def test_a_huge_npy_header_is_refused_before_reading(tmp_path, monkeypatch, caps
 def test_bench_checks_its_output_before_running(capsys):
     code, _, err = run(capsys, "bench", "--quick", "--json", "/no/such/folder/x.json")
     assert code == 2 and "--json: expected a file in a folder that exists" in err
+
+
+def test_python_dash_m_and_a_bare_command_show_what_attnlab_does():
+    for argv in (["-m", "attnlab"], ["-m", "attnlab", "--version"]):
+        result = subprocess.run([sys.executable, *argv], capture_output=True, text=True)
+        assert result.returncode == 0, result.stderr
+    bare = subprocess.run([sys.executable, "-m", "attnlab"], capture_output=True, text=True)
+    assert "usage: attnlab" in bare.stdout and "demo" in bare.stdout and "examples:" in bare.stdout
+    version = subprocess.run([sys.executable, "-m", "attnlab", "--version"], capture_output=True, text=True)
+    assert version.stdout.startswith("attnlab ")

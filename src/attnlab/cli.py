@@ -352,7 +352,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     for stream in (sys.stdout, sys.stderr):  # a terminal that cannot show Chinese gets escapes, not a crash
         if isinstance(stream, io.TextIOWrapper):
             stream.reconfigure(errors="backslashreplace")
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    if not (sys.argv[1:] if argv is None else argv):  # bare `attnlab`: what it can do
+        parser.print_help()
+        return 0
+    args = parser.parse_args(argv)
     try:
         args.run(args)
     except KeyboardInterrupt:

@@ -1,0 +1,10 @@
+"""``python -m attnlab``: the ``attnlab`` command."""
+
+import sys
+
+from .cli import main
+
+__all__: list[str] = []
+
+if __name__ == "__main__":
+    sys.exit(main())
