@@ -23,10 +23,10 @@ def small_blocks(monkeypatch):
     monkeypatch.setattr(_tiled, "BLOCK_K", 24)
 
 
-@pytest.fixture(params=["fused", "two-pass"])
+@pytest.fixture(params=["one-pass", "two-pass"])
 def backward_kind(request, monkeypatch):
     """Run a test with each of the tiled backward's two schedules."""
-    monkeypatch.setattr(_tiled, "FUSED_BACKWARD_FROM", 1 if request.param == "fused" else 10**9)
+    monkeypatch.setattr(_tiled, "ONE_PASS_BACKWARD_FROM", 1 if request.param == "one-pass" else 10**9)
 
 
 def make(rng, shape, dtype):

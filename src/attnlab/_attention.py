@@ -22,10 +22,10 @@ from ._problem import Problem, make_problem
 from ._validation import MissingDependencyError, fail, flag, float_array, positive_int
 
 __all__ = [
+    "BLOCKED_FROM",
+    "BLOCKED_TASK_FROM",
     "ENGINES",
     "NAIVE_MAX_BYTES",
-    "TILED_FROM",
-    "TILED_TASK_FROM",
     "Attention",
     "Engine",
     "Gradients",
@@ -37,14 +37,14 @@ __all__ = [
 Engine = Literal["naive", "tiled", "fused"]
 ENGINES: tuple[Engine, ...] = ("naive", "tiled", "fused")
 # engine=None's cost model, fitted to the table of `attnlab bench --engine-table`
-# (docs/engine-choice.json). The tiled engine pays about 40 µs of Python per task (one
-# slice's block of up to BLOCK_Q queries) and then computes about twice as fast (its
-# exponentials run on every core, in cache); the naive engine pays nothing per slice but
-# holds every score. So tiled wins when each task has many scores and there are enough
-# scores in all, and is taken regardless when the naive engine's scores would not fit
-# in memory comfortably.
-TILED_FROM = 2**22  # scores (B·H·L·S) in all
-TILED_TASK_FROM = 2**15  # scores per task: min(L, BLOCK_Q)·S
+# (docs/engine-choice.json). A blocked engine (fused, or tiled without numba) pays about
+# 40 µs of Python per task (one slice's block of up to BLOCK_Q queries) and then computes
+# faster (its exponentials run on every core, in cache; the fused one's in one pass); the
+# naive engine pays nothing per slice but holds every score. So a blocked engine wins when
+# each task has many scores and there are enough scores in all (fewer for the fused one),
+# and is taken regardless when the naive engine's scores would not fit in memory comfortably.
+BLOCKED_FROM: dict[str, int] = {"fused": 2**22, "tiled": 2**23}  # scores (B·H·L·S) in all
+BLOCKED_TASK_FROM = 2**15  # scores per task: min(L, BLOCK_Q)·S
 NAIVE_MAX_BYTES = 2**31  # the naive engine's score matrix
 
 
@@ -105,14 +105,17 @@ def choose_engine(engine: Any, pb: Problem, need_weights: bool) -> Engine:
     """The engine asked for, or the faster one for these shapes (the cost model above;
     docs/design.md, "Engines")."""
     if engine is None:
-        L, S = pb.lengths
-        scores = pb.slices * L * S
-        blocked: Engine = "fused" if _fused.available() else "tiled"
         if need_weights:
             return "naive"
+        L, S = pb.lengths
+        scores = pb.slices * L * S
+        if scores < min(BLOCKED_FROM.values()) and scores * pb.compute_dtype.itemsize <= NAIVE_MAX_BYTES:
+            return "naive"  # without asking whether numba loads: its import takes 0.2 s
+        blocked: Engine = "fused" if _fused.available() else "tiled"
         if scores * pb.compute_dtype.itemsize > NAIVE_MAX_BYTES:
             return blocked
-        return blocked if scores >= TILED_FROM and min(L, _tiled.BLOCK_Q) * S >= TILED_TASK_FROM else "naive"
+        enough = scores >= BLOCKED_FROM[blocked] and min(L, _tiled.BLOCK_Q) * S >= BLOCKED_TASK_FROM
+        return blocked if enough else "naive"
     if engine not in ENGINES:
         raise fail("engine", f"one of {ENGINES} or None", repr(engine))
     if engine != "naive" and need_weights:

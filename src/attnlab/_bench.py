@@ -329,8 +329,8 @@ def _engines() -> list[Engine]:
 
 
 def engine_table(repeat: int = 3) -> list[dict[str, Any]]:
-    """Both engines' forward times (ms, float32) on ENGINE_GRID, and the engine that
-    engine=None picks there: the table that docs/engine-choice.json keeps."""
+    """Every available engine's forward time (ms, float32) on ENGINE_GRID: the table that
+    docs/engine-choice.json keeps and tests/test_engine_choice.py checks engine=None against."""
     rows = []
     for slices, length, width in ENGINE_GRID:
         rng = np.random.default_rng(0)
@@ -398,6 +398,13 @@ def _machine() -> dict[str, Any]:
         machine["torch"] = f"{torch.__version__} ({torch.get_num_threads()} threads)"
     except ImportError:
         machine["torch"] = "not installed (pip install 'attnlab[torch]')"
+    if _fused.available():
+        import numba
+
+        machine["numba"] = numba.__version__
+    # what forces kernels (see docs/benchmarks.md), as this run saw it
+    forced = ("NPY_DISABLE_CPU_FEATURES", "NUMBA_CPU_NAME", "ATEN_CPU_CAPABILITY", "MKL_ENABLE_INSTRUCTIONS")
+    machine.update({name: os.environ[name] for name in forced if name in os.environ})
     return machine
 
 

@@ -3,8 +3,8 @@
     python -m attnlab._first_call
 
 prints, as JSON, the seconds of the first forward and backward in float32 and float64:
-numba compiles the kernels then, or loads them from its cache on disk (NUMBA_CACHE_DIR,
-else the package's __pycache__).
+numba compiles the kernels then, or loads them from its cache on disk (next to the
+package when it may write there, else NUMBA_CACHE_DIR or ~/.cache/numba).
 """
 
 from __future__ import annotations

@@ -13,51 +13,76 @@ exponential is written out: e^x = 2^k·e^r with k = round(x·log₂e) and r = x 
 (in two parts, Cody & Waite), e^r by a Taylor polynomial (degree 7 in float32, 13 in
 float64: within 1.2 and 1.6 ulp), and 2^k built in an integer's exponent bits. Every step is a
 plain loop that LLVM vectorises for the machine's instruction set (or the one
-NUMBA_CPU_NAME names). Below the smallest normal number the result is 0 (NumPy gives a
-subnormal: a difference under 2⁻¹²⁶); NaN stays NaN, −∞ gives 0, and +∞ gives +∞.
+NUMBA_CPU_NAME names). Below e^−87.33 (float32) or e^−708.39 (float64) the result is 0
+(NumPy gives a subnormal: a difference under the smallest normal number); above e^88.37
+or e^709.43 it is +∞, where the true value is finite for 0.35 more (attention's
+arguments are never positive); NaN stays NaN, −∞ gives 0, and +∞ gives +∞.
 
-The kernels release the GIL, so the tiled engine's threads run them in parallel; they
-are compiled on first use and cached on disk (numba's ``cache=True``).
+The kernels release the GIL, so the tiled engine's threads run them in parallel. They
+are compiled on first use and cached on disk where numba finds a folder it may write
+(next to the package, NUMBA_CACHE_DIR, or ~/.cache/numba); with none, they are compiled
+in memory in each process.
 """
 
 from __future__ import annotations
 
 import functools
+import threading
 
 import numpy as np
 
 from ._tiled import Kernels
+from ._validation import fail
 
 __all__ = ["KERNELS", "available", "exp_shifted_", "softmax_backward_"]
 
 
 @functools.cache
 def available() -> bool:
-    """Whether numba can be imported (``pip install 'attnlab[fast]'``)."""
+    """Whether the kernels can be loaded (``pip install 'attnlab[fast]'``): numba imports,
+    and the module that defines them with it."""
     try:
-        import numba  # noqa: F401
-    except ImportError:
+        from . import _fused_kernels  # noqa: F401
+    except Exception:  # numba missing (ImportError), or a broken llvmlite (OSError, …)
         return False
     return True
 
 
+_per_thread = threading.local()
+
+
 def _scratch(dtype: np.dtype, length: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The exponential's work rows: r, and the integer bits of 2^k with their float view."""
-    bits = np.empty(length, dtype=np.int32 if dtype == np.float32 else np.int64)
-    return np.empty(length, dtype=dtype), bits, bits.view(dtype)
+    """The exponential's work rows: r, and the integer bits of 2^k with their float view;
+    one set per thread and dtype, grown as needed."""
+    rows = getattr(_per_thread, dtype.name, None)
+    if rows is None or len(rows[0]) < length:
+        bits = np.empty(length, dtype=np.int32 if dtype == np.float32 else np.int64)
+        rows = (np.empty(length, dtype=dtype), bits, bits.view(dtype))
+        setattr(_per_thread, dtype.name, rows)
+    return rows[0][:length], rows[1][:length], rows[2][:length]
+
+
+def _rows(name: str, x: np.ndarray, scores: np.ndarray) -> np.ndarray:
+    """A per-row vector, checked against the block (the kernels do not check bounds)."""
+    if x.shape != scores.shape[:1] or x.dtype != scores.dtype:
+        raise fail(name, f"({scores.shape[0]},) {scores.dtype} as the block's rows", f"{x.shape} {x.dtype}")
+    return x
 
 
 def exp_shifted_(scores: np.ndarray, shift: np.ndarray) -> None:
-    """scores (l, s) ← exp(scores − shift[:, None]), in place; shift (l,)."""
+    """scores (l, s) ← exp(scores − shift[:, None]), in place; shift (l,), of scores' dtype."""
     from ._fused_kernels import exp_shifted
 
-    exp_shifted(scores, shift, *_scratch(scores.dtype, scores.shape[1]))
+    exp_shifted(scores, _rows("shift", shift, scores), *_scratch(scores.dtype, scores.shape[1]))
 
 
 def softmax_backward_(scores: np.ndarray, lse: np.ndarray, grad: np.ndarray, delta: np.ndarray) -> None:
     """scores (l, s) ← P = exp(scores − lse[:, None]); grad (l, s) ← P∘(grad − delta[:, None])."""
     from ._fused_kernels import softmax_backward
 
+    if grad.shape != scores.shape or grad.dtype != scores.dtype:
+        raise fail("grad", f"shape {scores.shape} {scores.dtype} as scores", f"{grad.shape} {grad.dtype}")
+    lse, delta = _rows("lse", lse, scores), _rows("delta", delta, scores)
     softmax_backward(scores, lse, grad, delta, *_scratch(scores.dtype, scores.shape[1]))
 
 

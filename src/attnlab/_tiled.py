@@ -39,7 +39,7 @@ from ._masks import mask_scores_
 from ._problem import Problem
 from ._threads import run
 
-__all__ = ["BLOCK_K", "BLOCK_Q", "FUSED_BACKWARD_FROM", "NUMPY", "Kernels", "backward", "forward"]
+__all__ = ["BLOCK_K", "BLOCK_Q", "NUMPY", "ONE_PASS_BACKWARD_FROM", "Kernels", "backward", "forward"]
 
 # Block sizes: 512 queries × 512 keys of float32 scores is 1 MiB, which stays in a
 # core's L2 cache with its Q and K rows, and makes each block's products large enough
@@ -51,7 +51,7 @@ BLOCK_K = 512
 # From this many slices on, the backward gives each thread whole slices (one pass, less
 # work); below it, it splits slices into blocks to keep every thread busy. A constant,
 # not the thread count, decides, so the bits never depend on the thread count.
-FUSED_BACKWARD_FROM = 8
+ONE_PASS_BACKWARD_FROM = 8
 
 
 @dataclass(frozen=True)
@@ -262,7 +262,7 @@ def backward(
         grad_q[s.n] *= scale
 
     tasks: list[functools.partial[None]]
-    if n >= FUSED_BACKWARD_FROM:  # one task per slice: 5 products and one exp per block
+    if n >= ONE_PASS_BACKWARD_FROM:  # one task per slice: 5 products and one exp per block
         tasks = [functools.partial(slice_task, s) for s in slices]
     else:  # few slices: split each in two passes, 7 products and two exps per block
         # largest first: with causal masking the first keys and the last queries have the most work

@@ -14,7 +14,7 @@ from typing import Any, Literal, overload
 
 import numpy as np
 
-from ._attention import Attention, Engine, Gradients, attention, backward, choose_engine
+from ._attention import ENGINES, Attention, Engine, Gradients, attention, backward, choose_engine
 from ._problem import make_problem
 from ._softmax import softmax
 from ._validation import fail, flag, float_array, probability
@@ -116,7 +116,7 @@ def scaled_dot_product_attention(
         TypeError: an argument of the wrong type or dtype (flags must be bools).
     """
     return_weights, return_lse = flag("return_weights", return_weights), flag("return_lse", return_lse)
-    if return_weights and engine in ("tiled", "fused"):
+    if return_weights and engine in ENGINES and engine != "naive":  # said here, to name return_weights
         raise fail(
             "return_weights",
             f"False with engine={engine!r} (it never holds the (L, S) weights; use engine='naive' or None)",
