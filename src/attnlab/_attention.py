@@ -71,7 +71,7 @@ class Attention:
             inputs' dtype; None unless ``need_weights=True``.
         problem: the validated arguments, including the dropout seed drawn for this call.
         engine: "naive", "tiled" or "fused", the engine that ran.
-        num_threads: the tiled engine's thread count (None: the default).
+        num_threads: the blocked engines' thread count (None: the default).
     """
 
     problem: Problem
@@ -109,7 +109,7 @@ def choose_engine(engine: Any, pb: Problem, need_weights: bool) -> Engine:
             return "naive"
         L, S = pb.lengths
         scores = pb.slices * L * S
-        if scores < min(BLOCKED_FROM.values()) and scores * pb.compute_dtype.itemsize <= NAIVE_MAX_BYTES:
+        if scores < min(BLOCKED_FROM.values()):
             return "naive"  # without asking whether numba loads: its import takes 0.2 s
         blocked: Engine = "fused" if _fused.available() else "tiled"
         if scores * pb.compute_dtype.itemsize > NAIVE_MAX_BYTES:

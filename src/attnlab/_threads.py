@@ -53,7 +53,16 @@ class _State:
 
 
 _state = _State()
-os.register_at_fork(after_in_child=lambda: globals().update(_state=_State()))
+
+
+def _forget_after_fork() -> None:
+    """In a forked child: the parent's pool has no threads here, and its lock may be held."""
+    global _state
+    _state = _State()
+
+
+if hasattr(os, "register_at_fork"):  # POSIX; Windows has no fork
+    os.register_at_fork(after_in_child=_forget_after_fork)
 
 
 @functools.cache
