@@ -57,9 +57,11 @@ def open_page(browser, tmp_path: Path, capsys, *argv: str) -> dict:
 
 
 def hover_cell(browser, i: int, j: int, L: int) -> str:
+    """Move the mouse over cell (i, j) of the heatmap, past its label margins."""
     canvas = browser.find_element(By.ID, "heatmap")
     size = canvas.size["width"]
-    x, y = (j + 0.5) * size / L - size / 2, (i + 0.5) * size / L - size / 2
+    margin, cell = browser.execute_script("const g = window.attnlabView.geometry; return [g.margin, g.cell]")
+    x, y = margin + (j + 0.5) * cell - size / 2, margin + (i + 0.5) * cell - size / 2
     ActionChains(browser).move_to_element_with_offset(canvas, int(x), int(y)).perform()
     return browser.find_element(By.ID, "cell-value").get_attribute("data-value")
 
@@ -74,7 +76,7 @@ def test_a_cell_shows_the_python_weight(browser, tmp_path, capsys):
     browser.save_screenshot(str(ARTIFACTS / "view.png"))
 
 
-@pytest.mark.parametrize("position", [0.0, 0.05, 0.5, 1.0])
+@pytest.mark.parametrize("position", [None, -200, 0, 100, 200])
 def test_b_the_scale_slider_recomputes_the_softmax(browser, tmp_path, capsys, position):
     trace = open_page(
         browser,
@@ -88,11 +90,16 @@ def test_b_the_scale_slider_recomputes_the_softmax(browser, tmp_path, capsys, po
         "8",
         "--causal",
     )
-    browser.execute_script(
-        "const s = document.getElementById('scale');"
-        "s.value = String(Number(s.max) * arguments[0]); s.dispatchEvent(new Event('input'));",
-        position,
-    )
+    if position is None:  # the box: any scale, 0 included
+        browser.execute_script(
+            "const b = document.getElementById('scale-input'); b.value = '0'; b.dispatchEvent(new Event('change'));"
+        )
+    else:
+        browser.execute_script(
+            "const s = document.getElementById('scale');"
+            "s.value = String(arguments[0]); s.dispatchEvent(new Event('input'));",
+            position,
+        )
     scale = browser.execute_script("return window.attnlabView.scale")
     assert float(browser.find_element(By.ID, "scale-value").get_attribute("data-scale")) == scale
     scaled = np.array(trace["scores"]) * scale
@@ -103,10 +110,18 @@ def test_b_the_scale_slider_recomputes_the_softmax(browser, tmp_path, capsys, po
     np.testing.assert_allclose(shown.sum(axis=1), 1.0, atol=1e-12)
     table = [float(td.text) for td in browser.find_elements(By.CSS_SELECTOR, "#steps tr td:nth-child(6)")]
     assert table == [float(f"{w:.4f}") for w in expected[0]]
-    if position == 0.0:
+    d_k = len(trace["Q"][0])
+    expected_scale = {None: 0.0, -200: 0.01 / d_k**0.5, 0: 1 / d_k**0.5, 100: 10 / d_k**0.5, 200: 100 / d_k**0.5}
+    assert scale == pytest.approx(expected_scale[position], rel=1e-12)
+    if position == 0:
+        assert scale == 1 / d_k**0.5  # exactly: the slider's middle stop
+        assert browser.find_element(By.ID, "scale-value").text == "= 1/√d_k"
+    if position is None:
         np.testing.assert_allclose(shown[-1], 1 / shown.shape[1], atol=1e-15)  # flat
-    if position == 1.0:
-        assert np.mean(shown.max(axis=1) > 0.99) >= 0.75  # saturated: one-hot rows
+    if position == 200:  # 100 × 1/√d_k: far sharper rows than at 1/√d_k
+        default = np.array(trace["scores"]) / d_k**0.5
+        default[np.isnan(np.array(trace["scaled_scores"], dtype=float))] = -np.inf
+        assert shown.max(axis=1).mean() > al.softmax(default).max(axis=1).mean() + 0.3
 
 
 def test_c_the_head_selector_switches_heads(browser, tmp_path, capsys):
@@ -166,7 +181,10 @@ def test_export_png_and_svg(browser, tmp_path, capsys):
     png = browser.execute_script("return window.attnlabView.exportPNG()")
     svg = browser.execute_script("return window.attnlabView.exportSVG()")
     assert png.startswith("data:image/png;base64,") and len(png) > 100
-    assert svg.startswith("<svg") and svg.count("<rect") == 9
+    assert svg.startswith("<svg") and svg.count("<rect") - svg.count('class="bar"') == 9
+    for token in "abc":
+        assert f">{token}</text>" in svg  # the labels travel with the picture
+    assert svg.count('class="bar"') == 50 and ">1.00</text>" in svg and "attention weights, head 0" in svg
 
 
 def test_the_page_is_self_contained(tmp_path):
@@ -213,7 +231,49 @@ def test_f_scores_that_overflow_are_shown_as_not_numbers(browser, tmp_path, caps
     assert hover_cell(browser, 0, 1, 2) == "NaN"
     assert "4 weights that are not numbers" in browser.find_element(By.ID, "legend").text
     canvas_red = browser.execute_script(
-        "const c = document.getElementById('heatmap');"
-        "return Array.from(c.getContext('2d').getImageData(1, 1, 1, 1).data)"
+        "const c = document.getElementById('heatmap'), m = window.attnlabView.geometry.margin + 1;"
+        "return Array.from(c.getContext('2d').getImageData(m, m, 1, 1).data)"
     )
     assert canvas_red[:3] == [220, 30, 30]
+
+
+def test_g_axis_labels_colour_scale_and_readout(browser, tmp_path, capsys):
+    """Labels on both axes; the colour is the weight itself (uniform attention is dark,
+    not the top colour); the readout follows the slider and the head."""
+    sequence = tmp_path / "same.json"
+    sequence.write_text(json.dumps([[1.0, 2.0, 0.5, 1.0]] * 6))  # equal rows: every weight is 1/6
+    open_page(browser, tmp_path, capsys, str(sequence), "--tokens", "a b 小 c d e", "--num-heads", "2")
+    labels = browser.execute_script("return window.attnlabView.axisLabels")
+    assert labels == [[i, t] for i, t in enumerate(["a", "b", "小", "c", "d", "e"])]
+    assert hover_cell(browser, 2, 3, 6) == f"{1 / 6:.4f}"
+    margin, cell = browser.execute_script("const g = window.attnlabView.geometry; return [g.margin, g.cell]")
+    pixel = browser.execute_script(
+        "return Array.from(document.getElementById('heatmap').getContext('2d')"
+        ".getImageData(arguments[0], arguments[0], 1, 1).data).slice(0, 3)",
+        margin + cell // 2,
+    )
+    assert pixel == browser.execute_script("return window.attnlabView.colour(1 / 6)")
+    assert pixel != browser.execute_script("return window.attnlabView.colour(1)")
+    readout = browser.find_element(By.ID, "cell-value").text
+    browser.execute_script("window.attnlabView.setScale(0.1)")
+    moved = browser.find_element(By.ID, "cell-value").text
+    assert moved != readout and moved.startswith("head 0, scale 0.1000")
+    Select(browser.find_element(By.ID, "head")).select_by_value("1")
+    assert browser.find_element(By.ID, "cell-value").text.startswith("head 1, scale 0.1000")
+
+
+def test_h_a_link_scrolls_the_head_view_to_its_query(browser, tmp_path):
+    sequence = tmp_path / "long.npy"
+    np.save(sequence, np.random.default_rng(1).standard_normal((200, 8)))
+    page = tmp_path / "long.html"
+    assert main(["view", str(sequence), "-o", str(page)]) == 0
+    browser.get(page.as_uri() + "#query=150")
+    assert browser.execute_script("return window.attnlabView.ready") is True
+    visible = browser.execute_script(
+        "const box = document.getElementById('headview-box').getBoundingClientRect();"
+        "const t = document.querySelectorAll('#headview text')[150].getBoundingClientRect();"
+        "return t.top >= box.top && t.bottom <= box.bottom && t.top >= 0 && t.bottom <= window.innerHeight;"
+    )
+    assert visible
+    labels = browser.execute_script("return window.attnlabView.axisLabels")
+    assert labels[1][0] - labels[0][0] > 1 and labels[0] == [0, "0"]  # 200 labels thinned to stay readable
