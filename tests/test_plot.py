@@ -12,6 +12,7 @@ import xml.etree.ElementTree as ET
 import numpy as np
 import pytest
 
+import attnlab as al
 from attnlab import _plot
 from attnlab.cli import main
 
@@ -54,8 +55,8 @@ def test_chinese_tokens_render_without_missing_glyphs(tmp_path):
     trace = Trace.from_dict(json.loads(capture.stdout))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        notes = _plot.plot(trace, tmp_path / "zh.svg")
-    assert notes == []
+        _plot.plot(trace, tmp_path / "zh.svg")
+    assert not [w for w in caught if issubclass(w.category, _plot.MissingFontWarning)]
     assert not [w for w in caught if "missing from" in str(w.message)]
 
 
@@ -123,3 +124,40 @@ def test_a_saved_trace_round_trips(tmp_path, capsys):
     (tmp_path / "t.json").write_text(saved)
     assert main(["trace", str(tmp_path / "t.json"), "--format", "json"]) == 0
     assert json.loads(capsys.readouterr().out) == json.loads(saved)
+
+
+def test_four_heads_fit_inside_the_figure_and_chinese_stands_upright(tmp_path):
+    trace = al.MultiheadAttention(8, 4, seed=0, dtype=np.float64).trace(
+        np.random.default_rng(0).standard_normal((6, 8)), tokens=list("小明是个运动")
+    )
+    figure = al.plot(trace, tmp_path / "four.png")
+    page = figure.bbox
+    for ax in figure.axes:
+        box = ax.get_tightbbox()
+        assert page.x0 <= box.x0 and box.x1 <= page.x1 and page.y0 <= box.y0 and box.y1 <= page.y1
+    for ax in figure.axes[:4]:
+        assert {label.get_rotation() for label in ax.get_xticklabels()} == {0.0}
+        assert [label.get_text() for label in ax.get_xticklabels()] == list("小明是个运动")
+
+
+@pytest.mark.parametrize("length", [200, 1000])
+def test_long_sequences_are_labelled_readably_and_said_to_be_drawing(length, tmp_path, capsys):
+    rng = np.random.default_rng(1)
+    np.save(tmp_path / "x.npy", rng.standard_normal((length, 8)))
+    assert main(["plot", str(tmp_path / "x.npy"), "-o", str(tmp_path / "long.png")]) == 0
+    assert f"attnlab plot: drawing 1 head of {length} tokens" in capsys.readouterr().err
+    trace = al.SelfAttention(8, 8).trace(rng.standard_normal((length, 8)))
+    figure = al.plot(trace, tmp_path / "again.png")
+    labels = [label.get_text() for label in figure.axes[0].get_xticklabels()]
+    assert len(labels) <= 60 and labels[0] == "0" and len(figure.axes[0].texts) == 0  # no per-cell numbers
+
+
+def test_plot_into_an_axes(tmp_path):
+    from matplotlib.figure import Figure
+
+    ax = Figure().subplots()
+    trace = al.SelfAttention(3, 2).trace(np.eye(3), tokens=["x", "y", "z"])
+    assert al.plot(trace, ax) is ax
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["x", "y", "z"]
+    with pytest.raises(ValueError, match="heads: expected one head to draw into an Axes"):
+        al.plot(al.MultiheadAttention(4, 2, seed=0).trace(np.eye(4, dtype=np.float32)), ax)

@@ -277,3 +277,19 @@ def test_h_a_link_scrolls_the_head_view_to_its_query(browser, tmp_path):
     assert visible
     labels = browser.execute_script("return window.attnlabView.axisLabels")
     assert labels[1][0] - labels[0][0] > 1 and labels[0] == [0, "0"]  # 200 labels thinned to stay readable
+
+
+def test_i_the_notebook_iframe_runs_the_page(browser, tmp_path):
+    from attnlab._view import notebook_html
+
+    host = tmp_path / "notebook.html"
+    host.write_text(
+        "<!DOCTYPE html><html><body>" + notebook_html(al.SelfAttention(3, 2).trace(np.eye(3))) + "</body></html>"
+    )
+    browser.get(host.as_uri())
+    browser.switch_to.frame(browser.find_element(By.TAG_NAME, "iframe"))
+    try:
+        assert browser.execute_script("return window.attnlabView && window.attnlabView.ready") is True
+        assert browser.execute_script("return window.attnlabView.axisLabels.length") == 3
+    finally:
+        browser.switch_to.default_content()

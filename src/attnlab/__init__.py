@@ -10,9 +10,11 @@ import importlib.metadata as _metadata
 
 from . import functional, interop, reference
 from ._multihead import MultiheadAttention
+from ._plot import MissingFontWarning, plot
 from ._self_attention import SelfAttention
 from ._trace import Trace
 from ._validation import ArgumentError, ArgumentTypeError, AttnlabError, MissingDependencyError
+from ._view import show, view
 from .functional import (
     Attention,
     Gradients,
@@ -34,6 +36,7 @@ __all__ = [
     "AttnlabError",
     "Gradients",
     "MissingDependencyError",
+    "MissingFontWarning",
     "MultiheadAttention",
     "SelfAttention",
     "Trace",
@@ -41,10 +44,13 @@ __all__ = [
     "attention",
     "functional",
     "interop",
+    "plot",
     "reference",
     "scaled_dot_product_attention",
     "scaled_dot_product_attention_backward",
+    "show",
     "softmax",
+    "view",
 ]
 
 # Public classes report where users find them: attnlab.Trace, not attnlab._trace.Trace.
@@ -55,6 +61,7 @@ for _public in (
     AttnlabError,
     Gradients,
     MissingDependencyError,
+    MissingFontWarning,
     MultiheadAttention,
     SelfAttention,
     Trace,

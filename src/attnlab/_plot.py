@@ -1,9 +1,10 @@
-"""Heatmaps of a trace with matplotlib (the ``viz`` extra): PNG, SVG or PDF.
+"""Heatmaps of a trace with matplotlib (the ``viz`` extra): PNG, SVG, PDF, or an Axes.
 
-One panel per head in a grid, token labels on both axes, a colour bar, and the values
-written in the cells when the matrix is small. Chinese tokens need a CJK font: one is
-looked for among the system's fonts, and when none exists a single warning says so
-instead of drawing boxes silently.
+One panel per head in a grid, token labels on both axes (every n-th past 60 tokens;
+one- and two-character tokens upright), a colour bar, and the values written in the
+cells when the matrix is small. Chinese tokens need a CJK font: one is looked for among
+the system's fonts; when none exists a single ``MissingFontWarning`` says that the
+tokens will be drawn as empty boxes, and how to install a font.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import logging
 import math
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,11 +21,27 @@ import numpy as np
 from ._trace import Trace
 from ._validation import MissingDependencyError, fail, output_path
 
-__all__ = ["FORMATS", "STAGES", "check_path", "find_cjk_font", "needs_cjk", "plot", "select_heads"]
+__all__ = [
+    "FORMATS",
+    "STAGES",
+    "MissingFontWarning",
+    "check_path",
+    "find_cjk_font",
+    "needs_cjk",
+    "plot",
+    "select_heads",
+]
 
 FORMATS = (".png", ".svg", ".pdf")
 STAGES = {"scores": "scores", "scaled": "scaled_scores", "weights": "weights"}
 ANNOTATE_UP_TO = 16  # write the values in the cells of matrices up to this many rows and columns
+LABELS_UP_TO = 60  # past this many tokens, label every n-th so that at most this many show
+
+
+class MissingFontWarning(UserWarning):
+    """Tokens need glyphs that no installed font has."""
+
+
 _CJK_FONTS = (
     "Noto Sans CJK SC",
     "Noto Sans CJK JP",
@@ -86,71 +104,118 @@ def check_path(path: str | Path) -> Path:
     return output_path(path, FORMATS)
 
 
-def plot(trace: Trace, path: str | Path, *, stage: str = "weights", heads: str = "all") -> list[str]:
-    """Draw ``stage`` of the chosen heads of ``trace`` into ``path`` (.png, .svg or
-    .pdf); return the warnings to show the user (at most one)."""
-    path = check_path(path)
-    if stage not in STAGES:
-        raise fail("stage", f"one of {', '.join(STAGES)}", repr(stage))
-    try:
-        from matplotlib.figure import Figure
-    except ImportError:
-        raise MissingDependencyError("plotting needs matplotlib: pip install 'attnlab[viz]'") from None
+def _tick_labels(labels: list[str]) -> tuple[list[int], list[str]]:
+    """Positions and texts of the labels to draw: all up to LABELS_UP_TO, else every n-th."""
+    every = math.ceil(len(labels) / LABELS_UP_TO)
+    positions = list(range(0, len(labels), every))
+    return positions, [labels[i] for i in positions]
 
-    chosen = select_heads(heads, trace.num_heads)
-    labels = trace.labels
-    notes = []
-    font: dict[str, Any] = {}
-    if needs_cjk(labels):
-        family = find_cjk_font()
-        if family is None:
-            notes.append(
-                "no font with Chinese glyphs found, so Chinese tokens will show as boxes; install one "
-                "(Debian/Ubuntu: apt-get install fonts-noto-cjk) and run again"
-            )
-        else:
-            font = {"family": [family, "DejaVu Sans"]}
 
-    L = len(labels)
-    columns = min(len(chosen), 4)
-    rows = math.ceil(len(chosen) / columns)
-    size = min(max(3.0, 0.35 * L + 1.5), 12.0)
-    figure = Figure(figsize=(size * columns + 1.2, size * rows), layout="constrained")
-    axes = np.atleast_1d(figure.subplots(rows, columns, squeeze=False).ravel())
+def _font(labels: list[str]) -> dict[str, Any]:
+    """Font properties that draw ``labels``; warns once when Chinese has no font."""
+    if not needs_cjk(labels):
+        return {}
+    family = find_cjk_font()
+    if family is None:
+        warnings.warn(
+            "no font with Chinese glyphs is installed, so the Chinese tokens will be drawn as empty boxes; "
+            "install one (Debian/Ubuntu: apt-get install fonts-noto-cjk) and run again",
+            MissingFontWarning,
+            stacklevel=3,
+        )
+        return {}
+    return {"family": [family, "DejaVu Sans"]}
+
+
+def _draw(ax: Any, trace: Trace, h: int, stage: str, low: float, high: float, font: dict[str, Any]) -> Any:
+    """One head's matrix into ``ax``, with its labels and title; returns the image."""
+    matrix = getattr(trace.head(h), STAGES[stage])
+    L = len(trace.labels)
+    image = ax.imshow(np.ma.masked_invalid(matrix), cmap="viridis", vmin=low, vmax=high, interpolation="nearest")
+    positions, texts = _tick_labels(trace.labels)
+    upright = all(len(t) <= 2 for t in texts)  # one or two characters, CJK ones above all, stand upright
+    size = max(6, min(10, 500 / len(positions))) if positions else 10
+    ax.set_xticks(positions, texts, rotation=0 if upright else 90, fontdict=font, fontsize=size)
+    ax.set_yticks(positions, texts, fontdict=font, fontsize=size)
+    ax.set_xlabel("key")
+    ax.set_ylabel("query")
+    title = {"weights": "attention weights", "scaled": "scaled scores", "scores": "raw scores Q·Kᵀ"}[stage]
+    ax.set_title(f"{title} · head {h}" if trace.num_heads > 1 else title)
+    if L <= ANNOTATE_UP_TO:
+        for (i, j), value in np.ndenumerate(matrix):
+            text = "−∞" if np.isneginf(value) else f"{value:.2f}"
+            light = np.isfinite(value) and value < low + 0.6 * (high - low)
+            ax.text(j, i, text, ha="center", va="center", fontsize=7, color="white" if light else "black")
+    return image
+
+
+def _value_range(trace: Trace, chosen: list[int], stage: str) -> tuple[float, float]:
+    """The colour scale: weights from 0 to the largest (1 at most); scores over their range."""
     matrices = [getattr(trace.head(h), STAGES[stage]) for h in chosen]
     finite = np.concatenate([m[np.isfinite(m)] for m in matrices])
     if stage == "weights":  # a matrix with no finite value (overflow) still gets a colour scale
-        low, high = 0.0, max(float(finite.max(initial=0.0)), 1e-12)
-    else:
-        low, high = float(finite.min(initial=0.0)), float(finite.max(initial=0.0))
+        return 0.0, max(float(finite.max(initial=0.0)), 1e-12)
+    return float(finite.min(initial=0.0)), float(finite.max(initial=0.0))
+
+
+def plot(
+    trace: Trace,
+    target: str | Path | Any,
+    *,
+    stage: str = "weights",
+    heads: str | list[int] = "all",
+    progress: Callable[[str], None] | None = None,
+) -> Any:
+    """Draw ``stage`` ("weights", "scaled" or "scores") of the chosen heads of ``trace``.
+
+    ``target`` is a file (.png, .svg or .pdf), written with one panel per head and a colour
+    bar, or a matplotlib ``Axes``, into which one head is drawn (``heads`` must name one).
+    ``heads``: "all", indices such as "0,2,5", or a list of ints. ``progress`` is told what is
+    being drawn when the picture is large. Returns the Figure (a file) or the Axes.
+
+    Raises:
+        ArgumentError: a bad path, stage or head index.
+        MissingDependencyError: matplotlib is not installed (``pip install 'attnlab[viz]'``).
+    Warns:
+        MissingFontWarning: Chinese tokens and no font to draw them.
+    """
+    try:
+        from matplotlib.axes import Axes
+        from matplotlib.figure import Figure
+    except ImportError:
+        raise MissingDependencyError("plotting needs matplotlib: pip install 'attnlab[viz]'") from None
+    if stage not in STAGES:
+        raise fail("stage", f"one of {', '.join(STAGES)}", repr(stage))
+    chosen = heads if isinstance(heads, list) else select_heads(heads, trace.num_heads)
+    if isinstance(heads, list) and (not heads or any(not 0 <= h < trace.num_heads for h in heads)):
+        raise fail("heads", f"indices in 0..{trace.num_heads - 1}", repr(heads))
+    low, high = _value_range(trace, chosen, stage)
+    font = _font(trace.labels)
     quiet_fonts = logging.getLogger("matplotlib.font_manager")  # it logs weight substitutions (CJK fonts are 500)
     level = quiet_fonts.level
     quiet_fonts.setLevel(logging.ERROR)
-    with warnings.catch_warnings():
-        if notes:  # said once above; not once per glyph
-            warnings.filterwarnings("ignore", message="Glyph .* missing from")
-        images = [
-            ax.imshow(np.ma.masked_invalid(matrix), cmap="viridis", vmin=low, vmax=high)
-            for ax, matrix in zip(axes, matrices, strict=True)
-        ]
-        for ax, h, matrix in zip(axes, chosen, matrices, strict=True):
-            ax.set_xticks(range(L), labels, rotation=90, fontdict=font)
-            ax.set_yticks(range(L), labels, fontdict=font)
-            ax.tick_params(labelsize=max(4, min(10, 400 / L)))
-            ax.set_xlabel("key")
-            ax.set_ylabel("query")
-            title = {"weights": "attention weights", "scaled": "scaled scores", "scores": "raw scores Q·Kᵀ"}[stage]
-            ax.set_title(f"{title} · head {h}" if trace.num_heads > 1 else title)
-            if L <= ANNOTATE_UP_TO:
-                for (i, j), value in np.ndenumerate(matrix):
-                    text = "−∞" if np.isneginf(value) else f"{value:.2f}"
-                    light = np.isfinite(value) and value < low + 0.6 * (high - low)
-                    ax.text(j, i, text, ha="center", va="center", fontsize=7, color="white" if light else "black")
-        for ax in axes[len(chosen) :]:
-            ax.set_visible(False)
-        figure.colorbar(images[0], ax=list(axes[: len(chosen)]), shrink=0.8)
-        try:
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="Glyph .* missing from")  # said once, by _font
+            if isinstance(target, Axes):
+                if len(chosen) != 1:
+                    raise fail("heads", "one head to draw into an Axes", repr(heads))
+                _draw(target, trace, chosen[0], stage, low, high, font)
+                return target
+            path = check_path(target)
+            L = len(trace.labels)
+            if progress is not None and L * L * len(chosen) >= 2**14:  # from about a second's work
+                progress(f"drawing {len(chosen)} head{'s' * (len(chosen) > 1)} of {L} tokens into {path}")
+            columns = min(len(chosen), 4)
+            rows = math.ceil(len(chosen) / columns)
+            size = min(max(3.5, 0.3 * min(L, LABELS_UP_TO) + 2.0), 10.0)
+            figure = Figure(figsize=(size * columns + 1.5, size * rows + 0.5), layout="constrained")
+            axes = figure.subplots(rows, columns, squeeze=False).ravel()
+            images = [_draw(ax, trace, h, stage, low, high, font) for ax, h in zip(axes, chosen, strict=False)]
+            for ax in axes[len(chosen) :]:
+                ax.set_visible(False)
+            figure.colorbar(images[0], ax=list(axes[: len(chosen)]), shrink=0.8)
             figure.savefig(path)
-        finally:
-            quiet_fonts.setLevel(level)
-    return notes
+            return figure
+    finally:
+        quiet_fonts.setLevel(level)

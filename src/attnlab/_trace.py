@@ -171,6 +171,12 @@ class Trace:
         trace shows each head's steps in turn."""
         return _render(self, lang, precision, title)
 
+    def _repr_html_(self) -> str:
+        """Jupyter's display: the interactive page in a sandboxed iframe."""
+        from ._view import notebook_html  # the page is above the trace in the layers
+
+        return notebook_html(self)
+
     def __repr__(self) -> str:
         L, d_model = self.inputs.shape
         return f"Trace(L={L}, d_model={d_model}, heads={self.num_heads}, scale={self.scale:.4g})"

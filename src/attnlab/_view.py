@@ -8,6 +8,7 @@ slider can recompute them live.
 
 from __future__ import annotations
 
+import html
 import json
 from importlib.resources import files
 from pathlib import Path
@@ -15,9 +16,9 @@ from pathlib import Path
 import numpy as np
 
 from ._trace import Trace, json_ready
-from ._validation import fail, output_path
+from ._validation import MissingDependencyError, fail, output_path
 
-__all__ = ["check_path", "page_data", "render_page", "write_page"]
+__all__ = ["check_path", "notebook_html", "page_data", "render_page", "show", "view", "write_page"]
 
 _PLACEHOLDER = "__ATTNLAB_DATA__"
 _NUMBERS = {"scores": "scores", "q": "Q", "k": "K", "v": "V"}  # the page's name: the trace's
@@ -71,3 +72,44 @@ def check_path(path: str | Path) -> Path:
 def write_page(trace: Trace, path: str | Path) -> None:
     """Write the page of ``trace`` to ``path`` (.html)."""
     check_path(path).write_text(render_page(trace), encoding="utf-8")
+
+
+def view(trace: Trace, path: str | Path | None = None) -> str | None:
+    """The interactive page of ``trace``: written to ``path`` (.html), or returned as HTML
+    text when there is no path. Self-contained: scripts, styles and data inline.
+
+    Raises:
+        ArgumentError: a path that is not an .html file in an existing folder, or a trace
+            too large for a browser.
+    """
+    if not isinstance(trace, Trace):
+        raise fail("trace", "an attnlab.Trace", type(trace).__name__, TypeError)
+    if path is None:
+        return render_page(trace)
+    write_page(trace, path)
+    return None
+
+
+def notebook_html(trace: Trace, height: int = 900) -> str:
+    """The page in a sandboxed iframe, for Jupyter: its scripts run in an opaque origin
+    that can reach neither the notebook nor the network."""
+    page = html.escape(render_page(trace), quote=True)
+    return (
+        f'<iframe sandbox="allow-scripts allow-downloads" srcdoc="{page}" title="attnlab view" '
+        f'style="width: 100%; height: {height}px; border: 1px solid #ddd"></iframe>'
+    )
+
+
+def show(trace: Trace) -> None:
+    """Display the page of ``trace`` in a Jupyter notebook (IPython's display).
+
+    Raises:
+        MissingDependencyError: IPython is not installed.
+    """
+    if not isinstance(trace, Trace):
+        raise fail("trace", "an attnlab.Trace", type(trace).__name__, TypeError)
+    try:
+        from IPython.display import HTML, display
+    except ImportError:
+        raise MissingDependencyError("attnlab.show needs IPython (Jupyter): pip install ipython") from None
+    display(HTML(notebook_html(trace)))

@@ -13,6 +13,8 @@ import io
 import math
 import os
 import sys
+import time
+import warnings
 from collections.abc import Callable, Sequence
 from typing import NoReturn
 
@@ -202,11 +204,22 @@ def _trace(args: argparse.Namespace) -> None:
 
 
 def _plot(args: argparse.Namespace) -> None:
-    from ._plot import check_path, plot
+    from ._plot import MissingFontWarning, check_path, plot
 
     check_path(args.output)
-    for note in plot(trace_from_args(args), args.output, stage=args.stage, heads=args.heads):
-        print(f"attnlab plot: warning: {note}", file=sys.stderr)
+    trace = trace_from_args(args)
+    start = time.perf_counter()
+
+    def progress(message: str) -> None:
+        print(f"attnlab plot: {message}…", file=sys.stderr, flush=True)
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", MissingFontWarning)
+        plot(trace, args.output, stage=args.stage, heads=args.heads, progress=progress)
+    for warning in caught:
+        print(f"attnlab plot: warning: {warning.message}", file=sys.stderr)
+    if time.perf_counter() - start > 1.0:
+        print(f"attnlab plot: wrote {args.output} in {time.perf_counter() - start:.1f} s", file=sys.stderr)
 
 
 def _view(args: argparse.Namespace) -> None:

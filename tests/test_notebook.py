@@ -1,0 +1,50 @@
+"""attnlab.show and Trace._repr_html_ in a real notebook, run by nbclient on an ipykernel."""
+
+from __future__ import annotations
+
+import html
+import re
+
+import nbformat
+import numpy as np
+import pytest
+from nbclient import NotebookClient
+
+import attnlab as al
+
+CELLS = [
+    "import numpy as np\nimport attnlab as al\ntrace = al.SelfAttention(4, 3).trace(np.eye(4), tokens=['小', '明', 'a', 'b'])",
+    "al.show(trace)",
+    "trace",  # the last expression of a cell: Jupyter calls trace._repr_html_()
+    "al.MultiheadAttention(4, 2, seed=0, dtype=np.float64).trace(np.eye(4))",
+]
+
+
+def iframe_page(markup: str) -> str:
+    """The page inside a sandboxed iframe's srcdoc, unescaped; fails if it is not one."""
+    found = re.fullmatch(r'<iframe sandbox="allow-scripts allow-downloads" srcdoc="([^"]*)".*</iframe>', markup, re.S)
+    assert found, markup[:200]
+    return html.unescape(found.group(1))
+
+
+def test_show_and_the_trace_display_the_page_in_a_notebook():
+    notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(source) for source in CELLS])
+    NotebookClient(notebook, timeout=120, kernel_name="python3").execute()
+    shown = []
+    for cell in notebook.cells[1:]:
+        (display,) = [o for o in cell.outputs if "text/html" in o.get("data", {})]
+        page = iframe_page(display["data"]["text/html"])
+        assert page.startswith("<!DOCTYPE html>") and "Content-Security-Policy" in page
+        assert "<script src" not in page  # nothing fetched
+        shown.append((display, page))
+    assert "小" in shown[0][1]
+    assert shown[2][0]["data"]["text/plain"].startswith("Trace(L=4, d_model=4, heads=2")
+
+
+def test_view_returns_the_page_or_writes_it(tmp_path):
+    trace = al.SelfAttention(3, 2).trace(np.eye(3))
+    page = al.view(trace)
+    assert page is not None and page.startswith("<!DOCTYPE html>")
+    assert al.view(trace, tmp_path / "t.html") is None and (tmp_path / "t.html").read_text() == page
+    with pytest.raises(TypeError, match="trace: expected an attnlab.Trace, got dict"):
+        al.view({})
