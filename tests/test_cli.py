@@ -347,3 +347,68 @@ def test_python_dash_m_and_a_bare_command_show_what_attnlab_does():
     assert "usage: attnlab" in bare.stdout and "demo" in bare.stdout and "examples:" in bare.stdout
     version = subprocess.run([sys.executable, "-m", "attnlab", "--version"], capture_output=True, text=True)
     assert version.stdout.startswith("attnlab ")
+
+
+def attnlab(*argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "attnlab", *argv], capture_output=True, text=True)
+
+
+def test_a_multi_head_trace_shows_each_head_and_the_layer_output():
+    argv = [
+        "trace",
+        "--text",
+        "我 love 猫咪 x",
+        "--embed",
+        "random",
+        "--d-model",
+        "4",
+        "--num-heads",
+        "2",
+        "--lang",
+        "en",
+    ]
+    text = attnlab(*argv).stdout
+    assert "Output of head 0 (before out_proj):" in text and "Output of head 1 (before out_proj):" in text
+    assert "Self-attention output" not in text
+    data = json.loads(attnlab(*argv, "--format", "json").stdout)
+    layer = al.MultiheadAttention(4, 2, seed=42, dtype=np.float64)
+    heads = np.array(data["output"]).transpose(1, 0, 2).reshape(4, 4)  # (L, H·E)
+    state = layer.state_dict()
+    expected = heads @ state["out_proj.weight"].T + state["out_proj.bias"]  # out_proj by hand
+    np.testing.assert_allclose(data["layer_output"], expected, atol=1e-12)
+    last = text.split("Layer output (the heads side by side, through out_proj):")[1]
+    assert [float(x) for x in re.findall(r"-?\d+\.\d+", last.splitlines()[2].split(":")[1])] == [
+        round(x, 4) for x in expected[0]
+    ]
+
+
+def test_rows_line_up_under_headers_whatever_the_tokens():
+    text = attnlab("trace", "--text", "我 love 猫咪 x", "--lang", "en").stdout
+    block = text.split("Attention weights (after softmax):")[1].splitlines()[1:6]
+    assert block[0].strip().startswith("keys")
+    widths = {unicodedata_width(line.split(":")[0]) for line in block[1:]}
+    assert len(widths) == 1  # every row's label takes the same columns
+
+
+def unicodedata_width(text: str) -> int:
+    import unicodedata
+
+    return sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
+
+
+def test_an_option_the_input_cannot_honour_is_refused():
+    result = attnlab("trace", "--text", "a b c d", "--num-heads", "2", "--d-k", "3")
+    assert result.returncode == 2 and "--d-k: with --num-heads 2" in result.stderr and result.stderr.count("\n") == 1
+
+
+def test_a_csv_header_and_a_first_column_of_tokens(tmp_path):
+    (tmp_path / "named.csv").write_text("token,x0,x1\nI,1,0\nlove,0,1\ncats,1,1\n")
+    data = json.loads(attnlab("trace", str(tmp_path / "named.csv"), "--format", "json").stdout)
+    assert data["tokens"] == ["I", "love", "cats"] and data["inputs"] == [[1, 0], [0, 1], [1, 1]]
+    (tmp_path / "plain.csv").write_text("x0,x1\n1,0\n0,1\n")
+    data = json.loads(attnlab("trace", str(tmp_path / "plain.csv"), "--format", "json").stdout)
+    assert data["tokens"] is None and data["inputs"] == [[1, 0], [0, 1]]
+    relabelled = json.loads(
+        attnlab("trace", str(tmp_path / "named.csv"), "--tokens", "a b c", "--format", "json").stdout
+    )
+    assert relabelled["tokens"] == ["a", "b", "c"]

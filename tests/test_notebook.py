@@ -13,7 +13,8 @@ from nbclient import NotebookClient
 import attnlab as al
 
 CELLS = [
-    "import numpy as np\nimport attnlab as al\ntrace = al.SelfAttention(4, 3).trace(np.eye(4), tokens=['小', '明', 'a', 'b'])",
+    "import numpy as np\nimport attnlab as al\n"
+    "trace = al.SelfAttention(4, 3).trace(np.eye(4), tokens=['小', '明', 'a', 'b'])",
     "al.show(trace)",
     "trace",  # the last expression of a cell: Jupyter calls trace._repr_html_()
     "al.MultiheadAttention(4, 2, seed=0, dtype=np.float64).trace(np.eye(4))",
@@ -46,5 +47,5 @@ def test_view_returns_the_page_or_writes_it(tmp_path):
     page = al.view(trace)
     assert page is not None and page.startswith("<!DOCTYPE html>")
     assert al.view(trace, tmp_path / "t.html") is None and (tmp_path / "t.html").read_text() == page
-    with pytest.raises(TypeError, match="trace: expected an attnlab.Trace, got dict"):
+    with pytest.raises(TypeError, match=r"trace: expected an attnlab\.Trace, got dict"):
         al.view({})

@@ -76,11 +76,18 @@ def _parse_json(text: str, source: str) -> Any:
         raise InputError(f"{source}: cannot use this JSON ({e})") from None
 
 
-def _read_csv(text: str, source: str) -> np.ndarray:
+def _read_csv(text: str, source: str) -> tuple[np.ndarray, list[str] | None]:
+    """The numbers of a CSV file, and the tokens it names. A first row that is not all
+    numbers is a header and is skipped; a first column that is not all numbers holds the
+    tokens (one per row), which label the rows when --tokens is not given."""
+    table = [fields for fields in csv.reader(io.StringIO(text)) if fields]
+    if table and not all(_is_number(field) for field in table[0]):
+        table = table[1:]  # a header row, such as "token,x0,x1"
+    names = None
+    if table and not all(_is_number(fields[0]) for fields in table):
+        names, table = [fields[0].strip() for fields in table], [fields[1:] for fields in table]
     rows = []
-    for i, fields in enumerate(csv.reader(io.StringIO(text))):
-        if not fields:
-            continue
+    for i, fields in enumerate(table):
         row = []
         for j, field in enumerate(fields):
             try:
@@ -88,12 +95,20 @@ def _read_csv(text: str, source: str) -> np.ndarray:
             except ValueError:
                 raise InputError(f"{source}: row {i}, column {j}: expected numbers only, got {field!r}") from None
         rows.append(row)
-    return _numeric_rows(rows, source)
+    return _numeric_rows(rows, source), names
+
+
+def _is_number(field: str) -> bool:
+    try:
+        float(field)
+    except ValueError:
+        return False
+    return True
 
 
 def read_json_or_matrix(path: str) -> Any:
-    """The parsed JSON document of a .json file or standard input ('-'), or the matrix
-    of a .csv or .npy file."""
+    """The parsed JSON document of a .json file or standard input ('-'), the matrix of an
+    .npy file, or the (matrix, tokens) of a .csv file."""
     if path == "-":
         return _parse_json(sys.stdin.read().removeprefix("\ufeff"), "standard input")
     file = Path(path)
@@ -132,9 +147,14 @@ def source_name(path: str) -> str:
     return "standard input" if path == "-" else path
 
 
-def as_sequence(data: Any, path: str) -> np.ndarray:
-    """What :func:`read_json_or_matrix` read, as a (L, d_model) sequence."""
-    return data if isinstance(data, np.ndarray) else _numeric_rows(data, source_name(path))
+def as_sequence(data: Any, path: str) -> tuple[np.ndarray, list[str] | None]:
+    """What :func:`read_json_or_matrix` read, as a (L, d_model) sequence and the tokens
+    the file named (a CSV's first column), if any."""
+    if isinstance(data, tuple):
+        return data
+    if isinstance(data, np.ndarray):
+        return data, None
+    return _numeric_rows(data, source_name(path)), None
 
 
 def split_text(text: str) -> list[str]:

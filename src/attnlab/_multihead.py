@@ -222,13 +222,18 @@ class MultiheadAttention:
         self, x: Any, *, is_causal: bool = False, scale: float | None = None, tokens: Sequence[str] | None = None
     ) -> Trace:
         """Self-attention of one sequence x (L, D), every head's intermediates kept:
-        Q, K, V (H, L, E) after the in-projection, weights (H, L, L) and each head's
-        output (H, L, E) before the out-projection. No dropout; no appended keys."""
+        Q, K, V (H, L, E) after the in-projection, weights (H, L, L), each head's output
+        (H, L, E) before the out-projection, and the layer's output (L, D) after it.
+        No dropout; no appended keys."""
         if self.add_bias_kv or self.add_zero_attn or "in_proj_weight" not in self._params:
             raise fail("self", "a layer without add_bias_kv, add_zero_attn, kdim or vdim to trace", "one with them")
         x = _batch_first(self, "x", x, self.embed_dim, batched=False)  # (1, L, D)
         Q, K, V = (split_heads(linear(x, w, b), self.num_heads)[0] for w, b in _projections(self))  # (H, L, E)
-        return build_trace(x[0], Q, K, V, scale=scale, is_causal=is_causal, tokens=tokens)
+        trace = build_trace(x[0], Q, K, V, scale=scale, is_causal=is_causal, tokens=tokens)
+        merged = merge_heads(trace.output[None])  # (1, L, D)
+        p = self._params
+        trace.layer_output = linear(merged, p["out_proj.weight"], p.get("out_proj.bias"))[0]  # (L, D)
+        return trace
 
 
 def _projections(layer: MultiheadAttention) -> list[tuple[np.ndarray, np.ndarray | None]]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from typing import Any
@@ -37,6 +38,9 @@ _LABELS = {
         "row": "第 {i} 行{tok}",
         "token_output": "词 {i}{tok} 的输出",
         "head": "注意力头",
+        "head_output": "注意力头 {h} 的输出（out_proj 之前）",
+        "layer_output": "层输出（拼接各头后经 out_proj）",
+        "keys": "键",
     },
     "en": {
         "title": "Self-attention demo",
@@ -51,6 +55,9 @@ _LABELS = {
         "row": "row {i}{tok}",
         "token_output": "output of token {i}{tok}",
         "head": "head",
+        "head_output": "Output of head {h} (before out_proj)",
+        "layer_output": "Layer output (the heads side by side, through out_proj)",
+        "keys": "keys",
     },
 }
 LANGUAGES = tuple(_LABELS)
@@ -103,7 +110,8 @@ class Trace:
     multiplier; scaled_scores = scale · scores with masked entries −inf; weights =
     softmax(scaled_scores) (L, L); output = weights·V (L, d_k); ``tokens`` label the rows
     (None: positions). A multi-head trace has a leading head axis on every array but
-    ``inputs``: Q (H, L, d_k), weights (H, L, L), and so on.
+    ``inputs``: Q (H, L, d_k), weights (H, L, L), and so on, and ``layer_output`` (L, D),
+    the layer's output after out_proj (None for a single head).
     """
 
     inputs: np.ndarray
@@ -116,6 +124,7 @@ class Trace:
     weights: np.ndarray
     output: np.ndarray
     tokens: list[str] | None = None
+    layer_output: np.ndarray | None = None
 
     @property
     def num_heads(self) -> int:
@@ -128,7 +137,7 @@ class Trace:
         if self.weights.ndim == 2:
             return self
         arrays = {name: getattr(self, name)[h] for name in ARRAYS if name != "inputs"}
-        return Trace(inputs=self.inputs, scale=self.scale, tokens=self.tokens, **arrays)
+        return Trace(inputs=self.inputs, scale=self.scale, tokens=self.tokens, **arrays)  # no layer output
 
     @property
     def labels(self) -> list[str]:
@@ -213,6 +222,15 @@ def _trace_from_dict(data: Any, source: str) -> Trace:
         shape, expected = arrays[name].shape, (*rows, arrays[like].shape[-1] if arrays[like].ndim else -1)
         if arrays[name].ndim != len(expected) or shape != expected or shape[-1] < 1:
             raise ArgumentError(f"{source}: {name}: expected shape {(*rows, 'width')}, got {shape}")
+    layer_output = None
+    if data.get("layer_output") is not None:
+        try:
+            layer_output = _from_json(data["layer_output"])
+        except (TypeError, ValueError, KeyError, OverflowError, RecursionError):
+            raise ArgumentError(f"{source}: layer_output: expected a matrix of numbers") from None
+        if layer_output.ndim != 2 or layer_output.shape[0] != L or weights.ndim != 3:
+            wanted = f"shape ({L}, width) beside (H, L, L) weights"
+            raise ArgumentError(f"{source}: layer_output: expected {wanted}, got {layer_output.shape}")
     tokens = data.get("tokens")
     if tokens is not None and (not isinstance(tokens, list) or len(tokens) != L):
         raise ArgumentError(
@@ -227,7 +245,8 @@ def _trace_from_dict(data: Any, source: str) -> Trace:
     if not finite:
         got = f"an integer of {len(str(scale))} digits" if isinstance(scale, int) else repr(scale)
         raise ArgumentError(f"{source}: scale: expected a finite number, got {got}")
-    return Trace(scale=float(data["scale"]), tokens=None if tokens is None else [str(t) for t in tokens], **arrays)
+    labels = None if tokens is None else [str(t) for t in tokens]
+    return Trace(scale=float(data["scale"]), tokens=labels, layer_output=layer_output, **arrays)
 
 
 def _render(trace: Trace, lang: str, precision: int, title: str | None) -> str:
@@ -238,16 +257,27 @@ def _render(trace: Trace, lang: str, precision: int, title: str | None) -> str:
         raise fail("precision", "an integer in 0..17", repr(precision))
     t = _LABELS[lang]
 
-    def label(key: str, i: int) -> str:
-        return t[key].format(i=i, tok=f" ({trace.tokens[i]})" if trace.tokens else "")
+    names = trace.tokens
+    name_width = max((_display_width(n) for n in names), default=0) if names else 0
 
-    def rows(key: str, matrix: np.ndarray) -> list[str]:
+    def label(key: str, i: int) -> str:
+        if names is None:
+            return t[key].format(i=i, tok="")
+        # tokens differ in width (Chinese is two columns): pad so that the rows line up
+        return t[key].format(i=i, tok=f" ({names[i]})" + " " * (name_width - _display_width(names[i])))
+
+    def rows(key: str, matrix: np.ndarray, header: bool = False) -> list[str]:
         cells = [[f"{x:.{precision}f}" for x in row] for row in matrix]
         width = max(len(c) for row in cells for c in row)
-        return [f"{label(key, i)}: [{', '.join(c.rjust(width) for c in row)}]" for i, row in enumerate(cells)]
+        lines = [f"{label(key, i)}: [{', '.join(c.rjust(width) for c in row)}]" for i, row in enumerate(cells)]
+        if header and names is not None:  # the keys above their columns
+            lead = _display_width(lines[0].split("[")[0]) + 1
+            heads = ", ".join(" " * (width - _display_width(n)) + n for n in names)
+            lines.insert(0, t["keys"].rjust(lead - 2) + "  " + heads)
+        return lines
 
     def section(heading: str, matrix: np.ndarray) -> list[str]:
-        return [f"\n  {heading}:"] + [f"    {line}" for line in rows("row", matrix)]
+        return [f"\n  {heading}:"] + [f"    {line}" for line in rows("row", matrix, header=True)]
 
     L, d_model = trace.inputs.shape
     lines = [_RULE, title or t["title"], _RULE, f"{t['length']}: {L}", f"{t['width']}: {d_model}"]
@@ -263,9 +293,18 @@ def _render(trace: Trace, lang: str, precision: int, title: str | None) -> str:
             lines.append(f"\n  {t['scale']}: {trace.scale:.{precision}f}")
         lines += section(t["scaled"], one.scaled_scores)
         lines += section(t["weights"], one.weights)
-        lines += ["", _RULE, f"{t['output']}:", _RULE]
+        heading = t["output"] if trace.num_heads == 1 else t["head_output"].format(h=h)
+        lines += ["", _RULE, f"{heading}:", _RULE]
         lines += rows("token_output", one.output)
+    if trace.layer_output is not None:
+        lines += ["", _RULE, f"{t['layer_output']}:", _RULE]
+        lines += rows("token_output", trace.layer_output)
     return "\n".join(lines)
+
+
+def _display_width(text: str) -> int:
+    """Columns ``text`` takes in a terminal: East Asian wide and full-width characters take two."""
+    return sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
 
 
 def build_trace(

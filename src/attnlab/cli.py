@@ -128,7 +128,7 @@ def add_input_options(parser: argparse.ArgumentParser) -> None:
         type=_at_least(1),
         default=1,
         help="1 (default): the seed's layer; more: a MultiheadAttention of that many heads "
-        "(they must divide the input's width; --d-k is then ignored)",
+        "(they must divide the input's width, and each head is width/N wide: no --d-k)",
     )
 
 
@@ -146,13 +146,18 @@ def trace_from_args(args: argparse.Namespace, max_scores: int = MAX_SCORES, hold
         data = read_json_or_matrix(args.input)
         if isinstance(data, dict):
             return _saved_trace(data, args)
-        X = as_sequence(data, args.input)
+        X, names = as_sequence(data, args.input)
         _check_size(len(X), args.num_heads, max_scores, holder)
-        tokens = parse_tokens(args.tokens, len(X))
+        tokens = parse_tokens(args.tokens, len(X)) or names
     if X.shape[1] > MAX_WIDTH:
         raise InputError(f"the input's width: expected at most {MAX_WIDTH}, got {X.shape[1]}")
     scale = {"sqrt": None, "none": 1.0}.get(args.scale, args.scale)
     if args.num_heads > 1:
+        if args.d_k is not None:
+            raise InputError(
+                f"--d-k: with --num-heads {args.num_heads} each head is the input's width / {args.num_heads} wide; "
+                "drop --d-k, or use one head"
+            )
         if X.shape[1] % args.num_heads:
             raise InputError(f"--num-heads: expected a divisor of the input's width {X.shape[1]}, got {args.num_heads}")
         heads = MultiheadAttention(X.shape[1], args.num_heads, seed=args.seed, dtype=np.float64)
