@@ -225,15 +225,20 @@ class MultiheadAttention:
         Q, K, V (H, L, E) after the in-projection, weights (H, L, L), each head's output
         (H, L, E) before the out-projection, and the layer's output (L, D) after it.
         No dropout; no appended keys."""
-        if self.add_bias_kv or self.add_zero_attn or "in_proj_weight" not in self._params:
-            raise fail("self", "a layer without add_bias_kv, add_zero_attn, kdim or vdim to trace", "one with them")
-        x = _batch_first(self, "x", x, self.embed_dim, batched=False)  # (1, L, D)
-        Q, K, V = (split_heads(linear(x, w, b), self.num_heads)[0] for w, b in _projections(self))  # (H, L, E)
-        trace = build_trace(x[0], Q, K, V, scale=scale, is_causal=is_causal, tokens=tokens)
-        merged = merge_heads(trace.output[None])  # (1, L, D)
-        p = self._params
-        trace.layer_output = linear(merged, p["out_proj.weight"], p.get("out_proj.bias"))[0]  # (L, D)
-        return trace
+        return _trace(self, x, is_causal, scale, tokens)
+
+
+def _trace(
+    layer: MultiheadAttention, x: Any, is_causal: bool, scale: float | None, tokens: Sequence[str] | None
+) -> Trace:
+    """See :meth:`MultiheadAttention.trace`."""
+    if layer.add_bias_kv or layer.add_zero_attn or "in_proj_weight" not in layer._params:
+        raise fail("self", "a layer without add_bias_kv, add_zero_attn, kdim or vdim to trace", "one with them")
+    x = _batch_first(layer, "x", x, layer.embed_dim, batched=False)  # (1, L, D)
+    Q, K, V = (split_heads(linear(x, w, b), layer.num_heads)[0] for w, b in _projections(layer))  # (H, L, E)
+    trace = build_trace(x[0], Q, K, V, scale=scale, is_causal=is_causal, tokens=tokens)
+    trace.layer_output = _out_proj(layer, merge_heads(trace.output[None]))[0]  # (1, L, D) -> (L, D)
+    return trace
 
 
 def _projections(layer: MultiheadAttention) -> list[tuple[np.ndarray, np.ndarray | None]]:
@@ -245,6 +250,11 @@ def _projections(layer: MultiheadAttention) -> list[tuple[np.ndarray, np.ndarray
         weights = [p["q_proj_weight"], p["k_proj_weight"], p["v_proj_weight"]]
     bias = p.get("in_proj_bias")
     return [(w, None if bias is None else bias[i * D : (i + 1) * D]) for i, w in enumerate(weights)]
+
+
+def _out_proj(layer: MultiheadAttention, merged: np.ndarray) -> np.ndarray:
+    """The heads side by side (…, D) through the output projection."""
+    return linear(merged, layer._params["out_proj.weight"], layer._params.get("out_proj.bias"))
 
 
 def _batch_first(layer: MultiheadAttention, name: str, x: Any, width: int, batched: bool) -> np.ndarray:
@@ -318,7 +328,7 @@ def _forward(
     rng = layer.generator if dropout_p else None
     result = attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, need_weights=need_weights, rng=rng)
     merged = merge_heads(result.output)  # (N, L, D)
-    output = linear(merged, p["out_proj.weight"], p.get("out_proj.bias"))  # (N, L, D)
+    output = _out_proj(layer, merged)  # (N, L, D)
     return _Forward(inputs=(query, key, value), attention=result, merged=merged, output=output, batched=batched)
 
 
