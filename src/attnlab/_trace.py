@@ -258,22 +258,22 @@ def _render(trace: Trace, lang: str, precision: int, title: str | None) -> str:
     t = _LABELS[lang]
 
     names = trace.tokens
-    name_width = max((_display_width(n) for n in names), default=0) if names else 0
 
     def label(key: str, i: int) -> str:
-        if names is None:
-            return t[key].format(i=i, tok="")
-        # tokens differ in width (Chinese is two columns): pad so that the rows line up
-        return t[key].format(i=i, tok=f" ({names[i]})" + " " * (name_width - _display_width(names[i])))
+        return t[key].format(i=i, tok="" if names is None else f" ({names[i]})")
 
     def rows(key: str, matrix: np.ndarray, header: bool = False) -> list[str]:
         cells = [[f"{x:.{precision}f}" for x in row] for row in matrix]
         width = max(len(c) for row in cells for c in row)
-        lines = [f"{label(key, i)}: [{', '.join(c.rjust(width) for c in row)}]" for i, row in enumerate(cells)]
+        labels = [label(key, i) for i in range(len(cells))]
+        # labels differ in width (a two-digit row, a Chinese token takes two columns): pad them
+        label_width = max(_display_width(text) for text in labels)
+        lines = [
+            f"{_pad(text, label_width, left=False)}: [{', '.join(c.rjust(width) for c in row)}]"
+            for text, row in zip(labels, cells, strict=True)
+        ]
         if header and names is not None:  # the keys above their columns
-            lead = _display_width(lines[0].split("[")[0]) + 1
-            heads = ", ".join(" " * (width - _display_width(n)) + n for n in names)
-            lines.insert(0, t["keys"].rjust(lead - 2) + "  " + heads)
+            lines.insert(0, f"{_pad(t['keys'], label_width)}   " + ", ".join(_pad(n, width) for n in names))
         return lines
 
     def section(heading: str, matrix: np.ndarray) -> list[str]:
@@ -305,6 +305,12 @@ def _render(trace: Trace, lang: str, precision: int, title: str | None) -> str:
 def _display_width(text: str) -> int:
     """Columns ``text`` takes in a terminal: East Asian wide and full-width characters take two."""
     return sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
+
+
+def _pad(text: str, width: int, left: bool = True) -> str:
+    """``text`` padded with spaces to ``width`` terminal columns, on the left (right-aligned) or right."""
+    space = " " * max(0, width - _display_width(text))
+    return space + text if left else text + space
 
 
 def build_trace(
