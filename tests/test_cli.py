@@ -412,3 +412,23 @@ def test_a_csv_header_and_a_first_column_of_tokens(tmp_path):
         attnlab("trace", str(tmp_path / "named.csv"), "--tokens", "a b c", "--format", "json").stdout
     )
     assert relabelled["tokens"] == ["a", "b", "c"]
+
+
+def test_a_csv_of_named_rows_without_a_header_keeps_every_row(tmp_path):
+    (tmp_path / "named.csv").write_text('a,1,0\n"hello, world",0,1\nc,1,1\n')
+    data = json.loads(attnlab("trace", str(tmp_path / "named.csv"), "--format", "json").stdout)
+    assert data["tokens"] == ["a", "hello, world", "c"] and len(data["inputs"]) == 3
+
+
+def test_wide_tokens_widen_their_columns():
+    text = attnlab("trace", "--text", "I basketball 猫", "--lang", "en").stdout
+    header, first = text.split("Raw attention scores:")[1].splitlines()[1:3]
+    assert header.index("basketball") + len("basketball") == first.index(",", first.index(",") + 1)
+
+
+def test_a_saved_trace_refuses_embedding_options(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    _, out, _ = run(capsys, "trace", "--text", "a b", "--format", "json")
+    (tmp_path / "t.json").write_text(out)
+    code, _, err = run(capsys, "trace", "t.json", "--embed", "random")
+    assert code == 2 and "--embed: t.json is a saved trace" in err

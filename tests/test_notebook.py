@@ -23,7 +23,8 @@ CELLS = [
 
 def iframe_page(markup: str) -> str:
     """The page inside a sandboxed iframe's srcdoc, unescaped; fails if it is not one."""
-    found = re.fullmatch(r'<iframe sandbox="allow-scripts allow-downloads" srcdoc="([^"]*)".*</iframe>', markup, re.S)
+    iframe = r'<div><iframe sandbox="allow-scripts allow-downloads" srcdoc="([^"]*)".*</iframe></div>'
+    found = re.fullmatch(iframe, markup, re.S)
     assert found, markup[:200]
     return html.unescape(found.group(1))
 

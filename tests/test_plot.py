@@ -161,3 +161,28 @@ def test_plot_into_an_axes(tmp_path):
     assert [t.get_text() for t in ax.get_yticklabels()] == ["x", "y", "z"]
     with pytest.raises(ValueError, match="heads: expected one head to draw into an Axes"):
         al.plot(al.MultiheadAttention(4, 2, seed=0).trace(np.eye(4, dtype=np.float32)), ax)
+
+
+def test_bad_plot_arguments_name_themselves(tmp_path):
+    trace = al.MultiheadAttention(4, 2, seed=0, dtype=np.float64).trace(np.eye(4))
+    with pytest.raises(TypeError, match=r"trace: expected an attnlab\.Trace, got str"):
+        al.plot("x", tmp_path / "p.png")
+    with pytest.raises(TypeError, match="target: expected a file path"):
+        al.plot(trace, None)
+    with pytest.raises(ValueError, match="heads: expected each head once"):
+        al.plot(trace, tmp_path / "p.png", heads="0,0")
+    with pytest.raises(TypeError, match="heads: expected 'all', indices"):
+        al.plot(trace, tmp_path / "p.png", heads=[True])
+    assert al.plot(trace, tmp_path / "p.png", heads=(1, 0)) is not None
+
+
+def test_weights_are_coloured_from_0_to_1_unless_relative(tmp_path):
+    trace = al.SelfAttention(4, 3).trace(np.ones((4, 4)))  # equal rows: every weight is 1/4
+    figure = al.plot(trace, tmp_path / "p.png")
+    assert figure.axes[0].images[0].get_clim() == (0.0, 1.0)
+    figure = al.plot(trace, tmp_path / "p.png", relative=True)
+    assert figure.axes[0].images[0].get_clim() == pytest.approx((0.0, 0.25))
+
+
+def test_korean_needs_a_cjk_font_too():
+    assert _plot.needs_cjk(["한국어"]) and _plot.needs_cjk(["かな"]) and not _plot.needs_cjk(["abc", "é"])

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import shutil
 import time
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import numpy as np
@@ -293,3 +294,37 @@ def test_i_the_notebook_iframe_runs_the_page(browser, tmp_path):
         assert browser.execute_script("return window.attnlabView.axisLabels.length") == 3
     finally:
         browser.switch_to.default_content()
+
+
+def test_j_the_scale_box_keeps_the_scale_on_bad_input(browser, tmp_path, capsys):
+    open_page(browser, tmp_path, capsys, "--text", "a b c")
+    browser.execute_script("window.attnlabView.setScale(0.5)")
+    for text in ("", "abc", "-1"):
+        browser.execute_script(
+            "const b = document.getElementById('scale-input'); b.value = arguments[0];"
+            "b.dispatchEvent(new Event('change'));",
+            text,
+        )
+        assert browser.execute_script("return window.attnlabView.scale") == 0.5
+    browser.get((tmp_path / "view.html").as_uri() + "#scale=")
+    assert browser.execute_script("return window.attnlabView.scale") > 0
+
+
+def test_k_control_characters_make_valid_svg(browser, tmp_path, capsys):
+    sequence = tmp_path / "x.json"
+    sequence.write_text(json.dumps([[1.0, 0.0], [0.0, 1.0]]))
+    assert main(["trace", str(sequence), "--format", "json"]) == 0
+    saved = json.loads(capsys.readouterr().out)
+    saved["tokens"] = ["a\x01b", "<&>"]
+    (tmp_path / "t.json").write_text(json.dumps(saved))
+    assert main(["view", str(tmp_path / "t.json"), "-o", str(tmp_path / "t.html")]) == 0
+    browser.get((tmp_path / "t.html").as_uri())
+    svg = browser.execute_script("return window.attnlabView.exportSVG()")
+    ET.fromstring(svg)  # parses: no control character, everything escaped
+
+
+def test_overflow_is_not_mistaken_for_a_mask():
+    from attnlab._view import page_data
+
+    trace = al.SelfAttention(2, 2).trace(np.array([[1e200, 1e200], [1e200, -1e200]]))
+    assert page_data(trace)["masked"] == ["00", "00"]

@@ -9,6 +9,7 @@ import csv
 import io
 import json
 import math
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -77,33 +78,41 @@ def _parse_json(text: str, source: str) -> Any:
 
 
 def _read_csv(text: str, source: str) -> tuple[np.ndarray, list[str] | None]:
-    """The numbers of a CSV file, and the tokens it names. A first row that is not all
-    numbers is a header and is skipped; a first column that is not all numbers holds the
-    tokens (one per row), which label the rows when --tokens is not given."""
-    table = [fields for fields in csv.reader(io.StringIO(text)) if fields]
-    if table and not all(_is_number(field) for field in table[0]):
-        table = table[1:]  # a header row, such as "token,x0,x1"
-    names = None
-    if table and not all(_is_number(fields[0]) for fields in table):
-        names, table = [fields[0].strip() for fields in table], [fields[1:] for fields in table]
+    """The numbers of a CSV file, and the tokens it names. A first column that is not
+    numbers (below a header, if any) holds the tokens, one per row; a first row whose
+    other fields are not all numbers is a header, such as "token,x0,x1", and is skipped."""
+    table = [fields for fields in csv.reader(io.StringIO(text)) if any(field.strip() for field in fields)]
+    named = len(table) > 1 and not all(_is_number(fields[0]) for fields in table[1:])
+    if len(table) > 1 and not all(_is_number(field) for field in table[0][1 if named else 0 :]):
+        table = table[1:]  # a header row (a lone row is data, so that its errors are about data)
+    named = named or (len(table) == 1 and not _is_number(table[0][0]))
+    names = [fields[0].strip() for fields in table] if named else None
     rows = []
     for i, fields in enumerate(table):
         row = []
-        for j, field in enumerate(fields):
-            try:
-                row.append(float(field))
-            except ValueError:
-                raise InputError(f"{source}: row {i}, column {j}: expected numbers only, got {field!r}") from None
+        for j, field in enumerate(fields[1:] if named else fields):
+            if not _is_number(field):
+                what = "a finite number" if _is_float(field) else "numbers only"
+                raise InputError(f"{source}: row {i}, column {j + named}: expected {what}, got {field!r}")
+            row.append(float(field))
         rows.append(row)
     return _numeric_rows(rows, source), names
 
 
-def _is_number(field: str) -> bool:
+_NUMBER = re.compile(r"\s*[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?\s*")
+
+
+def _is_float(field: str) -> bool:
     try:
         float(field)
     except ValueError:
         return False
     return True
+
+
+def _is_number(field: str) -> bool:
+    """A number as a spreadsheet writes one (not "nan", "inf" or "1_000", which float() takes)."""
+    return _NUMBER.fullmatch(field) is not None
 
 
 def read_json_or_matrix(path: str) -> Any:

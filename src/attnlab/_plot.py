@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from ._trace import Trace
-from ._validation import MissingDependencyError, fail, output_path
+from ._validation import MissingDependencyError, fail, flag, output_path
 
 __all__ = [
     "FORMATS",
@@ -58,9 +58,13 @@ _CJK_FONTS = (
 _CJK_FILE_HINTS = ("cjk", "wqy", "han", "droid", "uming", "ukai", "zenhei", "simhei", "yahei", "pingfang", "sc")
 
 
+# CJK punctuation, kana and ideographs; Hangul (jamo, compatibility jamo, syllables); full-width forms
+_CJK_RANGES = ((0x1100, 0x11FF), (0x3000, 0x9FFF), (0xAC00, 0xD7AF), (0xFF00, 0xFFEF))
+
+
 def needs_cjk(texts: list[str]) -> bool:
-    """Whether any text has a CJK ideograph or CJK punctuation."""
-    return any(0x3000 <= ord(c) <= 0x9FFF or 0xFF00 <= ord(c) <= 0xFFEF for text in texts for c in text)
+    """Whether any text has a character that Latin fonts lack: Chinese, Japanese or Korean."""
+    return any(low <= ord(c) <= high for text in texts for c in text for low, high in _CJK_RANGES)
 
 
 def find_cjk_font() -> str | None:
@@ -85,17 +89,26 @@ def find_cjk_font() -> str | None:
     return None
 
 
-def select_heads(spec: str, num_heads: int) -> list[int]:
-    """``all`` or comma-separated head indices such as ``0,2,5``."""
-    if spec == "all":
-        return list(range(num_heads))
-    try:
-        heads = [int(part) for part in spec.split(",")]
-    except ValueError:
-        raise fail("heads", "'all' or indices such as 0,2,5", repr(spec)) from None
-    bad = [h for h in heads if not 0 <= h < num_heads]
-    if bad or not heads:
+def select_heads(spec: Any, num_heads: int) -> list[int]:
+    """``"all"``, comma-separated indices such as ``"0,2,5"``, or a sequence of ints:
+    distinct head indices in 0..num_heads − 1."""
+    if isinstance(spec, str):
+        if spec == "all":
+            return list(range(num_heads))
+        try:
+            heads = [int(part) for part in spec.split(",")]
+        except ValueError:
+            raise fail("heads", "'all' or indices such as 0,2,5", repr(spec)) from None
+    elif isinstance(spec, (list, tuple)) and all(
+        isinstance(h, (int, np.integer)) and not isinstance(h, (bool, np.bool_)) for h in spec
+    ):
+        heads = [int(h) for h in spec]
+    else:
+        raise fail("heads", "'all', indices such as '0,2,5', or a list of ints", repr(spec), TypeError)
+    if not heads or any(not 0 <= h < num_heads for h in heads):
         raise fail("heads", f"indices in 0..{num_heads - 1}", repr(spec))
+    if len(set(heads)) != len(heads):
+        raise fail("heads", "each head once", repr(spec))
     return heads
 
 
@@ -105,10 +118,11 @@ def check_path(path: str | Path) -> Path:
 
 
 def _tick_labels(labels: list[str]) -> tuple[list[int], list[str]]:
-    """Positions and texts of the labels to draw: all up to LABELS_UP_TO, else every n-th."""
+    """Positions and texts of the labels to draw: all up to LABELS_UP_TO, else every n-th;
+    a token past 16 characters is cut to its first 15 and "…"."""
     every = math.ceil(len(labels) / LABELS_UP_TO)
     positions = list(range(0, len(labels), every))
-    return positions, [labels[i] for i in positions]
+    return positions, [labels[i] if len(labels[i]) <= 16 else labels[i][:15] + "…" for i in positions]
 
 
 def _font(labels: list[str]) -> dict[str, Any]:
@@ -133,7 +147,8 @@ def _draw(ax: Any, trace: Trace, h: int, stage: str, low: float, high: float, fo
     L = len(trace.labels)
     image = ax.imshow(np.ma.masked_invalid(matrix), cmap="viridis", vmin=low, vmax=high, interpolation="nearest")
     positions, texts = _tick_labels(trace.labels)
-    upright = all(len(t) <= 2 for t in texts)  # one or two characters, CJK ones above all, stand upright
+    # one or two characters (Chinese ones above all) stand upright while there is room for them
+    upright = all(len(t) <= 2 for t in texts) and len(positions) <= 30
     size = max(6, min(10, 500 / len(positions))) if positions else 10
     ax.set_xticks(positions, texts, rotation=0 if upright else 90, fontdict=font, fontsize=size)
     ax.set_yticks(positions, texts, fontdict=font, fontsize=size)
@@ -149,12 +164,13 @@ def _draw(ax: Any, trace: Trace, h: int, stage: str, low: float, high: float, fo
     return image
 
 
-def _value_range(trace: Trace, chosen: list[int], stage: str) -> tuple[float, float]:
-    """The colour scale: weights from 0 to the largest (1 at most); scores over their range."""
+def _value_range(trace: Trace, chosen: list[int], stage: str, relative: bool) -> tuple[float, float]:
+    """The colour scale: weights from 0 to 1, as the page draws them (to the largest with
+    ``relative``); scores over their range."""
     matrices = [getattr(trace.head(h), STAGES[stage]) for h in chosen]
     finite = np.concatenate([m[np.isfinite(m)] for m in matrices])
     if stage == "weights":  # a matrix with no finite value (overflow) still gets a colour scale
-        return 0.0, max(float(finite.max(initial=0.0)), 1e-12)
+        return 0.0, max(float(finite.max(initial=0.0)), 1e-12) if relative else 1.0
     return float(finite.min(initial=0.0)), float(finite.max(initial=0.0))
 
 
@@ -164,14 +180,17 @@ def plot(
     *,
     stage: str = "weights",
     heads: str | list[int] = "all",
+    relative: bool = False,
     progress: Callable[[str], None] | None = None,
 ) -> Any:
     """Draw ``stage`` ("weights", "scaled" or "scores") of the chosen heads of ``trace``.
 
     ``target`` is a file (.png, .svg or .pdf), written with one panel per head and a colour
     bar, or a matplotlib ``Axes``, into which one head is drawn (``heads`` must name one).
-    ``heads``: "all", indices such as "0,2,5", or a list of ints. ``progress`` is told what is
-    being drawn when the picture is large. Returns the Figure (a file) or the Axes.
+    ``heads``: "all", indices such as "0,2,5", or a list of ints. Weights are coloured from 0
+    to 1 (near-uniform attention is dark), or from 0 to the largest with ``relative``.
+    ``progress`` is told what is being drawn when the picture is large. Returns the Figure
+    (a file) or the Axes.
 
     Raises:
         ArgumentError: a bad path, stage or head index.
@@ -184,12 +203,14 @@ def plot(
         from matplotlib.figure import Figure
     except ImportError:
         raise MissingDependencyError("plotting needs matplotlib: pip install 'attnlab[viz]'") from None
+    if not isinstance(trace, Trace):
+        raise fail("trace", "an attnlab.Trace", type(trace).__name__, TypeError)
+    if not isinstance(target, (str, Path, Axes)):
+        raise fail("target", "a file path (.png, .svg, .pdf) or a matplotlib Axes", type(target).__name__, TypeError)
     if stage not in STAGES:
         raise fail("stage", f"one of {', '.join(STAGES)}", repr(stage))
-    chosen = heads if isinstance(heads, list) else select_heads(heads, trace.num_heads)
-    if isinstance(heads, list) and (not heads or any(not 0 <= h < trace.num_heads for h in heads)):
-        raise fail("heads", f"indices in 0..{trace.num_heads - 1}", repr(heads))
-    low, high = _value_range(trace, chosen, stage)
+    chosen = select_heads(heads, trace.num_heads)
+    low, high = _value_range(trace, chosen, stage, flag("relative", relative))
     font = _font(trace.labels)
     quiet_fonts = logging.getLogger("matplotlib.font_manager")  # it logs weight substitutions (CJK fonts are 500)
     level = quiet_fonts.level
@@ -206,8 +227,8 @@ def plot(
             L = len(trace.labels)
             if progress is not None and L * L * len(chosen) >= 2**14:  # from about a second's work
                 progress(f"drawing {len(chosen)} head{'s' * (len(chosen) > 1)} of {L} tokens into {path}")
-            columns = min(len(chosen), 4)
-            rows = math.ceil(len(chosen) / columns)
+            rows = math.ceil(len(chosen) / 4)  # at most 4 a row, rows as even as they can be
+            columns = math.ceil(len(chosen) / rows)
             size = min(max(3.5, 0.3 * min(L, LABELS_UP_TO) + 2.0), 10.0)
             figure = Figure(figsize=(size * columns + 1.5, size * rows + 0.5), layout="constrained")
             axes = figure.subplots(rows, columns, squeeze=False).ravel()

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from ._masks import mask_scores_
-from ._validation import ArgumentError, fail, real_number
+from ._validation import ArgumentError, AttnlabError, fail, real_number
 from .functional import scaled_dot_product_attention
 from .reference import AttentionSteps
 
@@ -180,11 +180,15 @@ class Trace:
         trace shows each head's steps in turn."""
         return _render(self, lang, precision, title)
 
-    def _repr_html_(self) -> str:
-        """Jupyter's display: the interactive page in a sandboxed iframe."""
+    def _repr_html_(self) -> str | None:
+        """Jupyter's display: the interactive page in a sandboxed iframe, or None (the
+        text repr) when the trace is too large for a page."""
         from ._view import notebook_html  # the page is above the trace in the layers
 
-        return notebook_html(self)
+        try:
+            return notebook_html(self)
+        except AttnlabError:
+            return None
 
     def __repr__(self) -> str:
         L, d_model = self.inputs.shape
@@ -246,6 +250,11 @@ def _trace_from_dict(data: Any, source: str) -> Trace:
         got = f"an integer of {len(str(scale))} digits" if isinstance(scale, int) else repr(scale)
         raise ArgumentError(f"{source}: scale: expected a finite number, got {got}")
     labels = None if tokens is None else [str(t) for t in tokens]
+    for label in labels or []:
+        try:
+            label.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ArgumentError(f"{source}: tokens: expected text, got {label!r} (not valid Unicode)") from None
     return Trace(scale=float(data["scale"]), tokens=labels, layer_output=layer_output, **arrays)
 
 
@@ -265,15 +274,18 @@ def _render(trace: Trace, lang: str, precision: int, title: str | None) -> str:
     def rows(key: str, matrix: np.ndarray, header: bool = False) -> list[str]:
         cells = [[f"{x:.{precision}f}" for x in row] for row in matrix]
         width = max(len(c) for row in cells for c in row)
+        # a column is as wide as its widest number, or its key's token when there is a header
+        widths = [max(width, _display_width(n)) for n in names] if header and names else [width] * len(cells[0])
         labels = [label(key, i) for i in range(len(cells))]
         # labels differ in width (a two-digit row, a Chinese token takes two columns): pad them
         label_width = max(_display_width(text) for text in labels)
         lines = [
-            f"{_pad(text, label_width, left=False)}: [{', '.join(c.rjust(width) for c in row)}]"
+            f"{_pad(text, label_width, left=False)}: [{', '.join(map(str.rjust, row, widths))}]"
             for text, row in zip(labels, cells, strict=True)
         ]
         if header and names is not None:  # the keys above their columns
-            lines.insert(0, f"{_pad(t['keys'], label_width)}   " + ", ".join(_pad(n, width) for n in names))
+            keys = ", ".join(_pad(n, w) for n, w in zip(names, widths, strict=True))
+            lines.insert(0, f"{_pad(t['keys'], label_width)}   {keys}")
         return lines
 
     def section(heading: str, matrix: np.ndarray) -> list[str]:

@@ -33,7 +33,8 @@ def _with_heads(x: np.ndarray) -> np.ndarray:
 def page_data(trace: Trace) -> dict[str, object]:
     """What the page needs, as JSON-ready values."""
     scaled = _with_heads(trace.scaled_scores)  # (H, L, L)
-    masked = np.isneginf(scaled[0])
+    # masked: −∞ after the mask where the raw score was not −∞ already (that is overflow)
+    masked = np.isneginf(scaled[0]) & ~np.isneginf(_with_heads(trace.scores)[0])
     numbers = {name: _with_heads(getattr(trace, field)) for name, field in _NUMBERS.items()}  # (H, L, ·) each
     non_finite = not all(np.isfinite(x).all() for x in numbers.values())
     return {
@@ -94,9 +95,9 @@ def notebook_html(trace: Trace, height: int = 900) -> str:
     """The page in a sandboxed iframe, for Jupyter: its scripts run in an opaque origin
     that can reach neither the notebook nor the network."""
     page = html.escape(render_page(trace), quote=True)
-    return (
-        f'<iframe sandbox="allow-scripts allow-downloads" srcdoc="{page}" title="attnlab view" '
-        f'style="width: 100%; height: {height}px; border: 1px solid #ddd"></iframe>'
+    return (  # in a div: IPython warns about HTML that starts with <iframe
+        f'<div><iframe sandbox="allow-scripts allow-downloads" srcdoc="{page}" title="attnlab view" '
+        f'style="width: 100%; height: {height}px; border: 1px solid #ddd"></iframe></div>'
     )
 
 

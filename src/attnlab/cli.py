@@ -145,7 +145,9 @@ def trace_from_args(args: argparse.Namespace, max_scores: int = MAX_SCORES, hold
     else:
         data = read_json_or_matrix(args.input)
         if isinstance(data, dict):
-            return _saved_trace(data, args)
+            trace = _saved_trace(data, args)
+            _check_size(len(trace.inputs), trace.num_heads, max_scores, holder)
+            return trace
         X, names = as_sequence(data, args.input)
         _check_size(len(X), args.num_heads, max_scores, holder)
         tokens = parse_tokens(args.tokens, len(X)) or names
@@ -182,6 +184,8 @@ def _saved_trace(data: dict[str, object], args: argparse.Namespace) -> Trace:
         "--d-k": args.d_k is not None,
         "--scale": args.scale != "sqrt",
         "--seed": args.seed != 42,
+        "--embed": args.embed != "onehot",
+        "--d-model": args.d_model != 16,
     }
     for option, given in fixed.items():
         if given:
@@ -220,7 +224,7 @@ def _plot(args: argparse.Namespace) -> None:
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", MissingFontWarning)
-        plot(trace, args.output, stage=args.stage, heads=args.heads, progress=progress)
+        plot(trace, args.output, stage=args.stage, heads=args.heads, relative=args.relative, progress=progress)
     for warning in caught:
         print(f"attnlab plot: warning: {warning.message}", file=sys.stderr)
     if time.perf_counter() - start > 1.0:
@@ -315,6 +319,7 @@ def build_parser() -> argparse.ArgumentParser:
     plot.add_argument("-o", "--output", required=True, help="the picture to write: .png, .svg or .pdf")
     plot.add_argument("--stage", choices=("weights", "scaled", "scores"), default="weights", help="what to draw")
     plot.add_argument("--heads", default="all", help="'all' (default) or head indices such as 0,2,5")
+    plot.add_argument("--relative", action="store_true", help="colour weights from 0 to the largest, not from 0 to 1")
     view = _command(
         commands,
         "view",
