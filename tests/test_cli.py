@@ -249,7 +249,7 @@ def test_a_terminal_without_chinese_gets_escapes():
     assert result.returncode == 0 and b"\\u81ea" in result.stdout
 
 
-def test_scores_that_overflow_give_valid_json_a_plot_and_a_clear_page_error(tmp_path, monkeypatch, capsys):
+def test_scores_that_overflow_give_valid_json_a_plot_and_a_page(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "x.json").write_text("[[1e200, 1e200], [1e200, -1e200]]")
     code, out, _ = run(capsys, "trace", "x.json", "--format", "json")
