@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import math
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -179,7 +179,7 @@ def plot(
     target: str | Path | Any,
     *,
     stage: str = "weights",
-    heads: str | list[int] = "all",
+    heads: str | Sequence[int] = "all",
     relative: bool = False,
     progress: Callable[[str], None] | None = None,
 ) -> Any:

@@ -117,11 +117,11 @@ def _key_blocks(pb: Problem, rows: slice, skip_causal: bool) -> list[slice]:
     return _blocks(min(S, rows.stop) if skip_causal else S, BLOCK_K)
 
 
-def _value_exponent(value: np.ndarray, length: int) -> int:
+def _value_exponent(value: np.ndarray, finite: np.ndarray, length: int) -> int:
     """k such that Σ over ``length`` rows of values scaled by 2⁻ᵏ cannot overflow:
-    0 unless the values are within a factor ``length`` of the dtype's largest number.
-    Scaling by a power of two is exact, so the results keep their bits."""
-    largest = float(np.max(np.abs(value), initial=0.0, where=np.isfinite(value)))
+    0 unless the (``finite``) values are within a factor ``length`` of the dtype's largest
+    number. Scaling by a power of two is exact, so the results keep their bits."""
+    largest = float(np.max(np.abs(value), initial=0.0, where=finite))
     headroom = float(np.finfo(value.dtype).max) / max(length, 1) / 4
     return max(0, int(np.ceil(np.log2(largest / headroom)))) if largest > headroom else 0
 
@@ -175,13 +175,14 @@ def forward(pb: Problem, threads: int | None = None, kernels: Kernels = NUMPY) -
     """Return (O (B…, L, Ev), lse (B…, L))."""
     L, S = pb.lengths
     Ev = pb.value.shape[-1]
-    exponent = _value_exponent(pb.value, S)
+    finite = np.isfinite(pb.value)
+    exponent = _value_exponent(pb.value, finite, S)
     value = np.ldexp(pb.value, -exponent) if exponent else pb.value
     ones = np.ones((*value.shape[:-1], 1), dtype=value.dtype)
     slices = _slices(pb, np.concatenate([value, ones], axis=-1))  # values with a column of ones, (B…, S, Ev + 1)
     # Blocks above the diagonal are skipped only when no value there could make a NaN
     # (0·NaN): the result is then the same as reading them.
-    skip_causal = pb.is_causal and bool(np.isfinite(pb.value).all())
+    skip_causal = pb.is_causal and bool(finite.all())
     out = np.empty((len(slices), L, Ev), dtype=pb.compute_dtype)  # (B·H, L, Ev)
     lse = np.empty((len(slices), L), dtype=pb.compute_dtype)  # (B·H, L)
     tasks = [
