@@ -195,6 +195,14 @@ class Trace:
         return f"Trace(L={L}, d_model={d_model}, heads={self.num_heads}, scale={self.scale:.4g})"
 
 
+def _decoded(data: dict[str, Any], name: str, source: str) -> np.ndarray:
+    """Field ``name`` of a saved trace as a float array, or an error naming it."""
+    try:
+        return _from_json(data[name])
+    except (TypeError, ValueError, KeyError, OverflowError, RecursionError):
+        raise ArgumentError(f"{source}: {name}: expected a matrix of numbers") from None
+
+
 def _trace_from_dict(data: Any, source: str) -> Trace:
     """See :meth:`Trace.from_dict`."""
     if not isinstance(data, dict):
@@ -202,12 +210,7 @@ def _trace_from_dict(data: Any, source: str) -> Trace:
     missing = [name for name in (*ARRAYS, "scale") if name not in data]
     if missing:
         raise ArgumentError(f"{source}: not a trace, missing {', '.join(missing)}")
-    arrays = {}
-    for name in ARRAYS:
-        try:
-            arrays[name] = _from_json(data[name])
-        except (TypeError, ValueError, KeyError, OverflowError, RecursionError):
-            raise ArgumentError(f"{source}: {name}: expected a matrix of numbers") from None
+    arrays = {name: _decoded(data, name, source) for name in ARRAYS}
     if arrays["inputs"].ndim != 2 or 0 in arrays["inputs"].shape:
         raise ArgumentError(f"{source}: inputs: expected a (L, d_model) matrix, got shape {arrays['inputs'].shape}")
     L = arrays["inputs"].shape[0]
@@ -228,10 +231,7 @@ def _trace_from_dict(data: Any, source: str) -> Trace:
             raise ArgumentError(f"{source}: {name}: expected shape {(*rows, 'width')}, got {shape}")
     layer_output = None
     if data.get("layer_output") is not None:
-        try:
-            layer_output = _from_json(data["layer_output"])
-        except (TypeError, ValueError, KeyError, OverflowError, RecursionError):
-            raise ArgumentError(f"{source}: layer_output: expected a matrix of numbers") from None
+        layer_output = _decoded(data, "layer_output", source)
         if layer_output.ndim != 2 or layer_output.shape[0] != L or weights.ndim != 3:
             wanted = f"shape ({L}, width) beside (H, L, L) weights"
             raise ArgumentError(f"{source}: layer_output: expected {wanted}, got {layer_output.shape}")
