@@ -1,0 +1,64 @@
+"""Pretrained Hugging Face models (GPT-2, BERT, Llama, Qwen2) run in NumPy on attnlab's
+attention engine, with every step of every head available::
+
+    from attnlab import models
+
+    model = models.load("gpt2")                        # a hub id or a checkpoint directory
+    logits = model(model.tokenizer.encode("Hello"))    # (L, vocab)
+    trace = model.trace("小明是个运动达人，他平时很爱打篮球", layers=-1)
+    trace[11].weights                                  # (heads, L, L)
+    model.generate(ids, 20)                            # greedy, with a KV cache
+
+Needs ``pip install 'attnlab[models]'`` (tokenizers, huggingface_hub, scipy). Weights are
+read from safetensors only, memory-mapped; never from pickle.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+
+from .._validation import fail
+from ._architectures import ARCHITECTURES, ModelConfig
+from ._checkpoint import Weights, locate, read_config
+from ._model import Model, ModelOutput, ModelTrace
+from ._tokenizer import Tokenizer, read_tokenizer
+
+__all__ = ["SUPPORTED", "Model", "ModelConfig", "ModelOutput", "ModelTrace", "Tokenizer", "load"]
+
+SUPPORTED = tuple(ARCHITECTURES)  # config.json model_type values
+
+
+def load(name_or_dir: str | os.PathLike[str], *, dtype: Any = np.float32) -> Model:
+    """The model in a checkpoint directory, or of a hub id (the local Hugging Face cache
+    first; a download only when online and ``HF_HUB_OFFLINE`` is not set).
+
+    ``dtype``: float32 (default) or float64, what the model computes in; float16 and
+    bfloat16 weights are widened to it. Weights already in ``dtype`` stay memory-mapped.
+
+    Raises:
+        ArgumentError: no such directory or hub id, no config.json, an unsupported
+            ``model_type``, only pickle weights, a truncated or corrupted safetensors file,
+            a missing weight or one of the wrong shape.
+        MissingDependencyError: the models extra is not installed.
+    """
+    from ._architectures import read_network
+
+    compute = np.dtype(dtype) if isinstance(dtype, (type, np.dtype, str)) else None
+    if compute not in (np.dtype(np.float32), np.dtype(np.float64)):
+        raise fail("dtype", "numpy.float32 or numpy.float64", repr(dtype))
+    directory = locate(name_or_dir)
+    config = read_config(directory)
+    from ._architectures import ARCHITECTURES as known
+
+    if config.get("model_type") not in known:  # before reading gigabytes of weights
+        raise fail("name_or_dir", f"a model_type among {', '.join(known)}", repr(config.get("model_type")))
+    network = read_network(config, Weights(directory), compute)
+    return Model(network, read_tokenizer(directory), str(name_or_dir))
+
+
+for _public in (Model, ModelConfig, ModelOutput, ModelTrace, Tokenizer):
+    _public.__module__ = __name__
+del _public

@@ -1,0 +1,287 @@
+"""The four architectures, each read from a checkpoint into one network description.
+
+GPT-2, BERT, Llama and Qwen2 differ in where the norms sit, which norm, the activation,
+how positions enter and what the head is; their attention is the same. Each reader below
+turns a config.json and the weights into a :class:`Network`, with the weight names and the
+defaults of ``transformers``' configuration classes, so :mod:`._model` runs them all with one
+forward.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ._checkpoint import CheckpointError, Weights
+from ._ops import ACTIVATIONS, Linear, Norm, Rope, rope_frequencies
+
+__all__ = ["ARCHITECTURES", "Block", "ModelConfig", "Network", "read_network"]
+
+Array = np.ndarray
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """What attnlab reads from config.json; the whole file is ``raw``."""
+
+    model_type: str
+    vocab_size: int
+    hidden_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    max_positions: int
+    causal: bool
+    eos_token_id: tuple[int, ...] = ()
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+
+@dataclass(frozen=True)
+class Block:
+    """One transformer layer's weights: attention (query, key, value, out), two norms and
+    the MLP down(act(gate(x))·up(x)) with a gate (Llama, Qwen2) or down(act(up(x)))."""
+
+    query: Linear
+    key: Linear
+    value: Linear
+    out: Linear
+    scale: float
+    attention_norm: Norm
+    mlp_norm: Norm
+    up: Linear
+    down: Linear
+    activation: Callable[[Array], Array]
+    gate: Linear | None = None
+
+    def mlp(self, x: Array) -> Array:
+        hidden = self.activation(self.up(x)) if self.gate is None else self.activation(self.gate(x)) * self.up(x)
+        return self.down(hidden)
+
+
+@dataclass(frozen=True)
+class Network:
+    """A whole model: embeddings, blocks with the norms before (GPT-2, Llama) or after
+    (BERT) each sublayer, a final norm and a head to the vocabulary (None: the model
+    returns hidden states)."""
+
+    config: ModelConfig
+    embed: Array  # (vocab, D)
+    blocks: tuple[Block, ...]
+    pre_norm: bool
+    positions: Array | None = None  # (max_positions, D): learned; None with rope
+    token_types: Array | None = None  # (types, D), BERT
+    embed_norm: Norm | None = None  # BERT's LayerNorm over the summed embeddings
+    rope: Rope | None = None
+    final_norm: Norm | None = None
+    head_transform: tuple[Linear, Callable[[Array], Array], Norm] | None = None  # BERT's MLM transform
+    head: Linear | None = None  # (D, vocab)
+
+
+class _Reader:
+    """Reads config values and weights with the checks and names of one architecture."""
+
+    def __init__(self, config: dict[str, Any], weights: Weights, dtype: np.dtype, probe: str, prefixes: list[str]):
+        self.config, self.weights, self.dtype = config, weights, dtype
+        self.prefix = next((p for p in prefixes if p + probe in weights), None)
+        if self.prefix is None:
+            raise CheckpointError(
+                f"{weights.directory}: the weight {prefixes[0] + probe!r} is missing: "
+                f"not a {config.get('model_type')} checkpoint, or an incomplete one"
+            )
+
+    def int(self, *keys: str, default: int | None = None) -> int:
+        value = next((self.config[k] for k in keys if self.config.get(k) is not None), default)
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            got = "nothing" if value is None else repr(value)
+            raise CheckpointError(f"config.json: {keys[0]}: expected a positive integer, got {got}")
+        return value
+
+    def float(self, key: str, default: float) -> float:
+        value = self.config.get(key, default)
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise CheckpointError(f"config.json: {key}: expected a number, got {value!r}")
+        return float(value)
+
+    def activation(self, key: str, default: str) -> Callable[[Array], Array]:
+        name = self.config.get(key, default)
+        if name not in ACTIVATIONS:
+            raise CheckpointError(f"config.json: {key}: expected one of {', '.join(ACTIVATIONS)}, got {name!r}")
+        return ACTIVATIONS[name]
+
+    def get(self, name: str, *shape: int) -> Array:
+        full = self.prefix + name if not name.startswith("/") else name[1:]  # "/name": outside the base model
+        if full not in self.weights:  # old BERT checkpoints name a LayerNorm's weight and bias gamma and beta
+            old = full.replace(".weight", ".gamma").replace(".bias", ".beta")
+            full = old if "LayerNorm" in full and old in self.weights else full
+        return self.weights.get_as(full, shape, self.dtype)
+
+    def has(self, name: str) -> bool:
+        return (self.prefix + name if not name.startswith("/") else name[1:]) in self.weights
+
+    def linear(self, name: str, n_in: int, n_out: int, bias: bool = True) -> Linear:
+        """An nn.Linear, stored (out, in), as x·Wᵀ: a transposed view."""
+        return Linear(self.get(f"{name}.weight", n_out, n_in).T, self.get(f"{name}.bias", n_out) if bias else None)
+
+    def norm(self, name: str, width: int, eps: float, rms: bool = False) -> Norm:
+        return Norm(self.get(f"{name}.weight", width), None if rms else self.get(f"{name}.bias", width), eps, rms)
+
+    def eos(self) -> tuple[int, ...]:
+        eos = self.config.get("eos_token_id")
+        return tuple(eos) if isinstance(eos, list) else (eos,) if isinstance(eos, int) else ()
+
+
+def _gpt2(config: dict[str, Any], weights: Weights, dtype: np.dtype) -> Network:
+    """GPT2LMHeadModel: learned positions, LayerNorm before each sublayer, Conv1D weights
+    stored (in, out), c_attn fused (D, 3D), gelu_new, the head tied to wte."""
+    r = _Reader(config, weights, dtype, "wte.weight", ["transformer.", ""])
+    D, H, layers = r.int("n_embd", "hidden_size"), r.int("n_head", "num_attention_heads"), r.int("n_layer")
+    V, P, inner = r.int("vocab_size"), r.int("n_positions", "max_position_embeddings"), r.int("n_inner", default=4 * D)
+    if D % H:
+        raise CheckpointError(f"config.json: n_head: expected a divisor of n_embd {D}, got {H}")
+    eps, act = r.float("layer_norm_epsilon", 1e-5), r.activation("activation_function", "gelu_new")
+    blocks = []
+    for i in range(layers):
+        p = f"h.{i}."
+        fused_w, fused_b = r.get(p + "attn.c_attn.weight", D, 3 * D), r.get(p + "attn.c_attn.bias", 3 * D)
+        q, k, v = (Linear(fused_w[:, j * D : (j + 1) * D], fused_b[j * D : (j + 1) * D]) for j in range(3))
+        scale = (D // H) ** -0.5 if config.get("scale_attn_weights", True) else 1.0
+        if config.get("scale_attn_by_inverse_layer_idx", False):
+            scale /= i + 1
+        blocks.append(
+            Block(
+                q, k, v,
+                Linear(r.get(p + "attn.c_proj.weight", D, D), r.get(p + "attn.c_proj.bias", D)),
+                scale,
+                r.norm(p + "ln_1", D, eps),
+                r.norm(p + "ln_2", D, eps),
+                up=Linear(r.get(p + "mlp.c_fc.weight", D, inner), r.get(p + "mlp.c_fc.bias", inner)),
+                down=Linear(r.get(p + "mlp.c_proj.weight", inner, D), r.get(p + "mlp.c_proj.bias", D)),
+                activation=act,
+            )
+        )  # fmt: skip
+    embed = r.get("wte.weight", V, D)
+    head = embed if config.get("tie_word_embeddings", True) else r.get("/lm_head.weight", V, D)
+    cfg = ModelConfig("gpt2", V, D, layers, H, H, D // H, P, True, r.eos(), config)
+    return Network(
+        cfg, embed, tuple(blocks), pre_norm=True, positions=r.get("wpe.weight", P, D),
+        final_norm=r.norm("ln_f", D, eps), head=Linear(head.T),
+    )  # fmt: skip
+
+
+def _bert(config: dict[str, Any], weights: Weights, dtype: np.dtype) -> Network:
+    """BertModel / BertForMaskedLM: word + position + token-type embeddings and a
+    LayerNorm, LayerNorm after each sublayer's residual sum, exact GELU; the MLM head
+    (dense, act, LayerNorm, decoder tied to the word embeddings) when the checkpoint has it."""
+    r = _Reader(config, weights, dtype, "embeddings.word_embeddings.weight", ["bert.", ""])
+    D, H, layers = r.int("hidden_size"), r.int("num_attention_heads"), r.int("num_hidden_layers")
+    V, P, inner = r.int("vocab_size"), r.int("max_position_embeddings"), r.int("intermediate_size")
+    if D % H:
+        raise CheckpointError(f"config.json: num_attention_heads: expected a divisor of hidden_size {D}, got {H}")
+    if config.get("position_embedding_type", "absolute") != "absolute":
+        raise CheckpointError(
+            f"config.json: position_embedding_type: expected 'absolute', got {config['position_embedding_type']!r}"
+        )
+    if config.get("is_decoder") or config.get("add_cross_attention"):
+        raise CheckpointError("config.json: is_decoder: attnlab runs BERT as an encoder; expected false, got true")
+    eps, act = r.float("layer_norm_eps", 1e-12), r.activation("hidden_act", "gelu")
+    blocks = []
+    for i in range(layers):
+        p = f"encoder.layer.{i}."
+        blocks.append(
+            Block(
+                r.linear(p + "attention.self.query", D, D),
+                r.linear(p + "attention.self.key", D, D),
+                r.linear(p + "attention.self.value", D, D),
+                r.linear(p + "attention.output.dense", D, D),
+                (D // H) ** -0.5,
+                r.norm(p + "attention.output.LayerNorm", D, eps),
+                r.norm(p + "output.LayerNorm", D, eps),
+                up=r.linear(p + "intermediate.dense", D, inner),
+                down=r.linear(p + "output.dense", inner, D),
+                activation=act,
+            )
+        )
+    embed = r.get("embeddings.word_embeddings.weight", V, D)
+    transform, head = None, None
+    if r.has("/cls.predictions.transform.dense.weight"):
+        transform = (
+            r.linear("/cls.predictions.transform.dense", D, D),
+            act,
+            r.norm("/cls.predictions.transform.LayerNorm", D, eps),
+        )
+        tied = config.get("tie_word_embeddings", True) or not r.has("/cls.predictions.decoder.weight")
+        decoder = embed if tied else r.get("/cls.predictions.decoder.weight", V, D)
+        bias_name = "/cls.predictions.bias" if r.has("/cls.predictions.bias") else "/cls.predictions.decoder.bias"
+        head = Linear(decoder.T, r.get(bias_name, V))
+    cfg = ModelConfig("bert", V, D, layers, H, H, D // H, P, False, (), config)
+    types = r.get("embeddings.token_type_embeddings.weight", r.int("type_vocab_size", default=2), D)
+    return Network(
+        cfg, embed, tuple(blocks), pre_norm=False, positions=r.get("embeddings.position_embeddings.weight", P, D),
+        token_types=types, embed_norm=r.norm("embeddings.LayerNorm", D, eps), head_transform=transform, head=head,
+    )  # fmt: skip
+
+
+def _llama(config: dict[str, Any], weights: Weights, dtype: np.dtype) -> Network:
+    """LlamaForCausalLM and Qwen2ForCausalLM: RMSNorm before each sublayer, RoPE on q
+    and k, grouped-query attention, SwiGLU; Qwen2 has biases on q, k and v."""
+    qwen2 = config.get("model_type") == "qwen2"
+    r = _Reader(config, weights, dtype, "embed_tokens.weight", ["model.", ""])
+    D, H, layers = r.int("hidden_size"), r.int("num_attention_heads"), r.int("num_hidden_layers")
+    Hk = r.int("num_key_value_heads", default=H)
+    E = r.int("head_dim", default=D // H)
+    V, P, inner = r.int("vocab_size"), r.int("max_position_embeddings"), r.int("intermediate_size")
+    if H % Hk:
+        raise CheckpointError(f"config.json: num_key_value_heads: expected a divisor of num_attention_heads {H}, got {Hk}")
+    if qwen2 and config.get("use_sliding_window"):
+        raise CheckpointError("config.json: use_sliding_window: sliding-window attention is not supported; expected false")
+    eps, act = r.float("rms_norm_eps", 1e-6), r.activation("hidden_act", "silu")
+    qkv_bias = True if qwen2 else bool(config.get("attention_bias", False))
+    out_bias = False if qwen2 else bool(config.get("attention_bias", False))
+    mlp_bias = False if qwen2 else bool(config.get("mlp_bias", False))
+    blocks = []
+    for i in range(layers):
+        p = f"layers.{i}."
+        blocks.append(
+            Block(
+                r.linear(p + "self_attn.q_proj", D, H * E, qkv_bias),
+                r.linear(p + "self_attn.k_proj", D, Hk * E, qkv_bias),
+                r.linear(p + "self_attn.v_proj", D, Hk * E, qkv_bias),
+                r.linear(p + "self_attn.o_proj", H * E, D, out_bias),
+                E**-0.5,
+                r.norm(p + "input_layernorm", D, eps, rms=True),
+                r.norm(p + "post_attention_layernorm", D, eps, rms=True),
+                up=r.linear(p + "mlp.up_proj", D, inner, mlp_bias),
+                down=r.linear(p + "mlp.down_proj", inner, D, mlp_bias),
+                activation=act,
+                gate=r.linear(p + "mlp.gate_proj", D, inner, mlp_bias),
+            )
+        )
+    embed = r.get("embed_tokens.weight", V, D)
+    head = embed if config.get("tie_word_embeddings", False) else r.get("/lm_head.weight", V, D)
+    cfg = ModelConfig("qwen2" if qwen2 else "llama", V, D, layers, H, Hk, E, P, True, r.eos(), config)
+    return Network(
+        cfg, embed, tuple(blocks), pre_norm=True, rope=Rope(rope_frequencies(config, E)),
+        final_norm=r.norm("norm", D, eps, rms=True), head=Linear(head.T),
+    )  # fmt: skip
+
+
+ARCHITECTURES: dict[str, Callable[[dict[str, Any], Weights, np.dtype], Network]] = {
+    "gpt2": _gpt2,
+    "bert": _bert,
+    "llama": _llama,
+    "qwen2": _llama,
+}
+
+
+def read_network(config: dict[str, Any], weights: Weights, dtype: np.dtype) -> Network:
+    """The network a checkpoint describes, its weights as ``dtype``."""
+    model_type = config.get("model_type")
+    if model_type not in ARCHITECTURES:
+        raise CheckpointError(
+            f"config.json: model_type: expected one of {', '.join(ARCHITECTURES)}, got {model_type!r}"
+        )
+    return ARCHITECTURES[model_type](config, weights, dtype)

@@ -1,0 +1,234 @@
+"""A checkpoint on disk: where it is, its config.json, and its weights, memory-mapped.
+
+A checkpoint is a directory holding ``config.json``, the weights as ``model.safetensors``
+or shards listed in ``model.safetensors.index.json``, and a tokenizer. A hub id
+(``gpt2``, ``Qwen/Qwen2.5-0.5B``) is looked up in the local Hugging Face cache first and
+downloaded through ``huggingface_hub`` only when that is allowed (``HF_HUB_OFFLINE``).
+
+safetensors is read here rather than through the ``safetensors`` package: its NumPy
+reader copies every tensor and knows no bfloat16, and the format is small (an 8-byte
+header length, a JSON header, the raw bytes). Every offset and size in the header is
+checked against the file before a byte is used, so a truncated or corrupted file is an
+error, never garbage. Pickle (``pytorch_model.bin``) is never read.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .._validation import ArgumentError, MissingDependencyError, fail
+
+__all__ = ["Weights", "locate", "read_config"]
+
+CONFIG = "config.json"
+SINGLE = "model.safetensors"
+INDEX = "model.safetensors.index.json"
+# The files a model needs, for a download: weights, config and every tokenizer format.
+WANTED = [
+    "config.json",
+    "generation_config.json",
+    "*.safetensors",
+    INDEX,
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "vocab.txt",
+    "vocab.json",
+    "merges.txt",
+]
+MAX_HEADER = 100 * 2**20  # the format's own limit on the JSON header
+
+# safetensors dtype names -> NumPy; BF16 is read as its raw 16 bits (see _as_float).
+_DTYPES = {
+    "F64": np.dtype("<f8"),
+    "F32": np.dtype("<f4"),
+    "F16": np.dtype("<f2"),
+    "BF16": np.dtype("<u2"),
+    "I64": np.dtype("<i8"),
+    "I32": np.dtype("<i4"),
+    "I16": np.dtype("<i2"),
+    "I8": np.dtype("i1"),
+    "U8": np.dtype("u1"),
+    "BOOL": np.dtype("?"),
+}
+
+
+class CheckpointError(ArgumentError):
+    """A checkpoint that cannot be used: missing, incomplete, corrupted or unsupported."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, "name_or_dir")
+
+
+def locate(name_or_dir: str | os.PathLike[str]) -> Path:
+    """The directory of a checkpoint: ``name_or_dir`` itself when it is a directory,
+    else a hub id found in the local cache or downloaded."""
+    if not isinstance(name_or_dir, (str, os.PathLike)):
+        raise fail("name_or_dir", "a directory or a Hugging Face hub id (str)", type(name_or_dir).__name__, TypeError)
+    path = Path(name_or_dir).expanduser()
+    if path.is_dir():
+        return path
+    name = str(name_or_dir)
+    if path.exists() or name.startswith((".", "/", "~")) or name.count("/") > 1 or not name.strip():
+        raise CheckpointError(f"name_or_dir: expected a checkpoint directory or a hub id, got {name!r} (no such directory)")
+    return _from_hub(name)
+
+
+def _from_hub(repo_id: str) -> Path:
+    try:
+        import huggingface_hub
+        from huggingface_hub import constants
+    except ImportError:
+        raise MissingDependencyError(
+            f"name_or_dir: {repo_id!r} is not a directory; loading a hub id needs huggingface_hub: "
+            "pip install 'attnlab[models]'"
+        ) from None
+    try:  # the cache first: no network at all when the files are there
+        return Path(huggingface_hub.snapshot_download(repo_id, allow_patterns=WANTED, local_files_only=True))
+    except Exception as cached_error:  # noqa: BLE001 - any miss falls through to the download
+        if constants.HF_HUB_OFFLINE:
+            raise CheckpointError(
+                f"name_or_dir: {repo_id!r} is not in the Hugging Face cache ({constants.HF_HUB_CACHE}) and "
+                "HF_HUB_OFFLINE is set; download it once online, or pass a directory"
+            ) from cached_error
+    try:
+        return Path(huggingface_hub.snapshot_download(repo_id, allow_patterns=WANTED, etag_timeout=5))
+    except Exception as error:  # noqa: BLE001 - network, authentication, unknown repository
+        raise CheckpointError(
+            f"name_or_dir: {repo_id!r} is neither a directory nor in the Hugging Face cache "
+            f"({constants.HF_HUB_CACHE}), and downloading it failed: {type(error).__name__}: {error}".strip()
+        ) from error
+
+
+def read_config(directory: Path) -> dict[str, Any]:
+    """config.json as a dict."""
+    path = directory / CONFIG
+    if not path.is_file():
+        raise CheckpointError(f"name_or_dir: {directory} has no {CONFIG}; expected a Hugging Face checkpoint directory")
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise CheckpointError(f"{path}: expected a JSON object, got unreadable JSON ({error})") from None
+    if not isinstance(config, dict):
+        raise CheckpointError(f"{path}: expected a JSON object, got {type(config).__name__}")
+    return config
+
+
+class Weights(Mapping[str, np.ndarray]):
+    """A checkpoint's tensors by name, each a read-only view of a memory-mapped file
+    (bfloat16 as its raw uint16 bits: :meth:`get` converts)."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self._tensors: dict[str, np.ndarray] = {}
+        self._bf16: set[str] = set()
+        for file in _weight_files(directory):
+            for name, (tensor, is_bf16) in _read_safetensors(file).items():
+                self._tensors[name] = tensor
+                if is_bf16:
+                    self._bf16.add(name)
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        return self._tensors[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._tensors)
+
+    def __len__(self) -> int:
+        return len(self._tensors)
+
+    def get_as(self, name: str, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+        """Tensor ``name`` of the expected ``shape`` as ``dtype``: the mapped bytes
+        themselves when the dtypes agree, else a converted copy."""
+        if name not in self._tensors:
+            raise CheckpointError(f"{self.directory}: the weight {name!r} is missing")
+        tensor = self._tensors[name]
+        if tensor.shape != shape:
+            raise CheckpointError(f"{self.directory}: the weight {name!r}: expected shape {shape}, got {tensor.shape}")
+        if name in self._bf16:  # bfloat16 is the top half of a float32: widen the bits
+            tensor = (tensor.astype(np.uint32) << 16).view(np.float32)
+        return tensor if tensor.dtype == dtype else tensor.astype(dtype)
+
+
+def _weight_files(directory: Path) -> list[Path]:
+    index = directory / INDEX
+    if index.is_file():
+        try:
+            weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
+            files = sorted(set(weight_map.values()))
+        except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, AttributeError):
+            raise CheckpointError(f"{index}: expected a JSON object with a 'weight_map' of names to files") from None
+        missing = [f for f in files if not (directory / f).is_file()]
+        if missing:
+            raise CheckpointError(f"{index} lists shards that are not in {directory}: {', '.join(missing)}")
+        return [directory / f for f in files]
+    if (directory / SINGLE).is_file():
+        return [directory / SINGLE]
+    if any((directory / name).is_file() for name in ("pytorch_model.bin", "pytorch_model.bin.index.json")):
+        raise CheckpointError(
+            f"{directory}: only pytorch_model.bin (pickle), which attnlab never loads; convert it to safetensors "
+            "once with: python -c \"import transformers as t; "
+            f"t.AutoModel.from_pretrained('{directory}').save_pretrained('{directory}-safetensors')\""
+        )
+    raise CheckpointError(f"{directory}: no {SINGLE} and no {INDEX}")
+
+
+def _read_safetensors(path: Path) -> dict[str, tuple[np.ndarray, bool]]:
+    """Every tensor of one safetensors file, as read-only views of one memory map."""
+    size = path.stat().st_size
+    with path.open("rb") as file:
+        head = file.read(8)
+        if len(head) < 8:
+            raise CheckpointError(f"{path}: expected a safetensors file, got {size} bytes (truncated)")
+        header_size = int.from_bytes(head, "little")
+        if header_size > min(MAX_HEADER, size - 8):
+            raise CheckpointError(
+                f"{path}: expected a header of at most {size - 8} bytes, got a length of {header_size} "
+                "(a truncated or corrupted file)"
+            )
+        try:
+            header = json.loads(file.read(header_size))
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            raise CheckpointError(f"{path}: the header is not JSON (a corrupted file)") from None
+    if not isinstance(header, dict):
+        raise CheckpointError(f"{path}: the header is not a JSON object (a corrupted file)")
+    header.pop("__metadata__", None)
+    data_size = size - 8 - header_size
+    mapped = np.memmap(path, dtype=np.uint8, mode="r", offset=8 + header_size, shape=(data_size,)) if data_size else None
+    tensors = {}
+    for name, entry in header.items():
+        dtype, shape, (begin, end) = _entry(path, name, entry)
+        if not 0 <= begin <= end <= data_size:
+            raise CheckpointError(
+                f"{path}: tensor {name!r} lies at bytes {begin}..{end}, past the data's {data_size} bytes (truncated)"
+            )
+        if end - begin != math.prod(shape) * dtype.itemsize:
+            raise CheckpointError(
+                f"{path}: tensor {name!r} of shape {shape} needs {math.prod(shape) * dtype.itemsize} bytes, "
+                f"its header gives {end - begin} (a corrupted file)"
+            )
+        raw = mapped[begin:end] if mapped is not None else np.zeros(0, np.uint8)
+        tensors[name] = (raw.view(dtype).reshape(shape), entry["dtype"] == "BF16")
+    return tensors
+
+
+def _entry(path: Path, name: str, entry: Any) -> tuple[np.ndarray, tuple[int, ...], tuple[int, int]]:
+    try:
+        dtype = _DTYPES[entry["dtype"]]
+        shape = tuple(entry["shape"])
+        begin, end = entry["data_offsets"]
+        if not all(isinstance(n, int) and n >= 0 for n in (*shape, begin, end)):
+            raise ValueError
+    except (KeyError, TypeError, ValueError):
+        raise CheckpointError(
+            f"{path}: tensor {name!r}: expected a dtype among {', '.join(_DTYPES)}, a shape and two data offsets, "
+            f"got {str(entry)[:200]}"
+        ) from None
+    return dtype, shape, (begin, end)

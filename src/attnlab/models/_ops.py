@@ -1,0 +1,141 @@
+"""The pieces of a transformer block around attention: linear maps, the two norms, the
+activations and rotary position embeddings, each as ``transformers`` computes it.
+
+Shapes: x (…, D) for a hidden state of width D; q and k (B, heads, L, head_dim) for RoPE.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .._validation import MissingDependencyError
+
+__all__ = ["ACTIVATIONS", "Linear", "Norm", "Rope", "rope_frequencies"]
+
+Array = np.ndarray
+
+
+@dataclass(frozen=True)
+class Linear:
+    """y = x·W + b with W (in, out): an ``nn.Linear`` weight transposed (a view, no copy)
+    or a GPT-2 ``Conv1D`` weight as stored."""
+
+    weight: Array
+    bias: Array | None = None
+
+    def __call__(self, x: Array) -> Array:
+        y = x @ self.weight
+        if self.bias is not None:
+            y += self.bias
+        return y
+
+
+@dataclass(frozen=True)
+class Norm:
+    """LayerNorm (x − mean)/√(var + eps)·w + b, or with ``rms``: x/√(mean(x²) + eps)·w,
+    over the last axis."""
+
+    weight: Array
+    bias: Array | None
+    eps: float
+    rms: bool = False
+
+    def __call__(self, x: Array) -> Array:
+        if self.rms:
+            y = x / np.sqrt(np.mean(np.square(x), axis=-1, keepdims=True) + self.eps)
+            return y * self.weight
+        centred = x - np.mean(x, axis=-1, keepdims=True)
+        y = centred / np.sqrt(np.mean(np.square(centred), axis=-1, keepdims=True) + self.eps)
+        y *= self.weight
+        if self.bias is not None:
+            y += self.bias
+        return y
+
+
+def _gelu(x: Array) -> Array:
+    """0.5·x·(1 + erf(x/√2)): BERT's exact GELU (``hidden_act="gelu"``)."""
+    try:
+        from scipy.special import erf
+    except ImportError:  # pragma: no cover - scipy is in attnlab[models]
+        raise MissingDependencyError("BERT's GELU needs scipy's erf: pip install 'attnlab[models]'") from None
+    return 0.5 * x * (1.0 + erf(x * (1.0 / math.sqrt(2.0))))
+
+
+def _gelu_tanh(x: Array) -> Array:
+    """0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))): GPT-2's ``gelu_new``."""
+    return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x**3)))
+
+
+def _silu(x: Array) -> Array:
+    """x·σ(x), written x / (1 + e^(−x)) (inf for large −x gives 0, not NaN)."""
+    with np.errstate(over="ignore"):
+        return x / (1.0 + np.exp(-x))
+
+
+def _relu(x: Array) -> Array:
+    return np.maximum(x, 0)
+
+
+# transformers' ACT2FN names that these architectures use.
+ACTIVATIONS: dict[str, Callable[[Array], Array]] = {
+    "gelu": _gelu,
+    "gelu_new": _gelu_tanh,
+    "gelu_pytorch_tanh": _gelu_tanh,
+    "silu": _silu,
+    "swish": _silu,
+    "relu": _relu,
+}
+
+
+def rope_frequencies(config: dict[str, Any], head_dim: int) -> Array:
+    """RoPE's inverse frequencies θ^(−2i/head_dim), i < head_dim/2, in float64, with the
+    Llama-3 rescaling when the config asks for it (``rope_type: llama3``).
+
+    Reads both spellings: ``rope_parameters`` (transformers 5) and ``rope_theta`` with
+    ``rope_scaling`` (the config.json of most checkpoints)."""
+    params = dict(config.get("rope_scaling") or {})
+    params.update(config.get("rope_parameters") or {})
+    theta = float(params.get("rope_theta", config.get("rope_theta", 10000.0)))
+    kind = params.get("rope_type", params.get("type", "default"))
+    inv_freq = 1.0 / theta ** (np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)
+    if kind == "default":
+        return inv_freq
+    if kind != "llama3":
+        raise _unsupported_rope(kind)
+    factor = float(params["factor"])
+    low, high = float(params["low_freq_factor"]), float(params["high_freq_factor"])
+    old_context = float(params["original_max_position_embeddings"])
+    wavelength = 2 * math.pi / inv_freq
+    scaled = np.where(wavelength > old_context / low, inv_freq / factor, inv_freq)
+    smooth = (old_context / wavelength - low) / (high - low)
+    medium = (wavelength >= old_context / high) & (wavelength <= old_context / low)
+    return np.where(medium, (1 - smooth) * scaled / factor + smooth * scaled, scaled)
+
+
+def _unsupported_rope(kind: object) -> Exception:
+    from ._checkpoint import CheckpointError
+
+    return CheckpointError(f"config.json: rope type {kind!r} is not supported; expected 'default' or 'llama3'")
+
+
+@dataclass(frozen=True)
+class Rope:
+    """Rotary position embedding: x·cos(pθ) + rotate_half(x)·sin(pθ) at position p, the
+    two halves of each head's vector rotated as pairs (i, i + head_dim/2)."""
+
+    inv_freq: Array  # (head_dim/2,), float64
+
+    def __call__(self, x: Array, positions: Array) -> Array:
+        """x (B, heads, L, head_dim); positions (B, L) or (L,) integers."""
+        angles = np.asarray(positions, dtype=np.float64)[..., None] * self.inv_freq  # (…, L, head_dim/2)
+        if angles.ndim == 3:
+            angles = angles[:, None]  # (B, L, half) -> (B, 1, L, half): the same for every head
+        cos, sin = np.cos(angles).astype(x.dtype), np.sin(angles).astype(x.dtype)
+        half = x.shape[-1] // 2
+        first, second = x[..., :half], x[..., half:]
+        return np.concatenate((first * cos - second * sin, second * cos + first * sin), axis=-1)

@@ -1,0 +1,121 @@
+"""A checkpoint's tokenizer, through the ``tokenizers`` library, and its tokens as text
+a person can read.
+
+Three layouts are read: ``tokenizer.json`` (every fast tokenizer), ``vocab.txt`` (BERT's
+WordPiece, with tokenizer_config.json's ``do_lower_case``), and ``vocab.json`` with
+``merges.txt`` (GPT-2's byte-level BPE).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .._validation import MissingDependencyError, fail
+from ._checkpoint import CheckpointError
+
+__all__ = ["Tokenizer", "read_tokenizer"]
+
+REPLACEMENT = "\ufffd"  # what a decoder writes for the bytes of an unfinished character
+CONTEXT = 8  # tokens of left context for decoding one token: more than any character's bytes
+
+
+class Tokenizer:
+    """Text to ids and back, and each id as readable text (:meth:`readable`)."""
+
+    def __init__(self, backend: Any, word_piece: bool = False) -> None:
+        self.backend = backend  # a tokenizers.Tokenizer
+        self._word_piece = word_piece  # its decoder joins tokens with spaces that are not in the text
+        self.special_ids = frozenset(i for i, t in backend.get_added_tokens_decoder().items() if t.special)
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self.backend.get_vocab_size())
+
+    def encode(self, text: str, *, add_special_tokens: bool = True) -> np.ndarray:
+        """The ids of ``text`` (L,), int64, with the model's special tokens ([CLS] … [SEP],
+        a BOS) where its tokenizer adds them."""
+        if not isinstance(text, str):
+            raise fail("text", "a string", type(text).__name__, TypeError)
+        return np.asarray(self.backend.encode(text, add_special_tokens=add_special_tokens).ids, dtype=np.int64)
+
+    def decode(self, ids: Any, *, skip_special_tokens: bool = False) -> str:
+        return str(self.backend.decode([int(i) for i in ids], skip_special_tokens=skip_special_tokens))
+
+    def readable(self, ids: Any) -> list[str]:
+        """Each token as the text it adds, not as its vocabulary entry: GPT-2's ``Ġ`` is a
+        space and a Chinese character split over byte-level pieces is shown whole on the
+        piece that completes it, its earlier pieces as ''. Special tokens keep their names."""
+        ids = [int(i) for i in ids]
+        texts = []
+        for i in range(len(ids)):
+            window = ids[max(0, i - CONTEXT) : i + 1]  # the token with a little left context
+            before = self.backend.decode(window[:-1], skip_special_tokens=False)
+            after = self.backend.decode(window, skip_special_tokens=False)
+            if after.endswith(REPLACEMENT) and ids[i] not in self.special_ids:
+                texts.append("")  # part of a character that a later piece completes
+                continue
+            text = after[len(before.rstrip(REPLACEMENT)) :]
+            if self._word_piece and text.startswith(" "):
+                text = text[1:]  # the space the decoder put between two words
+            texts.append(text)
+        return texts
+
+    def is_special(self, token_id: int) -> bool:
+        return int(token_id) in self.special_ids
+
+
+def read_tokenizer(directory: Path) -> Tokenizer | None:
+    """The tokenizer in ``directory``, or None when it has none."""
+    files = {name: directory / name for name in ("tokenizer.json", "vocab.txt", "vocab.json", "merges.txt")}
+    if not any(path.is_file() for path in files.values()):
+        return None
+    try:
+        import tokenizers
+        from tokenizers import implementations
+    except ImportError:
+        raise MissingDependencyError("a model's tokenizer needs tokenizers: pip install 'attnlab[models]'") from None
+    settings = _json(directory / "tokenizer_config.json")
+    try:
+        if files["tokenizer.json"].is_file():
+            backend = tokenizers.Tokenizer.from_file(str(files["tokenizer.json"]))
+            word_piece = type(backend.model).__name__ == "WordPiece"
+        elif files["vocab.txt"].is_file():
+            strip = settings.get("strip_accents")
+            built = implementations.BertWordPieceTokenizer(
+                str(files["vocab.txt"]),
+                lowercase=bool(settings.get("do_lower_case", True)),
+                handle_chinese_chars=bool(settings.get("tokenize_chinese_chars", True)),
+                strip_accents=strip if isinstance(strip, bool) else None,
+            )
+            backend, word_piece = tokenizers.Tokenizer.from_str(built.to_str()), True
+        elif files["vocab.json"].is_file() and files["merges.txt"].is_file():
+            built = implementations.ByteLevelBPETokenizer(
+                str(files["vocab.json"]),
+                str(files["merges.txt"]),
+                add_prefix_space=bool(settings.get("add_prefix_space", False)),
+            )
+            backend, word_piece = tokenizers.Tokenizer.from_str(built.to_str()), False
+        else:
+            raise CheckpointError(f"{directory}: vocab.json without merges.txt (or the reverse); expected both")
+    except Exception as error:
+        if isinstance(error, CheckpointError):
+            raise
+        raise CheckpointError(f"{directory}: the tokenizer cannot be read: {error}") from None
+    special = [t["content"] for t in settings.get("added_tokens_decoder", {}).values() if t.get("special")]
+    if special:
+        backend.add_special_tokens(special)
+    return Tokenizer(backend, word_piece)
+
+
+def _json(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        return {}
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise CheckpointError(f"{path}: expected a JSON object, got unreadable JSON ({error})") from None
+    return data if isinstance(data, dict) else {}
