@@ -21,12 +21,12 @@ from typing import Any
 import numpy as np
 
 from .._validation import fail
-from ._architectures import ARCHITECTURES, ModelConfig
-from ._checkpoint import Weights, locate, read_config
+from ._architectures import ARCHITECTURES, ModelConfig, read_network
+from ._checkpoint import CheckpointError, Weights, locate, read_config
 from ._model import Model, ModelOutput, ModelTrace
 from ._tokenizer import Tokenizer, read_tokenizer
 
-__all__ = ["SUPPORTED", "Model", "ModelConfig", "ModelOutput", "ModelTrace", "Tokenizer", "load"]
+__all__ = ["SUPPORTED", "CheckpointError", "Model", "ModelConfig", "ModelOutput", "ModelTrace", "Tokenizer", "load"]
 
 SUPPORTED = tuple(ARCHITECTURES)  # config.json model_type values
 
@@ -44,21 +44,18 @@ def load(name_or_dir: str | os.PathLike[str], *, dtype: Any = np.float32) -> Mod
             a missing weight or one of the wrong shape.
         MissingDependencyError: the models extra is not installed.
     """
-    from ._architectures import read_network
-
-    compute = np.dtype(dtype) if isinstance(dtype, (type, np.dtype, str)) else None
+    try:
+        compute = np.dtype(dtype)
+    except TypeError:
+        compute = None
     if compute not in (np.dtype(np.float32), np.dtype(np.float64)):
         raise fail("dtype", "numpy.float32 or numpy.float64", repr(dtype))
     directory = locate(name_or_dir)
     config = read_config(directory)
-    from ._architectures import ARCHITECTURES as known
-
-    if config.get("model_type") not in known:  # before reading gigabytes of weights
-        raise fail("name_or_dir", f"a model_type among {', '.join(known)}", repr(config.get("model_type")))
     network = read_network(config, Weights(directory), compute)
     return Model(network, read_tokenizer(directory), str(name_or_dir))
 
 
-for _public in (Model, ModelConfig, ModelOutput, ModelTrace, Tokenizer):
+for _public in (CheckpointError, Model, ModelConfig, ModelOutput, ModelTrace, Tokenizer):
     _public.__module__ = __name__
 del _public

@@ -86,21 +86,22 @@ class _Reader:
 
     def __init__(self, config: dict[str, Any], weights: Weights, dtype: np.dtype, probe: str, prefixes: list[str]):
         self.config, self.weights, self.dtype = config, weights, dtype
-        self.prefix = next((p for p in prefixes if p + probe in weights), None)
-        if self.prefix is None:
+        prefix = next((p for p in prefixes if p + probe in weights), None)
+        if prefix is None:
             raise CheckpointError(
                 f"{weights.directory}: the weight {prefixes[0] + probe!r} is missing: "
                 f"not a {config.get('model_type')} checkpoint, or an incomplete one"
             )
+        self.prefix: str = prefix
 
-    def int(self, *keys: str, default: int | None = None) -> int:
+    def integer(self, *keys: str, default: int | None = None) -> int:
         value = next((self.config[k] for k in keys if self.config.get(k) is not None), default)
         if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
             got = "nothing" if value is None else repr(value)
             raise CheckpointError(f"config.json: {keys[0]}: expected a positive integer, got {got}")
         return value
 
-    def float(self, key: str, default: float) -> float:
+    def number(self, key: str, default: float) -> float:
         value = self.config.get(key, default)
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise CheckpointError(f"config.json: {key}: expected a number, got {value!r}")
@@ -138,11 +139,15 @@ def _gpt2(config: dict[str, Any], weights: Weights, dtype: np.dtype) -> Network:
     """GPT2LMHeadModel: learned positions, LayerNorm before each sublayer, Conv1D weights
     stored (in, out), c_attn fused (D, 3D), gelu_new, the head tied to wte."""
     r = _Reader(config, weights, dtype, "wte.weight", ["transformer.", ""])
-    D, H, layers = r.int("n_embd", "hidden_size"), r.int("n_head", "num_attention_heads"), r.int("n_layer")
-    V, P, inner = r.int("vocab_size"), r.int("n_positions", "max_position_embeddings"), r.int("n_inner", default=4 * D)
+    D, H, layers = r.integer("n_embd", "hidden_size"), r.integer("n_head", "num_attention_heads"), r.integer("n_layer")
+    V, P, inner = (
+        r.integer("vocab_size"),
+        r.integer("n_positions", "max_position_embeddings"),
+        r.integer("n_inner", default=4 * D),
+    )
     if D % H:
         raise CheckpointError(f"config.json: n_head: expected a divisor of n_embd {D}, got {H}")
-    eps, act = r.float("layer_norm_epsilon", 1e-5), r.activation("activation_function", "gelu_new")
+    eps, act = r.number("layer_norm_epsilon", 1e-5), r.activation("activation_function", "gelu_new")
     blocks = []
     for i in range(layers):
         p = f"h.{i}."
@@ -177,8 +182,8 @@ def _bert(config: dict[str, Any], weights: Weights, dtype: np.dtype) -> Network:
     LayerNorm, LayerNorm after each sublayer's residual sum, exact GELU; the MLM head
     (dense, act, LayerNorm, decoder tied to the word embeddings) when the checkpoint has it."""
     r = _Reader(config, weights, dtype, "embeddings.word_embeddings.weight", ["bert.", ""])
-    D, H, layers = r.int("hidden_size"), r.int("num_attention_heads"), r.int("num_hidden_layers")
-    V, P, inner = r.int("vocab_size"), r.int("max_position_embeddings"), r.int("intermediate_size")
+    D, H, layers = r.integer("hidden_size"), r.integer("num_attention_heads"), r.integer("num_hidden_layers")
+    V, P, inner = r.integer("vocab_size"), r.integer("max_position_embeddings"), r.integer("intermediate_size")
     if D % H:
         raise CheckpointError(f"config.json: num_attention_heads: expected a divisor of hidden_size {D}, got {H}")
     if config.get("position_embedding_type", "absolute") != "absolute":
@@ -187,7 +192,7 @@ def _bert(config: dict[str, Any], weights: Weights, dtype: np.dtype) -> Network:
         )
     if config.get("is_decoder") or config.get("add_cross_attention"):
         raise CheckpointError("config.json: is_decoder: attnlab runs BERT as an encoder; expected false, got true")
-    eps, act = r.float("layer_norm_eps", 1e-12), r.activation("hidden_act", "gelu")
+    eps, act = r.number("layer_norm_eps", 1e-12), r.activation("hidden_act", "gelu")
     blocks = []
     for i in range(layers):
         p = f"encoder.layer.{i}."
@@ -218,7 +223,7 @@ def _bert(config: dict[str, Any], weights: Weights, dtype: np.dtype) -> Network:
         bias_name = "/cls.predictions.bias" if r.has("/cls.predictions.bias") else "/cls.predictions.decoder.bias"
         head = Linear(decoder.T, r.get(bias_name, V))
     cfg = ModelConfig("bert", V, D, layers, H, H, D // H, P, False, (), config)
-    types = r.get("embeddings.token_type_embeddings.weight", r.int("type_vocab_size", default=2), D)
+    types = r.get("embeddings.token_type_embeddings.weight", r.integer("type_vocab_size", default=2), D)
     return Network(
         cfg, embed, tuple(blocks), pre_norm=False, positions=r.get("embeddings.position_embeddings.weight", P, D),
         token_types=types, embed_norm=r.norm("embeddings.LayerNorm", D, eps), head_transform=transform, head=head,
@@ -230,15 +235,19 @@ def _llama(config: dict[str, Any], weights: Weights, dtype: np.dtype) -> Network
     and k, grouped-query attention, SwiGLU; Qwen2 has biases on q, k and v."""
     qwen2 = config.get("model_type") == "qwen2"
     r = _Reader(config, weights, dtype, "embed_tokens.weight", ["model.", ""])
-    D, H, layers = r.int("hidden_size"), r.int("num_attention_heads"), r.int("num_hidden_layers")
-    Hk = r.int("num_key_value_heads", default=H)
-    E = r.int("head_dim", default=D // H)
-    V, P, inner = r.int("vocab_size"), r.int("max_position_embeddings"), r.int("intermediate_size")
+    D, H, layers = r.integer("hidden_size"), r.integer("num_attention_heads"), r.integer("num_hidden_layers")
+    Hk = r.integer("num_key_value_heads", default=H)
+    E = r.integer("head_dim", default=D // H)
+    V, P, inner = r.integer("vocab_size"), r.integer("max_position_embeddings"), r.integer("intermediate_size")
     if H % Hk:
-        raise CheckpointError(f"config.json: num_key_value_heads: expected a divisor of num_attention_heads {H}, got {Hk}")
+        raise CheckpointError(
+            f"config.json: num_key_value_heads: expected a divisor of num_attention_heads {H}, got {Hk}"
+        )
     if qwen2 and config.get("use_sliding_window"):
-        raise CheckpointError("config.json: use_sliding_window: sliding-window attention is not supported; expected false")
-    eps, act = r.float("rms_norm_eps", 1e-6), r.activation("hidden_act", "silu")
+        raise CheckpointError(
+            "config.json: use_sliding_window: sliding-window attention is not supported; expected false"
+        )
+    eps, act = r.number("rms_norm_eps", 1e-6), r.activation("hidden_act", "silu")
     qkv_bias = True if qwen2 else bool(config.get("attention_bias", False))
     out_bias = False if qwen2 else bool(config.get("attention_bias", False))
     mlp_bias = False if qwen2 else bool(config.get("mlp_bias", False))

@@ -46,7 +46,7 @@ WANTED = [
 MAX_HEADER = 100 * 2**20  # the format's own limit on the JSON header
 
 # safetensors dtype names -> NumPy; BF16 is read as its raw 16 bits (see _as_float).
-_DTYPES = {
+_DTYPES: dict[str, np.dtype] = {
     "F64": np.dtype("<f8"),
     "F32": np.dtype("<f4"),
     "F16": np.dtype("<f2"),
@@ -77,7 +77,9 @@ def locate(name_or_dir: str | os.PathLike[str]) -> Path:
         return path
     name = str(name_or_dir)
     if path.exists() or name.startswith((".", "/", "~")) or name.count("/") > 1 or not name.strip():
-        raise CheckpointError(f"name_or_dir: expected a checkpoint directory or a hub id, got {name!r} (no such directory)")
+        raise CheckpointError(
+            f"name_or_dir: expected a checkpoint directory or a hub id, got {name!r} (no such directory)"
+        )
     return _from_hub(name)
 
 
@@ -92,7 +94,7 @@ def _from_hub(repo_id: str) -> Path:
         ) from None
     try:  # the cache first: no network at all when the files are there
         return Path(huggingface_hub.snapshot_download(repo_id, allow_patterns=WANTED, local_files_only=True))
-    except Exception as cached_error:  # noqa: BLE001 - any miss falls through to the download
+    except Exception as cached_error:  # any miss falls through to the download
         if constants.HF_HUB_OFFLINE:
             raise CheckpointError(
                 f"name_or_dir: {repo_id!r} is not in the Hugging Face cache ({constants.HF_HUB_CACHE}) and "
@@ -100,10 +102,11 @@ def _from_hub(repo_id: str) -> Path:
             ) from cached_error
     try:
         return Path(huggingface_hub.snapshot_download(repo_id, allow_patterns=WANTED, etag_timeout=5))
-    except Exception as error:  # noqa: BLE001 - network, authentication, unknown repository
+    except Exception as error:  # network, authentication, unknown repository
+        reason = (str(error).strip().splitlines() or [""])[0]
         raise CheckpointError(
             f"name_or_dir: {repo_id!r} is neither a directory nor in the Hugging Face cache "
-            f"({constants.HF_HUB_CACHE}), and downloading it failed: {type(error).__name__}: {error}".strip()
+            f"({constants.HF_HUB_CACHE}), and downloading it failed ({type(error).__name__}: {reason})"
         ) from error
 
 
@@ -174,7 +177,7 @@ def _weight_files(directory: Path) -> list[Path]:
     if any((directory / name).is_file() for name in ("pytorch_model.bin", "pytorch_model.bin.index.json")):
         raise CheckpointError(
             f"{directory}: only pytorch_model.bin (pickle), which attnlab never loads; convert it to safetensors "
-            "once with: python -c \"import transformers as t; "
+            'once with: python -c "import transformers as t; '
             f"t.AutoModel.from_pretrained('{directory}').save_pretrained('{directory}-safetensors')\""
         )
     raise CheckpointError(f"{directory}: no {SINGLE} and no {INDEX}")
@@ -201,7 +204,9 @@ def _read_safetensors(path: Path) -> dict[str, tuple[np.ndarray, bool]]:
         raise CheckpointError(f"{path}: the header is not a JSON object (a corrupted file)")
     header.pop("__metadata__", None)
     data_size = size - 8 - header_size
-    mapped = np.memmap(path, dtype=np.uint8, mode="r", offset=8 + header_size, shape=(data_size,)) if data_size else None
+    mapped = (
+        np.memmap(path, dtype=np.uint8, mode="r", offset=8 + header_size, shape=(data_size,)) if data_size else None
+    )
     tensors = {}
     for name, entry in header.items():
         dtype, shape, (begin, end) = _entry(path, name, entry)
@@ -219,11 +224,11 @@ def _read_safetensors(path: Path) -> dict[str, tuple[np.ndarray, bool]]:
     return tensors
 
 
-def _entry(path: Path, name: str, entry: Any) -> tuple[np.ndarray, tuple[int, ...], tuple[int, int]]:
+def _entry(path: Path, name: str, entry: Any) -> tuple[np.dtype, tuple[int, ...], tuple[int, int]]:
     try:
         dtype = _DTYPES[entry["dtype"]]
-        shape = tuple(entry["shape"])
-        begin, end = entry["data_offsets"]
+        shape: tuple[int, ...] = tuple(entry["shape"])
+        begin, end = (int(n) if isinstance(n, int) else -1 for n in entry["data_offsets"])
         if not all(isinstance(n, int) and n >= 0 for n in (*shape, begin, end)):
             raise ValueError
     except (KeyError, TypeError, ValueError):

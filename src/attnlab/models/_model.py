@@ -1,7 +1,8 @@
 """A pretrained model run in NumPy, its attention on attnlab's engine.
 
 One forward serves the four architectures (:mod:`._architectures` describes each); every
-layer's attention is one call of :func:`attnlab.scaled_dot_product_attention`, with
+layer's attention is one call of :func:`attnlab.attention` (the engine behind
+:func:`attnlab.scaled_dot_product_attention`), with
 grouped-query attention through ``enable_gqa``, causality through ``is_causal`` and padding
 through a boolean mask. Shapes: input_ids (B, L); hidden states (B, L, D); per-layer q
 (B, H, L, E), k and v (B, Hk, S, E) with S = L plus the cached positions.
@@ -17,7 +18,7 @@ import numpy as np
 from .._masks import check_rng, mask_scores_
 from .._trace import Trace
 from .._validation import fail, flag, positive_int, real_number
-from ..functional import scaled_dot_product_attention
+from ..functional import attention
 from ._architectures import Block, ModelConfig, Network
 from ._tokenizer import Tokenizer
 
@@ -58,7 +59,7 @@ class ModelTrace:
 
     def __getitem__(self, layer: int) -> Trace:
         if layer not in self.layers:
-            raise fail("layer", f"a traced layer among {sorted(self.layers)}", repr(layer), KeyError)
+            raise KeyError(f"layer: expected a traced layer among {sorted(self.layers)}, got {layer!r}")
         return self.layers[layer]
 
     def __repr__(self) -> str:
@@ -185,11 +186,18 @@ class Model:
         return ModelTrace(self.name, [int(i) for i in ids], tokens, traces, c.num_layers, c.num_heads)
 
     def generate(
-        self, input_ids: Any, max_new_tokens: int, *, temperature: float = 0.0, rng: Any = None
-    ) -> np.ndarray:
+        self,
+        input_ids: Any,
+        max_new_tokens: int,
+        *,
+        temperature: float = 0.0,
+        rng: Any = None,
+        output_logits: bool = False,
+    ) -> Array | tuple[Array, Array]:
         """``input_ids`` (L,) followed by up to ``max_new_tokens`` tokens: the most likely
         each time (``temperature`` 0) or drawn from softmax(logits / temperature) with
         ``rng`` (a Generator or an int seed). Stops after an end-of-sequence token.
+        With ``output_logits``, also the logits each new token was chosen from (new, vocab).
 
         The prompt runs once; each new token is one query against the cached keys and
         values of every position before it."""
@@ -204,16 +212,22 @@ class Model:
         capacity = len(ids) + steps
         self._check_length(capacity, "input_ids with max_new_tokens")
         cache = _KVCache(self.config, 1, capacity, self.dtype)
-        tokens, step_input = list(ids), ids
+        tokens, step_input, chosen_from = list(ids), ids, []
         for _ in range(steps):
-            last = self._run(step_input[None], None, None, cache, None, None)
-            logits = self._head(last)[0, -1]  # (vocab,): the last position's
+            last = self._run(step_input[None], None, None, cache, None, None)[:, -1]  # (1, D): the last position's
+            head = self._head(last)
+            assert head is not None  # every causal model has one
+            logits = head[0]  # (vocab,)
+            chosen_from.append(logits)
             token = _pick(logits, temperature, generator)
             tokens.append(token)
             if token in self.config.eos_token_id:
                 break
             step_input = np.array([token])
-        return np.asarray(tokens, dtype=np.int64)
+        result = np.asarray(tokens, dtype=np.int64)
+        if flag("output_logits", output_logits):
+            return result, np.stack(chosen_from) if chosen_from else np.zeros((0, self.config.vocab_size), self.dtype)
+        return result
 
     # --- the forward ---------------------------------------------------------------------
 
@@ -280,11 +294,11 @@ class Model:
         if cache is not None:
             k, v = cache.extend(layer, k, v)  # (B, Hk, S, E), the past positions first
         keep = record is not None and (record.attentions or layer in record.trace_layers)
-        result = scaled_dot_product_attention(
+        result = attention(
             q, k, v, attn_mask=mask, is_causal=is_causal, scale=block.scale, enable_gqa=c.num_kv_heads != c.num_heads,
-            return_weights=keep,
+            need_weights=keep,
         )  # fmt: skip
-        out, weights = result if isinstance(result, tuple) else (result, None)
+        out, weights = result.output.astype(h.dtype, copy=False), result.weights
         merged = out.transpose(0, 2, 1, 3).reshape(B, L, c.num_heads * c.head_dim)  # (B,H,L,E) -> (B,L,H·E)
         projected = block.out(merged)
         if record is not None and weights is not None:
@@ -296,6 +310,7 @@ class Model:
         return projected
 
     def _head(self, x: Array) -> Array | None:
+        """The logits (…, vocab) of hidden states (…, D); None without a head."""
         net = self.network
         if net.head is None:
             return None

@@ -20,7 +20,7 @@ from ._checkpoint import CheckpointError
 __all__ = ["Tokenizer", "read_tokenizer"]
 
 REPLACEMENT = "\ufffd"  # what a decoder writes for the bytes of an unfinished character
-CONTEXT = 8  # tokens of left context for decoding one token: more than any character's bytes
+GPT2_END = "<|endoftext|>"
 
 
 class Tokenizer:
@@ -50,18 +50,18 @@ class Tokenizer:
         space and a Chinese character split over byte-level pieces is shown whole on the
         piece that completes it, its earlier pieces as ''. Special tokens keep their names."""
         ids = [int(i) for i in ids]
-        texts = []
+        texts: list[str] = []
+        start, boundary = 0, 0  # a character begins at both; start is before token i, for context
         for i in range(len(ids)):
-            window = ids[max(0, i - CONTEXT) : i + 1]  # the token with a little left context
-            before = self.backend.decode(window[:-1], skip_special_tokens=False)
-            after = self.backend.decode(window, skip_special_tokens=False)
-            if after.endswith(REPLACEMENT) and ids[i] not in self.special_ids:
-                texts.append("")  # part of a character that a later piece completes
-                continue
-            text = after[len(before.rstrip(REPLACEMENT)) :]
+            before = self.backend.decode(ids[start:i], skip_special_tokens=False)
+            after = self.backend.decode(ids[start : i + 1], skip_special_tokens=False)
+            unfinished = after.endswith(REPLACEMENT) and ids[i] not in self.special_ids
+            text = after.rstrip(REPLACEMENT)[len(before.rstrip(REPLACEMENT)) :]  # the characters it completes
             if self._word_piece and text.startswith(" "):
                 text = text[1:]  # the space the decoder put between two words
             texts.append(text)
+            if not unfinished:  # token i ends a character: the next one starts one
+                start, boundary = boundary, i + 1
         return texts
 
     def is_special(self, token_id: int) -> bool:
@@ -93,12 +93,12 @@ def read_tokenizer(directory: Path) -> Tokenizer | None:
             )
             backend, word_piece = tokenizers.Tokenizer.from_str(built.to_str()), True
         elif files["vocab.json"].is_file() and files["merges.txt"].is_file():
-            built = implementations.ByteLevelBPETokenizer(
+            bpe = implementations.ByteLevelBPETokenizer(
                 str(files["vocab.json"]),
                 str(files["merges.txt"]),
                 add_prefix_space=bool(settings.get("add_prefix_space", False)),
             )
-            backend, word_piece = tokenizers.Tokenizer.from_str(built.to_str()), False
+            backend, word_piece = tokenizers.Tokenizer.from_str(bpe.to_str()), False
         else:
             raise CheckpointError(f"{directory}: vocab.json without merges.txt (or the reverse); expected both")
     except Exception as error:
@@ -106,6 +106,8 @@ def read_tokenizer(directory: Path) -> Tokenizer | None:
             raise
         raise CheckpointError(f"{directory}: the tokenizer cannot be read: {error}") from None
     special = [t["content"] for t in settings.get("added_tokens_decoder", {}).values() if t.get("special")]
+    if files["vocab.json"].is_file() and backend.token_to_id(GPT2_END) is not None:
+        special.append(GPT2_END)  # what transformers' GPT2Tokenizer makes its bos, eos and unk
     if special:
         backend.add_special_tokens(special)
     return Tokenizer(backend, word_piece)
