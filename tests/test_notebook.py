@@ -48,5 +48,5 @@ def test_view_returns_the_page_or_writes_it(tmp_path):
     page = al.view(trace)
     assert page is not None and page.startswith("<!DOCTYPE html>")
     assert al.view(trace, tmp_path / "t.html") is None and (tmp_path / "t.html").read_text() == page
-    with pytest.raises(TypeError, match=r"trace: expected an attnlab\.Trace, got dict"):
+    with pytest.raises(TypeError, match=r"trace: expected an attnlab\.Trace or attnlab\.models\.ModelTrace, got dict"):
         al.view({})

@@ -159,13 +159,13 @@ def test_plot_into_an_axes(tmp_path):
     trace = al.SelfAttention(3, 2).trace(np.eye(3), tokens=["x", "y", "z"])
     assert al.plot(trace, ax) is ax
     assert [t.get_text() for t in ax.get_yticklabels()] == ["x", "y", "z"]
-    with pytest.raises(ValueError, match="heads: expected one head to draw into an Axes"):
+    with pytest.raises(ValueError, match="heads: expected one head of one layer to draw into an Axes"):
         al.plot(al.MultiheadAttention(4, 2, seed=0).trace(np.eye(4, dtype=np.float32)), ax)
 
 
 def test_bad_plot_arguments_name_themselves(tmp_path):
     trace = al.MultiheadAttention(4, 2, seed=0, dtype=np.float64).trace(np.eye(4))
-    with pytest.raises(TypeError, match=r"trace: expected an attnlab\.Trace, got str"):
+    with pytest.raises(TypeError, match=r"trace: expected an attnlab\.Trace or attnlab\.models\.ModelTrace, got str"):
         al.plot("x", tmp_path / "p.png")
     with pytest.raises(TypeError, match="target: expected a file path"):
         al.plot(trace, None)

@@ -219,7 +219,7 @@ def test_page_data_has_a_head_axis_for_one_head_or_many():
         al.MultiheadAttention(4, 1, seed=0, dtype=np.float64).trace(np.eye(4)),
         al.MultiheadAttention(4, 2, seed=0, dtype=np.float64).trace(np.eye(4)),
     ):
-        data = page_data(trace)
+        (data,) = page_data(trace)["layers"]
         assert np.array(data["scores"]).shape == (trace.num_heads, 4, 4)
         assert np.array(data["q"]).shape[:2] == (trace.num_heads, 4)
 
@@ -327,4 +327,4 @@ def test_overflow_is_not_mistaken_for_a_mask():
     from attnlab._view import page_data
 
     trace = al.SelfAttention(2, 2).trace(np.array([[1e200, 1e200], [1e200, -1e200]]))
-    assert page_data(trace)["masked"] == ["00", "00"]
+    assert page_data(trace)["layers"][0]["masked"] == ["00", "00"]

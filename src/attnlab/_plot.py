@@ -20,6 +20,7 @@ import numpy as np
 
 from ._trace import Trace
 from ._validation import MissingDependencyError, fail, flag, output_path
+from .models import ModelTrace
 
 __all__ = [
     "FORMATS",
@@ -141,8 +142,11 @@ def _font(labels: list[str]) -> dict[str, Any]:
     return {"family": [family, "DejaVu Sans"]}
 
 
-def _draw(ax: Any, trace: Trace, h: int, stage: str, low: float, high: float, font: dict[str, Any]) -> Any:
-    """One head's matrix into ``ax``, with its labels and title; returns the image."""
+def _draw(
+    ax: Any, trace: Trace, h: int, stage: str, low: float, high: float, font: dict[str, Any], where: str = ""
+) -> Any:
+    """One head's matrix into ``ax``, with its labels and a title that ends with ``where``
+    (default: the head, when there are several); returns the image."""
     matrix = getattr(trace.head(h), STAGES[stage])
     L = len(trace.labels)
     image = ax.imshow(np.ma.masked_invalid(matrix), cmap="viridis", vmin=low, vmax=high, interpolation="nearest")
@@ -155,7 +159,8 @@ def _draw(ax: Any, trace: Trace, h: int, stage: str, low: float, high: float, fo
     ax.set_xlabel("key")
     ax.set_ylabel("query")
     title = {"weights": "attention weights", "scaled": "scaled scores", "scores": "raw scores Q·Kᵀ"}[stage]
-    ax.set_title(f"{title} · head {h}" if trace.num_heads > 1 else title)
+    where = where or (f"head {h}" if trace.num_heads > 1 else "")
+    ax.set_title(f"{title} · {where}" if where else title)
     if L <= ANNOTATE_UP_TO:
         for (i, j), value in np.ndenumerate(matrix):
             text = "−∞" if np.isneginf(value) else f"{value:.2f}"
@@ -164,10 +169,10 @@ def _draw(ax: Any, trace: Trace, h: int, stage: str, low: float, high: float, fo
     return image
 
 
-def _value_range(trace: Trace, chosen: list[int], stage: str, relative: bool) -> tuple[float, float]:
+def _value_range(panels: list[tuple[Trace, int, str]], stage: str, relative: bool) -> tuple[float, float]:
     """The colour scale: weights from 0 to 1, as the page draws them (to the largest with
     ``relative``); scores over their range."""
-    matrices = [getattr(trace.head(h), STAGES[stage]) for h in chosen]
+    matrices = [getattr(trace.head(h), STAGES[stage]) for trace, h, _ in panels]
     finite = np.concatenate([m[np.isfinite(m)] for m in matrices])
     if stage == "weights":  # a matrix with no finite value (overflow) still gets a colour scale
         return 0.0, max(float(finite.max(initial=0.0)), 1e-12) if relative else 1.0
@@ -175,7 +180,7 @@ def _value_range(trace: Trace, chosen: list[int], stage: str, relative: bool) ->
 
 
 def plot(
-    trace: Trace,
+    trace: Trace | ModelTrace,
     target: str | Path | Any,
     *,
     stage: str = "weights",
@@ -187,6 +192,7 @@ def plot(
 
     ``target`` is a file (.png, .svg or .pdf), written with one panel per head and a colour
     bar, or a matplotlib ``Axes``, into which one head is drawn (``heads`` must name one).
+    A model's trace (``attnlab.models``) draws a row of the chosen heads for each traced layer.
     ``heads``: "all", indices such as "0,2,5", or a list of ints. Weights are coloured from 0
     to 1 (near-uniform attention is dark), or from 0 to the largest with ``relative``.
     ``progress`` is told what is being drawn when the picture is large. Returns the Figure
@@ -203,15 +209,20 @@ def plot(
         from matplotlib.figure import Figure
     except ImportError:
         raise MissingDependencyError("plotting needs matplotlib: pip install 'attnlab[viz]'") from None
-    if not isinstance(trace, Trace):
-        raise fail("trace", "an attnlab.Trace", type(trace).__name__, TypeError)
+    if not isinstance(trace, (Trace, ModelTrace)):
+        raise fail("trace", "an attnlab.Trace or attnlab.models.ModelTrace", type(trace).__name__, TypeError)
     if not isinstance(target, (str, Path, Axes)):
         raise fail("target", "a file path (.png, .svg, .pdf) or a matplotlib Axes", type(target).__name__, TypeError)
     if stage not in STAGES:
         raise fail("stage", f"one of {', '.join(STAGES)}", repr(stage))
     chosen = select_heads(heads, trace.num_heads)
-    low, high = _value_range(trace, chosen, stage, flag("relative", relative))
-    font = _font(trace.labels)
+    if isinstance(trace, ModelTrace):
+        panels = [(t, h, f"layer {i} · head {h}") for i, t in trace.layers.items() for h in chosen]
+        labels, per_row = trace.tokens, len(chosen)
+    else:
+        panels, labels, per_row = [(trace, h, "") for h in chosen], trace.labels, 4
+    low, high = _value_range(panels, stage, flag("relative", relative))
+    font = _font(labels)
     quiet_fonts = logging.getLogger("matplotlib.font_manager")  # it logs weight substitutions (CJK fonts are 500)
     level = quiet_fonts.level
     quiet_fonts.setLevel(logging.ERROR)
@@ -219,23 +230,25 @@ def plot(
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message="Glyph .* missing from")  # said once, by _font
             if isinstance(target, Axes):
-                if len(chosen) != 1:
-                    raise fail("heads", "one head to draw into an Axes", repr(heads))
-                _draw(target, trace, chosen[0], stage, low, high, font)
+                if len(panels) != 1:
+                    raise fail("heads", "one head of one layer to draw into an Axes", repr(heads))
+                _draw(target, *panels[0][:2], stage, low, high, font, panels[0][2])
                 return target
             path = check_path(target)
-            L = len(trace.labels)
-            if progress is not None and L * L * len(chosen) >= 2**14:  # from about a second's work
-                progress(f"drawing {len(chosen)} head{'s' * (len(chosen) > 1)} of {L} tokens into {path}")
-            rows = math.ceil(len(chosen) / 4)  # at most 4 a row, rows as even as they can be
-            columns = math.ceil(len(chosen) / rows)
+            L = len(labels)
+            if progress is not None and L * L * len(panels) >= 2**14:  # from about a second's work
+                progress(f"drawing {len(panels)} head{'s' * (len(panels) > 1)} of {L} tokens into {path}")
+            rows = math.ceil(len(panels) / per_row)  # at most per_row a row, rows as even as they can be
+            columns = math.ceil(len(panels) / rows)
             size = min(max(3.5, 0.3 * min(L, LABELS_UP_TO) + 2.0), 10.0)
             figure = Figure(figsize=(size * columns + 1.5, size * rows + 0.5), layout="constrained")
             axes = figure.subplots(rows, columns, squeeze=False).ravel()
-            images = [_draw(ax, trace, h, stage, low, high, font) for ax, h in zip(axes, chosen, strict=False)]
-            for ax in axes[len(chosen) :]:
+            images = [
+                _draw(ax, t, h, stage, low, high, font, where) for ax, (t, h, where) in zip(axes, panels, strict=False)
+            ]
+            for ax in axes[len(panels) :]:
                 ax.set_visible(False)
-            figure.colorbar(images[0], ax=list(axes[: len(chosen)]), shrink=0.8)
+            figure.colorbar(images[0], ax=list(axes[: len(panels)]), shrink=0.8)
             figure.savefig(path)
             return figure
     finally:

@@ -17,6 +17,7 @@ import numpy as np
 
 from ._trace import Trace, json_ready
 from ._validation import MissingDependencyError, fail, output_path
+from .models import ModelTrace
 
 __all__ = ["check_path", "notebook_html", "page_data", "render_page", "show", "view", "write_page"]
 
@@ -30,15 +31,23 @@ def _with_heads(x: np.ndarray) -> np.ndarray:
     return x if x.ndim == 3 else x[None]
 
 
-def page_data(trace: Trace) -> dict[str, object]:
-    """What the page needs, as JSON-ready values."""
+def page_data(trace: Trace | ModelTrace) -> dict[str, object]:
+    """What the page needs, as JSON-ready values: the tokens, and per layer (one for a
+    Trace) its name and numbers."""
+    if isinstance(trace, ModelTrace):
+        layers = [{"name": f"layer {i}", **_layer_data(t)} for i, t in trace.layers.items()]
+        return {"tokens": trace.tokens, "title": f"{trace.model}: ", "layers": layers}
+    return {"tokens": trace.labels, "title": "", "layers": [{"name": "", **_layer_data(trace)}]}
+
+
+def _layer_data(trace: Trace) -> dict[str, object]:
+    """One attention layer's numbers, as JSON-ready values."""
     scaled = _with_heads(trace.scaled_scores)  # (H, L, L)
     # masked: −∞ after the mask where the raw score was not −∞ already (that is overflow)
     masked = np.isneginf(scaled[0]) & ~np.isneginf(_with_heads(trace.scores)[0])
     numbers = {name: _with_heads(getattr(trace, field)) for name, field in _NUMBERS.items()}  # (H, L, ·) each
     non_finite = not all(np.isfinite(x).all() for x in numbers.values())
     return {
-        "tokens": trace.labels,
         "scale": trace.scale,
         "d_k": int(numbers["k"].shape[-1]),
         "masked": ["".join("1" if m else "0" for m in row) for row in masked],
@@ -47,7 +56,7 @@ def page_data(trace: Trace) -> dict[str, object]:
     }
 
 
-def render_page(trace: Trace) -> str:
+def render_page(trace: Trace | ModelTrace) -> str:
     """The HTML text. The data sits in a JSON script block with '<', '>' and '&'
     escaped, so no token can end the block or inject markup; the script only ever
     writes tokens as text."""
@@ -70,12 +79,12 @@ def check_path(path: str | Path) -> Path:
     return output_path(path, (".html", ".htm"))
 
 
-def write_page(trace: Trace, path: str | Path) -> None:
+def write_page(trace: Trace | ModelTrace, path: str | Path) -> None:
     """Write the page of ``trace`` to ``path`` (.html)."""
     check_path(path).write_text(render_page(trace), encoding="utf-8")
 
 
-def view(trace: Trace, path: str | Path | None = None) -> str | None:
+def view(trace: Trace | ModelTrace, path: str | Path | None = None) -> str | None:
     """The interactive page of ``trace``: written to ``path`` (.html), or returned as HTML
     text when there is no path. Self-contained: scripts, styles and data inline.
 
@@ -83,15 +92,15 @@ def view(trace: Trace, path: str | Path | None = None) -> str | None:
         ArgumentError: a path that is not an .html file in an existing folder, or a trace
             too large for a browser.
     """
-    if not isinstance(trace, Trace):
-        raise fail("trace", "an attnlab.Trace", type(trace).__name__, TypeError)
+    if not isinstance(trace, (Trace, ModelTrace)):
+        raise fail("trace", "an attnlab.Trace or attnlab.models.ModelTrace", type(trace).__name__, TypeError)
     if path is None:
         return render_page(trace)
     write_page(trace, path)
     return None
 
 
-def notebook_html(trace: Trace, height: int = 900) -> str:
+def notebook_html(trace: Trace | ModelTrace, height: int = 900) -> str:
     """The page in a sandboxed iframe, for Jupyter: its scripts run in an opaque origin
     that can reach neither the notebook nor the network."""
     page = html.escape(render_page(trace), quote=True)
@@ -101,14 +110,14 @@ def notebook_html(trace: Trace, height: int = 900) -> str:
     )
 
 
-def show(trace: Trace) -> None:
+def show(trace: Trace | ModelTrace) -> None:
     """Display the page of ``trace`` in a Jupyter notebook (IPython's display).
 
     Raises:
         MissingDependencyError: IPython is not installed.
     """
-    if not isinstance(trace, Trace):
-        raise fail("trace", "an attnlab.Trace", type(trace).__name__, TypeError)
+    if not isinstance(trace, (Trace, ModelTrace)):
+        raise fail("trace", "an attnlab.Trace or attnlab.models.ModelTrace", type(trace).__name__, TypeError)
     try:
         from IPython.display import HTML, display
     except ImportError:

@@ -34,6 +34,7 @@ from ._multihead import MultiheadAttention
 from ._self_attention import SelfAttention
 from ._trace import LANGUAGES, Trace
 from ._validation import AttnlabError, output_path
+from .models import ModelTrace
 from .reference import SelfAttention as ReferenceSelfAttention
 
 __all__ = ["build_parser", "main"]
@@ -94,6 +95,15 @@ def _add_output_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--lang", choices=LANGUAGES, default="zh", help="labels: zh (default, as the article) or en")
 
 
+def _layer(text: str) -> int | str:
+    if text == "all":
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a layer index or 'all', got {text!r}") from None
+
+
 def add_input_options(parser: argparse.ArgumentParser) -> None:
     """The options that say which sequence to run and how (shared with plot and view)."""
     source = parser.add_mutually_exclusive_group(required=True)
@@ -130,6 +140,57 @@ def add_input_options(parser: argparse.ArgumentParser) -> None:
         help="1 (default): the seed's layer; more: a MultiheadAttention of that many heads "
         "(they must divide the input's width, and each head is width/N wide: no --d-k)",
     )
+    model = parser.add_argument_group("a pretrained model (pip install 'attnlab[models]')")
+    model.add_argument(
+        "--model",
+        metavar="NAME|DIR",
+        help="run --text through a GPT-2, BERT, Llama or Qwen2 checkpoint: a Hugging Face hub id "
+        "(the local cache first) or a directory",
+    )
+    model.add_argument(
+        "--layer",
+        type=_layer,
+        help="with --model: a layer index (negative counts from the end) or 'all' "
+        "(default: all for view, the last for trace and plot)",
+    )
+
+
+def model_trace_from_args(
+    args: argparse.Namespace, default_layer: int | str, max_scores: int = MAX_SCORES, holder: str = "a trace"
+) -> ModelTrace:
+    """Run the --model on --text and trace --layer; L²·heads·layers is checked against
+    ``max_scores`` after tokenizing, before the forward."""
+    from .models import load
+
+    _refuse(args, f"--model {args.model} fixes the weights, the embedding and the scale")
+    if args.input is not None or args.text is None:
+        raise InputError("--model: expected --text with the sentence to run, got an input file")
+    model = load(args.model)
+    if model.tokenizer is None:
+        raise InputError(f"--model: {args.model} has no tokenizer (tokenizer.json, vocab.txt or vocab.json)")
+    ids = model.tokenizer.encode(args.text)
+    layer = default_layer if args.layer is None else args.layer
+    layers = None if layer == "all" else layer
+    count = model.config.num_layers if layers is None else 1
+    _check_size(len(ids), model.config.num_heads * count, max_scores, holder, "--layer N" if layers is None else "")
+    return model.trace(ids, layers=layers)
+
+
+def _refuse(args: argparse.Namespace, reason: str) -> None:
+    """Options that cannot change a trace whose numbers are fixed already."""
+    fixed = {
+        "--causal": args.causal,
+        "--num-heads": args.num_heads != 1,
+        "--d-k": args.d_k is not None,
+        "--scale": args.scale != "sqrt",
+        "--seed": args.seed != 42,
+        "--embed": args.embed != "onehot",
+        "--d-model": args.d_model != 16,
+        "--tokens": args.model is not None and args.tokens is not None,
+    }
+    for option, given in fixed.items():
+        if given:
+            raise InputError(f"{option}: {reason}; {option} cannot change it")
 
 
 def trace_from_args(args: argparse.Namespace, max_scores: int = MAX_SCORES, holder: str = "a trace") -> Trace:
@@ -137,6 +198,8 @@ def trace_from_args(args: argparse.Namespace, max_scores: int = MAX_SCORES, hold
     object from ``attnlab trace --format json``). ``holder`` keeps the L×L matrices and
     takes at most ``max_scores`` (L²·heads): checked before any work."""
     tokens: list[str] | None
+    if args.layer is not None:
+        raise InputError("--layer: expected --model with it; the layer of the input here is the only one")
     if args.text is not None:
         words = split_text(args.text)
         _check_size(len(words), args.num_heads, max_scores, holder)
@@ -168,36 +231,27 @@ def trace_from_args(args: argparse.Namespace, max_scores: int = MAX_SCORES, hold
     return layer.trace(X, is_causal=args.causal, scale=scale, tokens=tokens)
 
 
-def _check_size(length: int, heads: int, max_scores: int, holder: str) -> None:
+def _check_size(length: int, heads: int, max_scores: int, holder: str, fewer: str = "") -> None:
     if length**2 * heads > max_scores:
         raise InputError(
             f"{length} tokens × {heads} heads: {holder} keeps L×L matrices per head, at most "
-            f"{max_scores:,} scores (L²·heads); use fewer tokens or heads"
+            f"{max_scores:,} scores (L²·heads); use fewer tokens or heads" + (f", or {fewer}" if fewer else "")
         )
 
 
 def _saved_trace(data: dict[str, object], args: argparse.Namespace) -> Trace:
     """A trace saved by ``attnlab trace --format json``: only --tokens can change it."""
-    fixed = {
-        "--causal": args.causal,
-        "--num-heads": args.num_heads != 1,
-        "--d-k": args.d_k is not None,
-        "--scale": args.scale != "sqrt",
-        "--seed": args.seed != 42,
-        "--embed": args.embed != "onehot",
-        "--d-model": args.d_model != 16,
-    }
-    for option, given in fixed.items():
-        if given:
-            raise InputError(f"{option}: {args.input} is a saved trace, already computed; {option} cannot change it")
+    _refuse(args, f"{args.input} is a saved trace, already computed")
     trace = Trace.from_dict(data, source_name(args.input))
     trace.tokens = parse_tokens(args.tokens, len(trace.inputs)) or trace.tokens
     return trace
 
 
-def _print_trace(trace: Trace, args: argparse.Namespace, title: str | None = None) -> None:
+def _print_trace(trace: Trace | ModelTrace, args: argparse.Namespace, title: str | None = None) -> None:
     if args.format == "json":
         print(trace.to_json())
+    elif isinstance(trace, ModelTrace):
+        print(trace.render(lang=args.lang, precision=args.precision))
     else:
         print(trace.render(lang=args.lang, precision=args.precision, title=title))
 
@@ -209,14 +263,14 @@ def _demo(args: argparse.Namespace) -> None:
 
 def _trace(args: argparse.Namespace) -> None:
     title = {"zh": "自注意力追踪", "en": "Self-attention trace"}[args.lang]
-    _print_trace(trace_from_args(args), args, title)
+    _print_trace(model_trace_from_args(args, -1) if args.model else trace_from_args(args), args, title)
 
 
 def _plot(args: argparse.Namespace) -> None:
     from ._plot import MissingFontWarning, check_path, plot
 
     check_path(args.output)
-    trace = trace_from_args(args)
+    trace = model_trace_from_args(args, -1) if args.model else trace_from_args(args)
     start = time.perf_counter()
 
     def progress(message: str) -> None:
@@ -235,7 +289,10 @@ def _view(args: argparse.Namespace) -> None:
     from ._view import check_path, write_page
 
     check_path(args.output)
-    write_page(trace_from_args(args, MAX_PAGE_SCORES, "a page"), args.output)
+    if args.model:
+        write_page(model_trace_from_args(args, "all", MAX_PAGE_SCORES, "a page"), args.output)
+    else:
+        write_page(trace_from_args(args, MAX_PAGE_SCORES, "a page"), args.output)
 
 
 def _bench(args: argparse.Namespace) -> None:
@@ -360,7 +417,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 # The library's argument names, as the options that carry them on the command line.
-_OPTIONS = {"path": "-o", "heads": "--heads", "stage": "--stage", "tokens": "--tokens", "seed": "--seed"}
+_OPTIONS = {
+    "path": "-o",
+    "heads": "--heads",
+    "stage": "--stage",
+    "tokens": "--tokens",
+    "seed": "--seed",
+    "name_or_dir": "--model",
+    "input_ids": "--text",
+    "layers": "--layer",
+}
 
 
 def _in_cli_words(error: AttnlabError) -> str:

@@ -10,6 +10,7 @@ through a boolean mask. Shapes: input_ids (B, L); hidden states (B, L, D); per-l
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -61,6 +62,26 @@ class ModelTrace:
         if layer not in self.layers:
             raise KeyError(f"layer: expected a traced layer among {sorted(self.layers)}, got {layer!r}")
         return self.layers[layer]
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready: the model, ids, tokens and counts, and each traced layer's
+        :meth:`attnlab.Trace.to_dict` under its index."""
+        fixed = {"model": self.model, "ids": self.ids, "tokens": self.tokens}
+        counts = {"num_layers": self.num_layers, "num_heads": self.num_heads}
+        return {**fixed, **counts, "layers": {str(i): trace.to_dict() for i, trace in self.layers.items()}}
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), ensure_ascii=False, allow_nan=False)
+
+    def render(self, *, lang: str = "zh", precision: int = 4) -> str:
+        """Each traced layer's text (:meth:`attnlab.Trace.render`) under a title naming it."""
+        name = {"zh": "{model} 第 {i} 层（共 {n} 层）", "en": "{model}, layer {i} of {n}"}.get(lang)
+        if name is None:
+            raise fail("lang", "one of zh, en", repr(lang))
+        return "\n\n".join(
+            trace.render(lang=lang, precision=precision, title=name.format(model=self.model, i=i, n=self.num_layers))
+            for i, trace in self.layers.items()
+        )
 
     def __repr__(self) -> str:
         return (
