@@ -442,3 +442,61 @@ def test_a_hub_id_with_no_cache_and_no_network_answers_within_10_s(tmp_path, off
     assert run.returncode != 0
     last = run.stderr.strip().splitlines()[-1]
     assert "attnlab-test/no-such-model" in last and str(tmp_path / "hf") in last, last
+
+
+# --- the command line ---------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def checkpoint_with_tokenizer(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tiny_checkpoint_with_tokenizer(tmp_path_factory.mktemp("cli"))
+
+
+def run_cli(*argv: str) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", "attnlab", *argv]
+    return subprocess.run(command, capture_output=True, text=True, timeout=120)
+
+
+def test_cli_trace_of_a_model_is_its_last_layer_or_all(checkpoint_with_tokenizer):
+    directory = str(checkpoint_with_tokenizer)
+    last = run_cli("trace", "--model", directory, "--text", SENTENCE, "--format", "json")
+    assert last.returncode == 0, last.stderr
+    data = json.loads(last.stdout)
+    assert list(data["layers"]) == ["1"] and "".join(data["tokens"]) == SENTENCE
+    expected = models.load(directory).trace(SENTENCE)
+    np.testing.assert_allclose(data["layers"]["1"]["weights"], expected[1].weights, atol=1e-7)
+    every = json.loads(run_cli("trace", "--model", directory, "--text", SENTENCE, "--layer", "all", "--format",
+                               "json").stdout)  # fmt: skip
+    assert list(every["layers"]) == ["0", "1"]
+    text = run_cli("trace", "--model", directory, "--text", "小明", "--lang", "en", "--layer", "0")
+    assert text.returncode == 0 and "layer 0 of 2" in text.stdout and "-- head 3 --" in text.stdout
+
+
+def test_cli_plot_of_every_layer(checkpoint_with_tokenizer, tmp_path):
+    picture = tmp_path / "grid.png"
+    run = run_cli("plot", "--model", str(checkpoint_with_tokenizer), "--text", SENTENCE, "--layer", "all",
+                  "-o", str(picture))  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    assert picture.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--model", "/no/such/dir", "--text", "a"], "--model: expected a checkpoint directory or a hub id"),
+        (["--model", "{tmp}", "--text", "a"], r"has no config\.json"),
+        (["--model", "{ckpt}", "--text", "a", "--causal"], "--causal: --model"),
+        (["--model", "{ckpt}", "--text", "a", "--layer", "5"], r"--layer: expected layer indices in -2\.\.1"),
+        (["--model", "{ckpt}", "--text", SENTENCE * 2], "--text: expected at most 40 tokens"),
+        (["--text", "a b", "--layer", "1"], "--layer: expected --model"),
+        (["--model", "{ckpt}", "--text", "a", "--layer", "x"], "expected a layer index or 'all'"),
+    ],
+)
+def test_cli_model_errors_are_one_line(checkpoint_with_tokenizer, tmp_path, argv, message):
+    import re
+
+    argv = [a.format(tmp=tmp_path, ckpt=checkpoint_with_tokenizer) for a in argv]
+    run = run_cli("trace", *argv)
+    assert run.returncode == 2 and run.stdout == ""
+    assert len(run.stderr.strip().splitlines()) == 1, run.stderr
+    assert re.search(message, run.stderr), run.stderr

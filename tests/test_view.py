@@ -328,3 +328,28 @@ def test_overflow_is_not_mistaken_for_a_mask():
 
     trace = al.SelfAttention(2, 2).trace(np.array([[1e200, 1e200], [1e200, -1e200]]))
     assert page_data(trace)["layers"][0]["masked"] == ["00", "00"]
+
+
+def test_g_a_models_page_switches_layers_by_selector_and_link(browser, tmp_path, capsys):
+    from test_models import SENTENCE, tiny_checkpoint_with_tokenizer
+
+    checkpoint = str(tiny_checkpoint_with_tokenizer(tmp_path))
+    assert main(["trace", "--model", checkpoint, "--text", SENTENCE, "--layer", "all", "--format", "json"]) == 0
+    trace = json.loads(capsys.readouterr().out)
+    page = tmp_path / "model.html"
+    assert main(["view", "--model", checkpoint, "--text", SENTENCE, "-o", str(page)]) == 0  # all layers by default
+    browser.get(page.as_uri() + "#layer=1&head=2&query=5")
+    view = "return window.attnlabView"
+    assert browser.execute_script(f"{view}.ready") is True
+    assert browser.execute_script(f"{view}.layer") == 1 and browser.execute_script(f"{view}.head") == 2
+    layer = Select(browser.find_element(By.ID, "layer"))
+    assert [o.text for o in layer.options] == ["layer 0", "layer 1"]
+    L = len(trace["tokens"])
+    shown = np.array(browser.execute_script(f"{view}.weights(2)")).reshape(L, L)
+    np.testing.assert_allclose(shown, trace["layers"]["1"]["weights"][2], atol=5e-5)
+    layer.select_by_visible_text("layer 0")
+    assert browser.execute_script(f"{view}.layer") == 0
+    shown = np.array(browser.execute_script(f"{view}.weights(3)")).reshape(L, L)
+    np.testing.assert_allclose(shown, trace["layers"]["0"]["weights"][3], atol=5e-5)
+    assert "2 layers, 4 heads" in browser.find_element(By.ID, "summary").text
+    assert "小" in browser.find_element(By.ID, "headview").text  # tokens as text, not bytes
