@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import io
+import json
 import math
 import os
 import sys
@@ -301,6 +302,15 @@ def _bench(args: argparse.Namespace) -> None:
     for option, path in (("--json", args.json), ("--engine-table", args.engine_table)):  # before minutes of work
         if path is not None:
             output_path(path, (".json",), option)
+    if args.models:
+        from ._model_bench import format_models, run_models
+
+        results = run_models(repeat=args.repeat or 3)
+        if args.json:
+            with open(args.json, "w", encoding="utf-8") as file:
+                json.dump(results, file, indent=1)
+        print(format_models(results))
+        return
     if args.engine_table:
         from ._bench import engine_report
 
@@ -407,6 +417,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     bench.add_argument("--json", metavar="PATH", help="also write every figure to this JSON file")
     bench.add_argument("--repeat", type=_at_least(1), help="timed runs per figure, best kept (default 3, quick 1)")
+    bench.add_argument(
+        "--models",
+        action="store_true",
+        help="instead: a model with Qwen2.5-0.5B's shapes (random weights) against transformers' eager and sdpa "
+        "attention: forward over 32 and 512 tokens, 64 generated tokens, attnlab's peak memory (needs "
+        "attnlab[test]; a few minutes and 2 GiB of disk)",
+    )
     bench.add_argument(
         "--engine-table",
         metavar="PATH",

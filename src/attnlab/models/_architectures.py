@@ -58,7 +58,10 @@ class Block:
     gate: Linear | None = None
 
     def mlp(self, x: Array) -> Array:
-        hidden = self.activation(self.up(x)) if self.gate is None else self.activation(self.gate(x)) * self.up(x)
+        if self.gate is None:
+            return self.down(self.activation(self.up(x)))
+        hidden = self.activation(self.gate(x))
+        hidden *= self.up(x)
         return self.down(hidden)
 
 

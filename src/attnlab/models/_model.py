@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal, overload
 
 import numpy as np
 
@@ -21,6 +21,7 @@ from .._trace import Trace
 from .._validation import fail, flag, positive_int, real_number
 from ..functional import attention
 from ._architectures import Block, ModelConfig, Network
+from ._ops import rotate
 from ._tokenizer import Tokenizer
 
 __all__ = ["Model", "ModelOutput", "ModelTrace"]
@@ -105,6 +106,18 @@ class _KVCache:
         self.keys[layer, :, :, self.length : end] = k
         self.values[layer, :, :, self.length : end] = v
         return self.keys[layer, :, :, :end], self.values[layer, :, :, :end]
+
+
+@dataclass(frozen=True)
+class _Pass:
+    """What every layer of one forward shares: the attention mask (or ``is_causal``), the
+    RoPE tables of its positions, the cache and the recorder."""
+
+    mask: Array | None
+    is_causal: bool
+    rope: tuple[Array, Array] | None
+    cache: _KVCache | None
+    record: _Recorder | None
 
 
 @dataclass
@@ -206,6 +219,26 @@ class Model:
         traces = {i: record.traces[i] for i in chosen}
         return ModelTrace(self.name, [int(i) for i in ids], tokens, traces, c.num_layers, c.num_heads)
 
+    @overload
+    def generate(
+        self,
+        input_ids: Any,
+        max_new_tokens: int,
+        *,
+        temperature: float = ...,
+        rng: Any = ...,
+        output_logits: Literal[False] = ...,
+    ) -> Array: ...
+    @overload
+    def generate(
+        self,
+        input_ids: Any,
+        max_new_tokens: int,
+        *,
+        temperature: float = ...,
+        rng: Any = ...,
+        output_logits: Literal[True],
+    ) -> tuple[Array, Array]: ...
     def generate(
         self,
         input_ids: Any,
@@ -273,14 +306,16 @@ class Model:
         if net.embed_norm is not None:
             x = net.embed_norm(x)
         mask, is_causal = self._mask(valid, ids.shape[1], past)
+        rope = None if net.rope is None else net.rope.tables(positions, x.dtype)
+        step = _Pass(mask, is_causal, rope, cache, record)
         if hidden is not None:
             hidden.append(x)
         for i, block in enumerate(net.blocks):
             if net.pre_norm:
-                x = x + self._attention(i, block, block.attention_norm(x), positions, mask, is_causal, cache, record)
+                x = x + self._attention(i, block, block.attention_norm(x), step)
                 x = x + block.mlp(block.mlp_norm(x))
             else:
-                x = block.attention_norm(x + self._attention(i, block, x, positions, mask, is_causal, cache, record))
+                x = block.attention_norm(x + self._attention(i, block, x, step))
                 x = block.mlp_norm(x + block.mlp(x))
             if hidden is not None:
                 hidden.append(x)
@@ -292,17 +327,7 @@ class Model:
                 hidden[-1] = x  # transformers reports the last layer's output after the final norm
         return x
 
-    def _attention(
-        self,
-        layer: int,
-        block: Block,
-        h: Array,
-        positions: Array,
-        mask: Array | None,
-        is_causal: bool,
-        cache: _KVCache | None,
-        record: _Recorder | None,
-    ) -> Array:
+    def _attention(self, layer: int, block: Block, h: Array, step: _Pass) -> Array:
         """One layer's attention over its normed input h (B, L, D): its output after the
         out projection (B, L, D)."""
         c = self.config
@@ -310,14 +335,15 @@ class Model:
         q = block.query(h).reshape(B, L, c.num_heads, c.head_dim).transpose(0, 2, 1, 3)  # (B,L,H·E) -> (B,H,L,E)
         k = block.key(h).reshape(B, L, c.num_kv_heads, c.head_dim).transpose(0, 2, 1, 3)  # -> (B, Hk, L, E)
         v = block.value(h).reshape(B, L, c.num_kv_heads, c.head_dim).transpose(0, 2, 1, 3)  # -> (B, Hk, L, E)
-        if self.network.rope is not None:
-            q, k = self.network.rope(q, positions), self.network.rope(k, positions)
-        if cache is not None:
-            k, v = cache.extend(layer, k, v)  # (B, Hk, S, E), the past positions first
+        if step.rope is not None:
+            q, k = rotate(q, *step.rope), rotate(k, *step.rope)
+        if step.cache is not None:
+            k, v = step.cache.extend(layer, k, v)  # (B, Hk, S, E), the past positions first
+        record = step.record
         keep = record is not None and (record.attentions or layer in record.trace_layers)
         result = attention(
-            q, k, v, attn_mask=mask, is_causal=is_causal, scale=block.scale, enable_gqa=c.num_kv_heads != c.num_heads,
-            need_weights=keep,
+            q, k, v, attn_mask=step.mask, is_causal=step.is_causal, scale=block.scale,
+            enable_gqa=c.num_kv_heads != c.num_heads, need_weights=keep,
         )  # fmt: skip
         out, weights = result.output.astype(h.dtype, copy=False), result.weights
         merged = out.transpose(0, 2, 1, 3).reshape(B, L, c.num_heads * c.head_dim)  # (B,H,L,E) -> (B,L,H·E)
@@ -326,8 +352,9 @@ class Model:
             if record.attentions:
                 record.weights.append(weights)
             if layer in record.trace_layers:
-                record.traces[layer] = _layer_trace(h[0], q[0], k[0], v[0], weights[0], out[0], projected[0], block,
-                                                    mask, is_causal)  # fmt: skip
+                record.traces[layer] = _layer_trace(
+                    h[0], q[0], k[0], v[0], weights[0], out[0], projected[0], block, step.mask, step.is_causal
+                )
         return projected
 
     def _head(self, x: Array) -> Array | None:

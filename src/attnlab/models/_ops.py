@@ -15,7 +15,7 @@ import numpy as np
 
 from .._validation import MissingDependencyError
 
-__all__ = ["ACTIVATIONS", "Linear", "Norm", "Rope", "rope_frequencies"]
+__all__ = ["ACTIVATIONS", "Linear", "Norm", "Rope", "rope_frequencies", "rotate"]
 
 Array = np.ndarray
 
@@ -72,9 +72,12 @@ def _gelu_tanh(x: Array) -> Array:
 
 
 def _silu(x: Array) -> Array:
-    """x·σ(x), written x / (1 + e^(−x)) (inf for large −x gives 0, not NaN)."""
+    """x·σ(x), written x / (1 + e^(−x)) (inf for large −x gives 0, not NaN), in one buffer."""
+    y = np.negative(x)
     with np.errstate(over="ignore"):
-        return x / (1.0 + np.exp(-x))
+        np.exp(y, out=y)
+    y += 1.0
+    return np.divide(x, y, out=y)
 
 
 def _relu(x: Array) -> Array:
@@ -130,12 +133,14 @@ class Rope:
 
     inv_freq: Array  # (head_dim/2,), float64
 
-    def __call__(self, x: Array, positions: Array) -> Array:
-        """x (B, heads, L, head_dim); positions (B, L) or (L,) integers."""
-        angles = np.asarray(positions, dtype=np.float64)[..., None] * self.inv_freq  # (…, L, head_dim/2)
-        if angles.ndim == 3:
-            angles = angles[:, None]  # (B, L, half) -> (B, 1, L, half): the same for every head
-        cos, sin = np.cos(angles).astype(x.dtype), np.sin(angles).astype(x.dtype)
-        half = x.shape[-1] // 2
-        first, second = x[..., :half], x[..., half:]
-        return np.concatenate((first * cos - second * sin, second * cos + first * sin), axis=-1)
+    def tables(self, positions: Array, dtype: np.dtype) -> tuple[Array, Array]:
+        """cos and sin of p·θ (L, head_dim/2) for positions (L,), computed in float64."""
+        angles = np.asarray(positions, dtype=np.float64)[:, None] * self.inv_freq  # (L, head_dim/2)
+        return np.cos(angles).astype(dtype), np.sin(angles).astype(dtype)
+
+
+def rotate(x: Array, cos: Array, sin: Array) -> Array:
+    """x (B, heads, L, head_dim) rotated by :meth:`Rope.tables`' cos and sin (L, head_dim/2)."""
+    half = x.shape[-1] // 2
+    first, second = x[..., :half], x[..., half:]
+    return np.concatenate((first * cos - second * sin, second * cos + first * sin), axis=-1)
