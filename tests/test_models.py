@@ -500,3 +500,17 @@ def test_cli_model_errors_are_one_line(checkpoint_with_tokenizer, tmp_path, argv
     assert run.returncode == 2 and run.stdout == ""
     assert len(run.stderr.strip().splitlines()) == 1, run.stderr
     assert re.search(message, run.stderr), run.stderr
+
+
+def test_the_models_benchmark_runs_both_libraries_on_the_same_model():
+    from attnlab._model_bench import QWEN2_5_0_5B, format_models, run_models
+
+    config = {**QWEN2_5_0_5B, "num_hidden_layers": 2, "hidden_size": 64, "intermediate_size": 96,
+              "num_attention_heads": 4, "vocab_size": 500}  # fmt: skip
+    results = run_models(config, lengths=(8, 40), new_tokens=4, repeat=1)
+    assert [row["tokens"] for row in results["forward"]] == [8, 40]
+    assert all(row["max_abs_logit_difference"] < 1e-4 for row in results["forward"])  # the same computation
+    assert results["generate"]["same_tokens"] is True
+    assert results["memory"]["peak_bytes"] > results["weight_bytes"]  # a tiny model: the interpreter dominates
+    report = format_models(results)
+    assert "| 40 |" in report and "vs sdpa" in report and "× the float32 weight bytes" in report

@@ -10,15 +10,23 @@ import numpy as np
 README = Path(__file__).parent.parent / "README.md"
 
 
-def test_the_python_examples_run():
+def test_the_python_examples_run(tmp_path):
+    from test_models import tiny_checkpoint_with_tokenizer
+
     blocks = re.findall(r"```python\n(.*?)```", README.read_text(encoding="utf-8"), re.S)
-    assert len(blocks) == 2
+    assert len(blocks) == 3
+    # no download here: the models example runs on a tiny GPT-2 in place of the hub's
+    checkpoint = tiny_checkpoint_with_tokenizer(tmp_path)
+    assert 'models.load("gpt2")' in blocks[1]
+    blocks[1] = blocks[1].replace('models.load("gpt2")', f"models.load({str(checkpoint)!r})")
     results = []
     for block in blocks:
         namespace: dict[str, object] = {}
         exec(compile(block, "README.md", "exec"), namespace)
         results.append(namespace)
-    seeing, engine = results
+    seeing, model, engine = results
+    assert "".join(model["trace"].tokens) == "小明是个运动达人，他平时很爱打篮球"
+    assert model["last"].weights.shape == (4, 32, 32)
     assert Path("/tmp/weights.png").stat().st_size > 0
     assert str(seeing["html"]).startswith("<!DOCTYPE html>")
     assert np.shape(engine["grad_x_q"]) == (2, 10, 64)
