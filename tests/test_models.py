@@ -176,11 +176,12 @@ def test_sampling_is_replayed_by_its_seed_and_generation_stops_at_the_end_token(
     np.testing.assert_array_equal(first, model.generate(prompt, 8, temperature=1.0, rng=7))
     assert len(first) == 11
     greedy = model.generate(prompt, 8)
-    directory = copy_checkpoint(path, tmp_path / "eos")
-    config = json.loads((directory / "config.json").read_text())
-    (directory / "config.json").write_text(json.dumps({**config, "eos_token_id": int(greedy[5])}))
     stop = 1 + list(greedy[3:]).index(greedy[5])  # new tokens up to the first end token
-    np.testing.assert_array_equal(models.load(directory).generate(prompt, 8), greedy[: 3 + stop])
+    for name in ("config.json", "generation_config.json"):  # the second wins, as in transformers
+        directory = copy_checkpoint(path, tmp_path / name)
+        settings = json.loads((directory / name).read_text()) if (directory / name).is_file() else {}
+        (directory / name).write_text(json.dumps({**settings, "eos_token_id": [int(greedy[5])]}))
+        np.testing.assert_array_equal(models.load(directory).generate(prompt, 8), greedy[: 3 + stop])
 
 
 # --- the trace --------------------------------------------------------------------------
@@ -452,9 +453,9 @@ def checkpoint_with_tokenizer(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tiny_checkpoint_with_tokenizer(tmp_path_factory.mktemp("cli"))
 
 
-def run_cli(*argv: str) -> subprocess.CompletedProcess[str]:
+def run_cli(*argv: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     command = [sys.executable, "-m", "attnlab", *argv]
-    return subprocess.run(command, capture_output=True, text=True, timeout=120)
+    return subprocess.run(command, capture_output=True, text=True, timeout=120, env={**os.environ, **(env or {})})
 
 
 def test_cli_trace_of_a_model_is_its_last_layer_or_all(checkpoint_with_tokenizer):
@@ -490,13 +491,20 @@ def test_cli_plot_of_every_layer(checkpoint_with_tokenizer, tmp_path):
         (["--model", "{ckpt}", "--text", SENTENCE * 2], "--text: expected at most 40 tokens"),
         (["--text", "a b", "--layer", "1"], "--layer: expected --model"),
         (["--model", "{ckpt}", "--text", "a", "--layer", "x"], "expected a layer index or 'all'"),
+        (["--model", "{t5}", "--text", "a"], "model_type: expected one of gpt2, bert, llama, qwen2, got 't5'"),
+        (["--model", "{pickled}", "--text", "a"], r"only pytorch_model\.bin \(pickle\)"),
+        (["--model", "attnlab-test/no-such-model", "--text", "a"], "attnlab-test/no-such-model"),
     ],
 )
 def test_cli_model_errors_are_one_line(checkpoint_with_tokenizer, tmp_path, argv, message):
     import re
 
-    argv = [a.format(tmp=tmp_path, ckpt=checkpoint_with_tokenizer) for a in argv]
-    run = run_cli("trace", *argv)
+    t5 = copy_checkpoint(checkpoint_with_tokenizer, tmp_path / "t5")
+    (t5 / "config.json").write_text(json.dumps({**json.loads((t5 / "config.json").read_text()), "model_type": "t5"}))
+    pickled = copy_checkpoint(checkpoint_with_tokenizer, tmp_path / "pickled")
+    (pickled / "model.safetensors").rename(pickled / "pytorch_model.bin")
+    argv = [a.format(tmp=tmp_path, ckpt=checkpoint_with_tokenizer, t5=t5, pickled=pickled) for a in argv]
+    run = run_cli("trace", *argv, env={"HF_HOME": str(tmp_path / "hf"), "HF_HUB_OFFLINE": "1"})
     assert run.returncode == 2 and run.stdout == ""
     assert len(run.stderr.strip().splitlines()) == 1, run.stderr
     assert re.search(message, run.stderr), run.stderr

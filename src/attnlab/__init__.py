@@ -2,13 +2,14 @@
 to a NumPy engine with PyTorch's semantics and exact gradients.
 
 The public names are re-exported here from private modules; ``attnlab.functional``,
-``attnlab.reference`` and ``attnlab.interop`` are public modules too. The design is in
+``attnlab.reference``, ``attnlab.interop`` and ``attnlab.models`` (pretrained checkpoints,
+``pip install 'attnlab[models]'``) are public modules too. The design is in
 docs/design.md.
 """
 
 import importlib.metadata as _metadata
 
-from . import functional, interop, reference
+from . import functional, interop, models, reference
 from ._multihead import MultiheadAttention
 from ._plot import MissingFontWarning, plot
 from ._self_attention import SelfAttention
@@ -44,6 +45,7 @@ __all__ = [
     "attention",
     "functional",
     "interop",
+    "models",
     "plot",
     "reference",
     "scaled_dot_product_attention",

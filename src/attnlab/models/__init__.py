@@ -16,6 +16,7 @@ read from safetensors only, memory-mapped; never from pickle.
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -53,6 +54,12 @@ def load(name_or_dir: str | os.PathLike[str], *, dtype: Any = np.float32) -> Mod
     directory = locate(name_or_dir)
     config = read_config(directory)
     network = read_network(config, Weights(directory), compute)
+    generation = directory / "generation_config.json"  # where transformers' generate finds the end token
+    if generation.is_file():
+        end = read_config(directory, generation.name).get("eos_token_id")
+        ends = tuple(end) if isinstance(end, list) else (end,) if isinstance(end, int) else ()
+        if ends:
+            network = replace(network, config=replace(network.config, eos_token_id=ends))
     return Model(network, read_tokenizer(directory), str(name_or_dir))
 
 

@@ -110,11 +110,11 @@ def _from_hub(repo_id: str) -> Path:
         ) from error
 
 
-def read_config(directory: Path) -> dict[str, Any]:
-    """config.json as a dict."""
-    path = directory / CONFIG
+def read_config(directory: Path, name: str = CONFIG) -> dict[str, Any]:
+    """config.json (or another JSON file of the checkpoint) as a dict."""
+    path = directory / name
     if not path.is_file():
-        raise CheckpointError(f"name_or_dir: {directory} has no {CONFIG}; expected a Hugging Face checkpoint directory")
+        raise CheckpointError(f"name_or_dir: {directory} has no {name}; expected a Hugging Face checkpoint directory")
     try:
         config = json.loads(path.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as error:
