@@ -522,3 +522,30 @@ def test_the_models_benchmark_runs_both_libraries_on_the_same_model():
     assert results["memory"]["peak_bytes"] > results["weight_bytes"]  # a tiny model: the interpreter dominates
     report = format_models(results)
     assert "| 40 |" in report and "vs sdpa" in report and "× the float32 weight bytes" in report
+
+
+def test_a_saved_model_trace_reads_back_and_the_cli_takes_it(checkpoint_with_tokenizer, tmp_path):
+    trace = models.load(checkpoint_with_tokenizer).trace(SENTENCE)
+    again = models.ModelTrace.from_dict(json.loads(trace.to_json()), "saved")
+    assert (again.model, again.ids, again.tokens) == (trace.model, trace.ids, trace.tokens)
+    assert sorted(again.layers) == [0, 1] and (again.num_layers, again.num_heads) == (2, 4)
+    for i in (0, 1):
+        np.testing.assert_array_equal(again[i].weights, trace[i].weights)
+        np.testing.assert_array_equal(again[i].scaled_scores, trace[i].scaled_scores)  # −inf survives JSON
+    saved = tmp_path / "saved.json"
+    saved.write_text(trace.to_json(), encoding="utf-8")
+    one = run_cli("trace", str(saved), "--layer", "-1", "--format", "json")
+    assert one.returncode == 0, one.stderr
+    assert list(json.loads(one.stdout)["layers"]) == ["1"]
+    assert run_cli("view", str(saved), "-o", str(tmp_path / "saved.html")).returncode == 0
+    for argv, message in [
+        (["--layer", "5"], "--layer: expected one of the saved layers [0, 1], got 5"),
+        (["--tokens", "a b"], "--tokens: "),
+        (["--causal"], "--causal: "),
+    ]:
+        run = run_cli("trace", str(saved), *argv)
+        assert run.returncode == 2 and message in run.stderr, run.stderr
+    broken = json.loads(trace.to_json())
+    broken["layers"]["1"]["tokens"] = broken["layers"]["1"]["tokens"][:-1]
+    with pytest.raises(ValueError, match="saved, layer 1: tokens: expected"):
+        models.ModelTrace.from_dict(broken, "saved")

@@ -194,14 +194,16 @@ def _refuse(args: argparse.Namespace, reason: str) -> None:
             raise InputError(f"{option}: {reason}; {option} cannot change it")
 
 
-def trace_from_args(args: argparse.Namespace, max_scores: int = MAX_SCORES, holder: str = "a trace") -> Trace:
+def trace_from_args(
+    args: argparse.Namespace, max_scores: int = MAX_SCORES, holder: str = "a trace"
+) -> Trace | ModelTrace:
     """Run the layer on the sequence the options name, or load a saved trace (a JSON
     object from ``attnlab trace --format json``). ``holder`` keeps the L×L matrices and
     takes at most ``max_scores`` (L²·heads): checked before any work."""
     tokens: list[str] | None
-    if args.layer is not None:
-        raise InputError("--layer: expected --model with it; the layer of the input here is the only one")
     if args.text is not None:
+        if args.layer is not None:
+            raise InputError("--layer: expected --model or a saved model's trace with it; this input has one layer")
         words = split_text(args.text)
         _check_size(len(words), args.num_heads, max_scores, holder)
         X = embed_tokens(words, args.embed, args.d_model, args.seed)
@@ -209,9 +211,15 @@ def trace_from_args(args: argparse.Namespace, max_scores: int = MAX_SCORES, hold
     else:
         data = read_json_or_matrix(args.input)
         if isinstance(data, dict):
-            trace = _saved_trace(data, args)
-            _check_size(len(trace.inputs), trace.num_heads, max_scores, holder)
-            return trace
+            saved = _saved_trace(data, args)
+            if isinstance(saved, ModelTrace):
+                layers = len(saved.layers)
+                _check_size(len(saved.tokens), saved.num_heads * layers, max_scores, holder, "--layer N")
+            else:
+                _check_size(len(saved.inputs), saved.num_heads, max_scores, holder)
+            return saved
+        if args.layer is not None:
+            raise InputError("--layer: expected --model or a saved model's trace with it; this input has one layer")
         X, names = as_sequence(data, args.input)
         _check_size(len(X), args.num_heads, max_scores, holder)
         tokens = parse_tokens(args.tokens, len(X)) or names
@@ -240,10 +248,24 @@ def _check_size(length: int, heads: int, max_scores: int, holder: str, fewer: st
         )
 
 
-def _saved_trace(data: dict[str, object], args: argparse.Namespace) -> Trace:
-    """A trace saved by ``attnlab trace --format json``: only --tokens can change it."""
+def _saved_trace(data: dict[str, object], args: argparse.Namespace) -> Trace | ModelTrace:
+    """A trace saved by ``attnlab trace --format json``: a layer's or a model's. Only --tokens
+    (a layer's) and --layer (a model's) can change what is shown."""
     _refuse(args, f"{args.input} is a saved trace, already computed")
-    trace = Trace.from_dict(data, source_name(args.input))
+    source = source_name(args.input)
+    if "layers" in data:
+        if args.tokens is not None:
+            raise InputError(f"--tokens: {args.input} is a saved model's trace; its tokens are the model's")
+        saved = ModelTrace.from_dict(data, source)
+        if args.layer not in (None, "all"):
+            wanted = args.layer % saved.num_layers if -saved.num_layers <= args.layer < saved.num_layers else None
+            if wanted not in saved.layers:
+                raise InputError(f"--layer: expected one of the saved layers {sorted(saved.layers)}, got {args.layer}")
+            saved.layers = {wanted: saved.layers[wanted]}
+        return saved
+    if args.layer is not None:
+        raise InputError(f"--layer: {args.input} is the trace of one layer; --layer needs a model's trace")
+    trace = Trace.from_dict(data, source)
     trace.tokens = parse_tokens(args.tokens, len(trace.inputs)) or trace.tokens
     return trace
 

@@ -18,7 +18,7 @@ import numpy as np
 
 from .._masks import check_rng, mask_scores_
 from .._trace import Trace
-from .._validation import fail, flag, positive_int, real_number
+from .._validation import ArgumentError, fail, flag, positive_int, real_number
 from ..functional import attention
 from ._architectures import Block, ModelConfig, Network
 from ._ops import rotate
@@ -73,6 +73,39 @@ class ModelTrace:
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), ensure_ascii=False, allow_nan=False)
+
+    @classmethod
+    def from_dict(cls, data: Any, source: str = "trace") -> ModelTrace:
+        """Inverse of :meth:`to_dict`, checked: each layer as :meth:`attnlab.Trace.from_dict`
+        checks it, and every layer over the same tokens.
+
+        Raises:
+            ArgumentError: naming ``source`` and what is missing or does not fit.
+        """
+        if not isinstance(data, dict) or not isinstance(data.get("layers"), dict) or not data["layers"]:
+            raise ArgumentError(f"{source}: expected a model's trace, with its layers (as ModelTrace.to_dict gives)")
+        tokens, ids = data.get("tokens"), data.get("ids")
+        if not isinstance(tokens, list) or not all(isinstance(t, str) for t in tokens):
+            raise ArgumentError(f"{source}: tokens: expected a list of strings")
+        if not isinstance(ids, list) or len(ids) != len(tokens) or not all(type(i) is int for i in ids):
+            raise ArgumentError(f"{source}: ids: expected {len(tokens)} integers, one per token")
+        num_layers, num_heads = data.get("num_layers"), data.get("num_heads")
+        if not (type(num_layers) is int and type(num_heads) is int and num_layers > 0 and num_heads > 0):
+            got = f"{num_layers!r} and {num_heads!r}"
+            raise ArgumentError(f"{source}: num_layers and num_heads: expected positive integers, got {got}")
+        layers = {}
+        for key, layer in data["layers"].items():
+            if not key.isdigit() or not int(key) < num_layers:
+                raise ArgumentError(f"{source}: layers: expected indices in 0..{num_layers - 1}, got {key!r}")
+            trace = Trace.from_dict(layer, f"{source}, layer {key}")
+            if trace.tokens != tokens or trace.num_heads != num_heads:
+                raise ArgumentError(
+                    f"{source}, layer {key}: expected the trace's {len(tokens)} tokens and "
+                    f"{num_heads} heads, got {len(trace.labels)} tokens and {trace.num_heads} heads"
+                )
+            layers[int(key)] = trace
+        model = data.get("model")
+        return cls(str(model), ids, tokens, dict(sorted(layers.items())), num_layers, num_heads)
 
     def render(self, *, lang: str = "zh", precision: int = 4) -> str:
         """Each traced layer's text (:meth:`attnlab.Trace.render`) under a title naming it."""
