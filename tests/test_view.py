@@ -212,6 +212,8 @@ def test_a_link_opens_a_query_head_and_scale(browser, tmp_path, capsys):
 
 
 def test_page_data_has_a_head_axis_for_one_head_or_many():
+    import base64
+
     from attnlab._view import page_data
 
     for trace in (
@@ -220,8 +222,11 @@ def test_page_data_has_a_head_axis_for_one_head_or_many():
         al.MultiheadAttention(4, 2, seed=0, dtype=np.float64).trace(np.eye(4)),
     ):
         (data,) = page_data(trace)["layers"]
-        assert np.array(data["scores"]).shape == (trace.num_heads, 4, 4)
-        assert np.array(data["q"]).shape[:2] == (trace.num_heads, 4)
+        assert data["heads"] == trace.num_heads and data["dtype"] == "float64"
+        scores = np.frombuffer(base64.b64decode(data["scores"]), "<f8").reshape(trace.num_heads, 4, 4)
+        np.testing.assert_array_equal(scores, trace.scores.reshape(scores.shape))  # exact, as the trace has them
+        q = np.frombuffer(base64.b64decode(data["q"]), "<f8")
+        assert q.size == trace.num_heads * 4 * data["d_k"]
 
 
 def test_f_scores_that_overflow_are_shown_as_not_numbers(browser, tmp_path, capsys):

@@ -8,6 +8,7 @@ slider can recompute them live.
 
 from __future__ import annotations
 
+import base64
 import html
 import json
 from importlib.resources import files
@@ -15,15 +16,15 @@ from pathlib import Path
 
 import numpy as np
 
-from ._trace import Trace, json_ready
+from ._trace import Trace
 from ._validation import MissingDependencyError, fail, output_path
 from .models import ModelTrace
 
-__all__ = ["check_path", "notebook_html", "page_data", "render_page", "show", "view", "write_page"]
+__all__ = ["check_path", "notebook_html", "page_bytes", "page_data", "render_page", "show", "view", "write_page"]
 
 _PLACEHOLDER = "__ATTNLAB_DATA__"
-_NUMBERS = {"scores": "scores", "q": "Q", "k": "K", "v": "V"}  # the page's name: the trace's
-MAX_PAGE_BYTES = 64 * 2**20
+MAX_PAGE_BYTES = 16 * 2**20  # what Chromium opens and draws in a few seconds
+GIVEN_SCORES_UP_TO = 2**18  # scores in all: up to this many the page carries them, past it computes q·k
 
 
 def _with_heads(x: np.ndarray) -> np.ndarray:
@@ -31,28 +32,51 @@ def _with_heads(x: np.ndarray) -> np.ndarray:
     return x if x.ndim == 3 else x[None]
 
 
+def _binary(x: np.ndarray) -> str:
+    """A float array as base64 of its little-endian bytes, row-major: exact, NaN and ±∞ included."""
+    dtype = "<f8" if x.dtype == np.float64 else "<f4"
+    return base64.b64encode(np.ascontiguousarray(x, dtype=dtype).tobytes()).decode("ascii")
+
+
+def page_bytes(length: int, heads: int, layers: int, widths: tuple[int, int], itemsize: int = 4) -> int:
+    """About the size of a page's data: q, k (width E) and v (width Ev) of every head and
+    layer, in base64 (the scores of a large page are computed by the page)."""
+    numbers = length * heads * layers * (2 * widths[0] + widths[1])
+    return numbers * itemsize * 4 // 3
+
+
 def page_data(trace: Trace | ModelTrace) -> dict[str, object]:
-    """What the page needs, as JSON-ready values: the tokens, and per layer (one for a
-    Trace) its name and numbers."""
+    """What the page needs: the tokens and, per layer (one for a Trace), its name, scale,
+    mask and per-head q, k, v (H, L, ·) as base64 float arrays; the raw scores q·kᵀ
+    (H, L, L) too while the page holds at most GIVEN_SCORES_UP_TO of them in all, past
+    which the page computes them from q and k."""
     if isinstance(trace, ModelTrace):
-        layers = [{"name": f"layer {i}", **_layer_data(t)} for i, t in trace.layers.items()]
-        return {"tokens": trace.tokens, "title": f"{trace.model}: ", "layers": layers}
-    return {"tokens": trace.labels, "title": "", "layers": [{"name": "", **_layer_data(trace)}]}
+        named: list[tuple[int | None, Trace]] = list(trace.layers.items())
+        tokens, model, special, parts = trace.tokens, trace.model, trace.special, trace.parts
+    else:
+        named, tokens, model = [(None, trace)], trace.labels, ""
+        special, parts = [False] * len(tokens), [""] * len(tokens)
+    given = sum(_with_heads(t.scores).size for _, t in named) <= GIVEN_SCORES_UP_TO
+    layers = [{"name": "" if i is None else f"layer {i}", **_layer_data(t, given)} for i, t in named]
+    return {"tokens": tokens, "model": model, "special": special, "parts": parts, "layers": layers}
 
 
-def _layer_data(trace: Trace) -> dict[str, object]:
-    """One attention layer's numbers, as JSON-ready values."""
+def _layer_data(trace: Trace, with_scores: bool) -> dict[str, object]:
+    """One attention layer's numbers for the page."""
     scaled = _with_heads(trace.scaled_scores)  # (H, L, L)
     # masked: −∞ after the mask where the raw score was not −∞ already (that is overflow)
     masked = np.isneginf(scaled[0]) & ~np.isneginf(_with_heads(trace.scores)[0])
-    numbers = {name: _with_heads(getattr(trace, field)) for name, field in _NUMBERS.items()}  # (H, L, ·) each
-    non_finite = not all(np.isfinite(x).all() for x in numbers.values())
+    q, k, v = (_with_heads(x) for x in (trace.Q, trace.K, trace.V))  # (H, L, E), (H, L, E), (H, L, Ev)
+    dtype = np.float64 if q.dtype == np.float64 else np.float32
     return {
         "scale": trace.scale,
-        "d_k": int(numbers["k"].shape[-1]),
+        "heads": q.shape[0],
+        "d_k": int(q.shape[-1]),
+        "d_v": int(v.shape[-1]),
+        "dtype": np.dtype(dtype).name,
         "masked": ["".join("1" if m else "0" for m in row) for row in masked],
-        "non_finite": non_finite,  # then the numbers are encoded as a trace's JSON encodes them
-        **{name: json_ready(x.tolist()) if non_finite else x.tolist() for name, x in numbers.items()},
+        **{name: _binary(x.astype(dtype, copy=False)) for name, x in (("q", q), ("k", k), ("v", v))},
+        "scores": _binary(_with_heads(trace.scores).astype(dtype, copy=False)) if with_scores else None,
     }
 
 
@@ -60,14 +84,17 @@ def render_page(trace: Trace | ModelTrace) -> str:
     """The HTML text. The data sits in a JSON script block with '<', '>' and '&'
     escaped, so no token can end the block or inject markup; the script only ever
     writes tokens as text."""
-    payload = json.dumps(page_data(trace), ensure_ascii=False, allow_nan=False)  # non-finite: encoded
+    payload = json.dumps(page_data(trace), ensure_ascii=False, allow_nan=False)
     size = len(payload.encode("utf-8"))
     if size > MAX_PAGE_BYTES:
+        fewer = (
+            "fewer layers (--layer N), tokens or heads" if isinstance(trace, ModelTrace) else "fewer tokens or heads"
+        )
         raise fail(
             "trace",
-            f"a page of at most {MAX_PAGE_BYTES // 2**20} MiB of data (a browser cannot open more); "
-            "use fewer tokens or heads",
-            f"{size / 2**20:.0f} MiB",
+            f"a page of at most {MAX_PAGE_BYTES // 2**20} MiB of data (what a browser opens in a few seconds); "
+            f"use {fewer}",
+            f"{size / 2**20:.1f} MiB",
         )
     payload = payload.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
     template = files("attnlab").joinpath("_view.html").read_text(encoding="utf-8")

@@ -18,7 +18,7 @@ import numpy as np
 
 from .._masks import check_rng, mask_scores_
 from .._trace import Trace
-from .._validation import ArgumentError, fail, flag, positive_int, real_number
+from .._validation import ArgumentError, AttnlabError, fail, flag, positive_int, real_number
 from ..functional import attention
 from ._architectures import Block, ModelConfig, Network
 from ._ops import rotate
@@ -58,6 +58,26 @@ class ModelTrace:
     layers: dict[int, Trace] = field(repr=False)
     num_layers: int = 0
     num_heads: int = 0
+    special: list[bool] = field(default_factory=list)  # [CLS], <|endoftext|>: not text
+    parts: list[str] = field(default_factory=list)  # the characters split over several tokens each holds
+
+    def __post_init__(self) -> None:
+        self.special = self.special or [False] * len(self.tokens)
+        self.parts = self.parts or [""] * len(self.tokens)
+
+    @property
+    def weights(self) -> Array:
+        """The traced layers' weights, (layers, H, L, L), in layer order."""
+        return np.stack([self.layers[i].weights for i in sorted(self.layers)])
+
+    def _repr_html_(self) -> str | None:
+        """Jupyter's display: the page, as for :class:`attnlab.Trace`."""
+        from .._view import notebook_html
+
+        try:
+            return notebook_html(self)
+        except AttnlabError:
+            return None
 
     def __getitem__(self, layer: int) -> Trace:
         if layer not in self.layers:
@@ -67,7 +87,13 @@ class ModelTrace:
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready: the model, ids, tokens and counts, and each traced layer's
         :meth:`attnlab.Trace.to_dict` under its index."""
-        fixed = {"model": self.model, "ids": self.ids, "tokens": self.tokens}
+        fixed = {
+            "model": self.model,
+            "ids": self.ids,
+            "tokens": self.tokens,
+            "special": self.special,
+            "parts": self.parts,
+        }
         counts = {"num_layers": self.num_layers, "num_heads": self.num_heads}
         return {**fixed, **counts, "layers": {str(i): trace.to_dict() for i, trace in self.layers.items()}}
 
@@ -104,8 +130,13 @@ class ModelTrace:
                     f"{num_heads} heads, got {len(trace.labels)} tokens and {trace.num_heads} heads"
                 )
             layers[int(key)] = trace
-        model = data.get("model")
-        return cls(str(model), ids, tokens, dict(sorted(layers.items())), num_layers, num_heads)
+        special, parts = data.get("special", [False] * len(tokens)), data.get("parts", [""] * len(tokens))
+        if not (isinstance(special, list) and len(special) == len(tokens) and all(type(x) is bool for x in special)):
+            raise ArgumentError(f"{source}: special: expected {len(tokens)} booleans, one per token")
+        if not (isinstance(parts, list) and len(parts) == len(tokens) and all(isinstance(x, str) for x in parts)):
+            raise ArgumentError(f"{source}: parts: expected {len(tokens)} strings, one per token")
+        layers = dict(sorted(layers.items()))
+        return cls(str(data.get("model")), ids, tokens, layers, num_layers, num_heads, special, parts)
 
     def render(self, *, lang: str = "zh", precision: int = 4) -> str:
         """Each traced layer's text (:meth:`attnlab.Trace.render`) under a title naming it."""
@@ -245,12 +276,15 @@ class Model:
         chosen = self._layers(layers)
         record = _Recorder(trace_layers=frozenset(chosen))
         self._run(ids[None], None, None, None, record, None)
-        tokens = self.tokenizer.readable(ids) if self.tokenizer is not None else [str(i) for i in ids]
+        tokenizer = self.tokenizer
+        tokens = tokenizer.readable(ids) if tokenizer is not None else [str(i) for i in ids]
+        special = [tokenizer.is_special(i) for i in ids] if tokenizer is not None else []
+        parts = tokenizer.parts(ids) if tokenizer is not None else []
         for trace in record.traces.values():
             trace.tokens = tokens
         c = self.config
         traces = {i: record.traces[i] for i in chosen}
-        return ModelTrace(self.name, [int(i) for i in ids], tokens, traces, c.num_layers, c.num_heads)
+        return ModelTrace(self.name, [int(i) for i in ids], tokens, traces, c.num_layers, c.num_heads, special, parts)
 
     @overload
     def generate(

@@ -49,20 +49,40 @@ class Tokenizer:
         """Each token as the text it adds, not as its vocabulary entry: GPT-2's ``Ġ`` is a
         space and a Chinese character split over byte-level pieces is shown whole on the
         piece that completes it, its earlier pieces as ''. Special tokens keep their names."""
+        return self._decode_each([int(i) for i in ids])[0]
+
+    def parts(self, ids: Any) -> list[str]:
+        """For each token, the characters split over several tokens that it holds bytes
+        of ('' for most tokens): both the earlier pieces of 篮 and the piece that completes
+        it give '篮'."""
         ids = [int(i) for i in ids]
+        texts, unfinished = self._decode_each(ids)
+        parts = [""] * len(ids)
+        for i in (i for i, open_ in enumerate(unfinished) if open_):
+            ends = next((j for j in range(i + 1, len(ids)) if texts[j]), None)  # the piece that completes it
+            if ends is None:
+                continue  # bytes of a character that the sequence never finishes
+            for n in range(i, ends + 1):
+                if texts[ends][0] not in parts[n]:
+                    parts[n] += texts[ends][0]
+        return parts
+
+    def _decode_each(self, ids: list[int]) -> tuple[list[str], list[bool]]:
+        """Each token's text (see :meth:`readable`), and whether it leaves a character unfinished."""
         texts: list[str] = []
+        unfinished: list[bool] = []
         start, boundary = 0, 0  # a character begins at both; start is before token i, for context
         for i in range(len(ids)):
             before = self.backend.decode(ids[start:i], skip_special_tokens=False)
             after = self.backend.decode(ids[start : i + 1], skip_special_tokens=False)
-            unfinished = after.endswith(REPLACEMENT) and ids[i] not in self.special_ids
+            unfinished.append(after.endswith(REPLACEMENT) and ids[i] not in self.special_ids)
             text = after.rstrip(REPLACEMENT)[len(before.rstrip(REPLACEMENT)) :]  # the characters it completes
             if self._word_piece and text.startswith(" "):
                 text = text[1:]  # the space the decoder put between two words
             texts.append(text)
-            if not unfinished:  # token i ends a character: the next one starts one
+            if not unfinished[-1]:  # token i ends a character: the next one starts one
                 start, boundary = boundary, i + 1
-        return texts
+        return texts, unfinished
 
     def is_special(self, token_id: int) -> bool:
         return int(token_id) in self.special_ids
