@@ -408,6 +408,87 @@ def test_a_weight_of_the_wrong_shape_is_named(checkpoints, tmp_path):
         models.load(directory)
 
 
+def edit_json(path: Path, **changes: Any) -> None:
+    path.write_text(json.dumps({**json.loads(path.read_text()), **changes}))
+
+
+def damaged_header(directory: Path, change: Any) -> None:
+    """Rewrite model.safetensors with its JSON header passed through ``change``."""
+    weights = directory / "model.safetensors"
+    data = weights.read_bytes()
+    size = int.from_bytes(data[:8], "little")
+    header = change(json.loads(data[8 : 8 + size]))
+    text = json.dumps(header).encode()
+    weights.write_bytes(len(text).to_bytes(8, "little") + text + data[8 + size :])
+
+
+def first_two(header: dict[str, Any]) -> list[str]:
+    return sorted((n for n in header if n != "__metadata__"), key=lambda n: header[n]["data_offsets"])[:2]
+
+
+def bad_tokenizer_config(directory: Path) -> None:
+    (directory / "vocab.json").write_text('{"a": 0}')
+    (directory / "merges.txt").write_text("")
+    (directory / "tokenizer_config.json").write_text('{"added_tokens_decoder": ["x"]}')
+
+
+@pytest.mark.parametrize(
+    "kind, damage, message",
+    [
+        ("gpt2", lambda d: damaged_header(d, lambda h: {**h, first_two(h)[0]: {**h[first_two(h)[0]], "shape": [True]}}),
+         "expected a dtype among"),
+        ("gpt2", lambda d: damaged_header(d, lambda h: {**h, "transformer.h.0.ln_1.bias": {
+         **h["transformer.h.0.ln_1.bias"], "data_offsets": h["transformer.h.0.ln_1.weight"]["data_offsets"]}}),
+         "share bytes"),
+        ("gpt2", lambda d: (d / "config.json").write_text("[" * 100_000), "unreadable JSON"),
+        ("gpt2", lambda d: edit_json(d / "config.json", model_type=["gpt2"]), "model_type: expected one of"),
+        ("gpt2", lambda d: edit_json(d / "config.json", activation_function=["gelu"]), "activation_function: expected"),
+        ("gpt2", lambda d: edit_json(d / "config.json", tie_word_embeddings="false"), "expected true or false"),
+        ("llama", lambda d: edit_json(d / "config.json", rope_parameters={"rope_type": "llama3", "rope_theta": 1e4}),
+         "rope_parameters: expected"),
+        ("llama", lambda d: edit_json(d / "config.json", rope_parameters={"rope_type": "yarn", "rope_theta": 1e4}),
+         "rope type 'yarn' is not supported"),
+        ("llama", lambda d: edit_json(d / "config.json", rope_parameters="default"), "rope_parameters: expected"),
+        ("gpt2", lambda d: bad_tokenizer_config(d), "added_tokens_decoder: expected"),
+    ],
+)  # fmt: skip
+def test_malformed_checkpoints_are_errors_not_crashes(checkpoints, tmp_path, kind, damage, message):
+    directory = copy_checkpoint(checkpoints[kind, "float32"], tmp_path / "bad")
+    damage(directory)
+    with pytest.raises(models.CheckpointError, match=message):
+        models.load(directory)
+
+
+def test_a_shard_index_cannot_reach_outside_the_checkpoint(checkpoints, tmp_path):
+    directory = copy_checkpoint(checkpoints["gpt2", "bfloat16"], tmp_path / "escape")
+    edit_json(directory / "model.safetensors.index.json", weight_map={"wte.weight": "../../etc/passwd"})
+    with pytest.raises(models.CheckpointError, match="expected shard files in"):
+        models.load(directory)
+
+
+def test_byte_fallback_pieces_read_as_their_characters_once(tmp_path):
+    """A Llama-2-style tokenizer: SentencePiece pieces and <0xNN> byte tokens."""
+    from attnlab.models._tokenizer import read_tokenizer
+
+    vocab = {
+        "<unk>": 0,
+        "<s>": 1,
+        "</s>": 2,
+        **{f"<0x{b:02X}>": 3 + b for b in range(256)},
+        "▁": 259,
+        "▁a": 260,
+        "a": 261,
+    }
+    transformers.LlamaTokenizer(vocab=vocab, merges=[("▁", "a")]).save_pretrained(tmp_path)
+    tokenizer = read_tokenizer(tmp_path)
+    for text in ("日本", "a 👨\u200d👩\u200d👧 a", "小明是个运动达人，他平时很爱打篮球"):
+        ids = tokenizer.encode(text, add_special_tokens=False)
+        assert len(ids) > len(text)  # bytes, not characters
+        assert "".join(tokenizer.readable(ids)).strip() == text, tokenizer.readable(ids)
+    parts = tokenizer.parts(tokenizer.encode("日本", add_special_tokens=False))
+    assert set(parts) <= {"", "日", "本"} and parts.count("日") == 3  # three bytes, three pieces
+
+
 def test_a_text_longer_than_the_positions(checkpoints):
     model = models.load(checkpoints["bert", "float32"])
     with pytest.raises(ValueError, match="input_ids: expected at most 40 tokens, the model's positions, got 41"):
@@ -420,16 +501,30 @@ def test_bad_ids_and_arguments(checkpoints):
     model = models.load(checkpoints["gpt2", "float32"])
     with pytest.raises(ValueError, match=r"input_ids: expected ids in 0\.\.299, got 0\.\.300"):
         model(np.array([0, 300]))
-    with pytest.raises(TypeError, match="input_ids: expected a non-empty array of integer token ids"):
+    with pytest.raises(TypeError, match="input_ids: expected integer token ids"):
         model(np.array([0.5]))
     with pytest.raises(ValueError, match=r"layers: expected layer indices in -2\.\.1"):
         model.trace([1, 2], layers=2)
     with pytest.raises(ValueError, match=r"dtype: expected numpy\.float32 or numpy\.float64"):
         models.load(checkpoints["gpt2", "float32"], dtype=np.float16)
-    with pytest.raises(ValueError, match="attention_mask: expected 1s and 0s"):
+    with pytest.raises(ValueError, match=r"attention_mask: expected the ids' shape \(2, 9\), got shape \(2, 3\)"):
         model(IDS, attention_mask=np.ones((2, 3)))
-    with pytest.raises(ValueError, match="a causal model"):
+    with pytest.raises(
+        ValueError, match=r"attention_mask: expected 1 \(a token\) and 0 \(padding\), got values \[0, 2\]"
+    ):
+        model(IDS[0], attention_mask=[2] + [0] * 8)
+    with pytest.raises(ValueError, match="max_new_tokens: expected an integer >= 0, got -1"):
+        model.generate([1, 2], -1)
+    assert len(model.generate([1, 2], 0)) == 2
+    with pytest.raises(ValueError, match=r"text_or_ids: expected one sequence"):
+        model.trace(IDS)
+    with pytest.raises(ValueError, match="input_ids: expected at most 40 tokens"):
+        model.trace(np.ones(41, dtype=int))
+    with pytest.raises(ValueError, match="generate: bert is not a causal model"):
         models.load(checkpoints["bert", "float32"]).generate([1, 2], 3)
+    bert = models.load(checkpoints["bert", "float32"])
+    with pytest.raises(ValueError, match=r"token_type_ids: expected ids in 0\.\.1, got 0\.\.5"):
+        bert(IDS[0], token_type_ids=[0, 5] + [0] * 7)
 
 
 @pytest.mark.parametrize("offline", [True, False])

@@ -464,6 +464,7 @@ _OPTIONS = {
     "seed": "--seed",
     "name_or_dir": "--model",
     "input_ids": "--text",
+    "text_or_ids": "--text",
     "layers": "--layer",
 }
 

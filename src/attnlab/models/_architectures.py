@@ -110,9 +110,15 @@ class _Reader:
             raise CheckpointError(f"config.json: {key}: expected a number, got {value!r}")
         return float(value)
 
+    def flag(self, key: str, default: bool) -> bool:
+        value = self.config.get(key, default)
+        if not isinstance(value, bool):
+            raise CheckpointError(f"config.json: {key}: expected true or false, got {value!r}")
+        return value
+
     def activation(self, key: str, default: str) -> Callable[[Array], Array]:
         name = self.config.get(key, default)
-        if name not in ACTIVATIONS:
+        if not isinstance(name, str) or name not in ACTIVATIONS:
             raise CheckpointError(f"config.json: {key}: expected one of {', '.join(ACTIVATIONS)}, got {name!r}")
         return ACTIVATIONS[name]
 
@@ -156,8 +162,8 @@ def _gpt2(config: dict[str, Any], weights: Weights, dtype: np.dtype) -> Network:
         p = f"h.{i}."
         fused_w, fused_b = r.get(p + "attn.c_attn.weight", D, 3 * D), r.get(p + "attn.c_attn.bias", 3 * D)
         q, k, v = (Linear(fused_w[:, j * D : (j + 1) * D], fused_b[j * D : (j + 1) * D]) for j in range(3))
-        scale = (D // H) ** -0.5 if config.get("scale_attn_weights", True) else 1.0
-        if config.get("scale_attn_by_inverse_layer_idx", False):
+        scale = (D // H) ** -0.5 if r.flag("scale_attn_weights", True) else 1.0
+        if r.flag("scale_attn_by_inverse_layer_idx", False):
             scale /= i + 1
         blocks.append(
             Block(
@@ -172,7 +178,7 @@ def _gpt2(config: dict[str, Any], weights: Weights, dtype: np.dtype) -> Network:
             )
         )  # fmt: skip
     embed = r.get("wte.weight", V, D)
-    head = embed if config.get("tie_word_embeddings", True) else r.get("/lm_head.weight", V, D)
+    head = embed if r.flag("tie_word_embeddings", True) else r.get("/lm_head.weight", V, D)
     cfg = ModelConfig("gpt2", V, D, layers, H, H, D // H, P, True, r.eos(), config)
     return Network(
         cfg, embed, tuple(blocks), pre_norm=True, positions=r.get("wpe.weight", P, D),
@@ -221,7 +227,7 @@ def _bert(config: dict[str, Any], weights: Weights, dtype: np.dtype) -> Network:
             act,
             r.norm("/cls.predictions.transform.LayerNorm", D, eps),
         )
-        tied = config.get("tie_word_embeddings", True) or not r.has("/cls.predictions.decoder.weight")
+        tied = r.flag("tie_word_embeddings", True) or not r.has("/cls.predictions.decoder.weight")
         decoder = embed if tied else r.get("/cls.predictions.decoder.weight", V, D)
         bias_name = "/cls.predictions.bias" if r.has("/cls.predictions.bias") else "/cls.predictions.decoder.bias"
         head = Linear(decoder.T, r.get(bias_name, V))
@@ -251,9 +257,9 @@ def _llama(config: dict[str, Any], weights: Weights, dtype: np.dtype) -> Network
             "config.json: use_sliding_window: sliding-window attention is not supported; expected false"
         )
     eps, act = r.number("rms_norm_eps", 1e-6), r.activation("hidden_act", "silu")
-    qkv_bias = True if qwen2 else bool(config.get("attention_bias", False))
-    out_bias = False if qwen2 else bool(config.get("attention_bias", False))
-    mlp_bias = False if qwen2 else bool(config.get("mlp_bias", False))
+    qkv_bias = True if qwen2 else r.flag("attention_bias", False)
+    out_bias = False if qwen2 else r.flag("attention_bias", False)
+    mlp_bias = False if qwen2 else r.flag("mlp_bias", False)
     blocks = []
     for i in range(layers):
         p = f"layers.{i}."
@@ -273,7 +279,7 @@ def _llama(config: dict[str, Any], weights: Weights, dtype: np.dtype) -> Network
             )
         )
     embed = r.get("embed_tokens.weight", V, D)
-    head = embed if config.get("tie_word_embeddings", False) else r.get("/lm_head.weight", V, D)
+    head = embed if r.flag("tie_word_embeddings", False) else r.get("/lm_head.weight", V, D)
     cfg = ModelConfig("qwen2" if qwen2 else "llama", V, D, layers, H, Hk, E, P, True, r.eos(), config)
     return Network(
         cfg, embed, tuple(blocks), pre_norm=True, rope=Rope(rope_frequencies(config, E)),
@@ -292,7 +298,7 @@ ARCHITECTURES: dict[str, Callable[[dict[str, Any], Weights, np.dtype], Network]]
 def read_network(config: dict[str, Any], weights: Weights, dtype: np.dtype) -> Network:
     """The network a checkpoint describes, its weights as ``dtype``."""
     model_type = config.get("model_type")
-    if model_type not in ARCHITECTURES:
+    if not isinstance(model_type, str) or model_type not in ARCHITECTURES:
         raise CheckpointError(
             f"config.json: model_type: expected one of {', '.join(ARCHITECTURES)}, got {model_type!r}"
         )

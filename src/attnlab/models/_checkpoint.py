@@ -14,6 +14,7 @@ error, never garbage. Pickle (``pytorch_model.bin``) is never read.
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
@@ -117,7 +118,7 @@ def read_config(directory: Path, name: str = CONFIG) -> dict[str, Any]:
         raise CheckpointError(f"name_or_dir: {directory} has no {name}; expected a Hugging Face checkpoint directory")
     try:
         config = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as error:
         raise CheckpointError(f"{path}: expected a JSON object, got unreadable JSON ({error})") from None
     if not isinstance(config, dict):
         raise CheckpointError(f"{path}: expected a JSON object, got {type(config).__name__}")
@@ -166,8 +167,13 @@ def _weight_files(directory: Path) -> list[Path]:
         try:
             weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
             files = sorted(set(weight_map.values()))
-        except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, AttributeError):
+            if not all(isinstance(f, str) for f in files):
+                raise TypeError
+        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError, KeyError, TypeError, AttributeError):
             raise CheckpointError(f"{index}: expected a JSON object with a 'weight_map' of names to files") from None
+        outside = [f for f in files if Path(f).name != f]
+        if outside:
+            raise CheckpointError(f"{index}: expected shard files in {directory}, got paths: {', '.join(outside)}")
         missing = [f for f in files if not (directory / f).is_file()]
         if missing:
             raise CheckpointError(f"{index} lists shards that are not in {directory}: {', '.join(missing)}")
@@ -193,12 +199,12 @@ def _read_safetensors(path: Path) -> dict[str, tuple[np.ndarray, bool]]:
         header_size = int.from_bytes(head, "little")
         if header_size > min(MAX_HEADER, size - 8):
             raise CheckpointError(
-                f"{path}: expected a header of at most {size - 8} bytes, got a length of {header_size} "
-                "(a truncated or corrupted file)"
+                f"{path}: expected a header of at most {min(MAX_HEADER, size - 8)} bytes, got a length of "
+                f"{header_size} (a truncated or corrupted file)"
             )
         try:
             header = json.loads(file.read(header_size))
-        except (UnicodeDecodeError, json.JSONDecodeError):
+        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
             raise CheckpointError(f"{path}: the header is not JSON (a corrupted file)") from None
     if not isinstance(header, dict):
         raise CheckpointError(f"{path}: the header is not a JSON object (a corrupted file)")
@@ -208,8 +214,10 @@ def _read_safetensors(path: Path) -> dict[str, tuple[np.ndarray, bool]]:
         np.memmap(path, dtype=np.uint8, mode="r", offset=8 + header_size, shape=(data_size,)) if data_size else None
     )
     tensors = {}
+    spans = []
     for name, entry in header.items():
         dtype, shape, (begin, end) = _entry(path, name, entry)
+        spans.append((begin, end, name))
         if not 0 <= begin <= end <= data_size:
             raise CheckpointError(
                 f"{path}: tensor {name!r} lies at bytes {begin}..{end}, past the data's {data_size} bytes (truncated)"
@@ -221,6 +229,10 @@ def _read_safetensors(path: Path) -> dict[str, tuple[np.ndarray, bool]]:
             )
         raw = mapped[begin:end] if mapped is not None else np.zeros(0, np.uint8)
         tensors[name] = (raw.view(dtype).reshape(shape), entry["dtype"] == "BF16")
+    spans.sort()
+    for (_, end, first), (begin, _, second) in itertools.pairwise(spans):
+        if begin < end:  # the format forbids it, and it would make two weights one
+            raise CheckpointError(f"{path}: tensors {first!r} and {second!r} share bytes (a corrupted file)")
     return tensors
 
 
@@ -228,8 +240,8 @@ def _entry(path: Path, name: str, entry: Any) -> tuple[np.dtype, tuple[int, ...]
     try:
         dtype = _DTYPES[entry["dtype"]]
         shape: tuple[int, ...] = tuple(entry["shape"])
-        begin, end = (int(n) if isinstance(n, int) else -1 for n in entry["data_offsets"])
-        if not all(isinstance(n, int) and n >= 0 for n in (*shape, begin, end)):
+        begin, end = (n if type(n) is int else -1 for n in entry["data_offsets"])
+        if not all(type(n) is int and n >= 0 for n in (*shape, begin, end)):
             raise ValueError
     except (KeyError, TypeError, ValueError):
         raise CheckpointError(

@@ -18,7 +18,7 @@ import numpy as np
 
 from .._masks import check_rng, mask_scores_
 from .._trace import Trace
-from .._validation import ArgumentError, AttnlabError, fail, flag, positive_int, real_number
+from .._validation import ArgumentError, AttnlabError, fail, flag, real_number
 from ..functional import attention
 from ._architectures import Block, ModelConfig, Network
 from ._ops import rotate
@@ -80,9 +80,11 @@ class ModelTrace:
             return None
 
     def __getitem__(self, layer: int) -> Trace:
-        if layer not in self.layers:
+        """Layer ``layer``'s trace; a negative index counts from the model's last layer."""
+        index = layer + self.num_layers if isinstance(layer, int) and layer < 0 else layer
+        if index not in self.layers:
             raise KeyError(f"layer: expected a traced layer among {sorted(self.layers)}, got {layer!r}")
-        return self.layers[layer]
+        return self.layers[index]
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready: the model, ids, tokens and counts, and each traced layer's
@@ -268,11 +270,14 @@ class Model:
         if isinstance(text_or_ids, str):
             if self.tokenizer is None:
                 raise fail("text_or_ids", "token ids: this checkpoint has no tokenizer", "a text")
-            ids = self.tokenizer.encode(text_or_ids)
+            encoded = self.tokenizer.encode(text_or_ids)
+            if len(encoded) == 0:
+                raise fail("text_or_ids", "a text of at least one token", repr(text_or_ids))
+            ids = self._ids(encoded)
         else:
             ids = self._ids(text_or_ids)
-            if ids.ndim != 1:
-                raise fail("text_or_ids", "one sequence: a text or ids of shape (L,)", f"ids of shape {ids.shape}")
+        if ids.ndim != 1:
+            raise fail("text_or_ids", "one sequence: a text or ids of shape (L,)", f"ids of shape {ids.shape}")
         chosen = self._layers(layers)
         record = _Recorder(trace_layers=frozenset(chosen))
         self._run(ids[None], None, None, None, record, None)
@@ -323,11 +328,13 @@ class Model:
         The prompt runs once; each new token is one query against the cached keys and
         values of every position before it."""
         if not self.config.causal:
-            raise fail("self", "a causal model (GPT-2, Llama, Qwen2) to generate", f"a {self.config.model_type} model")
+            raise ArgumentError(f"generate: {self.config.model_type} is not a causal model; GPT-2, Llama and Qwen2 are")
         ids = self._ids(input_ids)
-        if ids.ndim != 1 or len(ids) == 0:
-            raise fail("input_ids", "one non-empty sequence of ids (L,)", f"shape {ids.shape}")
-        steps = positive_int("max_new_tokens", max_new_tokens) if max_new_tokens != 0 else 0
+        if ids.ndim != 1:
+            raise fail("input_ids", "one sequence of ids (L,)", f"shape {ids.shape}")
+        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, (int, np.integer)) or max_new_tokens < 0:
+            raise fail("max_new_tokens", "an integer >= 0", repr(max_new_tokens))
+        steps = int(max_new_tokens)
         temperature = real_number("temperature", temperature, minimum=0.0)
         generator = np.random.default_rng(check_rng(rng)) if temperature > 0 else None
         capacity = len(ids) + steps
@@ -455,11 +462,10 @@ class Model:
 
     def _ids(self, input_ids: Any) -> Array:
         ids = np.asarray(input_ids)
-        if ids.dtype.kind not in "iu" or ids.ndim not in (1, 2) or ids.size == 0:
-            raise fail(
-                "input_ids", "a non-empty array of integer token ids, (L,) or (B, L)",
-                f"{ids.dtype} of shape {ids.shape}", TypeError if ids.dtype.kind not in "iu" else ValueError,
-            )  # fmt: skip
+        if ids.dtype.kind not in "iu":
+            raise fail("input_ids", "integer token ids, (L,) or (B, L)", f"{ids.dtype} values", TypeError)
+        if ids.ndim not in (1, 2) or ids.size == 0:
+            raise fail("input_ids", "at least one token id, (L,) or (B, L)", f"shape {ids.shape}")
         if ids.min() < 0 or ids.max() >= self.config.vocab_size:
             raise fail("input_ids", f"ids in 0..{self.config.vocab_size - 1}", f"{ids.min()}..{ids.max()}")
         self._check_length(ids.shape[-1], "input_ids")
@@ -479,7 +485,7 @@ class Model:
         result = []
         for layer in chosen:
             if isinstance(layer, bool) or not isinstance(layer, (int, np.integer)) or not -n <= layer < n:
-                raise fail("layers", f"layer indices in {-n}..{n - 1}, or None for all", repr(layer))
+                raise fail("layers", f"layer indices in {-n}..{n - 1}", repr(layer))
             result.append(int(layer) % n)
         return sorted(set(result))
 
@@ -488,8 +494,10 @@ class Model:
             return None
         mask = np.asarray(attention_mask)
         mask = mask if mask.ndim == 2 else mask[None]  # (L,) -> (1, L)
-        if mask.shape != shape or not np.isin(mask, (0, 1)).all():
-            raise fail("attention_mask", f"1s and 0s of the ids' shape {shape}", f"shape {np.shape(attention_mask)}")
+        if mask.shape != shape:
+            raise fail("attention_mask", f"the ids' shape {shape}", f"shape {np.shape(attention_mask)}")
+        if not np.isin(mask, (0, 1)).all():
+            raise fail("attention_mask", "1 (a token) and 0 (padding)", f"values {np.unique(mask)[:5].tolist()}")
         return mask.astype(bool)
 
     def _token_types(self, token_type_ids: Any, shape: tuple[int, ...]) -> Array | None:
@@ -500,8 +508,10 @@ class Model:
         types = np.asarray(token_type_ids)
         types = types if types.ndim == 2 else types[None]  # (L,) -> (1, L)
         n = len(self.network.token_types)
-        if types.shape != shape or types.dtype.kind not in "iu" or types.min() < 0 or types.max() >= n:
-            raise fail("token_type_ids", f"ids in 0..{n - 1} of the ids' shape {shape}", f"{types.dtype} {types.shape}")
+        if types.shape != shape or types.dtype.kind not in "iu":
+            raise fail("token_type_ids", f"integers of the ids' shape {shape}", f"{types.dtype} of shape {types.shape}")
+        if types.min() < 0 or types.max() >= n:
+            raise fail("token_type_ids", f"ids in 0..{n - 1}", f"{types.min()}..{types.max()}")
         return types
 
 

@@ -101,18 +101,28 @@ def rope_frequencies(config: dict[str, Any], head_dim: int) -> Array:
 
     Reads both spellings: ``rope_parameters`` (transformers 5) and ``rope_theta`` with
     ``rope_scaling`` (the config.json of most checkpoints)."""
-    params = dict(config.get("rope_scaling") or {})
-    params.update(config.get("rope_parameters") or {})
-    theta = float(params.get("rope_theta", config.get("rope_theta", 10000.0)))
-    kind = params.get("rope_type", params.get("type", "default"))
+    from ._checkpoint import CheckpointError
+
+    try:
+        params = dict(config.get("rope_scaling") or {})
+        params.update(config.get("rope_parameters") or {})
+        theta = _positive(params.get("rope_theta", config.get("rope_theta", 10000.0)))
+        kind = params.get("rope_type", params.get("type", "default"))
+        if kind == "llama3":
+            factor, low, high, old_context = (
+                _positive(params[key])
+                for key in ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")
+            )
+    except (KeyError, TypeError, ValueError) as error:
+        raise CheckpointError(
+            f"config.json: rope_parameters: expected rope_theta and, for llama3, factor, low_freq_factor, "
+            f"high_freq_factor and original_max_position_embeddings as positive numbers ({error!r})"
+        ) from None
     inv_freq = 1.0 / theta ** (np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)
     if kind == "default":
         return inv_freq
     if kind != "llama3":
-        raise _unsupported_rope(kind)
-    factor = float(params["factor"])
-    low, high = float(params["low_freq_factor"]), float(params["high_freq_factor"])
-    old_context = float(params["original_max_position_embeddings"])
+        raise CheckpointError(f"config.json: rope type {kind!r} is not supported; expected 'default' or 'llama3'")
     wavelength = 2 * math.pi / inv_freq
     scaled = np.where(wavelength > old_context / low, inv_freq / factor, inv_freq)
     smooth = (old_context / wavelength - low) / (high - low)
@@ -120,10 +130,10 @@ def rope_frequencies(config: dict[str, Any], head_dim: int) -> Array:
     return np.where(medium, (1 - smooth) * scaled / factor + smooth * scaled, scaled)
 
 
-def _unsupported_rope(kind: object) -> Exception:
-    from ._checkpoint import CheckpointError
-
-    return CheckpointError(f"config.json: rope type {kind!r} is not supported; expected 'default' or 'llama3'")
+def _positive(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise ValueError(f"not a positive number: {value!r}")
+    return float(value)
 
 
 @dataclass(frozen=True)

@@ -68,20 +68,28 @@ class Tokenizer:
         return parts
 
     def _decode_each(self, ids: list[int]) -> tuple[list[str], list[bool]]:
-        """Each token's text (see :meth:`readable`), and whether it leaves a character unfinished."""
+        """Each token's text (see :meth:`readable`), and whether it leaves a character unfinished.
+
+        Token i is decoded in a window from the character boundary at or before token
+        i − 1 (decoders treat a first token apart: WordPiece's ##, SentencePiece's ▁), and
+        its text is what the window's complete characters gain with it. A decoder that
+        replaces a whole run of unfinished bytes (ByteFallback) loses complete characters
+        from the window's text; the token then shows nothing rather than a repeat."""
         texts: list[str] = []
         unfinished: list[bool] = []
-        start, boundary = 0, 0  # a character begins at both; start is before token i, for context
+        boundary = [0, 0]  # the last two tokens that begin a character; the window starts at the one before i
         for i in range(len(ids)):
-            before = self.backend.decode(ids[start:i], skip_special_tokens=False)
+            start = boundary[0] if boundary[1] == i else boundary[1]
+            before = self.backend.decode(ids[start:i], skip_special_tokens=False).rstrip(REPLACEMENT)
             after = self.backend.decode(ids[start : i + 1], skip_special_tokens=False)
             unfinished.append(after.endswith(REPLACEMENT) and ids[i] not in self.special_ids)
-            text = after.rstrip(REPLACEMENT)[len(before.rstrip(REPLACEMENT)) :]  # the characters it completes
+            complete = after.rstrip(REPLACEMENT)
+            text = complete[len(before) :] if complete.startswith(before) else ""
             if self._word_piece and text.startswith(" "):
                 text = text[1:]  # the space the decoder put between two words
             texts.append(text)
-            if not unfinished[-1]:  # token i ends a character: the next one starts one
-                start, boundary = boundary, i + 1
+            if not unfinished[-1]:  # a character begins at token i + 1
+                boundary = [boundary[1], i + 1]
         return texts, unfinished
 
     def is_special(self, token_id: int) -> bool:
@@ -125,7 +133,10 @@ def read_tokenizer(directory: Path) -> Tokenizer | None:
         if isinstance(error, CheckpointError):
             raise
         raise CheckpointError(f"{directory}: the tokenizer cannot be read: {error}") from None
-    special = [t["content"] for t in settings.get("added_tokens_decoder", {}).values() if t.get("special")]
+    added = settings.get("added_tokens_decoder") or {}
+    if not isinstance(added, dict) or not all(isinstance(t, dict) for t in added.values()):
+        raise CheckpointError(f"{directory}: tokenizer_config.json: added_tokens_decoder: expected an object of tokens")
+    special = [str(t.get("content")) for t in added.values() if t.get("special")]
     if files["vocab.json"].is_file() and backend.token_to_id(GPT2_END) is not None:
         special.append(GPT2_END)  # what transformers' GPT2Tokenizer makes its bos, eos and unk
     if special:
@@ -138,6 +149,6 @@ def _json(path: Path) -> dict[str, Any]:
         return {}
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as error:
         raise CheckpointError(f"{path}: expected a JSON object, got unreadable JSON ({error})") from None
     return data if isinstance(data, dict) else {}
