@@ -87,9 +87,7 @@ def render_page(trace: Trace | ModelTrace) -> str:
     payload = json.dumps(page_data(trace), ensure_ascii=False, allow_nan=False)
     size = len(payload.encode("utf-8"))
     if size > MAX_PAGE_BYTES:
-        fewer = (
-            "fewer layers (--layer N), tokens or heads" if isinstance(trace, ModelTrace) else "fewer tokens or heads"
-        )
+        fewer = "fewer layers, tokens or heads" if isinstance(trace, ModelTrace) else "fewer tokens or heads"
         raise fail(
             "trace",
             f"a page of at most {MAX_PAGE_BYTES // 2**20} MiB of data (what a browser opens in a few seconds); "

@@ -44,7 +44,7 @@ __all__ = ["build_parser", "main"]
 # is capped before any work (2²⁴ float64 scores are 128 MiB an array); widths likewise.
 MAX_SCORES = 2**24
 MAX_WIDTH = 2**16
-MAX_PAGE_SCORES = 2**21  # about 40 MiB of page: what Chromium opens in a few seconds
+MAX_PAGE_SCORES = 2**21  # what the page computes and draws in a few seconds (a model's page: its bytes)
 # --d-k's default: the input's width up to this. The weights are drawn in pure Python as
 # the seed draws them, d_model·d_k numbers each, so a 2000-token one-hot text with
 # d_k = 2000 would draw 12 million of them.
@@ -156,11 +156,11 @@ def add_input_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def model_trace_from_args(
-    args: argparse.Namespace, default_layer: int | str, max_scores: int = MAX_SCORES, holder: str = "a trace"
-) -> ModelTrace:
-    """Run the --model on --text and trace --layer; L²·heads·layers is checked against
-    ``max_scores`` after tokenizing, before the forward."""
+def model_trace_from_args(args: argparse.Namespace, default_layer: int | str, page: bool = False) -> ModelTrace:
+    """Run the --model on --text and trace --layer. What the trace (L²·heads·layers scores)
+    or the page (``page``: q, k and v of every head and layer) would hold is checked after
+    tokenizing, before the forward."""
+    from ._view import MAX_PAGE_BYTES, page_bytes
     from .models import load
 
     _refuse(args, f"--model {args.model} fixes the weights, the embedding and the scale")
@@ -172,8 +172,17 @@ def model_trace_from_args(
     ids = model.tokenizer.encode(args.text)
     layer = default_layer if args.layer is None else args.layer
     layers = None if layer == "all" else layer
-    count = model.config.num_layers if layers is None else 1
-    _check_size(len(ids), model.config.num_heads * count, max_scores, holder, "--layer N" if layers is None else "")
+    c = model.config
+    count = c.num_layers if layers is None else 1
+    fewer = "--layer N" if layers is None else ""
+    _check_size(len(ids), c.num_heads * count, MAX_SCORES, "a trace", fewer)
+    size = page_bytes(len(ids), c.num_heads, count, (c.head_dim, c.head_dim), model.dtype.itemsize)
+    if page and size > MAX_PAGE_BYTES:
+        raise InputError(
+            f"{len(ids)} tokens × {count} layer{'s' * (count > 1)} × {c.num_heads} heads: a page of about "
+            f"{size / 2**20:.0f} MiB, at most {MAX_PAGE_BYTES // 2**20} MiB (what a browser opens in a few seconds); "
+            + ("use --layer N or fewer tokens" if fewer else "use fewer tokens")
+        )
     return model.trace(ids, layers=layers)
 
 
@@ -214,7 +223,8 @@ def trace_from_args(
             saved = _saved_trace(data, args)
             if isinstance(saved, ModelTrace):
                 layers = len(saved.layers)
-                _check_size(len(saved.tokens), saved.num_heads * layers, max_scores, holder, "--layer N")
+                # held already; a page of it is checked by its size in bytes (write_page)
+                _check_size(len(saved.tokens), saved.num_heads * layers, MAX_SCORES, "a trace", "--layer N")
             else:
                 _check_size(len(saved.inputs), saved.num_heads, max_scores, holder)
             return saved
@@ -313,7 +323,7 @@ def _view(args: argparse.Namespace) -> None:
 
     check_path(args.output)
     if args.model:
-        write_page(model_trace_from_args(args, "all", MAX_PAGE_SCORES, "a page"), args.output)
+        write_page(model_trace_from_args(args, "all", page=True), args.output)
     else:
         write_page(trace_from_args(args, MAX_PAGE_SCORES, "a page"), args.output)
 
