@@ -50,3 +50,22 @@ def test_view_returns_the_page_or_writes_it(tmp_path):
     assert al.view(trace, tmp_path / "t.html") is None and (tmp_path / "t.html").read_text() == page
     with pytest.raises(TypeError, match=r"trace: expected an attnlab\.Trace or attnlab\.models\.ModelTrace, got dict"):
         al.view({})
+
+
+def test_a_models_trace_shows_in_a_notebook(tmp_path):
+    from test_models import SENTENCE, tiny_checkpoint_with_tokenizer
+
+    checkpoint = tiny_checkpoint_with_tokenizer(tmp_path)
+    cells = [
+        "from attnlab import models\nimport attnlab as al\n"
+        f"trace = models.load({str(checkpoint)!r}).trace({SENTENCE!r})",
+        "al.show(trace)",
+        "trace",
+    ]
+    notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(source) for source in cells])
+    NotebookClient(notebook, timeout=120, kernel_name="python3").execute()
+    for cell in notebook.cells[1:]:
+        (display,) = [o for o in cell.outputs if "text/html" in o.get("data", {})]
+        page = iframe_page(display["data"]["text/html"])
+        assert '"model": "' in page and '"layer 1"' in page  # the model's page, both layers
+    assert notebook.cells[2].outputs[0]["data"]["text/plain"].startswith("ModelTrace(model=")

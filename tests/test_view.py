@@ -358,3 +358,94 @@ def test_g_a_models_page_switches_layers_by_selector_and_link(browser, tmp_path,
     np.testing.assert_allclose(shown, trace["layers"]["0"]["weights"][3], atol=5e-5)
     assert "2 layers, 4 heads" in browser.find_element(By.ID, "summary").text
     assert "小" in browser.find_element(By.ID, "headview").text  # tokens as text, not bytes
+
+
+def model_page(browser, tmp_path: Path, trace, link: str = "") -> None:
+    page = tmp_path / "model.html"
+    al.view(trace, page)
+    browser.get(page.as_uri() + link)
+    assert browser.execute_script("return window.attnlabView.ready") is True
+
+
+def test_h_the_model_view_has_a_cell_per_layer_and_head_that_opens_it(browser, tmp_path):
+    from attnlab import models
+    from test_models import SENTENCE, tiny_checkpoint_with_tokenizer
+
+    trace = models.load(tiny_checkpoint_with_tokenizer(tmp_path)).trace(SENTENCE)
+    model_page(browser, tmp_path, trace)
+    cells = browser.find_elements(By.CSS_SELECTOR, "#grid canvas")
+    assert len(cells) == 2 * 4
+    (cell,) = [c for c in cells if c.get_attribute("data-layer") == "1" and c.get_attribute("data-head") == "3"]
+    cell.click()
+    view = "return window.attnlabView"
+    assert browser.execute_script(f"{view}.layer") == 1 and browser.execute_script(f"{view}.head") == 3
+    L = len(trace.tokens)
+    shown = np.array(browser.execute_script(f"{view}.weights(3)")).reshape(L, L)
+    np.testing.assert_allclose(shown, trace[1].weights[3], atol=5e-5)  # to 4 decimals
+    assert "current" in cell.get_attribute("class")
+    # the page's tokens are the sentence's characters in order, nothing else; split pieces are marked
+    left = browser.execute_script(
+        "return [...document.querySelectorAll('#headview text')].slice(0, arguments[0])"
+        ".map((t) => [...t.childNodes].filter((n) => n.nodeType === 3).map((n) => n.nodeValue).join(''))",
+        L,
+    )
+    assert "".join(left) == SENTENCE
+    assert browser.find_elements(By.CSS_SELECTOR, "#headview line.part-mark")
+    assert browser.find_elements(By.CSS_SELECTOR, "#headview text.part")
+
+
+def test_i_the_five_steps_of_a_llama_use_the_rotated_q_and_k(browser, tmp_path):
+    from attnlab import models
+    from test_models import tiny_model
+
+    tiny_model("llama").save_pretrained(tmp_path / "llama")
+    trace = models.load(tmp_path / "llama").trace(np.array([5, 17, 33, 2, 99, 120, 7, 250, 64]))
+    model_page(browser, tmp_path, trace, "#layer=1&head=3&query=6")
+    cells = browser.find_elements(By.CSS_SELECTOR, "#steps tr")[1 + 2].find_elements(By.TAG_NAME, "td")  # key 2
+    layer = trace[1]
+    dot = float(layer.Q[3, 6] @ layer.K[3, 2])  # the rotated q and k the trace holds
+    assert float(cells[3].text) == pytest.approx(dot, abs=5e-5)
+    shown_q = browser.find_element(By.ID, "query-vector").text
+    assert shown_q == "q = [" + ", ".join(f"{x:.3f}" for x in layer.Q[3, 6]) + "]"
+
+
+def test_j_model_tokens_with_markup_stay_text(browser, tmp_path):
+    from attnlab import models
+    from test_models import tiny_checkpoint_with_tokenizer
+
+    text = "<b>x</b> & <img src=x onerror=alert(1)>"
+    trace = models.load(tiny_checkpoint_with_tokenizer(tmp_path)).trace(text)
+    model_page(browser, tmp_path, trace)
+    assert not browser.find_elements(By.CSS_SELECTOR, "#headview b, #headview img, #steps img, img")
+    left = browser.execute_script(
+        "return [...document.querySelectorAll('#headview text')].slice(0, arguments[0])"
+        ".map((t) => [...t.childNodes].filter((n) => n.nodeType === 3).map((n) => n.nodeValue).join(''))",
+        len(trace.tokens),
+    )
+    assert "".join(left) == text
+
+
+def test_k_a_gpt2_small_page_of_128_tokens_is_small_and_quick(browser, tmp_path):
+    import time
+
+    import torch
+    import transformers
+
+    from attnlab import models
+
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(vocab_size=512, n_positions=256, n_embd=768, n_layer=12, n_head=12)
+    transformers.GPT2LMHeadModel(config).save_pretrained(tmp_path / "gpt2-small")
+    ids = np.random.default_rng(0).integers(0, 512, 128)
+    trace = models.load(tmp_path / "gpt2-small").trace(ids)
+    page = tmp_path / "small.html"
+    al.view(trace, page)
+    size = page.stat().st_size
+    start = time.perf_counter()
+    browser.get(page.as_uri())
+    assert browser.execute_script("return window.attnlabView.ready") is True
+    seconds = time.perf_counter() - start
+    print(f"GPT-2-small-shaped page, 12 layers × 12 heads, 128 tokens: {size / 1e6:.1f} MB, ready in {seconds:.2f} s")
+    assert size <= 16 * 10**6
+    assert seconds < 3
+    assert len(browser.find_elements(By.CSS_SELECTOR, "#grid canvas")) == 144

@@ -23,7 +23,7 @@ from .models import ModelTrace
 __all__ = ["check_path", "notebook_html", "page_bytes", "page_data", "render_page", "show", "view", "write_page"]
 
 _PLACEHOLDER = "__ATTNLAB_DATA__"
-MAX_PAGE_BYTES = 16 * 2**20  # what Chromium opens and draws in a few seconds
+MAX_PAGE_BYTES = 16 * 10**6  # what Chromium opens and draws in a few seconds
 GIVEN_SCORES_UP_TO = 2**18  # scores in all: up to this many the page carries them, past it computes q·k
 
 
@@ -32,15 +32,23 @@ def _with_heads(x: np.ndarray) -> np.ndarray:
     return x if x.ndim == 3 else x[None]
 
 
-def _binary(x: np.ndarray) -> str:
-    """A float array as base64 of its little-endian bytes, row-major: exact, NaN and ±∞ included."""
-    dtype = "<f8" if x.dtype == np.float64 else "<f4"
-    return base64.b64encode(np.ascontiguousarray(x, dtype=dtype).tobytes()).decode("ascii")
+def _binary(x: np.ndarray, dtype: str) -> str:
+    """A float array as base64 of its little-endian bytes, row-major: float64 and float32
+    exact (NaN and ±∞ included); "float24" is float32 rounded to nearest with 16 mantissa
+    bits (2⁻¹⁷ relative), its top three bytes, for pages that would not fit otherwise."""
+    if dtype != "float24":
+        return base64.b64encode(
+            np.ascontiguousarray(x, dtype="<f8" if dtype == "float64" else "<f4").tobytes()
+        ).decode()
+    bits = np.ascontiguousarray(np.where(np.isnan(x), np.nan, x), dtype="<f4").view("<u4")  # one NaN pattern
+    near_top = (bits & 0x7FFFFFFF) >= 0x7F7FFF80  # rounding up would reach ∞ (or already is ∞, NaN)
+    rounded = np.where(near_top, bits, bits + 0x80)
+    return base64.b64encode(rounded.view(np.uint8).reshape(-1, 4)[:, 1:].tobytes()).decode()
 
 
-def page_bytes(length: int, heads: int, layers: int, widths: tuple[int, int], itemsize: int = 4) -> int:
+def page_bytes(length: int, heads: int, layers: int, widths: tuple[int, int], itemsize: int = 3) -> int:
     """About the size of a page's data: q, k (width E) and v (width Ev) of every head and
-    layer, in base64 (the scores of a large page are computed by the page)."""
+    layer, ``itemsize`` bytes each (3: float24, the least a page uses), in base64."""
     numbers = length * heads * layers * (2 * widths[0] + widths[1])
     return numbers * itemsize * 4 // 3
 
@@ -57,26 +65,30 @@ def page_data(trace: Trace | ModelTrace) -> dict[str, object]:
         named, tokens, model = [(None, trace)], trace.labels, ""
         special, parts = [False] * len(tokens), [""] * len(tokens)
     given = sum(_with_heads(t.scores).size for _, t in named) <= GIVEN_SCORES_UP_TO
-    layers = [{"name": "" if i is None else f"layer {i}", **_layer_data(t, given)} for i, t in named]
+    widths = (_with_heads(named[0][1].Q).shape[-1], _with_heads(named[0][1].V).shape[-1])
+    H = _with_heads(named[0][1].Q).shape[0]
+    itemsize = 8 if named[0][1].Q.dtype == np.float64 else 4
+    exact = page_bytes(len(tokens), H, len(named), widths, itemsize) <= MAX_PAGE_BYTES * 0.95  # room for the rest
+    dtype = ("float64" if itemsize == 8 else "float32") if exact else "float24"
+    layers = [{"name": "" if i is None else f"layer {i}", **_layer_data(t, given, dtype)} for i, t in named]
     return {"tokens": tokens, "model": model, "special": special, "parts": parts, "layers": layers}
 
 
-def _layer_data(trace: Trace, with_scores: bool) -> dict[str, object]:
+def _layer_data(trace: Trace, with_scores: bool, dtype: str) -> dict[str, object]:
     """One attention layer's numbers for the page."""
     scaled = _with_heads(trace.scaled_scores)  # (H, L, L)
     # masked: −∞ after the mask where the raw score was not −∞ already (that is overflow)
     masked = np.isneginf(scaled[0]) & ~np.isneginf(_with_heads(trace.scores)[0])
     q, k, v = (_with_heads(x) for x in (trace.Q, trace.K, trace.V))  # (H, L, E), (H, L, E), (H, L, Ev)
-    dtype = np.float64 if q.dtype == np.float64 else np.float32
     return {
         "scale": trace.scale,
         "heads": q.shape[0],
         "d_k": int(q.shape[-1]),
         "d_v": int(v.shape[-1]),
-        "dtype": np.dtype(dtype).name,
+        "dtype": dtype,
         "masked": ["".join("1" if m else "0" for m in row) for row in masked],
-        **{name: _binary(x.astype(dtype, copy=False)) for name, x in (("q", q), ("k", k), ("v", v))},
-        "scores": _binary(_with_heads(trace.scores).astype(dtype, copy=False)) if with_scores else None,
+        **{name: _binary(x, dtype) for name, x in (("q", q), ("k", k), ("v", v))},
+        "scores": _binary(_with_heads(trace.scores), dtype) if with_scores else None,
     }
 
 
