@@ -644,3 +644,22 @@ def test_a_saved_model_trace_reads_back_and_the_cli_takes_it(checkpoint_with_tok
     broken["layers"]["1"]["tokens"] = broken["layers"]["1"]["tokens"][:-1]
     with pytest.raises(ValueError, match="saved, layer 1: tokens: expected"):
         models.ModelTrace.from_dict(broken, "saved")
+
+
+def test_a_models_plot_is_a_layers_by_heads_grid_with_chinese_tokens(checkpoint_with_tokenizer, tmp_path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import attnlab as al
+
+    trace = models.load(checkpoint_with_tokenizer).trace(SENTENCE)
+    figure = al.plot(trace, tmp_path / "grid.png")
+    panels = [ax for ax in figure.axes if ax.get_visible() and ax.get_title()]  # the colour bar has no title
+    assert [ax.get_title() for ax in panels] == [
+        f"attention weights · layer {layer} · head {head}" for layer in (0, 1) for head in range(4)
+    ]
+    labels = [t.get_text() for t in panels[0].get_yticklabels()]
+    assert "篮" in labels and "".join(labels) == SENTENCE  # every token, Chinese, in order
+    family = panels[0].get_yticklabels()[2].get_fontfamily()[0]
+    assert family != "DejaVu Sans", family  # a CJK font draws them
+    assert (tmp_path / "grid.png").stat().st_size > 0

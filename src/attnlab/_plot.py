@@ -13,6 +13,7 @@ import logging
 import math
 import warnings
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -118,10 +119,10 @@ def check_path(path: str | Path) -> Path:
     return output_path(path, FORMATS)
 
 
-def _tick_labels(labels: list[str]) -> tuple[list[int], list[str]]:
-    """Positions and texts of the labels to draw: all up to LABELS_UP_TO, else every n-th;
+def _tick_labels(labels: list[str], most: int = LABELS_UP_TO) -> tuple[list[int], list[str]]:
+    """Positions and texts of the labels to draw: all up to ``most``, else every n-th;
     a token past 16 characters is cut to its first 15 and "…"."""
-    every = math.ceil(len(labels) / LABELS_UP_TO)
+    every = math.ceil(len(labels) / most)
     positions = list(range(0, len(labels), every))
     return positions, [labels[i] if len(labels[i]) <= 16 else labels[i][:15] + "…" for i in positions]
 
@@ -142,26 +143,42 @@ def _font(labels: list[str]) -> dict[str, Any]:
     return {"family": [family, "DejaVu Sans"]}
 
 
-def _draw(
-    ax: Any, trace: Trace, h: int, stage: str, low: float, high: float, font: dict[str, Any], where: str = ""
-) -> Any:
-    """One head's matrix into ``ax``, with its labels and a title that ends with ``where``
-    (default: the head, when there are several); returns the image."""
+@dataclass(frozen=True)
+class _Panel:
+    """One matrix of the picture: head ``head`` of ``trace``, titled by ``where``; a small
+    panel of a grid labels only the axes on the grid's edge and writes no values."""
+
+    trace: Trace
+    head: int
+    where: str = ""
+    small: bool = False
+    left: bool = True
+    bottom: bool = True
+
+
+def _draw(ax: Any, panel: _Panel, stage: str, low: float, high: float, font: dict[str, Any]) -> Any:
+    """One head's matrix into ``ax``, with its labels and a title that ends with the panel's
+    ``where`` (default: the head, when there are several); returns the image."""
+    trace, h = panel.trace, panel.head
     matrix = getattr(trace.head(h), STAGES[stage])
     L = len(trace.labels)
     image = ax.imshow(np.ma.masked_invalid(matrix), cmap="viridis", vmin=low, vmax=high, interpolation="nearest")
-    positions, texts = _tick_labels(trace.labels)
+    positions, texts = _tick_labels(trace.labels, 12 if panel.small else LABELS_UP_TO)
     # one or two characters (Chinese ones above all) stand upright while there is room for them
     upright = all(len(t) <= 2 for t in texts) and len(positions) <= 30
     size = max(6, min(10, 500 / len(positions))) if positions else 10
-    ax.set_xticks(positions, texts, rotation=0 if upright else 90, fontdict=font, fontsize=size)
-    ax.set_yticks(positions, texts, fontdict=font, fontsize=size)
-    ax.set_xlabel("key")
-    ax.set_ylabel("query")
+    ax.set_xticks(positions, texts if panel.bottom else [], rotation=0 if upright else 90, fontdict=font, fontsize=size)
+    ax.set_yticks(positions, texts if panel.left else [], fontdict=font, fontsize=size)
+    if panel.bottom:
+        ax.set_xlabel("key")
+    if panel.left:
+        ax.set_ylabel("query")
     title = {"weights": "attention weights", "scaled": "scaled scores", "scores": "raw scores Q·Kᵀ"}[stage]
-    where = where or (f"head {h}" if trace.num_heads > 1 else "")
-    ax.set_title(f"{title} · {where}" if where else title)
-    if L <= ANNOTATE_UP_TO:
+    where = panel.where or (f"head {h}" if trace.num_heads > 1 else "")
+    ax.set_title(
+        where if panel.small else f"{title} · {where}" if where else title, fontsize=9 if panel.small else None
+    )
+    if L <= ANNOTATE_UP_TO and not panel.small:
         for (i, j), value in np.ndenumerate(matrix):
             text = "−∞" if np.isneginf(value) else f"{value:.2f}"
             light = np.isfinite(value) and value < low + 0.6 * (high - low)
@@ -169,10 +186,10 @@ def _draw(
     return image
 
 
-def _value_range(panels: list[tuple[Trace, int, str]], stage: str, relative: bool) -> tuple[float, float]:
+def _value_range(panels: list[_Panel], stage: str, relative: bool) -> tuple[float, float]:
     """The colour scale: weights from 0 to 1, as the page draws them (to the largest with
     ``relative``); scores over their range."""
-    matrices = [getattr(trace.head(h), STAGES[stage]) for trace, h, _ in panels]
+    matrices = [getattr(p.trace.head(p.head), STAGES[stage]) for p in panels]
     finite = np.concatenate([m[np.isfinite(m)] for m in matrices])
     if stage == "weights":  # a matrix with no finite value (overflow) still gets a colour scale
         return 0.0, max(float(finite.max(initial=0.0)), 1e-12) if relative else 1.0
@@ -192,7 +209,9 @@ def plot(
 
     ``target`` is a file (.png, .svg or .pdf), written with one panel per head and a colour
     bar, or a matplotlib ``Axes``, into which one head is drawn (``heads`` must name one).
-    A model's trace (``attnlab.models``) draws a row of the chosen heads for each traced layer.
+    A model's trace (``attnlab.models``) draws a grid: a row of the chosen heads for each
+    traced layer; when the panels are small, only the grid's left column and bottom row carry
+    the tokens, so choose fewer layers or heads to zoom in.
     ``heads``: "all", indices such as "0,2,5", or a list of ints. Weights are coloured from 0
     to 1 (near-uniform attention is dark), or from 0 to the largest with ``relative``.
     ``progress`` is told what is being drawn when the picture is large. Returns the Figure
@@ -216,11 +235,22 @@ def plot(
     if stage not in STAGES:
         raise fail("stage", f"one of {', '.join(STAGES)}", repr(stage))
     chosen = select_heads(heads, trace.num_heads)
+    labels = trace.tokens if isinstance(trace, ModelTrace) else trace.labels
+    L = len(labels)
+    size = min(max(3.5, 0.3 * min(L, LABELS_UP_TO) + 2.0), 10.0)  # inches a panel
     if isinstance(trace, ModelTrace):
-        panels = [(t, h, f"layer {i} · head {h}") for i, t in trace.layers.items() for h in chosen]
-        labels, per_row = trace.tokens, len(chosen)
+        rows, columns = len(trace.layers), len(chosen)
+        size = min(size, max(2.2, 30 / max(rows, columns)))  # a 12 × 12 grid stays a few thousand pixels
+        small = size < 4.5
+        panels = [
+            _Panel(t, h, f"layer {i} · head {h}", small, left=c == 0, bottom=r == rows - 1 or not small)
+            for r, (i, t) in enumerate(trace.layers.items())
+            for c, h in enumerate(chosen)
+        ]
     else:
-        panels, labels, per_row = [(trace, h, "") for h in chosen], trace.labels, 4
+        panels = [_Panel(trace, h) for h in chosen]
+        rows = math.ceil(len(panels) / 4)  # at most 4 a row, rows as even as they can be
+        columns = math.ceil(len(panels) / rows)
     low, high = _value_range(panels, stage, flag("relative", relative))
     font = _font(labels)
     quiet_fonts = logging.getLogger("matplotlib.font_manager")  # it logs weight substitutions (CJK fonts are 500)
@@ -232,20 +262,14 @@ def plot(
             if isinstance(target, Axes):
                 if len(panels) != 1:
                     raise fail("heads", "one head of one layer to draw into an Axes", repr(heads))
-                _draw(target, *panels[0][:2], stage, low, high, font, panels[0][2])
+                _draw(target, panels[0], stage, low, high, font)
                 return target
             path = check_path(target)
-            L = len(labels)
             if progress is not None and L * L * len(panels) >= 2**14:  # from about a second's work
                 progress(f"drawing {len(panels)} head{'s' * (len(panels) > 1)} of {L} tokens into {path}")
-            rows = math.ceil(len(panels) / per_row)  # at most per_row a row, rows as even as they can be
-            columns = math.ceil(len(panels) / rows)
-            size = min(max(3.5, 0.3 * min(L, LABELS_UP_TO) + 2.0), 10.0)
             figure = Figure(figsize=(size * columns + 1.5, size * rows + 0.5), layout="constrained")
             axes = figure.subplots(rows, columns, squeeze=False).ravel()
-            images = [
-                _draw(ax, t, h, stage, low, high, font, where) for ax, (t, h, where) in zip(axes, panels, strict=False)
-            ]
+            images = [_draw(ax, panel, stage, low, high, font) for ax, panel in zip(axes, panels, strict=False)]
             for ax in axes[len(panels) :]:
                 ax.set_visible(False)
             figure.colorbar(images[0], ax=list(axes[: len(panels)]), shrink=0.8)
