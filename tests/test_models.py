@@ -663,3 +663,21 @@ def test_a_models_plot_is_a_layers_by_heads_grid_with_chinese_tokens(checkpoint_
     family = panels[0].get_yticklabels()[2].get_fontfamily()[0]
     assert family != "DejaVu Sans", family  # a CJK font draws them
     assert (tmp_path / "grid.png").stat().st_size > 0
+
+
+def test_cli_refuses_a_model_page_too_large_to_open_and_says_what_to_do(
+    checkpoint_with_tokenizer, tmp_path, monkeypatch, capsys
+):
+    import attnlab._view
+    from attnlab.cli import main
+
+    monkeypatch.setattr(attnlab._view, "MAX_PAGE_BYTES", 20_000)  # the tiny model's page as a big one's
+    page = tmp_path / "big.html"
+    assert main(["view", "--model", str(checkpoint_with_tokenizer), "--text", SENTENCE, "-o", str(page)]) == 2
+    error = capsys.readouterr().err
+    assert "MB, at most 0.02 MB" in error and "use --layer N or fewer tokens" in error, error
+    assert len(error.strip().splitlines()) == 1 and not page.exists()
+    assert (
+        main(["view", "--model", str(checkpoint_with_tokenizer), "--text", "小明", "--layer", "0", "-o", str(page)])
+        == 0
+    )

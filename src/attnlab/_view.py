@@ -102,9 +102,9 @@ def render_page(trace: Trace | ModelTrace) -> str:
         fewer = "fewer layers, tokens or heads" if isinstance(trace, ModelTrace) else "fewer tokens or heads"
         raise fail(
             "trace",
-            f"a page of at most {MAX_PAGE_BYTES // 2**20} MiB of data (what a browser opens in a few seconds); "
+            f"a page of at most {MAX_PAGE_BYTES / 1e6:g} MB of data (what a browser opens in a few seconds); "
             f"use {fewer}",
-            f"{size / 2**20:.1f} MiB",
+            f"{size / 1e6:.1f} MB",
         )
     payload = payload.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
     template = files("attnlab").joinpath("_view.html").read_text(encoding="utf-8")

@@ -180,7 +180,7 @@ def model_trace_from_args(args: argparse.Namespace, default_layer: int | str, pa
     if page and size > MAX_PAGE_BYTES:
         raise InputError(
             f"{len(ids)} tokens × {count} layer{'s' * (count > 1)} × {c.num_heads} heads: a page of about "
-            f"{size / 2**20:.0f} MiB, at most {MAX_PAGE_BYTES // 2**20} MiB (what a browser opens in a few seconds); "
+            f"{size / 1e6:.1f} MB, at most {MAX_PAGE_BYTES / 1e6:g} MB (what a browser opens in a few seconds); "
             + ("use --layer N or fewer tokens" if fewer else "use fewer tokens")
         )
     return model.trace(ids, layers=layers)
