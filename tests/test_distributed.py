@@ -154,3 +154,18 @@ def test_ring_attention_without_a_process_group_says_so():
     q = np.ones((1, 4, 8))
     with pytest.raises(ValueError, match="group: expected an initialised torch.distributed process group"):
         distributed.ring_attention(q, q, q)
+
+
+def test_the_ring_command_runs_torchrun_and_reports_every_rank():
+    command = [sys.executable, "-m", "attnlab", "ring", "--nproc", "2", "--length", "96", "--causal", "--backward",
+               "--check"]  # fmt: skip
+    run = subprocess.run(command, capture_output=True, text=True, timeout=240)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "| 0 | 48 |" in run.stdout and "| 1 | 48 |" in run.stdout, run.stdout
+    error = float(run.stdout.split("differs by at most ")[1].split()[0])
+    assert error < 1e-5
+    bad = subprocess.run([sys.executable, "-m", "attnlab", "ring", "--nproc", "4", "--length", "3"],
+                         capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert bad.returncode == 2 and bad.stderr.strip() == (
+        "attnlab ring: error: length: expected at least one row per process (4), got 3"
+    )

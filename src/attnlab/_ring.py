@@ -29,7 +29,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -95,6 +95,7 @@ class Ring:
     is_causal: bool
     scale: float | None
     enable_gqa: bool
+    sent: list[int] = field(default_factory=lambda: [0, 0])  # messages and bytes this rank has sent
 
     def blocks(self, source: int) -> int:
         return math.ceil(self.lengths[source] / BLOCK)
@@ -140,10 +141,10 @@ def agree(
     failed = [(r, m["error"]) for r, m in enumerate(every) if m["error"]]
     if failed:
         raise ArgumentError(f"{name}: rank {failed[0][0]} of {size}: {failed[0][1]}")
-    for field in ("settings", "dtypes"):
-        if any(m[field] != every[0][field] for m in every):
-            r = next(r for r, m in enumerate(every) if m[field] != every[0][field])
-            raise ArgumentError(f"{name}: the ranks disagree: rank 0 has {every[0][field]}, rank {r} {every[r][field]}")
+    for part in ("settings", "dtypes"):
+        if any(m[part] != every[0][part] for m in every):
+            r = next(r for r, m in enumerate(every) if m[part] != every[0][part])
+            raise ArgumentError(f"{name}: the ranks disagree: rank 0 has {every[0][part]}, rank {r} {every[r][part]}")
     query_shape = every[0]["shapes"]["query"]
 
     def beside_rows(shape: tuple[int, ...]) -> tuple[int, ...]:
@@ -256,6 +257,8 @@ def _exchange(ring: Ring, outgoing: Array | None, incoming_shape: tuple[int, ...
         requests.append(ring.dist.irecv(torch.from_numpy(received), src=ring.peer(-1), group=ring.group))
     if outgoing is not None:
         message = torch.from_numpy(np.ascontiguousarray(outgoing))
+        ring.sent[0] += 1
+        ring.sent[1] += outgoing.nbytes
         requests.append(ring.dist.isend(message, dst=ring.peer(1), group=ring.group))
     for request in requests:
         request.wait()
