@@ -47,8 +47,10 @@ def main() -> None:
     dist.init_process_group(
         "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world, timeout=timedelta(seconds=60)
     )
+    with open(spec, encoding="utf-8") as file:
+        cases = json.load(file)
     try:
-        for case in json.load(open(spec, encoding="utf-8")):
+        for case in cases:
             _ring.BLOCK = case.get("block", 2048)
             q, k, v, d = whole(case)
             if case.get("bad_rank") == rank:

@@ -29,15 +29,22 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def launch(cases: list[dict[str, Any]], world: int, out: Path, timeout: float = 240) -> list[subprocess.CompletedProcess]:
+def launch(
+    cases: list[dict[str, Any]], world: int, out: Path, timeout: float = 240
+) -> list[subprocess.CompletedProcess]:
     """Run every case on ``world`` spawned ranks; kill them all past ``timeout`` seconds."""
     spec = out / "spec.json"
     spec.write_text(json.dumps(cases), encoding="utf-8")
     port = str(free_port())
     env = {**os.environ, "ATTNLAB_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "PYTHONPATH": str(WORKER.parent)}
     ranks = [
-        subprocess.Popen([sys.executable, str(WORKER), str(spec), str(r), str(world), port, str(out)],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)  # fmt: skip
+        subprocess.Popen(
+            [sys.executable, str(WORKER), str(spec), str(r), str(world), port, str(out)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
         for r in range(world)
     ]
     deadline = time.monotonic() + timeout
@@ -152,7 +159,7 @@ def test_shard_and_unshard_are_inverses_in_both_layouts():
 
 def test_ring_attention_without_a_process_group_says_so():
     q = np.ones((1, 4, 8))
-    with pytest.raises(ValueError, match="group: expected an initialised torch.distributed process group"):
+    with pytest.raises(ValueError, match=r"group: expected an initialised torch\.distributed process group"):
         distributed.ring_attention(q, q, q)
 
 

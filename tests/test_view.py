@@ -360,8 +360,8 @@ def test_g_a_models_page_switches_layers_by_selector_and_link(browser, tmp_path,
     assert "小" in browser.find_element(By.ID, "headview").text  # tokens as text, not bytes
 
 
-def model_page(browser, tmp_path: Path, trace, link: str = "") -> None:
-    page = tmp_path / "model.html"
+def model_page(browser, tmp_path: Path, trace, link: str = "", name: str = "model.html") -> None:
+    page = tmp_path / name
     al.view(trace, page)
     browser.get(page.as_uri() + link)
     assert browser.execute_script("return window.attnlabView.ready") is True
@@ -425,27 +425,67 @@ def test_j_model_tokens_with_markup_stay_text(browser, tmp_path):
     assert "".join(left) == text
 
 
-def test_k_a_gpt2_small_page_of_128_tokens_is_small_and_quick(browser, tmp_path):
+def test_k_a_gpt2_small_page_of_128_tokens_is_small_and_quick(browser, tmp_path, capsys):
     import time
 
     import torch
     import transformers
-
-    from attnlab import models
+    from test_models import SENTENCE, train_tokenizers
 
     torch.manual_seed(0)
     config = transformers.GPT2Config(vocab_size=512, n_positions=256, n_embd=768, n_layer=12, n_head=12)
-    transformers.GPT2LMHeadModel(config).save_pretrained(tmp_path / "gpt2-small")
-    ids = np.random.default_rng(0).integers(0, 512, 128)
-    trace = models.load(tmp_path / "gpt2-small").trace(ids)
+    checkpoint = tmp_path / "gpt2-small"
+    transformers.GPT2LMHeadModel(config).save_pretrained(checkpoint)
+    layouts = train_tokenizers(tmp_path / "tokenizer")
+    for name in ("vocab.json", "merges.txt"):
+        (checkpoint / name).write_bytes((layouts["vocab+merges"] / name).read_bytes())
     page = tmp_path / "small.html"
-    al.view(trace, page)
+    text = SENTENCE * 4
+    assert main(["view", "--model", str(checkpoint), "--text", text, "-o", str(page)]) == 0, capsys.readouterr().err
     size = page.stat().st_size
     start = time.perf_counter()
     browser.get(page.as_uri())
     assert browser.execute_script("return window.attnlabView.ready") is True
     seconds = time.perf_counter() - start
     print(f"GPT-2-small-shaped page, 12 layers × 12 heads, 128 tokens: {size / 1e6:.1f} MB, ready in {seconds:.2f} s")
+    assert browser.execute_script("return document.querySelectorAll('#headview text').length") == 2 * 128
     assert size <= 16 * 10**6
     assert seconds < 3
     assert len(browser.find_elements(By.CSS_SELECTOR, "#grid canvas")) == 144
+    too_long = main(["view", "--model", str(checkpoint), "--text", text + SENTENCE, "-o", str(page)])
+    assert too_long == 2 and "use --layer N or fewer tokens" in capsys.readouterr().err
+
+
+def test_l_a_layer_opens_at_its_own_scale_and_links_name_model_layers(browser, tmp_path):
+    from test_models import tiny_model
+
+    from attnlab import models
+
+    tiny_model("gpt2", scale_attn_by_inverse_layer_idx=True).save_pretrained(tmp_path / "gpt2")
+    model = models.load(tmp_path / "gpt2")
+    trace = model.trace(np.arange(12), layers=[1])  # layer 1 alone: scale 1/(√8·2)
+    model_page(browser, tmp_path, trace, "#layer=1&head=2")
+    view = "return window.attnlabView"
+    assert browser.execute_script(f"{view}.head") == 2
+    assert browser.execute_script(f"{view}.scale") == pytest.approx(trace[1].scale)
+    shown = np.array(browser.execute_script(f"{view}.weights(2)")).reshape(12, 12)
+    np.testing.assert_allclose(shown, trace[1].weights[2], atol=5e-5)
+    both = model.trace(np.arange(12), layers=[0, 1])
+    model_page(browser, tmp_path, both, "#layer=0", "both.html")
+    browser.execute_script("window.attnlabView.useLayer(1)")  # from layer 0's scale to layer 1's
+    assert browser.execute_script(f"{view}.scale") == pytest.approx(both[1].scale)
+    shown = np.array(browser.execute_script(f"{view}.weights(3)")).reshape(12, 12)
+    np.testing.assert_allclose(shown, both[1].weights[3], atol=5e-5)
+
+
+def test_m_float32_scores_the_page_computes_overflow_as_in_python(browser, tmp_path):
+    x = np.full((520, 4), 3e20)
+    x[::2] *= -1
+    trace = al.SelfAttention(4, 4, dtype=np.float32).trace(x)
+    bad = int((~np.isfinite(trace.weights)).sum())
+    assert bad > 0
+    page = tmp_path / "overflow.html"
+    al.view(trace, page)
+    browser.get(page.as_uri())
+    assert browser.execute_script("return window.attnlabView.ready") is True
+    assert f"red: {bad} weights that are not numbers" in browser.find_element(By.ID, "legend").text

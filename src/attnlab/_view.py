@@ -23,7 +23,9 @@ from .models import ModelTrace
 __all__ = ["check_path", "notebook_html", "page_bytes", "page_data", "render_page", "show", "view", "write_page"]
 
 _PLACEHOLDER = "__ATTNLAB_DATA__"
-MAX_PAGE_BYTES = 16 * 10**6  # what Chromium opens and draws in a few seconds
+MAX_PAGE_BYTES = 16 * 10**6  # a model's page: what Chromium opens and draws in a few seconds
+MAX_TRACE_PAGE_BYTES = 64 * 10**6  # a single layer's page, exact always (as before there were models)
+MAX_MODEL_PAGE_SCORES = 2**22  # L²·heads·layers: the scores a model's page computes when it opens (about 2 s)
 GIVEN_SCORES_UP_TO = 2**18  # scores in all: up to this many the page carries them, past it computes q·k
 
 
@@ -69,8 +71,9 @@ def page_data(trace: Trace | ModelTrace) -> dict[str, object]:
     H = _with_heads(named[0][1].Q).shape[0]
     itemsize = 8 if named[0][1].Q.dtype == np.float64 else 4
     exact = page_bytes(len(tokens), H, len(named), widths, itemsize) <= MAX_PAGE_BYTES * 0.95  # room for the rest
-    dtype = ("float64" if itemsize == 8 else "float32") if exact else "float24"
-    layers = [{"name": "" if i is None else f"layer {i}", **_layer_data(t, given, dtype)} for i, t in named]
+    # a model's page past 16 MB rounds its numbers to fit; a single layer's stays exact
+    dtype = ("float64" if itemsize == 8 else "float32") if exact or not model else "float24"
+    layers = [{"name": "" if i is None else f"layer {i}", "index": i, **_layer_data(t, given, dtype)} for i, t in named]
     return {"tokens": tokens, "model": model, "special": special, "parts": parts, "layers": layers}
 
 
@@ -96,14 +99,23 @@ def render_page(trace: Trace | ModelTrace) -> str:
     """The HTML text. The data sits in a JSON script block with '<', '>' and '&'
     escaped, so no token can end the block or inject markup; the script only ever
     writes tokens as text."""
+    model = isinstance(trace, ModelTrace)
+    if isinstance(trace, ModelTrace):
+        scores = sum(_with_heads(t.scores).size for t in trace.layers.values())
+        if scores > MAX_MODEL_PAGE_SCORES:
+            raise fail(
+                "trace",
+                f"a model's page of at most {MAX_MODEL_PAGE_SCORES:,} scores (L²·heads·layers, what it computes in "
+                "about 2 s); trace fewer layers or tokens",
+                f"{scores:,}",
+            )
     payload = json.dumps(page_data(trace), ensure_ascii=False, allow_nan=False)
-    size = len(payload.encode("utf-8"))
-    if size > MAX_PAGE_BYTES:
-        fewer = "fewer layers, tokens or heads" if isinstance(trace, ModelTrace) else "fewer tokens or heads"
+    size, limit = len(payload.encode("utf-8")), MAX_PAGE_BYTES if model else MAX_TRACE_PAGE_BYTES
+    if size > limit:
+        fewer = "fewer layers, tokens or heads" if model else "fewer tokens or heads"
         raise fail(
             "trace",
-            f"a page of at most {MAX_PAGE_BYTES / 1e6:g} MB of data (what a browser opens in a few seconds); "
-            f"use {fewer}",
+            f"a page of at most {limit / 1e6:.0f} MB of data (what a browser opens in a few seconds); use {fewer}",
             f"{size / 1e6:.1f} MB",
         )
     payload = payload.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")

@@ -160,7 +160,7 @@ def model_trace_from_args(args: argparse.Namespace, default_layer: int | str, pa
     """Run the --model on --text and trace --layer. What the trace (L²·heads·layers scores)
     or the page (``page``: q, k and v of every head and layer) would hold is checked after
     tokenizing, before the forward."""
-    from ._view import MAX_PAGE_BYTES, page_bytes
+    from ._view import MAX_MODEL_PAGE_SCORES, MAX_PAGE_BYTES, page_bytes
     from .models import load
 
     _refuse(args, f"--model {args.model} fixes the weights, the embedding and the scale")
@@ -170,18 +170,25 @@ def model_trace_from_args(args: argparse.Namespace, default_layer: int | str, pa
     if model.tokenizer is None:
         raise InputError(f"--model: {args.model} has no tokenizer (tokenizer.json, vocab.txt or vocab.json)")
     ids = model.tokenizer.encode(args.text)
+    if len(ids) == 0:
+        raise InputError(f"--text: expected a text of at least one token, got {args.text!r}")
     layer = default_layer if args.layer is None else args.layer
     layers = None if layer == "all" else layer
     c = model.config
     count = c.num_layers if layers is None else 1
     fewer = "--layer N" if layers is None else ""
     _check_size(len(ids), c.num_heads * count, MAX_SCORES, "a trace", fewer)
-    size = page_bytes(len(ids), c.num_heads, count, (c.head_dim, c.head_dim), model.dtype.itemsize)
-    if page and size > MAX_PAGE_BYTES:
+    size = page_bytes(len(ids), c.num_heads, count, (c.head_dim, c.head_dim))  # its numbers rounded to fit
+    scores = len(ids) ** 2 * c.num_heads * count
+    if page and (size > MAX_PAGE_BYTES or scores > MAX_MODEL_PAGE_SCORES):
+        what = (
+            f"a page of about {size / 1e6:.1f} MB, at most {MAX_PAGE_BYTES / 1e6:g} MB"
+            if size > MAX_PAGE_BYTES
+            else f"{scores:,} scores for the page to compute, at most {MAX_MODEL_PAGE_SCORES:,}"
+        )
         raise InputError(
-            f"{len(ids)} tokens × {count} layer{'s' * (count > 1)} × {c.num_heads} heads: a page of about "
-            f"{size / 1e6:.1f} MB, at most {MAX_PAGE_BYTES / 1e6:g} MB (what a browser opens in a few seconds); "
-            + ("use --layer N or fewer tokens" if fewer else "use fewer tokens")
+            f"{len(ids)} tokens × {count} layer{'s' * (count > 1)} × {c.num_heads} heads: {what} (what a browser "
+            "opens in a few seconds); " + ("use --layer N or fewer tokens" if fewer else "use fewer tokens")
         )
     return model.trace(ids, layers=layers)
 

@@ -473,11 +473,8 @@ class Model:
 
     def _check_length(self, length: int, what: str) -> None:
         if length > self.config.max_positions:
-            raise fail(
-                "input_ids",
-                f"at most {self.config.max_positions} tokens, the model's positions",
-                f"{length} ({what})",
-            )
+            got = f"{length}" if what == "input_ids" else f"{length} ({what})"
+            raise fail("input_ids", f"at most {self.config.max_positions} tokens, the model's positions", got)
 
     def _layers(self, layers: Any) -> list[int]:
         n = self.config.num_layers
