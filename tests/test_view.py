@@ -430,6 +430,7 @@ def test_k_a_gpt2_small_page_of_128_tokens_is_small_and_quick(browser, tmp_path,
 
     import torch
     import transformers
+
     from test_models import SENTENCE, train_tokenizers
 
     torch.manual_seed(0)
@@ -457,9 +458,8 @@ def test_k_a_gpt2_small_page_of_128_tokens_is_small_and_quick(browser, tmp_path,
 
 
 def test_l_a_layer_opens_at_its_own_scale_and_links_name_model_layers(browser, tmp_path):
-    from test_models import tiny_model
-
     from attnlab import models
+    from test_models import tiny_model
 
     tiny_model("gpt2", scale_attn_by_inverse_layer_idx=True).save_pretrained(tmp_path / "gpt2")
     model = models.load(tmp_path / "gpt2")
