@@ -39,7 +39,7 @@ from ._attention import Engine, Gradients, attention, backward
 from ._problem import make_problem
 from ._validation import ArgumentError, AttnlabError, MissingDependencyError, fail, flag
 
-__all__ = ["BLOCK", "LAYOUTS", "Ring", "pieces_of", "ring_backward", "ring_forward", "shard", "unshard"]
+__all__ = ["BLOCK", "LAYOUTS", "Ring", "ring_backward", "ring_forward", "runs_of", "shard", "unshard"]
 
 LAYOUTS = ("contiguous", "zigzag")
 BLOCK = 2048  # rows of keys and values a message carries, and of queries an engine call takes
@@ -47,7 +47,7 @@ BLOCK = 2048  # rows of keys and values a message carries, and of queries an eng
 Array = np.ndarray
 
 
-def pieces_of(lengths: list[int], layout: str) -> list[list[tuple[int, int, int]]]:
+def runs_of(lengths: list[int], layout: str) -> list[list[tuple[int, int, int]]]:
     """For each rank, its runs of the whole sequence: (row in the shard, position, length)."""
     P = len(lengths)
     if layout == "contiguous":
@@ -73,7 +73,7 @@ def unshard(shards: list[Array], layout: str, axis: int) -> Array:
     """The whole sequence from every rank's shard, in rank order (inverse of :func:`shard`)."""
     if layout == "contiguous":
         return np.concatenate(shards, axis=axis)
-    runs = pieces_of([s.shape[axis] for s in shards], layout)
+    runs = runs_of([s.shape[axis] for s in shards], layout)
     parts = [
         (position, np.take(s, np.arange(offset, offset + n), axis=axis))
         for s, rank_runs in zip(shards, runs, strict=True)
@@ -160,7 +160,7 @@ def agree(
     if sum(lengths) == 0:
         raise ArgumentError(f"{name}: query: expected at least one row on some rank, got {query_shape} on every rank")
     return Ring(
-        dist, group, rank, size, lengths, pieces_of(lengths, parsed["layout"]), parsed["is_causal"], parsed["scale"],
+        dist, group, rank, size, lengths, runs_of(lengths, parsed["layout"]), parsed["is_causal"], parsed["scale"],
         parsed["enable_gqa"],
     )  # fmt: skip
 
@@ -182,8 +182,7 @@ def _all_gather_json(dist: Any, group: Any, size: int, value: Any) -> list[Any]:
 
 def check_shards(query: Any, key: Any, value: Any, is_causal: Any, scale: Any, enable_gqa: Any) -> None:
     """This rank's own arguments: what an attention call over them checks, and one length."""
-    pb = make_problem(query, key, value, None, 0.0, is_causal, scale, enable_gqa, None)
-    del pb
+    make_problem(query, key, value, None, 0.0, is_causal, scale, enable_gqa, None)  # raises what it finds
     if np.shape(key)[-2] != np.shape(query)[-2]:
         raise fail("key", f"the query shard's {np.shape(query)[-2]} rows (the same positions)", f"{np.shape(key)[-2]}")
 
@@ -215,7 +214,7 @@ def _pairs(ring: Ring, source: int, first: int, rows: int) -> Iterator[tuple[sli
 
 
 def _chunks(rows: slice) -> Iterator[slice]:
-    """Query rows in chunks of at most BLOCK (a causal chunk must keep its first row: see _split)."""
+    """Query rows in chunks of at most BLOCK."""
     for start in range(rows.start, rows.stop, BLOCK):
         yield slice(start, min(start + BLOCK, rows.stop))
 
