@@ -1,0 +1,199 @@
+"""attnlab.nn: every layer's output and gradients against torch (float64, 1e-10) and
+central finite differences."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from attnlab import nn  # noqa: E402
+
+TOL = 1e-10
+
+
+def rng(seed: int = 0) -> np.random.Generator:
+    return np.random.default_rng(seed)
+
+
+def t(x: np.ndarray) -> torch.Tensor:
+    return torch.tensor(x, dtype=torch.float64, requires_grad=True)
+
+
+def check(ours: np.ndarray, theirs: torch.Tensor, tol: float = TOL) -> None:
+    np.testing.assert_allclose(ours, theirs.detach().numpy(), rtol=tol, atol=tol)
+
+
+def test_linear_embedding_layernorm_and_gelu_equal_torch():
+    x, dy = rng(1).standard_normal((2, 5, 4)), rng(2).standard_normal((2, 5, 3))
+    linear = nn.Linear(4, 3, rng=rng(), std=0.5)
+    y, back = linear(x)
+    dx = back(dy)
+    tx, tw, tb = t(x), t(linear.weight.value), t(linear.bias.value)
+    ty = tx @ tw + tb
+    (ty * torch.tensor(dy)).sum().backward()
+    check(y, ty), check(dx, tx.grad), check(linear.weight.grad, tw.grad), check(linear.bias.grad, tb.grad)
+
+    ids = np.array([[1, 3, 1], [0, 3, 3]])
+    embedding = nn.Embedding(5, 4, rng=rng(), std=1.0)
+    e, e_back = embedding(ids)
+    de = rng(3).standard_normal(e.shape)
+    e_back(de)
+    te = t(embedding.weight.value)
+    (torch.nn.functional.embedding(torch.tensor(ids), te) * torch.tensor(de)).sum().backward()
+    check(embedding.weight.grad, te.grad)  # rows used twice get both gradients
+
+    norm = nn.LayerNorm(4, eps=1e-5)
+    norm.weight.value[:] = rng(4).standard_normal(4)
+    norm.bias.value[:] = rng(5).standard_normal(4)
+    n, n_back = norm(x)
+    dn = rng(6).standard_normal(n.shape)
+    dx = n_back(dn)
+    tx, tg, tb = t(x), t(norm.weight.value), t(norm.bias.value)
+    tn = torch.nn.functional.layer_norm(tx, (4,), tg, tb, eps=1e-5)
+    (tn * torch.tensor(dn)).sum().backward()
+    check(n, tn), check(dx, tx.grad), check(norm.weight.grad, tg.grad), check(norm.bias.grad, tb.grad)
+
+    g, g_back = nn.gelu(x * 3)
+    dg = g_back(dn)
+    tx = t(x * 3)
+    tg = torch.nn.functional.gelu(tx, approximate="tanh")
+    (tg * torch.tensor(dn)).sum().backward()
+    check(g, tg), check(dg, tx.grad)
+
+
+def torch_attention(x: torch.Tensor, layer: nn.SelfAttention, mask: np.ndarray | None) -> tuple[torch.Tensor, list]:
+    """BERT's self-attention in torch, from the layer's weights."""
+    params = [t(p.value) for p in layer.parameters()]
+    wq, bq, wk, bk, wv, bv, wo, bo = params
+    B, L, D = x.shape
+    H = layer.heads
+
+    def heads(y: torch.Tensor) -> torch.Tensor:
+        return y.reshape(B, L, H, D // H).transpose(1, 2)
+
+    q, k, v = heads(x @ wq + bq), heads(x @ wk + bk), heads(x @ wv + bv)
+    attn_mask = None if mask is None else torch.tensor(mask)[:, None, None, :]
+    o = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask)
+    return o.transpose(1, 2).reshape(B, L, D) @ wo + bo, params
+
+
+def test_self_attention_and_the_transformer_block_equal_torch():
+    x = rng(7).standard_normal((2, 6, 8))
+    mask = np.ones((2, 6), dtype=bool)
+    mask[1, 4:] = False  # padding keys
+    layer = nn.SelfAttention(8, 2, rng=rng(8))
+    for p in layer.parameters():
+        p.value[...] = rng(9).standard_normal(p.value.shape) * 0.3
+    y, back, _ = layer(x, mask)
+    dy = rng(10).standard_normal(y.shape)
+    dx = back(dy)
+    tx = t(x)
+    ty, params = torch_attention(tx, layer, mask)
+    (ty * torch.tensor(dy)).sum().backward()
+    check(y, ty), check(dx, tx.grad)
+    for p, tp in zip(layer.parameters(), params, strict=True):
+        check(p.grad, tp.grad)
+
+    block = nn.TransformerBlock(8, 2, 12, rng=rng(11), eps=1e-5)
+    for p in block.parameters():
+        p.value[...] += rng(12).standard_normal(p.value.shape) * 0.2
+    y, back, _ = block(x, mask)
+    dx = back(dy)
+    tx = t(x)
+    a, attn_params = torch_attention(tx, block.attention, mask)
+    n1w, n1b, uw, ub, dw, db, n2w, n2b = (t(p.value) for p in block.parameters()[8:])
+    h = torch.nn.functional.layer_norm(tx + a, (8,), n1w, n1b, eps=1e-5)
+    m = torch.nn.functional.gelu(h @ uw + ub, approximate="tanh") @ dw + db
+    ty = torch.nn.functional.layer_norm(h + m, (8,), n2w, n2b, eps=1e-5)
+    (ty * torch.tensor(dy)).sum().backward()
+    check(y, ty), check(dx, tx.grad)
+    for p, tp in zip(block.parameters(), [*attn_params, n1w, n1b, uw, ub, dw, db, n2w, n2b], strict=True):
+        check(p.grad, tp.grad)
+
+
+def test_the_rnn_backpropagates_through_time_as_torch():
+    x = rng(13).standard_normal((3, 7, 4))
+    rnn = nn.RNN(4, 5, rng=rng(14))
+    y, back = rnn(x)
+    dy = rng(15).standard_normal(y.shape)
+    dx = back(dy)
+    torch_rnn = torch.nn.RNN(4, 5, batch_first=True, nonlinearity="tanh").double()
+    with torch.no_grad():
+        torch_rnn.weight_ih_l0.copy_(torch.tensor(rnn.input.weight.value.T))
+        torch_rnn.bias_ih_l0.copy_(torch.tensor(rnn.input.bias.value))
+        torch_rnn.weight_hh_l0.copy_(torch.tensor(rnn.recurrent.value.T))
+        torch_rnn.bias_hh_l0.zero_()
+    tx = t(x)
+    ty, _ = torch_rnn(tx)
+    (ty * torch.tensor(dy)).sum().backward()
+    check(y, ty), check(dx, tx.grad)
+    check(rnn.input.weight.grad, torch_rnn.weight_ih_l0.grad.T)
+    check(rnn.recurrent.grad, torch_rnn.weight_hh_l0.grad.T)
+    check(rnn.input.bias.grad, torch_rnn.bias_ih_l0.grad)
+
+
+def test_cross_entropy_clipping_and_adamw_equal_torch():
+    logits, targets = rng(16).standard_normal((4, 3, 6)), np.array([[0, 5, -1], [2, 2, 1], [-1, -1, 3], [4, 0, 0]])
+    loss, back = nn.cross_entropy(logits, targets)
+    grad = back()
+    tl = t(logits)
+    tloss = torch.nn.functional.cross_entropy(tl.reshape(-1, 6), torch.tensor(targets.reshape(-1)), ignore_index=-1)
+    tloss.backward()
+    assert loss == pytest.approx(float(tloss), abs=TOL)
+    check(grad, tl.grad)
+
+    values = [rng(17).standard_normal((3, 2)), rng(18).standard_normal(4)]
+    params = [nn.Parameter(v.copy()) for v in values]
+    tparams = [torch.tensor(v.copy(), requires_grad=True) for v in values]
+    optimizer = nn.AdamW(params, lr=0.1, weight_decay=0.05)
+    toptimizer = torch.optim.AdamW(tparams, lr=0.1, weight_decay=0.05)
+    for step in range(5):
+        for p, tp in zip(params, tparams, strict=True):
+            g = rng(100 + step).standard_normal(p.value.shape) * 10
+            p.grad[...] = g
+            tp.grad = torch.tensor(g.copy())
+        norm = nn.clip_grad_norm(params, 1.0)
+        tnorm = torch.nn.utils.clip_grad_norm_(tparams, 1.0)
+        assert norm == pytest.approx(float(tnorm), rel=1e-12)
+        optimizer.step()
+        toptimizer.step()
+    for p, tp in zip(params, tparams, strict=True):
+        check(p.value, tp)
+
+
+def test_a_small_model_matches_finite_differences():
+    """Embedding → TransformerBlock → RNN → Linear → cross-entropy, every parameter's
+    gradient against central differences."""
+    generator = rng(20)
+    embed = nn.Embedding(7, 6, rng=generator, std=0.5)
+    block = nn.TransformerBlock(6, 2, 8, rng=generator, eps=1e-5)
+    rnn = nn.RNN(6, 5, rng=generator)
+    head = nn.Linear(5, 7, rng=generator, std=0.5)
+    ids, targets = np.array([[1, 4, 2, 6], [3, 3, 0, 5]]), np.array([[4, 2, 6, -1], [3, 0, 5, 1]])
+    modules = [embed, block, rnn, head]
+
+    def loss_and_grads() -> float:
+        e, e_back = embed(ids)
+        h, h_back, _ = block(e)
+        r, r_back = rnn(h)
+        logits, head_back = head(r)
+        loss, loss_back = nn.cross_entropy(logits, targets)
+        for m in modules:
+            m.zero_grad()
+        e_back(h_back(r_back(head_back(loss_back()))))
+        return loss
+
+    loss_and_grads()
+    analytic = {id(p): p.grad.copy() for m in modules for p in m.parameters()}
+    for m in modules:
+        for p in m.parameters():
+            for index in [(0,) * p.value.ndim, tuple(s - 1 for s in p.value.shape)]:
+                saved = p.value[index]
+                p.value[index] = saved + 1e-6
+                up = loss_and_grads()
+                p.value[index] = saved - 1e-6
+                down = loss_and_grads()
+                p.value[index] = saved
+                assert analytic[id(p)][index] == pytest.approx((up - down) / 2e-6, rel=1e-5, abs=1e-8)
