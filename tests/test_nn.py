@@ -141,7 +141,7 @@ def test_cross_entropy_clipping_and_adamw_equal_torch():
     tl = t(logits)
     tloss = torch.nn.functional.cross_entropy(tl.reshape(-1, 6), torch.tensor(targets.reshape(-1)), ignore_index=-1)
     tloss.backward()
-    assert loss == pytest.approx(float(tloss), abs=TOL)
+    assert loss == pytest.approx(float(tloss.detach()), abs=TOL)
     check(grad, tl.grad)
 
     values = [rng(17).standard_normal((3, 2)), rng(18).standard_normal(4)]
@@ -197,3 +197,27 @@ def test_a_small_model_matches_finite_differences():
                 down = loss_and_grads()
                 p.value[index] = saved
                 assert analytic[id(p)][index] == pytest.approx((up - down) / 2e-6, rel=1e-5, abs=1e-8)
+
+
+def test_a_loss_on_the_attention_weights_backpropagates_as_torch():
+    x = rng(21).standard_normal((2, 5, 8))
+    layer = nn.SelfAttention(8, 2, rng=rng(22))
+    for p in layer.parameters():
+        p.value[...] = rng(23).standard_normal(p.value.shape) * 0.4
+    y, back, weights = layer(x, need_weights=True)
+    dy, dw = rng(24).standard_normal(y.shape), rng(25).standard_normal(weights.shape)
+    dx = back(dy, dw)
+    tx = t(x)
+    params = [t(p.value) for p in layer.parameters()]
+    wq, bq, wk, bk, wv, bv, wo, bo = params
+
+    def heads(z: torch.Tensor) -> torch.Tensor:
+        return z.reshape(2, 5, 2, 4).transpose(1, 2)
+
+    q, k, v = heads(tx @ wq + bq), heads(tx @ wk + bk), heads(tx @ wv + bv)
+    tp = torch.softmax(q @ k.transpose(-1, -2) / 2.0, dim=-1)
+    ty = (tp @ v).transpose(1, 2).reshape(2, 5, 8) @ wo + bo
+    ((ty * torch.tensor(dy)).sum() + (tp * torch.tensor(dw)).sum()).backward()
+    check(weights, tp), check(dx, tx.grad)
+    for p, tparam in zip(layer.parameters(), params, strict=True):
+        check(p.grad, tparam.grad)

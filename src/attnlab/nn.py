@@ -44,7 +44,7 @@ __all__ = [
 ]
 
 Array = np.ndarray
-Backward = Callable[[Array], Any]
+Backward = Callable[..., Any]  # dy (and, for attention, the weights' gradient) -> dx
 
 
 @dataclass(eq=False)
@@ -159,7 +159,9 @@ def gelu(x: Array) -> tuple[Array, Backward]:
 class SelfAttention(Module):
     """Multi-head self-attention as BERT has it: q, k, v projections, attention on
     attnlab's engine (its exact backward), the heads side by side through an output
-    projection. ``forward`` also returns the weights (B, H, L, L) when asked."""
+    projection. With ``need_weights`` it also returns the weights P (B, H, L, L), and its
+    backward then takes their gradient too (a loss on the weights themselves):
+    dZ = P∘(dP − rowsum(dP∘P)), dQ += scale·dZ·K, dK += scale·dZᵀ·Q."""
 
     def __init__(self, dim: int, heads: int, *, rng: np.random.Generator, dtype: Any = np.float64) -> None:
         if dim % heads:
@@ -178,10 +180,18 @@ class SelfAttention(Module):
         result = attention(q, k, v, attn_mask=mask, need_weights=need_weights)
         merged = result.output.transpose(0, 2, 1, 3).reshape(B, L, D)  # (B, H, L, E) -> (B, L, D)
         y, out_back = self.out(merged)
+        scale = 1.0 / math.sqrt(E)
 
-        def backward(dy: Array) -> Array:
+        def backward(dy: Array, d_weights: Array | None = None) -> Array:
             d_merged = out_back(dy).reshape(B, L, self.heads, E).transpose(0, 2, 1, 3)  # (B, L, D) -> (B, H, L, E)
-            grads = result.backward(np.ascontiguousarray(d_merged))
+            grads = list(result.backward(np.ascontiguousarray(d_merged)))
+            if d_weights is not None:  # through the softmax to the scores, then to q and k
+                P = result.weights
+                if P is None:
+                    raise fail("d_weights", "a forward with need_weights=True", "one without")
+                d_scores = P * (d_weights - (d_weights * P).sum(axis=-1, keepdims=True))  # (B, H, L, L)
+                grads[0] = grads[0] + scale * d_scores @ k
+                grads[1] = grads[1] + scale * np.swapaxes(d_scores, -1, -2) @ q
             dx = np.zeros_like(x)
             for grad, (_, back) in zip(grads, projected, strict=True):
                 dx += back(grad.transpose(0, 2, 1, 3).reshape(B, L, D))  # (B, H, L, E) -> (B, L, D)
@@ -203,6 +213,7 @@ class TransformerBlock(Module):
 
     def __call__(self, x: Array, key_mask: Array | None = None, *, need_weights: bool = False
                  ) -> tuple[Array, Backward, Array | None]:  # fmt: skip
+        """y and its backward(dy, d_weights=None); the attention weights with ``need_weights``."""
         a, attention_back, weights = self.attention(x, key_mask, need_weights=need_weights)
         h, norm1_back = self.attention_norm(x + a)
         u, up_back = self.up(h)
@@ -210,11 +221,11 @@ class TransformerBlock(Module):
         m, down_back = self.down(g)
         y, norm2_back = self.output_norm(h + m)
 
-        def backward(dy: Array) -> Array:
+        def backward(dy: Array, d_weights: Array | None = None) -> Array:
             d_sum = norm2_back(dy)
             dh = d_sum + up_back(gelu_back(down_back(d_sum)))
             d_first = norm1_back(dh)
-            return d_first + attention_back(d_first)
+            return d_first + attention_back(d_first, d_weights)
 
         return y, backward, weights
 
