@@ -366,6 +366,33 @@ def _ring(args: argparse.Namespace) -> None:
                                   check=args.check)))  # fmt: skip
 
 
+def _experiment(args: argparse.Namespace) -> None:
+    from pathlib import Path
+
+    from ._experiments import EXPERIMENTS, run
+
+    if args.action == "list":
+        for name, (summary, _) in EXPERIMENTS.items():
+            print(f"{name:12} {summary}")
+        return
+    if args.name is None:
+        raise InputError(f"NAME: expected one of {', '.join(EXPERIMENTS)} after 'run', got nothing")
+    out = Path(args.out or f"experiments/{args.name}")
+    results = run(args.name, quick=args.quick, seed=args.seed, out=out)
+    print(f"{args.name}: wrote {out / 'report.md'}, {out / 'results.json'} and {', '.join(results['figures'])} "
+          f"in {results['seconds']:.0f} s")  # fmt: skip
+    print("| metric | value |\n|---|---|")
+
+    def rows(prefix: str, value: object) -> None:
+        if isinstance(value, dict):
+            for key, inner in value.items():
+                rows(f"{prefix}{key} · ", inner)
+        elif isinstance(value, (int, float)) and not isinstance(value, bool):
+            print(f"| {prefix.rstrip(' ·')} | {value:.4g} |")
+
+    rows("", results["metrics"])
+
+
 def _command(
     commands: argparse._SubParsersAction,
     name: str,
@@ -464,6 +491,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     bench.add_argument("--json", metavar="PATH", help="also write every figure to this JSON file")
     bench.add_argument("--repeat", type=_at_least(1), help="timed runs per figure, best kept (default 3, quick 1)")
+    experiment = _command(
+        commands,
+        "experiment",
+        _experiment,
+        "rerun the experiments that answer the article's questions",
+        "List the experiments, or run one: it writes report.md, results.json and PNG figures to --out.",
+        "  attnlab experiment list\n  attnlab experiment run coref --quick\n  attnlab experiment run coref --seed 1",
+    )
+    experiment.add_argument("action", choices=("list", "run"), help="list the experiments, or run one")
+    experiment.add_argument("name", nargs="?", metavar="NAME", help="the experiment to run")
+    experiment.add_argument("--quick", action="store_true", help="a short run (under a minute on 2 cores)")
+    experiment.add_argument("--seed", type=_at_least(0, 2**32 - 1), default=0, help="the seed (default 0)")
+    experiment.add_argument("--out", metavar="DIR", help="where to write (default experiments/NAME)")
     ring = _command(
         commands,
         "ring",

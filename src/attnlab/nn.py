@@ -148,7 +148,7 @@ class LayerNorm(Module):
 def gelu(x: Array) -> tuple[Array, Backward]:
     """0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))), transformers' ``gelu_new``."""
     c = math.sqrt(2.0 / math.pi)
-    t = np.tanh(c * (x + 0.044715 * x**3))
+    t = np.tanh(c * (x + 0.044715 * x * x * x))
 
     def backward(dy: Array) -> Array:
         return dy * (0.5 * (1 + t) + 0.5 * x * (1 - t**2) * c * (1 + 3 * 0.044715 * x**2))

@@ -26,7 +26,7 @@ import numpy as np
 
 from .._validation import ArgumentError, MissingDependencyError, fail
 
-__all__ = ["Weights", "locate", "read_config"]
+__all__ = ["Weights", "locate", "read_config", "write_safetensors"]
 
 CONFIG = "config.json"
 SINGLE = "model.safetensors"
@@ -45,6 +45,7 @@ WANTED = [
     "merges.txt",
 ]
 MAX_HEADER = 100 * 2**20  # the format's own limit on the JSON header
+BUILTIN = "builtin:"  # the checkpoints that ship inside attnlab: builtin:coref
 
 # safetensors dtype names -> NumPy; BF16 is read as its raw 16 bits (see _as_float).
 _DTYPES: dict[str, np.dtype] = {
@@ -77,11 +78,27 @@ def locate(name_or_dir: str | os.PathLike[str]) -> Path:
     if path.is_dir():
         return path
     name = str(name_or_dir)
+    if name.startswith(BUILTIN):
+        return _builtin(name[len(BUILTIN) :])
     if path.exists() or name.startswith((".", "/", "~")) or name.count("/") > 1 or not name.strip():
         raise CheckpointError(
             f"name_or_dir: expected a checkpoint directory or a hub id, got {name!r} (no such directory)"
         )
     return _from_hub(name)
+
+
+def _builtin(name: str) -> Path:
+    """A checkpoint shipped in the package (attnlab/builtin/NAME)."""
+    from importlib.resources import files
+
+    root = Path(str(files("attnlab").joinpath("builtin")))
+    known = sorted(p.name for p in root.iterdir() if (p / CONFIG).is_file()) if root.is_dir() else []
+    if name not in known:
+        raise CheckpointError(
+            f"name_or_dir: expected one of {', '.join(BUILTIN + k for k in known) or 'no built-in model'}, "
+            f"got {BUILTIN + name!r}"
+        )
+    return root / name
 
 
 def _from_hub(repo_id: str) -> Path:
@@ -234,6 +251,28 @@ def _read_safetensors(path: Path) -> dict[str, tuple[np.ndarray, bool]]:
         if begin < end:  # the format forbids it, and it would make two weights one
             raise CheckpointError(f"{path}: tensors {first!r} and {second!r} share bytes (a corrupted file)")
     return tensors
+
+
+def write_safetensors(path: Path, tensors: dict[str, np.ndarray]) -> None:
+    """``tensors`` as one safetensors file: the header (names, dtypes, shapes, offsets), then
+    the bytes, little-endian, in the header's order."""
+    names = {dtype: name for name, dtype in _DTYPES.items() if name != "BF16"}
+    header: dict[str, Any] = {}
+    offset = 0
+    for name, tensor in tensors.items():
+        dtype = np.dtype(tensor.dtype).newbyteorder("<") if tensor.dtype.itemsize > 1 else tensor.dtype
+        header[name] = {
+            "dtype": names[dtype],
+            "shape": list(tensor.shape),
+            "data_offsets": [offset, offset + tensor.nbytes],
+        }
+        offset += tensor.nbytes
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)  # the data starts 8-byte aligned, as the format advises
+    with path.open("wb") as file:
+        file.write(len(text).to_bytes(8, "little") + text)
+        for tensor in tensors.values():
+            file.write(np.ascontiguousarray(tensor, dtype=tensor.dtype.newbyteorder("<")).tobytes())
 
 
 def _entry(path: Path, name: str, entry: Any) -> tuple[np.dtype, tuple[int, ...], tuple[int, int]]:

@@ -9,6 +9,7 @@ WordPiece, with tokenizer_config.json's ``do_lower_case``), and ``vocab.json`` w
 from __future__ import annotations
 
 import json
+import unicodedata
 from pathlib import Path
 from typing import Any
 
@@ -101,12 +102,17 @@ def read_tokenizer(directory: Path) -> Tokenizer | None:
     files = {name: directory / name for name in ("tokenizer.json", "vocab.txt", "vocab.json", "merges.txt")}
     if not any(path.is_file() for path in files.values()):
         return None
+    settings = _json(directory / "tokenizer_config.json")
     try:
         import tokenizers
         from tokenizers import implementations
     except ImportError:
-        raise MissingDependencyError("a model's tokenizer needs tokenizers: pip install 'attnlab[models]'") from None
-    settings = _json(directory / "tokenizer_config.json")
+        characters = _character_vocabulary(files["vocab.txt"])
+        if characters is None:
+            raise MissingDependencyError(
+                "a model's tokenizer needs tokenizers: pip install 'attnlab[models]'"
+            ) from None
+        return Tokenizer(_CharacterBackend(characters, bool(settings.get("do_lower_case", True))))
     try:
         if files["tokenizer.json"].is_file():
             backend = tokenizers.Tokenizer.from_file(str(files["tokenizer.json"]))
@@ -152,3 +158,80 @@ def _json(path: Path) -> dict[str, Any]:
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as error:
         raise CheckpointError(f"{path}: expected a JSON object, got unreadable JSON ({error})") from None
     return data if isinstance(data, dict) else {}
+
+
+def _character_vocabulary(path: Path) -> list[str] | None:
+    """A vocab.txt of [SPECIAL] tokens and single characters (the built-in models'), or None."""
+    if not path.is_file():
+        return None
+    vocab = path.read_text(encoding="utf-8").splitlines()
+    single = all(len(t) == 1 or (t.startswith("[") and t.endswith("]")) for t in vocab)
+    return vocab if single and "[UNK]" in vocab and "[CLS]" in vocab and "[SEP]" in vocab else None
+
+
+class _Token:
+    special = True
+
+
+class _Encoding:
+    def __init__(self, ids: list[int]) -> None:
+        self.ids = ids
+
+
+class _CharacterBackend:
+    """BERT's tokenization over a vocabulary of single characters, without the tokenizers
+    package (so that built-in models run after a plain ``pip install attnlab``): lower case
+    and accents stripped, split on whitespace, every CJK character and punctuation mark a
+    token; any other run of characters is one word, its id if it is one vocabulary
+    character, else [UNK] (WordPiece finds no pieces of it: the vocabulary has none)."""
+
+    def __init__(self, vocab: list[str], lowercase: bool) -> None:
+        self.vocab, self.lowercase = vocab, lowercase
+        self.index = {t: i for i, t in enumerate(vocab)}
+        self.specials = {i for i, t in enumerate(vocab) if len(t) > 1}
+
+    def encode(self, text: str, add_special_tokens: bool = True) -> _Encoding:
+        if self.lowercase:
+            text = "".join(c for c in unicodedata.normalize("NFD", text.lower()) if unicodedata.category(c) != "Mn")
+        words: list[str] = []
+        for chunk in text.split():
+            word = ""
+            for c in chunk:
+                if _is_cjk(c) or _is_punctuation(c):
+                    words += [word, c] if word else [c]
+                    word = ""
+                else:
+                    word += c
+            if word:
+                words.append(word)
+        unk = self.index["[UNK]"]
+        ids = [self.index.get(w, unk) if len(w) == 1 else unk for w in words]
+        if add_special_tokens:
+            ids = [self.index["[CLS]"], *ids, self.index["[SEP]"]]
+        return _Encoding(ids)
+
+    def decode(self, ids: list[int], skip_special_tokens: bool = False) -> str:
+        return "".join(self.vocab[i] for i in ids if not (skip_special_tokens and i in self.specials))
+
+    def get_added_tokens_decoder(self) -> dict[int, _Token]:
+        return {i: _Token() for i in self.specials}
+
+    def get_vocab_size(self) -> int:
+        return len(self.vocab)
+
+    def id_to_token(self, i: int) -> str:
+        return self.vocab[i]
+
+
+def _is_cjk(c: str) -> bool:
+    """BERT's "Chinese character" ranges."""
+    o = ord(c)
+    ranges = ((0x4E00, 0x9FFF), (0x3400, 0x4DBF), (0x20000, 0x2A6DF), (0x2A700, 0x2B73F), (0x2B740, 0x2B81F),
+              (0x2B820, 0x2CEAF), (0xF900, 0xFAFF), (0x2F800, 0x2FA1F))  # fmt: skip
+    return any(lo <= o <= hi for lo, hi in ranges)
+
+
+def _is_punctuation(c: str) -> bool:
+    """BERT's punctuation: ASCII symbols and Unicode P* categories."""
+    o = ord(c)
+    return 33 <= o <= 47 or 58 <= o <= 64 or 91 <= o <= 96 or 123 <= o <= 126 or unicodedata.category(c).startswith("P")
