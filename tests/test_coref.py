@@ -67,7 +67,7 @@ def test_without_the_tokenizers_package_its_characters_tokenize_as_bert_does():
     pytest.importorskip("tokenizers")
     from tokenizers.implementations import BertWordPieceTokenizer
 
-    from attnlab.models._tokenizer import Tokenizer, _CharacterBackend, _character_vocabulary
+    from attnlab.models._tokenizer import Tokenizer, _character_vocabulary, _CharacterBackend
 
     directory = models._checkpoint.locate("builtin:coref")
     vocab = _character_vocabulary(directory / "vocab.txt")

@@ -2,14 +2,15 @@
 to a NumPy engine with PyTorch's semantics and exact gradients.
 
 The public names are re-exported here from private modules; ``attnlab.functional``,
-``attnlab.reference``, ``attnlab.interop`` and ``attnlab.models`` (pretrained checkpoints,
-``pip install 'attnlab[models]'``) are public modules too. The design is in
+``attnlab.reference``, ``attnlab.interop``, ``attnlab.models`` (pretrained checkpoints,
+``pip install 'attnlab[models]'``), ``attnlab.nn`` (a small training stack) and
+``attnlab.distributed`` (ring attention on torch.distributed) are public modules too. The design is in
 docs/design.md.
 """
 
 import importlib.metadata as _metadata
 
-from . import functional, interop, models, reference
+from . import distributed, functional, interop, models, nn, reference
 from ._multihead import MultiheadAttention
 from ._plot import MissingFontWarning, plot
 from ._self_attention import SelfAttention
@@ -43,9 +44,11 @@ __all__ = [
     "Trace",
     "__version__",
     "attention",
+    "distributed",
     "functional",
     "interop",
     "models",
+    "nn",
     "plot",
     "reference",
     "scaled_dot_product_attention",

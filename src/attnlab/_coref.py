@@ -103,6 +103,7 @@ class CorefModel(nn.Module):
     def __init__(self, vocab_size: int, rng: np.random.Generator) -> None:
         self.word = nn.Embedding(vocab_size, HIDDEN, rng=rng)
         self.position = nn.Embedding(POSITIONS, HIDDEN, rng=rng)
+        self.position.weight.value[...] = _sinusoids(POSITIONS, HIDDEN)  # learned, from a start that knows offsets
         self.token_type = nn.Embedding(2, HIDDEN, rng=rng)
         self.embed_norm = nn.LayerNorm(HIDDEN)
         self.blocks = [nn.TransformerBlock(HIDDEN, HEADS, INTERMEDIATE, rng=rng) for _ in range(LAYERS)]
@@ -133,6 +134,15 @@ class CorefModel(nn.Module):
             w_back(de), p_back(de), t_back(de)
 
         return weights[:, HEAD[1]], backward
+
+
+def _sinusoids(positions: int, dim: int) -> np.ndarray:
+    """The Transformer's sinusoidal positions (Vaswani et al. 2017), a start from which
+    attention can find "the characters just after me" at any absolute position."""
+    angles = np.arange(positions)[:, None] / 10000 ** (np.arange(0, dim, 2) / dim)  # (positions, dim/2)
+    table = np.zeros((positions, dim))
+    table[:, 0::2], table[:, 1::2] = np.sin(angles), np.cos(angles)
+    return table
 
 
 def encode(batch: list[Example], index: dict[str, int]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -263,9 +273,11 @@ def antecedent_weights(model: CorefModel, data: list[Example], index: dict[str, 
     for first in range(0, len(data), 256):
         chunk = data[first : first + 256]
         ids, mask, pronoun, target = encode(chunk, index)
-        weights = _all_weights(model, ids, mask)  # (layers, B, H, L, L)
-        rows = weights[:, np.arange(len(chunk)), :, pronoun]  # (layers, B, H, L): the pronoun's rows
-        totals += (rows * target[None, :, None, :]).sum(axis=-1).sum(axis=1)
+        weights = _all_weights(model, ids, mask).transpose(
+            1, 3, 0, 2, 4
+        )  # (layers, B, H, L, L) -> (B, L, layers, H, L)
+        rows = weights[np.arange(len(chunk)), pronoun]  # (B, layers, H, L): the pronoun's rows
+        totals += (rows * target[:, None, None, :]).sum(axis=-1).sum(axis=0)
     return totals / len(data)
 
 
