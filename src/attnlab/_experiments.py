@@ -233,7 +233,8 @@ three scales: final accuracy {", ".join(f"{k}: {v:.3f}" for k, v in accuracy.ite
 **What it shows.** Var(q·k)/d_k stays at 1 for every d_k, as the article predicts, so the scaled
 scores have unit variance whatever d_k is. Unscaled, the largest weight tends to 1 and the entropy
 and the softmax Jacobian to 0 as d_k grows: the weights saturate and the gradient through them
-vanishes. Trained, 1/√d_k learns; scale 1 starts saturated and 1/d_k starts flat.
+vanishes. Trained for the same budget, scale 1 (saturated from the first step) lags behind 1/√d_k;
+1/d_k starts nearly uniform and catches up only as the optimiser grows the weights to undo it.
 
 **结论。** 对每个 d_k，Var(q·k)/d_k 都约等于 1，与文章的推导一致；除以 √d_k 后分数的方差与 d_k 无关。
 不缩放时，d_k 越大，最大权重越接近 1，熵和 softmax 的雅可比越接近 0：权重饱和，梯度消失。
@@ -308,6 +309,16 @@ def _value(quick: bool, seed: int, out: Path) -> dict[str, Any]:
         curves[label], accuracy[label], losses[label] = fitted["losses"], fitted["accuracy"], fitted["test_loss"]
     _curves(out / "training.png", curves, "recall: where the values come from")
     rows = [[label, accuracy[label], losses[label]] for label in curves]
+    best = max(accuracy, key=lambda label: (accuracy[label], -losses[label]))
+    if min(accuracy.values()) >= 0.99:
+        verdict = (
+            f"Given {steps} steps, all three solve this task (its values can be decoded from x by one "
+            "linear readout): a separate V is not needed to succeed here; the curves show which learns faster."
+        )
+    else:
+        verdict = (
+            f"With {steps} steps, {best} does best: " + ", ".join(f"{k} {v:.1%}" for k, v in accuracy.items()) + "."
+        )
     report = f"""# value: why a separate V?
 
 The article's author says he does not know why attention needs its own V. Here the same model is
@@ -320,8 +331,7 @@ steps with V from a learned W_v, V = X (the items themselves) and V = K (the key
 
 **What it shows.** What is matched (q·k) and what is moved (v) are different jobs: with V = K the
 keys must both match the query and carry the answer, with V = X the answer arrives mixed with the key
-it was stored under, and a learned W_v is free to carry only what the readout needs. The table says
-how much that costs here, on a task whose values one linear readout can still decode from x.
+it was stored under, and a learned W_v is free to carry only what the readout needs. {verdict}
 
 **结论。** “用来匹配的”（q·k）和“被搬运的”（v）是两件不同的事。V = K 时，键既要匹配又要携带答案；
 V = X 时，答案和它的键混在一起；单独学习的 W_v 只需携带读出需要的信息。
