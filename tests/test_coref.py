@@ -102,7 +102,14 @@ def test_the_quick_coref_experiment_writes_its_report_and_shows_the_head(tmp_pat
 
     listed = subprocess.run([sys.executable, "-m", "attnlab", "experiment", "list"], capture_output=True, text=True,
                             timeout=60)  # fmt: skip
-    assert listed.returncode == 0 and listed.stdout.startswith("coref")
+    assert listed.returncode == 0
+    assert [line.split()[0] for line in listed.stdout.splitlines()] == [
+        "scaling",
+        "normalization",
+        "value",
+        "rnn",
+        "coref",
+    ]
     out = tmp_path / "coref"
     run = subprocess.run([sys.executable, "-m", "attnlab", "experiment", "run", "coref", "--quick", "--seed", "1",
                           "--out", str(out)], capture_output=True, text=True, timeout=300)  # fmt: skip

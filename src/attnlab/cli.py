@@ -373,7 +373,7 @@ def _experiment(args: argparse.Namespace) -> None:
 
     if args.action == "list":
         for name, (summary, _) in EXPERIMENTS.items():
-            print(f"{name:12} {summary}")
+            print(f"{name:14} {summary}")
         return
     if args.name is None:
         raise InputError(f"NAME: expected one of {', '.join(EXPERIMENTS)} after 'run', got nothing")
