@@ -264,6 +264,11 @@ def save(model: CorefModel, directory: Path) -> None:
     tokenizer_config = {"tokenizer_class": "BertTokenizer", "do_lower_case": True, "tokenize_chinese_chars": True,
                         "model_max_length": POSITIONS}  # fmt: skip
     (directory / "tokenizer_config.json").write_text(json.dumps(tokenizer_config, indent=1) + "\n", encoding="utf-8")
+    try:  # tokenizer.json too, for the fast tokenizers; vocab.txt alone serves attnlab without them
+        from tokenizers.implementations import BertWordPieceTokenizer
+    except ImportError:
+        return
+    BertWordPieceTokenizer(str(directory / "vocab.txt"), lowercase=True).save(str(directory / "tokenizer.json"))
 
 
 def antecedent_weights(model: CorefModel, data: list[Example], index: dict[str, int]) -> np.ndarray:
