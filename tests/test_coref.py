@@ -74,7 +74,9 @@ def test_without_the_tokenizers_package_its_characters_tokenize_as_bert_does():
     assert vocab is not None
     fallback = Tokenizer(_CharacterBackend(vocab, lowercase=True))
     bert = BertWordPieceTokenizer(str(directory / "vocab.txt"), lowercase=True)
-    for text in [SENTENCE, "她平时很爱弹钢琴", "小红 是个 画家！", "abc 小明 x 他", "Ünï 你好 🙂", "", "，，他"]:
+    texts = [SENTENCE, "她平时很爱弹钢琴", "小红 是个 画家！", "abc 小明 x 他", "Ünï 你好 🙂", "", "，，他"]
+    texts += ["小\u200b明", "他\x00她", "小明\ufffd他", "a\x1cb", "小明[MASK]他", "\t小\n明\r", "a\u3000b", "x\x85y"]
+    for text in texts:
         assert fallback.encode(text).tolist() == bert.encode(text).ids, text
     assert "".join(fallback.readable(fallback.encode(SENTENCE))[1:-1]) == SENTENCE
 

@@ -9,7 +9,7 @@ so that head's weights are the model's answer. Held-out sentences pair names and
 that training never paired.
 
 The model is saved as a Hugging Face BERT checkpoint (config.json, model.safetensors,
-tokenizer.json, vocab.txt, tokenizer_config.json) that ``attnlab.models`` and
+vocab.txt, tokenizer_config.json, and tokenizer.json when the tokenizers package is there) that ``attnlab.models`` and
 ``transformers`` both load; the one shipped with attnlab is ``builtin:coref``.
 """
 
@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from . import nn
+from ._validation import fail
 from .models._checkpoint import write_safetensors
 
 __all__ = ["HEAD", "TASK", "CorefModel", "Example", "examples", "train"]
@@ -288,6 +289,8 @@ def antecedent_weights(model: CorefModel, data: list[Example], index: dict[str, 
 
 def sentence_weight(model: CorefModel, text: str, name: str, index: dict[str, int]) -> float:
     """In the answering head, the weight from the pronoun of ``text`` to ``name``'s characters."""
+    if name not in text or not ("他" in text or "她" in text):
+        raise fail("text", f"a sentence with {name!r} and a pronoun 他 or 她", repr(text))
     start = text.index(name)
     example = Example(text, ((name, start),), 0)
     ids, mask, pronoun, target = encode([example], index)

@@ -130,10 +130,10 @@ def agree(
     error, parsed = None, {}
     try:
         parsed = check()
-    except AttnlabError as e:
+    except (AttnlabError, ValueError, TypeError) as e:  # any bad argument: said on every rank, never a rank gone
         error = str(e)
     settings = {key: repr(value) for key, value in shared.items()}
-    shapes = {key: list(np.shape(a)) for key, a in arrays.items()}
+    shapes = {key: _shape(a) for key, a in arrays.items()}
     dtypes = {key: str(getattr(a, "dtype", type(a).__name__)) for key, a in arrays.items()}
     mine = {"error": error, "shapes": shapes, "dtypes": dtypes, "settings": settings}
     size, rank = dist.get_world_size(group), dist.get_rank(group)
@@ -151,18 +151,25 @@ def agree(
         return (*shape[:-2], *shape[-1:])  # every dimension but the sequence's
 
     for r, m in enumerate(every):
-        if any(beside_rows(s) != beside_rows(every[0]["shapes"][k]) for k, s in m["shapes"].items()):
+        if any(beside_rows(s) != beside_rows(every[0]["shapes"][k]) for k, s in m["shapes"].items() if s):
             raise ArgumentError(
                 f"{name}: the ranks disagree on the batch, head or width dimensions: rank 0 has "
                 f"{every[0]['shapes']}, rank {r} {m['shapes']}; only the sequence axis may differ"
             )
     lengths = [m["shapes"]["query"][-2] for m in every]
-    if sum(lengths) == 0:
-        raise ArgumentError(f"{name}: query: expected at least one row on some rank, got {query_shape} on every rank")
+    del query_shape
     return Ring(
         dist, group, rank, size, lengths, runs_of(lengths, parsed["layout"]), parsed["is_causal"], parsed["scale"],
         parsed["enable_gqa"],
     )  # fmt: skip
+
+
+def _shape(x: Any) -> list[int] | None:
+    """The shape of ``x`` as an array, or None when it is not one (a ragged list)."""
+    try:
+        return list(np.shape(x))
+    except ValueError:
+        return None
 
 
 def _all_gather_json(dist: Any, group: Any, size: int, value: Any) -> list[Any]:
@@ -183,6 +190,8 @@ def _all_gather_json(dist: Any, group: Any, size: int, value: Any) -> list[Any]:
 def check_shards(query: Any, key: Any, value: Any, is_causal: Any, scale: Any, enable_gqa: Any) -> None:
     """This rank's own arguments: what an attention call over them checks, and one length."""
     make_problem(query, key, value, None, 0.0, is_causal, scale, enable_gqa, None)  # raises what it finds
+    if np.shape(query)[-2] < 1:
+        raise fail("query", "a shard of at least one row on every rank", f"shape {np.shape(query)}")
     if np.shape(key)[-2] != np.shape(query)[-2]:
         raise fail("key", f"the query shard's {np.shape(query)[-2]} rows (the same positions)", f"{np.shape(key)[-2]}")
 
@@ -332,6 +341,8 @@ def ring_backward(
     blocked: Engine = engine if engine in ("tiled", "fused") else "fused" if _fused.available() else "tiled"
     pb = _local(ring, query, key, value)
     work = pb.compute_dtype
+    # float16 inputs: every product in float32, rounded once at the end (not once a block)
+    query, key, value, grad_output = (x.astype(work, copy=False) for x in (query, key, value, grad_output))
     exact = output.astype(work, copy=False)
     grad_query = np.zeros(query.shape, dtype=work)
     grad_key, grad_value = np.zeros(key.shape, dtype=work), np.zeros(value.shape, dtype=work)

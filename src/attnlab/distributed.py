@@ -25,7 +25,7 @@ from typing import Any, Literal, overload
 import numpy as np
 
 from . import _ring
-from ._attention import Engine, Gradients
+from ._attention import ENGINES, Engine, Gradients
 from ._validation import fail, float_array
 
 __all__ = ["LAYOUTS", "ring_attention", "ring_attention_backward", "shard", "unshard"]
@@ -82,7 +82,7 @@ def ring_attention(
         MissingDependencyError: torch is not installed.
     """
     arrays = {"query": query, "key": key, "value": value}
-    ring = _agree("ring_attention", arrays, is_causal, scale, enable_gqa, layout, group)
+    ring = _agree("ring_attention", arrays, is_causal, scale, enable_gqa, layout, group, engine=engine)
     q, k, v = (float_array(name, x) for name, x in arrays.items())
     output, lse = _ring.ring_forward(ring, q, k, v, engine)
     result = output.astype(q.dtype, copy=False)
@@ -115,17 +115,19 @@ def ring_attention_backward(
     """
     arrays = {"query": query, "key": key, "value": value, "grad_output": grad_output, "output": output}
     ring = _agree("ring_attention_backward", arrays, is_causal, scale, enable_gqa, layout, group,
-                  lambda: _check_saved(query, key, value, grad_output, output, lse, enable_gqa))  # fmt: skip
+                  lambda: _check_saved(query, key, value, grad_output, output, lse, enable_gqa), engine)  # fmt: skip
     q, k, v, d_out, out = (float_array(name, x) for name, x in arrays.items())
     return _ring.ring_backward(ring, d_out, q, k, v, out, np.asarray(lse), engine)
 
 
 def _agree(
     name: str, arrays: dict[str, Any], is_causal: Any, scale: Any, enable_gqa: Any, layout: Any, group: Any,
-    more: Any = None,
+    more: Any = None, engine: Any = None,
 ) -> _ring.Ring:  # fmt: skip
     def check() -> dict[str, Any]:
         settings = _ring.settings(is_causal, scale, enable_gqa, layout)
+        if engine not in (None, *ENGINES):
+            raise fail("engine", f"one of {', '.join(ENGINES)} or None", repr(engine))
         _ring.check_shards(arrays["query"], arrays["key"], arrays["value"], is_causal, scale, enable_gqa)
         if more is not None:
             more()
@@ -141,9 +143,12 @@ def _check_saved(query: Any, key: Any, value: Any, grad_output: Any, output: Any
 
     pb = make_problem(query, key, value, None, 0.0, False, None, enable_gqa, None)
     for name, x in (("grad_output", grad_output), ("output", output)):
-        if np.shape(x) != pb.output_shape:
-            raise fail(name, f"the output shard's shape {pb.output_shape}", f"shape {np.shape(x)}")
-    if np.shape(lse) != pb.output_shape[:-1]:
+        array = float_array(name, x)
+        if array.shape != pb.output_shape:
+            raise fail(name, f"the output shard's shape {pb.output_shape}", f"shape {array.shape}")
+        if array.dtype != pb.result_dtype:
+            raise fail(name, f"dtype {pb.result_dtype}, the shards'", f"dtype {array.dtype}", TypeError)
+    if float_array("lse", lse, min_ndim=1).shape != pb.output_shape[:-1]:
         raise fail("lse", f"shape {pb.output_shape[:-1]} (one per output row)", f"shape {np.shape(lse)}")
 
 

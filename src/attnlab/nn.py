@@ -1,6 +1,7 @@
 """A small training stack in NumPy, on attnlab's attention and its exact gradients.
 
-Every layer's forward returns its output and a function that carries its backward: given
+Every layer's forward returns its output and a function that carries its backward (the
+attention layers also return their weights, when asked, as a third value): given
 the gradient of the loss with respect to the output, it adds the gradients of the layer's
 parameters to their ``grad`` and returns the gradient with respect to the input (None for
 integer inputs). A model calls its layers in order, keeps the backward functions and calls

@@ -9,6 +9,7 @@ WordPiece, with tokenizer_config.json's ``do_lower_case``), and ``vocab.json`` w
 from __future__ import annotations
 
 import json
+import re
 import unicodedata
 from pathlib import Path
 from typing import Any
@@ -108,7 +109,8 @@ def read_tokenizer(directory: Path) -> Tokenizer | None:
         from tokenizers import implementations
     except ImportError:
         characters = _character_vocabulary(files["vocab.txt"])
-        if characters is None:
+        defaults = settings.get("tokenize_chinese_chars", True) is True and settings.get("strip_accents") is None
+        if characters is None or not defaults:
             raise MissingDependencyError(
                 "a model's tokenizer needs tokenizers: pip install 'attnlab[models]'"
             ) from None
@@ -164,7 +166,7 @@ def _character_vocabulary(path: Path) -> list[str] | None:
     """A vocab.txt of [SPECIAL] tokens and single characters (the built-in models'), or None."""
     if not path.is_file():
         return None
-    vocab = path.read_text(encoding="utf-8").splitlines()
+    vocab = path.read_text(encoding="utf-8").rstrip("\n").split("\n")  # lines, as BERT reads them: \n only
     single = all(len(t) == 1 or (t.startswith("[") and t.endswith("]")) for t in vocab)
     return vocab if single and "[UNK]" in vocab and "[CLS]" in vocab and "[SEP]" in vocab else None
 
@@ -180,8 +182,9 @@ class _Encoding:
 
 class _CharacterBackend:
     """BERT's tokenization over a vocabulary of single characters, without the tokenizers
-    package (so that built-in models run after a plain ``pip install attnlab``): lower case
-    and accents stripped, split on whitespace, every CJK character and punctuation mark a
+    package (so that built-in models run after a plain ``pip install attnlab``): control and
+    format characters and U+FFFD dropped, whitespace made spaces, special tokens ([MASK])
+    kept whole, lower case and accents stripped, every CJK character and punctuation mark a
     token; any other run of characters is one word, its id if it is one vocabulary
     character, else [UNK] (WordPiece finds no pieces of it: the vocabulary has none)."""
 
@@ -191,10 +194,20 @@ class _CharacterBackend:
         self.specials = {i for i, t in enumerate(vocab) if len(t) > 1}
 
     def encode(self, text: str, add_special_tokens: bool = True) -> _Encoding:
+        ids: list[int] = []
+        pattern = "(" + "|".join(re.escape(self.vocab[i]) for i in sorted(self.specials)) + ")"
+        for n, part in enumerate(re.split(pattern, text) if self.specials else [text]):
+            ids += [self.index[part]] if n % 2 else self._words(part)
+        if add_special_tokens:
+            ids = [self.index["[CLS]"], *ids, self.index["[SEP]"]]
+        return _Encoding(ids)
+
+    def _words(self, text: str) -> list[int]:
+        text = "".join(" " if _is_space(c) else c for c in text if not _is_dropped(c))  # BERT's clean_text
         if self.lowercase:
             text = "".join(c for c in unicodedata.normalize("NFD", text.lower()) if unicodedata.category(c) != "Mn")
         words: list[str] = []
-        for chunk in text.split():
+        for chunk in text.split(" "):
             word = ""
             for c in chunk:
                 if _is_cjk(c) or _is_punctuation(c):
@@ -205,10 +218,7 @@ class _CharacterBackend:
             if word:
                 words.append(word)
         unk = self.index["[UNK]"]
-        ids = [self.index.get(w, unk) if len(w) == 1 else unk for w in words]
-        if add_special_tokens:
-            ids = [self.index["[CLS]"], *ids, self.index["[SEP]"]]
-        return _Encoding(ids)
+        return [self.index.get(w, unk) if len(w) == 1 else unk for w in words]
 
     def decode(self, ids: list[int], skip_special_tokens: bool = False) -> str:
         return "".join(self.vocab[i] for i in ids if not (skip_special_tokens and i in self.specials))
@@ -221,6 +231,15 @@ class _CharacterBackend:
 
     def id_to_token(self, i: int) -> str:
         return self.vocab[i]
+
+
+def _is_space(c: str) -> bool:
+    return c in " \t\n\r" or unicodedata.category(c) == "Zs"
+
+
+def _is_dropped(c: str) -> bool:
+    """What BERT's clean_text deletes: NUL, U+FFFD and control or format characters."""
+    return c in ("\x00", "\ufffd") or (c not in "\t\n\r" and unicodedata.category(c) in ("Cc", "Cf"))
 
 
 def _is_cjk(c: str) -> bool:
