@@ -55,7 +55,11 @@ def main() -> None:
             q, k, v, d = whole(case)
             if case.get("bad_rank") == rank:
                 q = q[..., :-1]  # a width that does not fit: this rank's error, every rank's exit
-            shards = [cut(x, case, world, rank) for x in (q, k, v, d)]
+            shards: list = [cut(x, case, world, rank) for x in (q, k, v, d)]
+            if case.get("ragged_rank") == rank:
+                shards[0] = [[1.0, 2.0], [3.0]]  # not an array at all
+            if case.get("empty_rank") == rank:
+                shards = [x[..., :0, :] for x in shards]  # no rows
             options = {"is_causal": case["causal"], "enable_gqa": case["H"] != case["Hk"], "layout": case["layout"]}
             if case.get("memory"):
                 report = {}

@@ -122,14 +122,23 @@ def test_ring_attention_equals_attention_over_the_whole_sequence(tmp_path, world
                                        err_msg=f"{spec['name']}: {name}")  # fmt: skip
 
 
-def test_a_bad_shard_on_one_rank_is_an_error_on_every_rank_within_30_s(tmp_path):
+@pytest.mark.parametrize(
+    "fault, message",
+    [
+        ({"bad_rank": 2}, "ring_attention: rank 2 of 4: key: expected last dimension"),
+        ({"ragged_rank": 2}, "ring_attention: rank 2 of 4: query: expected"),
+        ({"empty_rank": 2}, "ring_attention: rank 2 of 4: query: expected a shard of at least one row"),
+    ],
+    ids=["width", "ragged", "empty"],
+)
+def test_a_bad_shard_on_one_rank_is_an_error_on_every_rank_within_30_s(tmp_path, fault, message):
     start = time.monotonic()
-    runs = launch([case("bad", bad_rank=2)], 4, tmp_path, timeout=30)
+    runs = launch([case("bad", **fault)], 4, tmp_path, timeout=30)
     assert time.monotonic() - start < 30
     for rank, run in enumerate(runs):
         assert run.returncode not in (0, None), rank
         last = run.stderr.strip().splitlines()[-1]
-        assert "ring_attention: rank 2 of 4: key: expected last dimension" in last, last
+        assert message in last, last
 
 
 def test_per_rank_memory_falls_with_the_ring(tmp_path):
