@@ -111,11 +111,7 @@ class CorefModel(nn.Module):
 
     def __call__(self, ids: np.ndarray, key_mask: np.ndarray) -> tuple[np.ndarray, Callable[..., None]]:
         """The answering head's weights (B, L, L) and the backward that takes their gradient."""
-        B, L = ids.shape
-        w, w_back = self.word(ids)
-        p, p_back = self.position(np.broadcast_to(np.arange(L), (B, L)))
-        t, t_back = self.token_type(np.zeros_like(ids))
-        x, norm_back = self.embed_norm(w + p + t)
+        x, embed_back = self.embed(ids)
         backs = []
         weights = None
         for i, block in enumerate(self.blocks):
@@ -131,10 +127,23 @@ class CorefModel(nn.Module):
             dx = np.zeros_like(x)
             for i in reversed(range(LAYERS)):
                 dx = backs[i](dx, d_weights if i == HEAD[0] else None)
+            embed_back(dx)
+
+        return weights[:, HEAD[1]], backward
+
+    def embed(self, ids: np.ndarray) -> tuple[np.ndarray, Callable[[np.ndarray], None]]:
+        """LayerNorm(word + position + token type) (B, L, D), and its backward."""
+        B, L = ids.shape
+        w, w_back = self.word(ids)
+        p, p_back = self.position(np.broadcast_to(np.arange(L), (B, L)))
+        t, t_back = self.token_type(np.zeros_like(ids))
+        x, norm_back = self.embed_norm(w + p + t)
+
+        def backward(dx: np.ndarray) -> None:
             de = norm_back(dx)
             w_back(de), p_back(de), t_back(de)
 
-        return weights[:, HEAD[1]], backward
+        return x, backward
 
 
 def _sinusoids(positions: int, dim: int) -> np.ndarray:
@@ -300,12 +309,7 @@ def sentence_weight(model: CorefModel, text: str, name: str, index: dict[str, in
 
 def _all_weights(model: CorefModel, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
     """Every layer's attention weights (layers, B, H, L, L)."""
-    B, L = ids.shape
-    x, _ = model.embed_norm(
-        model.word(ids)[0]
-        + model.position(np.broadcast_to(np.arange(L), (B, L)))[0]
-        + model.token_type(np.zeros_like(ids))[0]
-    )
+    x, _ = model.embed(ids)
     weights: list[np.ndarray] = []
     for block in model.blocks:
         x, _, w = block(x, mask, need_weights=True)

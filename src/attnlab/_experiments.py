@@ -122,12 +122,7 @@ on held-out sentences:
 
 
 def _coref_figures(losses: list[float], per_head: np.ndarray, out: Path) -> list[str]:
-    try:
-        from matplotlib.figure import Figure
-    except ImportError:
-        raise MissingDependencyError("the experiments' figures need matplotlib: pip install 'attnlab[viz]'") from None
-    figure = Figure(figsize=(6, 3.5), layout="constrained")
-    ax = figure.subplots()
+    figure, (ax,) = _figure()
     smooth = np.convolve(losses, np.ones(20) / 20, mode="valid") if len(losses) > 40 else losses
     ax.plot(losses, color="#ccc", label="loss")
     ax.plot(np.arange(len(smooth)) + (len(losses) - len(smooth)), smooth, label="mean of 20 steps")
@@ -136,8 +131,7 @@ def _coref_figures(losses: list[float], per_head: np.ndarray, out: Path) -> list
     ax.set_yscale("log")
     ax.legend()
     figure.savefig(out / "loss.png", dpi=120)
-    figure = Figure(figsize=(5, 2.5), layout="constrained")
-    ax = figure.subplots()
+    figure, (ax,) = _figure(size=(5.0, 2.5))
     image = ax.imshow(per_head, cmap="viridis", vmin=0, vmax=1)
     ax.set_xlabel("head")
     ax.set_ylabel("layer")
@@ -149,7 +143,8 @@ def _coref_figures(losses: list[float], per_head: np.ndarray, out: Path) -> list
     return ["loss.png", "heads.png"]
 
 
-def _figure(path: Path, panels: int = 1, size: tuple[float, float] = (6.0, 3.5)) -> tuple[Any, Any]:
+def _figure(panels: int = 1, size: tuple[float, float] = (6.0, 3.5)) -> tuple[Any, Any]:
+    """A figure of ``panels`` side by side, and their axes."""
     try:
         from matplotlib.figure import Figure
     except ImportError:
@@ -159,7 +154,7 @@ def _figure(path: Path, panels: int = 1, size: tuple[float, float] = (6.0, 3.5))
 
 
 def _curves(path: Path, curves: dict[str, list[float]], title: str) -> None:
-    figure, (ax,) = _figure(path)
+    figure, (ax,) = _figure()
     for label, losses in curves.items():
         smooth = np.convolve(losses, np.ones(10) / 10, mode="valid") if len(losses) > 20 else np.asarray(losses)
         ax.plot(smooth, label=label)
@@ -215,7 +210,7 @@ def _scaling(quick: bool, seed: int, out: Path) -> dict[str, Any]:
             model, _recall(32, 8), steps, seed=seed, progress=_progress(f"scale {label}", steps)
         )
         curves[label], accuracy[label] = fitted["losses"], fitted["accuracy"]
-    figure, (left, right) = _figure(out / "variance.png", 2)
+    figure, (left, right) = _figure(2)
     left.plot(widths, [r[1] for r in var_rows], "o-", label="Var(q·k) / d_k")
     left.axhline(1, color="#999", linestyle="--", label="the article: 1")
     left.set_xscale("log")
@@ -402,7 +397,7 @@ def _rnn(quick: bool, seed: int, out: Path) -> dict[str, Any]:
         grads = np.linalg.norm(model.input_grad, axis=-1).mean(axis=0)[:items]
         results[name].update(gradient_norm=grads.tolist(), seconds_per_batch=min(times),
                              sequential_steps=items + 1 if "RNN" in name else 1)  # fmt: skip
-    figure, (left, right) = _figure(out / "distance.png", 2)
+    figure, (left, right) = _figure(2)
     for name, r in results.items():
         left.plot(distances, [r["accuracy"][d] for d in distances], "o-", label=name)
         right.plot(np.arange(items, 0, -1), r["gradient_norm"], label=name)

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from .._validation import fail
-from ._architectures import ARCHITECTURES, ModelConfig, read_network
+from ._architectures import ARCHITECTURES, ModelConfig, end_tokens, read_network
 from ._checkpoint import CheckpointError, Weights, locate, read_config
 from ._model import Model, ModelOutput, ModelTrace
 from ._tokenizer import Tokenizer, read_tokenizer
@@ -56,8 +56,7 @@ def load(name_or_dir: str | os.PathLike[str], *, dtype: Any = np.float32) -> Mod
     network = read_network(config, Weights(directory), compute)
     generation = directory / "generation_config.json"  # where transformers' generate finds the end token
     if generation.is_file():
-        end = read_config(directory, generation.name).get("eos_token_id")
-        ends = tuple(end) if isinstance(end, list) else (end,) if isinstance(end, int) else ()
+        ends = end_tokens(read_config(directory, generation.name).get("eos_token_id"))
         if ends:
             network = replace(network, config=replace(network.config, eos_token_id=ends))
     return Model(network, read_tokenizer(directory), str(name_or_dir))

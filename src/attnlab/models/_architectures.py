@@ -18,7 +18,7 @@ import numpy as np
 from ._checkpoint import CheckpointError, Weights
 from ._ops import ACTIVATIONS, Linear, Norm, Rope, rope_frequencies
 
-__all__ = ["ARCHITECTURES", "Block", "ModelConfig", "Network", "read_network"]
+__all__ = ["ARCHITECTURES", "Block", "ModelConfig", "Network", "end_tokens", "read_network"]
 
 Array = np.ndarray
 
@@ -140,8 +140,12 @@ class _Reader:
         return Norm(self.get(f"{name}.weight", width), None if rms else self.get(f"{name}.bias", width), eps, rms)
 
     def eos(self) -> tuple[int, ...]:
-        eos = self.config.get("eos_token_id")
-        return tuple(eos) if isinstance(eos, list) else (eos,) if isinstance(eos, int) else ()
+        return end_tokens(self.config.get("eos_token_id"))
+
+
+def end_tokens(value: Any) -> tuple[int, ...]:
+    """An ``eos_token_id`` setting (an id, a list of them, or none) as a tuple of ids."""
+    return tuple(value) if isinstance(value, list) else (value,) if isinstance(value, int) else ()
 
 
 def _gpt2(config: dict[str, Any], weights: Weights, dtype: np.dtype) -> Network:

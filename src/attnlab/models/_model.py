@@ -282,9 +282,8 @@ class Model:
         record = _Recorder(trace_layers=frozenset(chosen))
         self._run(ids[None], None, None, None, record, None)
         tokenizer = self.tokenizer
-        tokens = tokenizer.readable(ids) if tokenizer is not None else [str(i) for i in ids]
+        tokens, parts = tokenizer.pieces(ids) if tokenizer is not None else ([str(i) for i in ids], [])
         special = [tokenizer.is_special(i) for i in ids] if tokenizer is not None else []
-        parts = tokenizer.parts(ids) if tokenizer is not None else []
         for trace in record.traces.values():
             trace.tokens = tokens
         c = self.config

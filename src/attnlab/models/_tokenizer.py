@@ -51,12 +51,16 @@ class Tokenizer:
         """Each token as the text it adds, not as its vocabulary entry: GPT-2's ``Ġ`` is a
         space and a Chinese character split over byte-level pieces is shown whole on the
         piece that completes it, its earlier pieces as ''. Special tokens keep their names."""
-        return self._decode_each([int(i) for i in ids])[0]
+        return self.pieces(ids)[0]
 
     def parts(self, ids: Any) -> list[str]:
         """For each token, the characters split over several tokens that it holds bytes
         of ('' for most tokens): both the earlier pieces of 篮 and the piece that completes
         it give '篮'."""
+        return self.pieces(ids)[1]
+
+    def pieces(self, ids: Any) -> tuple[list[str], list[str]]:
+        """:meth:`readable` and :meth:`parts` of ``ids`` from one decoding."""
         ids = [int(i) for i in ids]
         texts, unfinished = self._decode_each(ids)
         parts = [""] * len(ids)
@@ -67,7 +71,7 @@ class Tokenizer:
             for n in range(i, ends + 1):
                 if texts[ends][0] not in parts[n]:
                     parts[n] += texts[ends][0]
-        return parts
+        return texts, parts
 
     def _decode_each(self, ids: list[int]) -> tuple[list[str], list[bool]]:
         """Each token's text (see :meth:`readable`), and whether it leaves a character unfinished.
