@@ -2,21 +2,24 @@
 compiled by numba (the ``fast`` extra), while the matrix products stay with BLAS.
 
 Per block of scores Z (rows i, keys j), the NumPy tiled engine makes several passes
-(subtract, exp, and in the backward subtract, multiply); each kernel here makes one:
+(max, subtract, exp, sum; in the backward subtract, exp, subtract, multiply); each
+kernel here reads the block once or twice, while it is in cache:
 
-    forward:   Z_ij ← exp(Z_ij − m_i)                              exp_shifted_
+    forward:   m' = max(m, rowmax Z);  Z_ij ← exp(Z_ij − m'_i);  l ← e^(m − m')·l + rowsum Z
+                                                                   online_softmax_
     backward:  P_ij = exp(Z_ij − lse_i);  dZ_ij = P_ij·(dP_ij − δ_i)   softmax_backward_
 
 NumPy's exp is vectorised with AVX-512 but falls back to slow code on AVX2 machines, and
 the SVML library that numba could use instead is not in its pip builds, so the
 exponential is written out: e^x = 2^k·e^r with k = round(x·log₂e) and r = x − k·ln 2
 (in two parts, Cody & Waite), e^r by a Taylor polynomial (degree 7 in float32, 13 in
-float64: within 1.2 and 1.6 ulp), and 2^k built in an integer's exponent bits. Every step is a
-plain loop that LLVM vectorises for the machine's instruction set (or the one
-NUMBA_CPU_NAME names). Below e^−87.33 (float32) or e^−708.39 (float64) the result is 0
-(NumPy gives a subnormal: a difference under the smallest normal number); above e^88.37
-or e^709.43 it is +∞, where the true value is finite for 0.35 more (attention's
-arguments are never positive); NaN stays NaN, −∞ gives 0, and +∞ gives +∞.
+float64: within 0.86 and 1.3 ulp), and 2^k built in an integer's exponent bits. The row
+maximum compares integers that order as the floats do, which LLVM vectorises (a float
+maximum it vectorises only if told there is no NaN). Below e^−87.33 (float32) or
+e^−708.39 (float64) the result is 0 (NumPy gives a subnormal: a difference under the
+smallest normal number); above e^88.37 or e^709.43 it is +∞, where the true value is
+finite for 0.35 more (attention's arguments are never positive); NaN stays NaN, −∞
+gives 0, and +∞ gives +∞.
 
 The kernels release the GIL, so the tiled engine's threads run them in parallel. They
 are compiled on first use and cached on disk where numba finds a folder it may write
@@ -27,14 +30,13 @@ in memory in each process.
 from __future__ import annotations
 
 import functools
-import threading
 
 import numpy as np
 
 from ._tiled import Kernels
 from ._validation import fail
 
-__all__ = ["KERNELS", "available", "exp_shifted_", "softmax_backward_"]
+__all__ = ["KERNELS", "available", "online_softmax_", "softmax_backward_"]
 
 
 @functools.cache
@@ -48,20 +50,6 @@ def available() -> bool:
     return True
 
 
-_per_thread = threading.local()
-
-
-def _scratch(dtype: np.dtype, length: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The exponential's work rows: r, and the integer bits of 2^k with their float view;
-    one set per thread and dtype, grown as needed."""
-    rows = getattr(_per_thread, dtype.name, None)
-    if rows is None or len(rows[0]) < length:
-        bits = np.empty(length, dtype=np.int32 if dtype == np.float32 else np.int64)
-        rows = (np.empty(length, dtype=dtype), bits, bits.view(dtype))
-        setattr(_per_thread, dtype.name, rows)
-    return rows[0][:length], rows[1][:length], rows[2][:length]
-
-
 def _rows(name: str, x: np.ndarray, scores: np.ndarray) -> np.ndarray:
     """A per-row vector, checked against the block (the kernels do not check bounds)."""
     if x.shape != scores.shape[:1] or x.dtype != scores.dtype:
@@ -69,11 +57,14 @@ def _rows(name: str, x: np.ndarray, scores: np.ndarray) -> np.ndarray:
     return x
 
 
-def exp_shifted_(scores: np.ndarray, shift: np.ndarray) -> None:
-    """scores (l, s) ← exp(scores − shift[:, None]), in place; shift (l,), of scores' dtype."""
-    from ._fused_kernels import exp_shifted
+def online_softmax_(scores: np.ndarray, row_max: np.ndarray, row_sum: np.ndarray) -> np.ndarray:
+    """One online-softmax step on a block of scores (l, s), in place (``_tiled.Kernels``);
+    returns the rescale factors e^(m − m'), (l,)."""
+    from ._fused_kernels import online_softmax
 
-    exp_shifted(scores, _rows("shift", shift, scores), *_scratch(scores.dtype, scores.shape[1]))
+    rescale = np.empty_like(row_max)
+    online_softmax(scores, _rows("row_max", row_max, scores), _rows("row_sum", row_sum, scores), rescale)
+    return rescale
 
 
 def softmax_backward_(scores: np.ndarray, lse: np.ndarray, grad: np.ndarray, delta: np.ndarray) -> None:
@@ -82,8 +73,7 @@ def softmax_backward_(scores: np.ndarray, lse: np.ndarray, grad: np.ndarray, del
 
     if grad.shape != scores.shape or grad.dtype != scores.dtype:
         raise fail("grad", f"shape {scores.shape} {scores.dtype} as scores", f"{grad.shape} {grad.dtype}")
-    lse, delta = _rows("lse", lse, scores), _rows("delta", delta, scores)
-    softmax_backward(scores, lse, grad, delta, *_scratch(scores.dtype, scores.shape[1]))
+    softmax_backward(scores, _rows("lse", lse, scores), grad, _rows("delta", delta, scores))
 
 
-KERNELS = Kernels(exp_shifted_, softmax_backward_)
+KERNELS = Kernels(online_softmax_, softmax_backward_)

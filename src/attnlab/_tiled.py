@@ -57,25 +57,35 @@ ONE_PASS_BACKWARD_FROM = 8
 @dataclass(frozen=True)
 class Kernels:
     """The elementwise work on one block of scores Z (l, s), in place. ``NUMPY`` is the
-    oracle; ``attnlab._fused`` compiles the same two in one pass each."""
+    oracle; ``attnlab._fused`` compiles the same two, each in one pass over the block."""
 
-    exp_shifted_: Callable[[np.ndarray, np.ndarray], None]  # Z ← exp(Z − m[:, None]), m (l,)
+    # m' = max(m, rowmax Z); Z ← exp(Z − m'[:, None]); l ← α·l + rowsum Z; m ← m'; returns
+    # α = e^(m − m'), (l,); arguments Z, m, l, with m and l (l,) updated in place
+    online_softmax_: Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]
     # Z ← P = exp(Z − lse[:, None]);  dP ← dZ = P∘(dP − δ[:, None]);  arguments Z, lse, dP, δ
     softmax_backward_: Callable[[np.ndarray, np.ndarray, np.ndarray, np.ndarray], None]
 
 
-def _exp_shifted_numpy(scores: np.ndarray, shift: np.ndarray) -> None:
+def _online_softmax_numpy(scores: np.ndarray, row_max: np.ndarray, row_sum: np.ndarray) -> np.ndarray:
+    new_max = np.maximum(row_max, scores.max(axis=1))
+    shift = np.where(np.isneginf(new_max), 0.0, new_max)  # rows with no key visible yet: exp(−∞ − 0) = 0
     scores -= shift[:, None]
     np.exp(scores, out=scores)
+    rescale = np.exp(row_max - shift)
+    row_sum *= rescale
+    row_sum += scores.sum(axis=1)
+    row_max[...] = new_max
+    return rescale
 
 
 def _softmax_backward_numpy(scores: np.ndarray, lse: np.ndarray, grad: np.ndarray, delta: np.ndarray) -> None:
-    _exp_shifted_numpy(scores, lse)
+    scores -= lse[:, None]
+    np.exp(scores, out=scores)
     grad -= delta[:, None]
     grad *= scores
 
 
-NUMPY = Kernels(_exp_shifted_numpy, _softmax_backward_numpy)
+NUMPY = Kernels(_online_softmax_numpy, _softmax_backward_numpy)
 
 
 @dataclass(frozen=True)
@@ -145,30 +155,22 @@ def _forward_block(
     exponent: int,
     kernels: Kernels,
 ) -> None:
-    """Output rows and lse of one block of queries, by online softmax. ``s.v`` carries a
-    last column of ones, so that acc's last column accumulates the row sums l inside the
-    same matrix product (and is rescaled with it)."""
+    """Output rows and lse of one block of queries, by online softmax."""
     q_scaled = s.q[rows] * np.asarray(pb.scale, dtype=s.q.dtype)  # (block_q, E)
-    row_max = np.full((q_scaled.shape[0], 1), -np.inf, dtype=q_scaled.dtype)  # m, (block_q, 1)
-    acc = np.zeros((q_scaled.shape[0], s.v.shape[1]), dtype=q_scaled.dtype)  # [Σ P·V, l], (block_q, Ev + 1)
+    row_max = np.full(q_scaled.shape[0], -np.inf, dtype=q_scaled.dtype)  # m, (block_q,)
+    row_sum = np.zeros(q_scaled.shape[0], dtype=q_scaled.dtype)  # l, before dropout, (block_q,)
+    acc = np.zeros((q_scaled.shape[0], s.v.shape[1]), dtype=q_scaled.dtype)  # Σ P·V, (block_q, Ev)
     for cols in _key_blocks(pb, rows, skip_causal):
         weights = _scores(pb, s, q_scaled, rows, cols)
-        new_max = np.maximum(row_max, weights.max(axis=1, keepdims=True))
-        new_max[np.isneginf(new_max)] = 0.0  # rows with nothing visible yet: exp(-inf - 0) = 0
-        kernels.exp_shifted_(weights, new_max[:, 0])  # P_j = exp(Z_j − m')
-        acc *= np.exp(row_max - new_max)  # e^(m − m'), 0 on the first block
+        rescale = kernels.online_softmax_(weights, row_max, row_sum)  # P_j = exp(Z_j − m'); m, l updated
+        acc *= rescale[:, None]  # e^(m − m'), 0 on the first block
         dropout = pb.dropout(s.n, rows, cols)
-        if dropout is None:
-            acc += weights @ s.v[cols]
-        else:  # l sums the weights before dropout
-            acc[:, -1] += weights.sum(axis=1)
+        if dropout is not None:
             weights *= dropout
-            acc[:, :-1] += weights @ s.v[cols, :-1]
-        row_max = new_max
-    row_sum = acc[:, -1:]  # l, (block_q, 1)
-    np.ldexp(acc[:, :-1] / row_sum, exponent, out=out[rows])  # undo the values' 2⁻ᵏ
-    out[rows][row_sum[:, 0] == 0] = 0.0  # a row whose keys are all masked is 0, whatever the values
-    lse[rows] = (row_max + np.log(row_sum))[:, 0]
+        acc += weights @ s.v[cols]
+    np.ldexp(acc / row_sum[:, None], exponent, out=out[rows])  # undo the values' 2⁻ᵏ
+    out[rows][row_sum == 0] = 0.0  # a row whose keys are all masked is 0, whatever the values
+    lse[rows] = row_max + np.log(row_sum)
 
 
 def forward(pb: Problem, threads: int | None = None, kernels: Kernels = NUMPY) -> tuple[np.ndarray, np.ndarray]:
@@ -177,9 +179,7 @@ def forward(pb: Problem, threads: int | None = None, kernels: Kernels = NUMPY) -
     Ev = pb.value.shape[-1]
     finite = np.isfinite(pb.value)
     exponent = _value_exponent(pb.value, finite, S)
-    value = np.ldexp(pb.value, -exponent) if exponent else pb.value
-    ones = np.ones((*value.shape[:-1], 1), dtype=value.dtype)
-    slices = _slices(pb, np.concatenate([value, ones], axis=-1))  # values with a column of ones, (B…, S, Ev + 1)
+    slices = _slices(pb, np.ldexp(pb.value, -exponent) if exponent else pb.value)
     # Blocks above the diagonal are skipped only when no value there could make a NaN
     # (0·NaN): the result is then the same as reading them.
     skip_causal = pb.is_causal and bool(finite.all())
