@@ -81,6 +81,21 @@ def test_one_and_two_threads_give_identical_bits():
         assert np.array_equal(one, two)
 
 
+@pytest.mark.parametrize("task_scores", [1, 2**30])
+def test_the_compiled_forward_gives_the_same_bits_however_it_is_split(monkeypatch, task_scores):
+    """Tasks of one block of queries of one slice, or of many whole slices, with GQA and a
+    broadcast batch: the same bits, as each slice's arithmetic depends on the block sizes only."""
+    rng = np.random.default_rng(3)
+    q = rng.standard_normal((2, 4, 40, 8), dtype=np.float32)
+    k, v = (rng.standard_normal((1, 2, 50, 8), dtype=np.float32) for _ in range(2))
+    kwargs = dict(is_causal=True, enable_gqa=True, engine="fused")
+    expected = al.attention(q, k, v, **kwargs)
+    monkeypatch.setattr(_tiled, "TASK_SCORES", task_scores)
+    for threads in (1, 3):
+        result = al.attention(q, k, v, num_threads=threads, **kwargs)
+        assert np.array_equal(result.output, expected.output) and np.array_equal(result.lse, expected.lse)
+
+
 def fused_exp(x: np.ndarray) -> np.ndarray:
     """e^x by the fused kernels' exponential: the backward kernel's P = exp(Z − lse) with lse = 0."""
     scores = x.copy()

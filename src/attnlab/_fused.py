@@ -30,23 +30,26 @@ in memory in each process.
 from __future__ import annotations
 
 import functools
+from typing import Any
 
 import numpy as np
 
+from ._threads import rescan_blas
 from ._tiled import Kernels
 from ._validation import fail
 
-__all__ = ["KERNELS", "available", "online_softmax_", "softmax_backward_"]
+__all__ = ["KERNELS", "attend_", "available", "online_softmax_", "softmax_backward_"]
 
 
 @functools.cache
 def available() -> bool:
-    """Whether the kernels can be loaded (``pip install 'attnlab[fast]'``): numba imports,
-    and the module that defines them with it."""
+    """Whether the kernels can be loaded (``pip install 'attnlab[fast]'``): numba and SciPy
+    import, and the module that defines them with them."""
     try:
         from . import _fused_kernels  # noqa: F401
-    except Exception:  # numba missing (ImportError), or a broken llvmlite (OSError, …)
+    except Exception:  # numba or SciPy missing (ImportError), or a broken llvmlite (OSError, …)
         return False
+    rescan_blas()  # the kernels loaded SciPy's BLAS
     return True
 
 
@@ -76,4 +79,12 @@ def softmax_backward_(scores: np.ndarray, lse: np.ndarray, grad: np.ndarray, del
     softmax_backward(scores, _rows("lse", lse, scores), grad, _rows("delta", delta, scores))
 
 
-KERNELS = Kernels(online_softmax_, softmax_backward_)
+def attend_(*arguments: Any) -> None:
+    """The tiled forward compiled whole for some slices and rows (``_tiled.Kernels``;
+    ``_fused_kernels.attend`` says what the arguments are)."""
+    from ._fused_kernels import attend
+
+    attend(*arguments)
+
+
+KERNELS = Kernels(online_softmax_, softmax_backward_, attend_)

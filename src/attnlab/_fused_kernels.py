@@ -12,6 +12,7 @@ import math
 from typing import Any
 
 import numpy as np
+import scipy.linalg.cython_blas  # noqa: F401  # numba's np.dot calls SciPy's BLAS: load it now, before any thread limit
 from numba import njit, types
 from numba.extending import overload
 
@@ -177,3 +178,77 @@ def softmax_backward(scores, lse, grad, delta):  # type: ignore[no-untyped-def]
         for j in range(row.shape[0]):
             row[j] = _exp(row[j] - shift, row)
             g[j] = row[j] * (g[j] - d)
+
+
+@compile_
+def _mask_later_keys(scores, offset):  # type: ignore[no-untyped-def]
+    """Causal masking of a block: Z_ij ← −∞ where key j is later than query i, that is j > i + offset
+    (offset: the block's first query less its first key)."""
+    minus_inf = _constants(scores)[7]
+    for i in range(scores.shape[0]):
+        row = scores[i]
+        for j in range(max(i + offset + 1, 0), row.shape[0]):
+            row[j] = minus_inf
+
+
+@compile_
+def attend(query, key, value, groups, slices, rows, is_causal, skip_causal, scale, unscale, block_q, block_k, out, lse):  # type: ignore[no-untyped-def]
+    """The tiled forward compiled whole, for the slices ``slices`` = (first, stop) and the
+    query rows ``rows`` = (first, stop) of attention with no attention mask and no dropout
+    (``_tiled.forward`` makes the tasks). For each slice n and each block of ``block_q`` rows:
+
+        q = scale·Q_i;  m = −∞, l = 0, acc = 0
+        for each block of ``block_k`` keys K_j, V_j of head n // groups (causal with
+        ``skip_causal``: up to the block's last row):
+            Z = q·K_jᵀ (causal: −∞ where a key is later than its query)          BLAS
+            online_softmax(Z, m, l) → α;  acc ← α·acc + P·V_j                   BLAS
+        O_i = unscale·acc / l (0 where l = 0: every key masked);  lse_i = m + log l
+
+    query (N, L, E), key (N / groups, S, E), value (N / groups, S, Ev), out (N, L, Ev) and
+    lse (N, L) are C-contiguous. numba's np.dot calls BLAS, and nothing here holds the GIL."""
+    dtype = query.dtype
+    size_q = min(block_q, rows[1] - rows[0])
+    size_k = min(block_k, key.shape[1])
+    width = value.shape[2]
+    # work arrays for the largest block, taken flat and reshaped to each block's rows so that
+    # every one stays C-contiguous, as np.dot's output must be
+    q_work = np.empty(size_q * query.shape[2], dtype=dtype)
+    scores_work = np.empty(size_q * size_k, dtype=dtype)
+    acc_work = np.empty(size_q * width, dtype=dtype)
+    part_work = np.empty(size_q * width, dtype=dtype)
+    row_max = np.empty(size_q, dtype=dtype)
+    row_sum = np.empty(size_q, dtype=dtype)
+    rescale = np.empty(size_q, dtype=dtype)
+    minus_inf = _constants(query)[7]
+    for n in range(slices[0], slices[1]):
+        k, v = key[n // groups], value[n // groups]
+        for first in range(rows[0], rows[1], block_q):
+            stop = min(first + block_q, rows[1])
+            count = stop - first
+            q = q_work[: count * query.shape[2]].reshape((count, query.shape[2]))  # (l, E)
+            acc = acc_work[: count * width].reshape((count, width))  # Σ P·V, (l, Ev)
+            part = part_work[: count * width].reshape((count, width))  # P·V_j, (l, Ev)
+            for i in range(count):
+                for e in range(q.shape[1]):
+                    q[i, e] = query[n, first + i, e] * scale
+                acc[i, :] = 0
+                row_max[i] = minus_inf
+                row_sum[i] = 0
+            keys = min(k.shape[0], stop) if skip_causal else k.shape[0]
+            for start in range(0, keys, block_k):
+                end = min(start + block_k, keys)
+                block = scores_work[: count * (end - start)].reshape((count, end - start))  # Z, (l, keys)
+                np.dot(q, k[start:end].T, block)
+                if is_causal:
+                    _mask_later_keys(block, first - start)
+                online_softmax(block, row_max[:count], row_sum[:count], rescale[:count])
+                np.dot(block, v[start:end], part)
+                for i in range(count):
+                    alpha = rescale[i]
+                    for e in range(width):
+                        acc[i, e] = alpha * acc[i, e] + part[i, e]
+            for i in range(count):
+                total = row_sum[i]
+                for e in range(width):  # a row whose keys are all masked is 0, whatever the values
+                    out[n, first + i, e] = unscale * (acc[i, e] / total) if total != 0 else 0
+                lse[n, first + i] = row_max[i] + np.log(total)

@@ -26,7 +26,7 @@ from threadpoolctl import ThreadpoolController
 
 from ._validation import fail
 
-__all__ = ["THREADS_ENV", "default_threads", "run"]
+__all__ = ["THREADS_ENV", "default_threads", "rescan_blas", "run"]
 
 THREADS_ENV = "ATTNLAB_NUM_THREADS"
 
@@ -67,8 +67,15 @@ if hasattr(os, "register_at_fork"):  # POSIX; Windows has no fork
 
 @functools.cache
 def _blas() -> ThreadpoolController:
-    """threadpoolctl's view of the loaded BLAS, inspected once (it scans the libraries)."""
+    """threadpoolctl's view of the loaded BLAS libraries, inspected once (it scans them)
+    until ``rescan_blas``."""
     return ThreadpoolController()
+
+
+def rescan_blas() -> None:
+    """Look for BLAS libraries again at the next call: one was loaded (SciPy's, which the
+    fused engine's products use), and it too must be held to one thread."""
+    _blas.cache_clear()
 
 
 def _pool(threads: int) -> ThreadPoolExecutor:

@@ -37,7 +37,7 @@ import numpy as np
 
 from ._masks import mask_scores_
 from ._problem import Problem
-from ._threads import run
+from ._threads import default_threads, run
 
 __all__ = ["BLOCK_K", "BLOCK_Q", "NUMPY", "ONE_PASS_BACKWARD_FROM", "Kernels", "backward", "forward"]
 
@@ -52,6 +52,9 @@ BLOCK_K = 512
 # work); below it, it splits slices into blocks to keep every thread busy. A constant,
 # not the thread count, decides, so the bits never depend on the thread count.
 ONE_PASS_BACKWARD_FROM = 8
+# The compiled forward's tasks hold about this many scores (one slice of more is split
+# into blocks of queries): enough to make a call's few µs of Python negligible.
+TASK_SCORES = 2**18
 
 
 @dataclass(frozen=True)
@@ -64,6 +67,9 @@ class Kernels:
     online_softmax_: Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]
     # Z ← P = exp(Z − lse[:, None]);  dP ← dZ = P∘(dP − δ[:, None]);  arguments Z, lse, dP, δ
     softmax_backward_: Callable[[np.ndarray, np.ndarray, np.ndarray, np.ndarray], None]
+    # the whole forward of some slices and rows, compiled, for attention with no mask and no
+    # dropout (None: ``_forward_block``'s loop in Python); see ``_fused_kernels.attend``
+    attend_: Callable[..., None] | None = None
 
 
 def _online_softmax_numpy(scores: np.ndarray, row_max: np.ndarray, row_sum: np.ndarray) -> np.ndarray:
@@ -99,12 +105,17 @@ class _Slice:
     mask: np.ndarray | None
 
 
+def _kv_batch(pb: Problem) -> tuple[int, ...]:
+    """The batch shape of keys and values: B… with Hk = H / groups heads last."""
+    batch = pb.batch_shape
+    return (*batch[:-1], batch[-1] // pb.groups) if pb.groups > 1 else batch
+
+
 def _slices(pb: Problem, value: np.ndarray) -> list[_Slice]:
     """One entry per (batch, head) slice, as views (broadcast dimensions are not copied)."""
-    batch = pb.batch_shape
+    batch, kv_batch = pb.batch_shape, _kv_batch(pb)
     L, S = pb.lengths
     E, Ev = pb.query.shape[-1], value.shape[-1]
-    kv_batch = (*batch[:-1], batch[-1] // pb.groups) if pb.groups > 1 else batch  # Hk heads last
     q = np.broadcast_to(pb.query, (*batch, L, E))
     k = np.broadcast_to(pb.key, (*kv_batch, S, E))
     v = np.broadcast_to(value, (*kv_batch, S, Ev))
@@ -114,6 +125,19 @@ def _slices(pb: Problem, value: np.ndarray) -> list[_Slice]:
         kv_index = np.unravel_index(n // pb.groups, kv_batch) if kv_batch else ()
         slices.append(_Slice(n, q[index], k[kv_index], v[kv_index], None if mask is None else mask[index]))
     return slices
+
+
+def _stacked(pb: Problem, value: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """q (B·H, L, E), k (B·Hk, S, E) and v (B·Hk, S, Ev) as C-contiguous stacks of slices
+    (broadcast dimensions copied), the compiled kernels' layout: slice n reads key and
+    value head n // groups."""
+    L, S = pb.lengths
+    E, Ev = pb.query.shape[-1], value.shape[-1]
+    heads = pb.slices // pb.groups
+    q = np.ascontiguousarray(np.broadcast_to(pb.query, (*pb.batch_shape, L, E))).reshape(pb.slices, L, E)
+    k = np.ascontiguousarray(np.broadcast_to(pb.key, (*_kv_batch(pb), S, E))).reshape(heads, S, E)
+    v = np.ascontiguousarray(np.broadcast_to(value, (*_kv_batch(pb), S, Ev))).reshape(heads, S, Ev)
+    return q, k, v  # (B·H, L, E), (B·Hk, S, E), (B·Hk, S, Ev)
 
 
 def _blocks(length: int, size: int) -> list[slice]:
@@ -173,23 +197,45 @@ def _forward_block(
     lse[rows] = row_max + np.log(row_sum)
 
 
+def _compiled_tasks(slices: int, L: int, S: int, threads: int) -> list[tuple[tuple[int, int], tuple[int, int]]]:
+    """How ``Kernels.attend_`` splits the forward: (slices, rows) ranges, largest first. A
+    slice with many scores is split into blocks of queries; small slices go several to a
+    task, so that each call has about TASK_SCORES scores, in at least 4 tasks per thread
+    where there are that many slices. The split never changes a bit of the results."""
+    if L * S >= TASK_SCORES:
+        return [((n, n + 1), (r.start, r.stop)) for r in reversed(_blocks(L, BLOCK_Q)) for n in range(slices)]
+    per_task = max(1, min(-(-TASK_SCORES // max(L * S, 1)), slices // (4 * threads)))
+    return [((n, min(n + per_task, slices)), (0, L)) for n in range(0, slices, per_task)]
+
+
 def forward(pb: Problem, threads: int | None = None, kernels: Kernels = NUMPY) -> tuple[np.ndarray, np.ndarray]:
     """Return (O (B…, L, Ev), lse (B…, L))."""
     L, S = pb.lengths
     Ev = pb.value.shape[-1]
     finite = np.isfinite(pb.value)
     exponent = _value_exponent(pb.value, finite, S)
-    slices = _slices(pb, np.ldexp(pb.value, -exponent) if exponent else pb.value)
+    value = np.ldexp(pb.value, -exponent) if exponent else pb.value
     # Blocks above the diagonal are skipped only when no value there could make a NaN
     # (0·NaN): the result is then the same as reading them.
     skip_causal = pb.is_causal and bool(finite.all())
-    out = np.empty((len(slices), L, Ev), dtype=pb.compute_dtype)  # (B·H, L, Ev)
-    lse = np.empty((len(slices), L), dtype=pb.compute_dtype)  # (B·H, L)
-    tasks = [
-        functools.partial(_forward_block, pb, s, rows, out[s.n], lse[s.n], skip_causal, exponent, kernels)
-        for rows in reversed(_blocks(L, BLOCK_Q))  # causal: the last rows see the most keys
-        for s in slices
-    ]
+    n = pb.slices
+    out = np.empty((n, L, Ev), dtype=pb.compute_dtype)  # (B·H, L, Ev)
+    lse = np.empty((n, L), dtype=pb.compute_dtype)  # (B·H, L)
+    tasks: list[Callable[[], None]]
+    if kernels.attend_ is not None and pb.mask is None and pb.dropout_p == 0:
+        scale, unscale = (np.asarray(x, dtype=pb.compute_dtype)[()] for x in (pb.scale, 2.0**exponent))
+        arguments = (*_stacked(pb, value), pb.groups)
+        options = (pb.is_causal, skip_causal, scale, unscale, BLOCK_Q, BLOCK_K, out, lse)
+        tasks = [
+            functools.partial(kernels.attend_, *arguments, slices, rows, *options)
+            for slices, rows in _compiled_tasks(n, L, S, default_threads() if threads is None else threads)
+        ]
+    else:
+        tasks = [
+            functools.partial(_forward_block, pb, s, rows, out[s.n], lse[s.n], skip_causal, exponent, kernels)
+            for rows in reversed(_blocks(L, BLOCK_Q))  # causal: the last rows see the most keys
+            for s in _slices(pb, value)
+        ]
     run(tasks, threads)
     return out.reshape(pb.output_shape), lse.reshape(*pb.batch_shape, L)  # (B…, L, Ev), (B…, L)
 
