@@ -246,3 +246,11 @@ def test_more_bad_arguments_name_themselves(make, error, message):
     with pytest.raises(error, match=message) as caught:
         make(np.ones((2, 3)))
     assert isinstance(caught.value, al.AttnlabError)
+
+
+def test_the_fused_engine_without_its_extra_names_the_extra(monkeypatch):
+    monkeypatch.setattr(_fused, "available", lambda: False)
+    x = np.ones((4, 2))
+    with pytest.raises(al.MissingDependencyError, match=r"needs numba and SciPy: pip install 'attnlab\[fast\]'"):
+        al.attention(x, x, x, engine="fused")
+    assert al.attention(np.ones((8, 1024, 2)), np.ones((8, 1024, 2)), np.ones((8, 1024, 2))).engine == "tiled"

@@ -125,7 +125,7 @@ def choose_engine(engine: Any, pb: Problem, need_weights: bool) -> Engine:
             True,
         )
     if engine == "fused" and not _fused.available():
-        raise MissingDependencyError("engine='fused' needs numba: pip install 'attnlab[fast]'")
+        raise MissingDependencyError("engine='fused' needs numba and SciPy: pip install 'attnlab[fast]'")
     return engine
 
 

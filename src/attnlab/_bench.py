@@ -324,7 +324,7 @@ def format_classes(rows: list[dict[str, Any]]) -> str:
 
 
 def _engines() -> list[Engine]:
-    """The engines this installation has: the fused one needs numba."""
+    """The engines this installation has: the fused one needs numba and SciPy."""
     return [name for name in ENGINES if name != "fused" or _fused.available()]
 
 

@@ -30,6 +30,7 @@ in memory in each process.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -38,7 +39,7 @@ from ._threads import rescan_blas
 from ._tiled import Kernels
 from ._validation import fail
 
-__all__ = ["KERNELS", "attend_", "available", "online_softmax_", "softmax_backward_"]
+__all__ = ["KERNELS", "available", "online_softmax_", "softmax_backward_"]
 
 
 @functools.cache
@@ -79,12 +80,23 @@ def softmax_backward_(scores: np.ndarray, lse: np.ndarray, grad: np.ndarray, del
     softmax_backward(scores, _rows("lse", lse, scores), grad, _rows("delta", delta, scores))
 
 
-def attend_(*arguments: Any) -> None:
-    """The tiled forward compiled whole for some slices and rows (``_tiled.Kernels``;
-    ``_fused_kernels.attend`` says what the arguments are)."""
-    from ._fused_kernels import attend
+def _compiled(name: str) -> Callable[..., None]:
+    """A whole-task kernel of ``_fused_kernels`` (``_tiled.Kernels``; arguments as that
+    module documents), imported on its first call."""
 
-    attend(*arguments)
+    def call(*arguments: Any) -> None:
+        from . import _fused_kernels
+
+        getattr(_fused_kernels, name)(*arguments)
+
+    call.__name__ = call.__qualname__ = name
+    return call
 
 
-KERNELS = Kernels(online_softmax_, softmax_backward_, attend_)
+KERNELS = Kernels(
+    online_softmax_,
+    softmax_backward_,
+    _compiled("attend"),
+    _compiled("backward_keys"),
+    _compiled("backward_queries"),
+)

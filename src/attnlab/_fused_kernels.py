@@ -181,6 +181,21 @@ def softmax_backward(scores, lse, grad, delta):  # type: ignore[no-untyped-def]
 
 
 @compile_
+def _matrix(work, rows, columns):  # type: ignore[no-untyped-def]
+    """The first rows·columns elements of a flat work array as a C-contiguous (rows, columns)
+    matrix, as np.dot's output must be."""
+    return work[: rows * columns].reshape((rows, columns))
+
+
+@compile_
+def _add(total, part):  # type: ignore[no-untyped-def]
+    """total += part, two matrices of one shape."""
+    for i in range(total.shape[0]):
+        for e in range(total.shape[1]):
+            total[i, e] += part[i, e]
+
+
+@compile_
 def _mask_later_keys(scores, offset):  # type: ignore[no-untyped-def]
     """Causal masking of a block: Z_ij ← −∞ where key j is later than query i, that is j > i + offset
     (offset: the block's first query less its first key)."""
@@ -191,53 +206,52 @@ def _mask_later_keys(scores, offset):  # type: ignore[no-untyped-def]
             row[j] = minus_inf
 
 
+# The whole tasks of the fused engine, for attention with no attention mask and no dropout
+# (``_tiled`` makes the tasks; NumPy's loops there are the oracle). Their arrays are
+# C-contiguous stacks of slices: query (N, L, E), key (N / groups, S, E), value
+# (N / groups, S, Ev), dO (N, L, Ev), lse and δ (N, L); slice n reads key and value head
+# n // groups. ``slices``, ``rows`` and ``keys`` are (first, stop) ranges; ``causal`` is
+# (is_causal, skip_causal: skip the blocks above the diagonal); ``blocks`` is (block_q,
+# block_k). numba's np.dot calls BLAS, and nothing here holds the GIL.
+
+
 @compile_
-def attend(query, key, value, groups, slices, rows, is_causal, skip_causal, scale, unscale, block_q, block_k, out, lse):  # type: ignore[no-untyped-def]
-    """The tiled forward compiled whole, for the slices ``slices`` = (first, stop) and the
-    query rows ``rows`` = (first, stop) of attention with no attention mask and no dropout
-    (``_tiled.forward`` makes the tasks). For each slice n and each block of ``block_q`` rows:
+def attend(arrays, groups, slices, rows, causal, scale, unscale, blocks, out, lse):  # type: ignore[no-untyped-def]
+    """The forward, out (N, L, Ev) and lse (N, L), of some slices and rows. For each slice
+    n and each block of queries Q_i:
 
         q = scale·Q_i;  m = −∞, l = 0, acc = 0
-        for each block of ``block_k`` keys K_j, V_j of head n // groups (causal with
-        ``skip_causal``: up to the block's last row):
+        for each block of keys K_j, V_j (up to the block's last query when skipping):
             Z = q·K_jᵀ (causal: −∞ where a key is later than its query)          BLAS
             online_softmax(Z, m, l) → α;  acc ← α·acc + P·V_j                   BLAS
-        O_i = unscale·acc / l (0 where l = 0: every key masked);  lse_i = m + log l
-
-    query (N, L, E), key (N / groups, S, E), value (N / groups, S, Ev), out (N, L, Ev) and
-    lse (N, L) are C-contiguous. numba's np.dot calls BLAS, and nothing here holds the GIL."""
-    dtype = query.dtype
-    size_q = min(block_q, rows[1] - rows[0])
-    size_k = min(block_k, key.shape[1])
-    width = value.shape[2]
-    # work arrays for the largest block, taken flat and reshaped to each block's rows so that
-    # every one stays C-contiguous, as np.dot's output must be
-    q_work = np.empty(size_q * query.shape[2], dtype=dtype)
-    scores_work = np.empty(size_q * size_k, dtype=dtype)
-    acc_work = np.empty(size_q * width, dtype=dtype)
-    part_work = np.empty(size_q * width, dtype=dtype)
-    row_max = np.empty(size_q, dtype=dtype)
-    row_sum = np.empty(size_q, dtype=dtype)
-    rescale = np.empty(size_q, dtype=dtype)
-    minus_inf = _constants(query)[7]
+        O_i = unscale·acc / l (0 where l = 0: every key masked);  lse_i = m + log l"""
+    query, key, value = arrays
+    (is_causal, skip_causal), (block_q, block_k) = causal, blocks
+    E, Ev, dtype = query.shape[2], value.shape[2], query.dtype
+    size_q, size_k = min(block_q, rows[1] - rows[0]), min(block_k, key.shape[1])
+    q_work, acc_work, part_work = (
+        np.empty(size_q * E, dtype),
+        np.empty(size_q * Ev, dtype),
+        np.empty(size_q * Ev, dtype),
+    )
+    scores_work = np.empty(size_q * size_k, dtype)
+    row_max, row_sum, rescale = np.empty(size_q, dtype), np.empty(size_q, dtype), np.empty(size_q, dtype)
     for n in range(slices[0], slices[1]):
         k, v = key[n // groups], value[n // groups]
         for first in range(rows[0], rows[1], block_q):
             stop = min(first + block_q, rows[1])
             count = stop - first
-            q = q_work[: count * query.shape[2]].reshape((count, query.shape[2]))  # (l, E)
-            acc = acc_work[: count * width].reshape((count, width))  # Σ P·V, (l, Ev)
-            part = part_work[: count * width].reshape((count, width))  # P·V_j, (l, Ev)
+            q, acc, part = _matrix(q_work, count, E), _matrix(acc_work, count, Ev), _matrix(part_work, count, Ev)
             for i in range(count):
-                for e in range(q.shape[1]):
+                for e in range(E):
                     q[i, e] = query[n, first + i, e] * scale
-                acc[i, :] = 0
-                row_max[i] = minus_inf
-                row_sum[i] = 0
+            acc[:] = 0
+            row_max[:] = -np.inf
+            row_sum[:] = 0
             keys = min(k.shape[0], stop) if skip_causal else k.shape[0]
             for start in range(0, keys, block_k):
                 end = min(start + block_k, keys)
-                block = scores_work[: count * (end - start)].reshape((count, end - start))  # Z, (l, keys)
+                block = _matrix(scores_work, count, end - start)  # Z, then P, (l, keys)
                 np.dot(q, k[start:end].T, block)
                 if is_causal:
                     _mask_later_keys(block, first - start)
@@ -245,10 +259,120 @@ def attend(query, key, value, groups, slices, rows, is_causal, skip_causal, scal
                 np.dot(block, v[start:end], part)
                 for i in range(count):
                     alpha = rescale[i]
-                    for e in range(width):
+                    for e in range(Ev):
                         acc[i, e] = alpha * acc[i, e] + part[i, e]
             for i in range(count):
                 total = row_sum[i]
-                for e in range(width):  # a row whose keys are all masked is 0, whatever the values
+                for e in range(Ev):  # a row whose keys are all masked is 0, whatever the values
                     out[n, first + i, e] = unscale * (acc[i, e] / total) if total != 0 else 0
                 lse[n, first + i] = row_max[i] + np.log(total)
+
+
+@compile_
+def _backward_work(arrays, blocks):  # type: ignore[no-untyped-def]
+    """The flat work arrays of ``_backward_block``, for its largest block."""
+    query, value = arrays[0], arrays[2]
+    block_q, block_k = blocks
+    sizes = (block_q * query.shape[2], block_q * value.shape[2], block_q * block_k, block_q * block_k)
+    return (np.empty(sizes[0], query.dtype), np.empty(sizes[1], query.dtype), np.empty(sizes[2], query.dtype),
+            np.empty(sizes[3], query.dtype))  # fmt: skip
+
+
+@compile_
+def _backward_block(arrays, n, head, rows, keys, is_causal, scale, work):  # type: ignore[no-untyped-def]
+    """One block of the backward, queries ``rows`` and keys ``keys`` of slice n: from the
+    products Z = scale·Q_i·K_jᵀ and dP = dO_i·V_jᵀ (BLAS), P_ij = exp(Z_ij − lse_i) and
+    dZ_ij = P_ij·(dP_ij − δ_i). Returns views of the work arrays: scale·Q_i (l, E), dO_i
+    (l, Ev), P and dZ (l, keys)."""
+    query, key, value, grad_out, lse, delta = arrays
+    (first, stop), (start, end) = rows, keys
+    count = stop - first
+    q, d_out = _matrix(work[0], count, query.shape[2]), _matrix(work[1], count, value.shape[2])
+    for i in range(count):
+        for e in range(q.shape[1]):
+            q[i, e] = query[n, first + i, e] * scale
+        for e in range(d_out.shape[1]):
+            d_out[i, e] = grad_out[n, first + i, e]
+    scores, grad = _matrix(work[2], count, end - start), _matrix(work[3], count, end - start)  # Z → P, dP → dZ
+    np.dot(q, key[head, start:end].T, scores)
+    if is_causal:
+        _mask_later_keys(scores, first - start)
+    np.dot(d_out, value[head, start:end].T, grad)
+    softmax_backward(scores, lse[n, first:stop], grad, delta[n, first:stop])
+    return q, d_out, scores, grad
+
+
+@compile_
+def backward_keys(arrays, groups, slices, keys, with_queries, causal, scale, blocks, grads):  # type: ignore[no-untyped-def]
+    """dK_j and dV_j of the blocks of keys in ``keys``, over every block of queries that
+    sees them, into grads = (dQ (N, L, E), dK (N, S, E), dV (N, S, Ev)), one key and value
+    head per query head:
+
+        dV_j = Σ_i P_ijᵀ·dO_i      dK_j = Σ_i dZ_ijᵀ·(scale·Q_i)                BLAS
+        with_queries (``keys`` is every key: the task owns whole slices):
+        dQ_i = scale·Σ_j dZ_ij·K_j                                             BLAS
+
+    arrays = (query, key, value, dO, lse, δ), lse +∞ where every key is masked."""
+    query, key, value = arrays[0], arrays[1], arrays[2]
+    grad_q, grad_k, grad_v = grads
+    (is_causal, skip_causal), (block_q, block_k) = causal, blocks
+    E, Ev, L, dtype = query.shape[2], value.shape[2], query.shape[1], query.dtype
+    work = _backward_work(arrays, blocks)
+    part_q, part_k, part_v = np.empty(block_q * E, dtype), np.empty(block_k * E, dtype), np.empty(block_k * Ev, dtype)
+    total_k, total_v = np.empty(block_k * E, dtype), np.empty(block_k * Ev, dtype)
+    for n in range(slices[0], slices[1]):
+        head = n // groups
+        if with_queries:
+            grad_q[n] = 0
+        for start in range(keys[0], keys[1], block_k):
+            end = min(start + block_k, keys[1])
+            dk, dv = _matrix(total_k, end - start, E), _matrix(total_v, end - start, Ev)
+            step_k, step_v = _matrix(part_k, end - start, E), _matrix(part_v, end - start, Ev)
+            dk[:] = 0
+            dv[:] = 0
+            for first in range(0, L, block_q):
+                stop = min(first + block_q, L)
+                if skip_causal and stop <= start:  # causal: key j is seen by queries i >= j only
+                    continue
+                q, d_out, weights, grad = _backward_block(
+                    arrays, n, head, (first, stop), (start, end), is_causal, scale, work
+                )
+                if with_queries:
+                    step_q = _matrix(part_q, stop - first, E)
+                    np.dot(grad, key[head, start:end], step_q)
+                    _add(grad_q[n, first:stop], step_q)
+                np.dot(weights.T, d_out, step_v)
+                np.dot(grad.T, q, step_k)
+                _add(dv, step_v)
+                _add(dk, step_k)
+            grad_k[n, start:end] = dk
+            grad_v[n, start:end] = dv
+        if with_queries:
+            grad_q[n] *= scale
+
+
+@compile_
+def backward_queries(arrays, groups, slices, rows, causal, scale, blocks, grad_q):  # type: ignore[no-untyped-def]
+    """dQ_i = scale·Σ_j dZ_ij·K_j of the query rows ``rows``, over the blocks of keys they
+    see (up to the block's last query when skipping), into grad_q (N, L, E); arrays as
+    ``backward_keys``'."""
+    key = arrays[1]
+    (is_causal, skip_causal), (block_q, block_k) = causal, blocks
+    E, S = key.shape[2], key.shape[1]
+    work = _backward_work(arrays, blocks)
+    total, part = np.empty(block_q * E, key.dtype), np.empty(block_q * E, key.dtype)
+    for n in range(slices[0], slices[1]):
+        head = n // groups
+        for first in range(rows[0], rows[1], block_q):
+            stop = min(first + block_q, rows[1])
+            dq, step = _matrix(total, stop - first, E), _matrix(part, stop - first, E)
+            dq[:] = 0
+            keys = min(S, stop) if skip_causal else S
+            for start in range(0, keys, block_k):
+                end = min(start + block_k, keys)
+                grad = _backward_block(arrays, n, head, (first, stop), (start, end), is_causal, scale, work)[3]
+                np.dot(grad, key[head, start:end], step)
+                _add(dq, step)
+            for i in range(stop - first):
+                for e in range(E):
+                    grad_q[n, first + i, e] = dq[i, e] * scale

@@ -67,9 +67,12 @@ class Kernels:
     online_softmax_: Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]
     # Z ← P = exp(Z − lse[:, None]);  dP ← dZ = P∘(dP − δ[:, None]);  arguments Z, lse, dP, δ
     softmax_backward_: Callable[[np.ndarray, np.ndarray, np.ndarray, np.ndarray], None]
-    # the whole forward of some slices and rows, compiled, for attention with no mask and no
-    # dropout (None: ``_forward_block``'s loop in Python); see ``_fused_kernels.attend``
+    # Whole tasks compiled, for attention with no mask and no dropout (None: the loops below,
+    # in Python), with the arguments that ``_fused_kernels`` documents: the forward of some
+    # slices and rows; the backward's dK, dV (and dQ) over blocks of keys; its dQ over blocks of queries.
     attend_: Callable[..., None] | None = None
+    backward_keys_: Callable[..., None] | None = None
+    backward_queries_: Callable[..., None] | None = None
 
 
 def _online_softmax_numpy(scores: np.ndarray, row_max: np.ndarray, row_sum: np.ndarray) -> np.ndarray:
@@ -197,15 +200,21 @@ def _forward_block(
     lse[rows] = row_max + np.log(row_sum)
 
 
+def _slice_groups(slices: int, scores: int, threads: int) -> list[tuple[int, int]]:
+    """Consecutive slices, as (first, stop), several to a group where each has few
+    ``scores``: about TASK_SCORES in each, and at least 4 groups per thread when there
+    are that many slices."""
+    per_task = max(1, min(-(-TASK_SCORES // max(scores, 1)), slices // (4 * threads)))
+    return [(n, min(n + per_task, slices)) for n in range(0, slices, per_task)]
+
+
 def _compiled_tasks(slices: int, L: int, S: int, threads: int) -> list[tuple[tuple[int, int], tuple[int, int]]]:
     """How ``Kernels.attend_`` splits the forward: (slices, rows) ranges, largest first. A
-    slice with many scores is split into blocks of queries; small slices go several to a
-    task, so that each call has about TASK_SCORES scores, in at least 4 tasks per thread
-    where there are that many slices. The split never changes a bit of the results."""
+    slice of TASK_SCORES scores or more is split into blocks of queries; smaller ones go
+    several to a task. The split never changes a bit of the results."""
     if L * S >= TASK_SCORES:
         return [((n, n + 1), (r.start, r.stop)) for r in reversed(_blocks(L, BLOCK_Q)) for n in range(slices)]
-    per_task = max(1, min(-(-TASK_SCORES // max(L * S, 1)), slices // (4 * threads)))
-    return [((n, min(n + per_task, slices)), (0, L)) for n in range(0, slices, per_task)]
+    return [(group, (0, L)) for group in _slice_groups(slices, L * S, threads)]
 
 
 def forward(pb: Problem, threads: int | None = None, kernels: Kernels = NUMPY) -> tuple[np.ndarray, np.ndarray]:
@@ -224,10 +233,9 @@ def forward(pb: Problem, threads: int | None = None, kernels: Kernels = NUMPY) -
     tasks: list[Callable[[], None]]
     if kernels.attend_ is not None and pb.mask is None and pb.dropout_p == 0:
         scale, unscale = (np.asarray(x, dtype=pb.compute_dtype)[()] for x in (pb.scale, 2.0**exponent))
-        arguments = (*_stacked(pb, value), pb.groups)
-        options = (pb.is_causal, skip_causal, scale, unscale, BLOCK_Q, BLOCK_K, out, lse)
+        options = ((pb.is_causal, skip_causal), scale, unscale, (BLOCK_Q, BLOCK_K), out, lse)
         tasks = [
-            functools.partial(kernels.attend_, *arguments, slices, rows, *options)
+            functools.partial(kernels.attend_, _stacked(pb, value), pb.groups, slices, rows, *options)
             for slices, rows in _compiled_tasks(n, L, S, default_threads() if threads is None else threads)
         ]
     else:
@@ -308,8 +316,30 @@ def backward(
             keys_task(s, cols, with_queries=True)
         grad_q[s.n] *= scale
 
-    tasks: list[functools.partial[None]]
-    if n >= ONE_PASS_BACKWARD_FROM:  # one task per slice: 5 products and one exp per block
+    tasks: list[Callable[[], None]]
+    if kernels.backward_keys_ and kernels.backward_queries_ and pb.mask is None and pb.dropout_p == 0:
+        arrays = (*_stacked(pb, pb.value), np.ascontiguousarray(grad_output), lse, delta)
+        options = ((pb.is_causal, skip_causal), scale[()], (BLOCK_Q, BLOCK_K))
+        keys, queries = (
+            functools.partial(kernel, arrays, pb.groups)
+            for kernel in (kernels.backward_keys_, kernels.backward_queries_)
+        )
+        grads = (grad_q, grad_k, grad_v)
+        if n >= ONE_PASS_BACKWARD_FROM:  # as slice_task, several small slices to a task
+            ranges = _slice_groups(n, L * S, default_threads() if threads is None else threads)
+            tasks = [functools.partial(keys, m, (0, S), True, *options, grads) for m in ranges]
+        else:  # as keys_task and queries_task
+            tasks = [
+                functools.partial(keys, (m, m + 1), (c.start, c.stop), False, *options, grads)
+                for c in _blocks(S, BLOCK_K)
+                for m in range(n)
+            ]
+            tasks += [
+                functools.partial(queries, (m, m + 1), (r.start, r.stop), *options, grad_q)
+                for r in reversed(_blocks(L, BLOCK_Q))
+                for m in range(n)
+            ]
+    elif n >= ONE_PASS_BACKWARD_FROM:  # one task per slice: 5 products and one exp per block
         tasks = [functools.partial(slice_task, s) for s in slices]
     else:  # few slices: split each in two passes, 7 products and two exps per block
         # largest first: with causal masking the first keys and the last queries have the most work
