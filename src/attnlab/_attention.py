@@ -22,10 +22,12 @@ from ._problem import Problem, make_problem
 from ._validation import MissingDependencyError, fail, flag, float_array, positive_int
 
 __all__ = [
-    "BLOCKED_FROM",
-    "BLOCKED_TASK_FROM",
     "ENGINES",
+    "FUSED_FROM",
+    "FUSED_KEYS_PER_QUERY",
     "NAIVE_MAX_BYTES",
+    "TILED_FROM",
+    "TILED_TASK_FROM",
     "Attention",
     "Engine",
     "Gradients",
@@ -37,14 +39,20 @@ __all__ = [
 Engine = Literal["naive", "tiled", "fused"]
 ENGINES: tuple[Engine, ...] = ("naive", "tiled", "fused")
 # engine=None's cost model, fitted to the table of `attnlab bench --engine-table`
-# (docs/engine-choice.json). A blocked engine (fused, or tiled without numba) pays about
-# 40 µs of Python per task (one slice's block of up to BLOCK_Q queries) and then computes
-# faster (its exponentials run on every core, in cache; the fused one's in one pass); the
-# naive engine pays nothing per slice but holds every score. So a blocked engine wins when
-# each task has many scores and there are enough scores in all (fewer for the fused one),
-# and is taken regardless when the naive engine's scores would not fit in memory comfortably.
-BLOCKED_FROM: dict[str, int] = {"fused": 2**22, "tiled": 2**23}  # scores (B·H·L·S) in all
-BLOCKED_TASK_FROM = 2**15  # scores per task: min(L, BLOCK_Q)·S
+# (docs/engine-choice.json). The naive engine pays nothing per slice but holds every score;
+# a blocked engine computes faster (its exponentials run on every core, in cache) once
+# there are enough scores in all: few for the fused one, whose tasks are compiled whole,
+# more for the tiled one, which pays about 40 µs of Python per task (one slice's block of
+# up to BLOCK_Q queries) and so also needs enough scores per task. The fused engine's
+# products are thin when a slice has few queries for its keys (decoding: one query against
+# a long cache), where the naive engine's batched products win. A blocked engine is taken
+# regardless when the naive engine's scores would not fit in memory comfortably.
+FUSED_FROM = 2**18  # scores (B·H·L·S) in all
+FUSED_KEYS_PER_QUERY = 64  # at most this many keys S per query of a task, min(L, BLOCK_Q)
+# tiled: scores at E = 64, fewer in proportion for narrower heads (the naive engine's own
+# softmax weighs more there), and half as many when causal (the tiled engine skips half)
+TILED_FROM = 2**23
+TILED_TASK_FROM = 2**17  # scores per task, min(L, BLOCK_Q)·S
 NAIVE_MAX_BYTES = 2**31  # the naive engine's score matrix
 
 
@@ -109,13 +117,16 @@ def choose_engine(engine: Any, pb: Problem, need_weights: bool) -> Engine:
             return "naive"
         L, S = pb.lengths
         scores = pb.slices * L * S
-        if scores < min(BLOCKED_FROM.values()):
+        if scores < FUSED_FROM:
             return "naive"  # without asking whether numba loads: its import takes 0.2 s
         blocked: Engine = "fused" if _fused.available() else "tiled"
         if scores * pb.compute_dtype.itemsize > NAIVE_MAX_BYTES:
             return blocked
-        enough = scores >= BLOCKED_FROM[blocked] and min(L, _tiled.BLOCK_Q) * S >= BLOCKED_TASK_FROM
-        return blocked if enough else "naive"
+        queries = min(L, _tiled.BLOCK_Q)  # per task
+        if blocked == "fused":
+            return blocked if queries * FUSED_KEYS_PER_QUERY >= S else "naive"
+        work = scores * 64 / max(min(pb.query.shape[-1], 64), 1) * (2 if pb.is_causal else 1)
+        return blocked if work >= TILED_FROM and queries * S >= TILED_TASK_FROM else "naive"
     if engine not in ENGINES:
         raise fail("engine", f"one of {ENGINES} or None", repr(engine))
     if engine != "naive" and need_weights:

@@ -41,6 +41,7 @@ __all__ = [
     "CASES",
     "Case",
     "Row",
+    "Shape",
     "engine_report",
     "engine_table",
     "first_call_seconds",
@@ -213,13 +214,34 @@ def run(sizes: tuple[int, ...], repeat: int, memory: bool = True) -> list[Row]:
     return rows
 
 
-# Shapes for engine=None's cost model: many tiny heads to one long one, E = 8 and 64.
+@dataclass(frozen=True)
+class Shape:
+    """One row of the engine table: ``slices`` (batch × heads) of L queries, S keys, width E."""
+
+    slices: int
+    L: int
+    S: int
+    E: int
+    causal: bool = False
+
+
+# Shapes for engine=None's cost model: many tiny heads to one long one, E = 8 and 64,
+# causal ones, and decoding (one query against a long cache).
 ENGINE_GRID = [
-    (slices, length, width)
-    for width in (8, 64)
-    for slices in (1, 8, 64, 512, 4096, 32768)
-    for length in (8, 32, 128, 256, 512, 2048)
-    if 2**12 <= slices * length * length <= 2**26
+    *(
+        Shape(slices, length, length, width)
+        for width in (8, 64)
+        for slices in (1, 8, 64, 512, 4096, 32768)
+        for length in (8, 32, 128, 256, 512, 2048)
+        if 2**12 <= slices * length * length <= 2**26
+    ),
+    *(
+        Shape(slices, length, length, 64, causal=True)
+        for slices in (1, 8, 64)
+        for length in (128, 256, 512, 1024, 2048)
+        if 2**14 <= slices * length * length <= 2**26
+    ),
+    *(Shape(slices, 1, length, 128) for slices in (1, 8, 32) for length in (2048, 8192, 65536)),
 ]
 
 
@@ -332,11 +354,13 @@ def engine_table(repeat: int = 3) -> list[dict[str, Any]]:
     """Every available engine's forward time (ms, float32) on ENGINE_GRID: the table that
     docs/engine-choice.json keeps and tests/test_engine_choice.py checks engine=None against."""
     rows = []
-    for slices, length, width in ENGINE_GRID:
+    for shape in ENGINE_GRID:
         rng = np.random.default_rng(0)
-        q, k, v = (rng.standard_normal((slices, length, width), dtype=np.float32) for _ in range(3))
-        ms = {name: _best_ms(functools.partial(attention, q, k, v, engine=name), repeat) for name in _engines()}
-        rows.append({"slices": slices, "length": length, "width": width, "ms": ms})
+        q = rng.standard_normal((shape.slices, shape.L, shape.E), dtype=np.float32)
+        k, v = (rng.standard_normal((shape.slices, shape.S, shape.E), dtype=np.float32) for _ in range(2))
+        run = functools.partial(attention, q, k, v, is_causal=shape.causal)
+        ms = {name: _best_ms(functools.partial(run, engine=name), repeat) for name in _engines()}
+        rows.append({**asdict(shape), "ms": ms})
     return rows
 
 
@@ -347,13 +371,14 @@ def engine_report(path: str, repeat: int) -> str:
         json.dump({"machine": _machine(), "repeat": repeat, "rows": rows}, f, indent=1)
     engines = list(rows[0]["ms"])
     lines = [
-        f"| slices | L = S | E | {' | '.join(f'{e} ms' for e in engines)} | fastest |",
-        "|---" * (len(engines) + 4) + "|",
+        f"| slices | L | S | E | causal | {' | '.join(f'{e} ms' for e in engines)} | fastest |",
+        "|---" * (len(engines) + 6) + "|",
     ]
     for r in rows:
         ms = r["ms"]
         times = " | ".join(f"{ms[e]:.2f}" for e in engines)
-        lines.append(f"| {r['slices']} | {r['length']} | {r['width']} | {times} | {min(ms, key=ms.get)} |")
+        causal = "yes" if r["causal"] else "no"
+        lines.append(f"| {r['slices']} | {r['L']} | {r['S']} | {r['E']} | {causal} | {times} | {min(ms, key=ms.get)} |")
     return "\n".join(lines)
 
 
