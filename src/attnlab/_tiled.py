@@ -154,13 +154,15 @@ def _key_blocks(pb: Problem, rows: slice, skip_causal: bool) -> list[slice]:
     return _blocks(min(S, rows.stop) if skip_causal else S, BLOCK_K)
 
 
-def _value_exponent(value: np.ndarray, finite: np.ndarray, length: int) -> int:
-    """k such that Σ over ``length`` rows of values scaled by 2⁻ᵏ cannot overflow:
-    0 unless the (``finite``) values are within a factor ``length`` of the dtype's largest
-    number. Scaling by a power of two is exact, so the results keep their bits."""
-    largest = float(np.max(np.abs(value), initial=0.0, where=finite))
+def _value_exponent(value: np.ndarray, length: int) -> tuple[int, bool]:
+    """(k, whether every value is finite), k such that Σ over ``length`` rows of the finite
+    values scaled by 2⁻ᵏ cannot overflow: 0 unless they are within a factor ``length`` of
+    the dtype's largest number. Scaling by a power of two is exact, so the results keep their bits."""
+    low, high = float(value.min(initial=0.0)), float(value.max(initial=0.0))  # NaN if any is NaN
+    finite = bool(np.isfinite(low) and np.isfinite(high))
+    largest = max(-low, high) if finite else float(np.max(np.abs(value), initial=0.0, where=np.isfinite(value)))
     headroom = float(np.finfo(value.dtype).max) / max(length, 1) / 4
-    return max(0, int(np.ceil(np.log2(largest / headroom)))) if largest > headroom else 0
+    return (max(0, int(np.ceil(np.log2(largest / headroom)))) if largest > headroom else 0), finite
 
 
 def _scores(pb: Problem, s: _Slice, q_scaled: np.ndarray, rows: slice, cols: slice) -> np.ndarray:
@@ -221,12 +223,11 @@ def forward(pb: Problem, threads: int | None = None, kernels: Kernels = NUMPY) -
     """Return (O (B…, L, Ev), lse (B…, L))."""
     L, S = pb.lengths
     Ev = pb.value.shape[-1]
-    finite = np.isfinite(pb.value)
-    exponent = _value_exponent(pb.value, finite, S)
+    exponent, finite = _value_exponent(pb.value, S)
     value = np.ldexp(pb.value, -exponent) if exponent else pb.value
     # Blocks above the diagonal are skipped only when no value there could make a NaN
     # (0·NaN): the result is then the same as reading them.
-    skip_causal = pb.is_causal and bool(finite.all())
+    skip_causal = pb.is_causal and finite
     n = pb.slices
     out = np.empty((n, L, Ev), dtype=pb.compute_dtype)  # (B·H, L, Ev)
     lse = np.empty((n, L), dtype=pb.compute_dtype)  # (B·H, L)
@@ -234,8 +235,9 @@ def forward(pb: Problem, threads: int | None = None, kernels: Kernels = NUMPY) -
     if kernels.attend_ is not None and pb.mask is None and pb.dropout_p == 0:
         scale, unscale = (np.asarray(x, dtype=pb.compute_dtype)[()] for x in (pb.scale, 2.0**exponent))
         options = ((pb.is_causal, skip_causal), scale, unscale, (BLOCK_Q, BLOCK_K), out, lse)
+        arrays = _stacked(pb, value)
         tasks = [
-            functools.partial(kernels.attend_, _stacked(pb, value), pb.groups, slices, rows, *options)
+            functools.partial(kernels.attend_, arrays, pb.groups, slices, rows, *options)
             for slices, rows in _compiled_tasks(n, L, S, default_threads() if threads is None else threads)
         ]
     else:
