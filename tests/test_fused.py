@@ -25,6 +25,7 @@ GRAD_RTOL = {np.dtype(np.float32): 2e-6, np.dtype(np.float64): 1e-14}
 @pytest.fixture(autouse=True)
 def small_blocks(monkeypatch):
     monkeypatch.setattr(_tiled, "BLOCK_Q", 16)
+    monkeypatch.setattr(_tiled, "CAUSAL_BLOCK_Q", 8)
     monkeypatch.setattr(_tiled, "BLOCK_K", 24)
 
 

@@ -36,6 +36,7 @@ def torch_math(q, k, v, mask, is_causal):
 @pytest.fixture(autouse=True)
 def small_blocks(monkeypatch):
     monkeypatch.setattr(_tiled, "BLOCK_Q", 2)
+    monkeypatch.setattr(_tiled, "CAUSAL_BLOCK_Q", 1)
     monkeypatch.setattr(_tiled, "BLOCK_K", 3)
 
 

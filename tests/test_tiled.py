@@ -20,6 +20,7 @@ from oracles import assert_close
 @pytest.fixture(autouse=True)
 def small_blocks(monkeypatch):
     monkeypatch.setattr(_tiled, "BLOCK_Q", 16)
+    monkeypatch.setattr(_tiled, "CAUSAL_BLOCK_Q", 8)
     monkeypatch.setattr(_tiled, "BLOCK_K", 24)
 
 

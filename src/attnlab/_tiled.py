@@ -39,7 +39,7 @@ from ._masks import mask_scores_
 from ._problem import Problem
 from ._threads import default_threads, run
 
-__all__ = ["BLOCK_K", "BLOCK_Q", "NUMPY", "ONE_PASS_BACKWARD_FROM", "Kernels", "backward", "forward"]
+__all__ = ["BLOCK_K", "BLOCK_Q", "CAUSAL_BLOCK_Q", "NUMPY", "ONE_PASS_BACKWARD_FROM", "Kernels", "backward", "forward"]
 
 # Block sizes: 512 queries × 512 keys of float32 scores is 1 MiB, which stays in a
 # core's L2 cache with its Q and K rows, and makes each block's products large enough
@@ -48,6 +48,10 @@ __all__ = ["BLOCK_K", "BLOCK_Q", "NUMPY", "ONE_PASS_BACKWARD_FROM", "Kernels", "
 # changes the last bits of the results (never the dropout masks: see ``_masks``).
 BLOCK_Q = 512
 BLOCK_K = 512
+# The compiled forward's query blocks when causal: a block on the diagonal computes a
+# triangle of scores that the mask then removes, and smaller blocks waste less (256 measured
+# 1-7 % faster than 512 on causal shapes from 14 heads of 512 to 8 of 4096).
+CAUSAL_BLOCK_Q = 256
 # From this many slices on, the backward gives each thread whole slices (one pass, less
 # work); below it, it splits slices into blocks to keep every thread busy. A constant,
 # not the thread count, decides, so the bits never depend on the thread count.
@@ -234,7 +238,8 @@ def forward(pb: Problem, threads: int | None = None, kernels: Kernels = NUMPY) -
     tasks: list[Callable[[], None]]
     if kernels.attend_ is not None and pb.mask is None and pb.dropout_p == 0:
         scale, unscale = (np.asarray(x, dtype=pb.compute_dtype)[()] for x in (pb.scale, 2.0**exponent))
-        options = ((pb.is_causal, skip_causal), scale, unscale, (BLOCK_Q, BLOCK_K), out, lse)
+        block_q = CAUSAL_BLOCK_Q if pb.is_causal else BLOCK_Q
+        options = ((pb.is_causal, skip_causal), scale, unscale, (block_q, BLOCK_K), out, lse)
         arrays = _stacked(pb, value)
         tasks = [
             functools.partial(kernels.attend_, arrays, pb.groups, slices, rows, *options)
