@@ -203,10 +203,9 @@ def run(sizes: tuple[int, ...], repeat: int, memory: bool = True) -> list[Row]:
             for length in sizes:
                 flop = 4 * B * H * length * length * E / (2 if causal else 1) * (3.5 if backward else 1)
                 runs = _runs(length, causal, backward)
-                ms: dict[str, float | None] = dict.fromkeys(IMPLEMENTATIONS)
+                ms: dict[str, float | None] = {**dict.fromkeys(IMPLEMENTATIONS), **_interleaved_ms(runs, repeat)}
                 peak: dict[str, float | None] = dict.fromkeys(IMPLEMENTATIONS)
                 for name, fn in runs.items():
-                    ms[name] = _best_ms(fn, repeat)
                     if memory and name != "torch":
                         peak[name] = _peak_mib(fn)
                 passes = "forward+backward" if backward else "forward"
@@ -320,9 +319,26 @@ def shape_classes(repeat: int, every_engine: bool = True) -> list[dict[str, Any]
         engines += [e for e in _engines() if e != "naive"]
     rows = []
     for case in CASES:
-        ms = {name: _best_ms(run, repeat) for name, run in _case_runs(case, engines).items()}
-        rows.append({"case": case.name, "chosen": attention_engine(case), "ms": ms})
+        rows.append(
+            {
+                "case": case.name,
+                "chosen": attention_engine(case),
+                "ms": _interleaved_ms(_case_runs(case, engines), repeat),
+            }
+        )
     return rows
+
+
+def _interleaved_ms(runs: dict[str, Callable[[], Any]], repeat: int) -> dict[str, float]:
+    """The fastest of ``repeat`` runs of each, ms, after one to warm up, taking turns: a
+    slow spell of a shared machine then falls on every implementation alike."""
+    for run in runs.values():
+        run()
+    best = dict.fromkeys(runs, math.inf)
+    for _ in range(repeat):
+        for name, run in runs.items():
+            best[name] = min(best[name], timeit.timeit(run, number=1) * 1e3)
+    return best
 
 
 def attention_engine(case: Case) -> str:
