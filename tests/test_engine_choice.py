@@ -18,10 +18,10 @@ CLEARLY = 1.25  # one engine at least this many times faster; closer than that i
 SLACK_MS = 1.0  # and a wrong choice that costs under a millisecond does not matter
 
 
-def chosen(slices: int, L: int, S: int, E: int, causal: bool = False) -> str:
+def chosen(slices: int, L: int, S: int, E: int, causal: bool = False, mask=None, dropout_p: float = 0.0) -> str:
     q = np.broadcast_to(np.float32(0), (slices, L, E))  # views: nothing is allocated
     kv = np.broadcast_to(np.float32(0), (slices, S, E))
-    return choose_engine(None, make_problem(q, kv, kv, None, 0.0, causal, None, False, None), False)
+    return choose_engine(None, make_problem(q, kv, kv, mask, dropout_p, causal, None, False, None), False)
 
 
 def row_id(row: dict) -> str:
@@ -43,3 +43,13 @@ def test_many_tiny_heads_and_one_long_head():
     assert chosen(1, 8192, 8192, 64) == blocked
     assert chosen(1, 65_536, 65_536, 64) == blocked  # the naive engine's scores would need 16 GiB
     assert chosen(32, 1, 8192, 128) == "naive"  # decoding: the naive engine's batched products
+
+
+def test_with_a_mask_or_dropout_the_fused_engine_counts_as_the_tiled_one():
+    """Its tasks are then the tiled engine's Python loop (with compiled blocks): one task per
+    head of 8 tokens would cost seconds, as the tiled engine's did."""
+    padding = np.ones((8, 8), dtype=bool)
+    assert chosen(70_000, 8, 8, 8, mask=padding) == "naive"
+    assert chosen(70_000, 8, 8, 8, dropout_p=0.1) == "naive"
+    blocked = "fused" if _fused.available() else "tiled"
+    assert chosen(8, 2048, 2048, 64, mask=np.ones((2048, 2048), dtype=bool)) == blocked

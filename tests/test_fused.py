@@ -105,16 +105,18 @@ def fused_exp(x: np.ndarray) -> np.ndarray:
     return scores
 
 
-def test_the_exponential_is_within_1_ulp_and_keeps_the_special_values():
-    """Measured: 0.86 ulp in float32, 1.28 in float64."""
+def test_the_exponential_is_within_2_ulp_and_keeps_the_special_values():
+    """Measured with FMA: 0.86 ulp in float32, 1.28 in float64."""
     for dtype in (np.float32, np.float64):
         x = np.linspace(-80, 0, 100_001, dtype=dtype)[None]  # e^x from 2e-35 to 1
         expected = np.exp(x.astype(np.longdouble))  # the oracle: 64-bit mantissas
         ulp = np.spacing(expected.astype(dtype)).astype(np.longdouble)
-        assert np.max(np.abs(fused_exp(x) - expected) / ulp) <= (1 if dtype == np.float32 else 2)
+        # 1.5 and 2: what a machine without FMA (or NUMBA_CPU_NAME=generic) may reach
+        assert np.max(np.abs(fused_exp(x) - expected) / ulp) <= (1.5 if dtype == np.float32 else 2)
         special = np.array([[-np.inf, np.nan, np.inf, -1000.0, 1000.0, -0.0]], dtype)
         np.testing.assert_array_equal(fused_exp(special), np.array([[0.0, np.nan, np.inf, 0.0, np.inf, 1.0]], dtype))
-        # the ends of the range: the last normal numbers, then 0 and +∞ (NumPy: subnormals, then 0)
+        # the ends of the range: the last normal numbers, then 0 (NumPy: subnormals, then 0) and
+        # +∞ (NumPy: finite for 0.35 more)
         smallest, largest, zero, infinite = (
             (-87.33, 88.37, -87.69, 88.38) if dtype == np.float32 else (-708.39, 709.43, -708.75, 709.44)
         )
@@ -131,6 +133,7 @@ def test_one_online_softmax_step_equals_numpys():
         scores = (rng.standard_normal((6, 37)) * 5).astype(dtype)
         scores[rng.random(scores.shape) < 0.3] = -np.inf
         scores[1] = -np.inf  # no key visible in this block
+        scores[2, 3], scores[4, 5], scores[5, 0] = np.nan, -np.nan, -0.0  # both NaNs' signs, and −0
         row_max = np.array([-np.inf, 2.0, -np.inf, 30.0, -1.0, 0.5], dtype)
         row_sum = np.array([0.0, 3.0, 0.0, 1.5, 2.0, 1.0], dtype)
         states = {}
@@ -139,7 +142,7 @@ def test_one_online_softmax_step_equals_numpys():
             rescale = kernels.online_softmax_(z, m, s)
             states[name] = (z, m, s, rescale)
         for fused, numpy in zip(states["fused"], states["numpy"], strict=True):
-            np.testing.assert_allclose(fused, numpy, rtol=RTOL[np.dtype(dtype)], atol=0)
+            np.testing.assert_allclose(fused, numpy, rtol=RTOL[np.dtype(dtype)], atol=0)  # NaN where NumPy has NaN
 
 
 def test_the_kernels_check_their_row_vectors():
@@ -150,3 +153,33 @@ def test_the_kernels_check_their_row_vectors():
         _fused.online_softmax_(scores, np.zeros(2, np.float32), np.zeros(1, np.float32))
     with pytest.raises(ValueError, match=r"lse: expected \(2,\) float32"):
         _fused.softmax_backward_(scores, np.zeros(1, np.float32), scores.copy(), np.zeros(2, np.float32))
+
+
+def test_empty_shapes_give_what_the_naive_engine_gives():
+    for q_shape, kv_shape in [
+        ((2, 0, 4), (2, 3, 4)),
+        ((2, 3, 4), (2, 0, 4)),
+        ((0, 3, 4), (0, 3, 4)),
+        ((2, 3, 0), (2, 5, 0)),
+    ]:
+        q, kv = np.ones(q_shape, np.float32), np.ones(kv_shape, np.float32)
+        results = {engine: al.attention(q, kv, kv, engine=engine) for engine in ("naive", "fused")}
+        np.testing.assert_array_equal(results["fused"].output, results["naive"].output)
+        np.testing.assert_array_equal(results["fused"].lse, results["naive"].lse)
+        grad = np.ones(results["naive"].output.shape, np.float32)
+        for fused, naive in zip(results["fused"].backward(grad), results["naive"].backward(grad), strict=True):
+            np.testing.assert_array_equal(fused, naive)
+
+
+@pytest.mark.parametrize("heads", [3, 10])  # the backward's two schedules: split slices, whole slices
+def test_the_compiled_backward_gives_the_same_bits_for_any_thread_count(heads):
+    rng = np.random.default_rng(5)
+    q, k, v, grad = (rng.standard_normal((heads, 45, 8), dtype=np.float32) for _ in range(4))
+    runs = []
+    for threads in (1, 2, 3):
+        result = al.attention(q, k, v, is_causal=True, engine="fused", num_threads=threads)
+        runs.append((result.output, *result.backward(grad)))
+    for one, other in zip(runs[0], runs[1], strict=True):
+        assert np.array_equal(one, other)
+    for one, other in zip(runs[0], runs[2], strict=True):
+        assert np.array_equal(one, other)

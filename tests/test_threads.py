@@ -10,7 +10,7 @@ import pytest
 from threadpoolctl import threadpool_info
 
 import attnlab as al
-from attnlab import _threads
+from attnlab import _fused, _threads
 
 
 def blas_threads() -> list[int]:
@@ -66,3 +66,27 @@ def test_one_pool_whatever_the_thread_counts():
         tiled(threads=threads)
     alive = [t for t in threading.enumerate() if t.name.startswith("attnlab")]
     assert len(alive) <= 3 + 2  # the current pool, and at most the last one still winding down
+
+
+@pytest.mark.skipif(not _fused.available(), reason="numba is not installed (attnlab[fast])")
+def test_the_fused_engine_holds_every_blas_to_one_thread_and_restores_it(monkeypatch):
+    """Its compiled tasks call SciPy's BLAS (through numba's np.dot), NumPy's products call
+    NumPy's: both are held to one thread inside the call, and both are as found after it."""
+    from attnlab import _fused_kernels
+
+    libraries = {info["filepath"] for info in threadpool_info() if info["user_api"] == "blas"}
+    assert len(libraries) >= 2  # NumPy's OpenBLAS and SciPy's
+    before = blas_threads()
+    seen: list[list[int]] = []
+    attend = _fused_kernels.attend
+
+    def watched(*arguments):
+        seen.append(blas_threads())
+        attend(*arguments)
+
+    monkeypatch.setattr(_fused_kernels, "attend", watched)
+    rng = np.random.default_rng(0)
+    q, k, v = (rng.standard_normal((4, 300, 16)) for _ in range(3))
+    al.attention(q, k, v, engine="fused", num_threads=2)
+    assert seen and all(threads == [1] * len(before) for threads in seen)
+    assert blas_threads() == before

@@ -41,9 +41,10 @@ ENGINES: tuple[Engine, ...] = ("naive", "tiled", "fused")
 # engine=None's cost model, fitted to the table of `attnlab bench --engine-table`
 # (docs/engine-choice.json). The naive engine pays nothing per slice but holds every score;
 # a blocked engine computes faster (its exponentials run on every core, in cache) once
-# there are enough scores in all: few for the fused one, whose tasks are compiled whole,
-# more for the tiled one, which pays about 40 µs of Python per task (one slice's block of
-# up to BLOCK_Q queries) and so also needs enough scores per task. The fused engine's
+# there are enough scores in all: few for the fused one, whose tasks are compiled whole
+# when there is no mask and no dropout, more for the tiled one (and the fused one with a
+# mask or dropout), which pays about 40 µs of Python per task (one slice's block of up to
+# BLOCK_Q queries) and so also needs enough scores per task. The fused engine's
 # products are thin when a slice has few queries for its keys (decoding: one query against
 # a long cache), where the naive engine's batched products win. A blocked engine is taken
 # regardless when the naive engine's scores would not fit in memory comfortably.
@@ -123,8 +124,9 @@ def choose_engine(engine: Any, pb: Problem, need_weights: bool) -> Engine:
         if scores * pb.compute_dtype.itemsize > NAIVE_MAX_BYTES:
             return blocked
         queries = min(L, _tiled.BLOCK_Q)  # per task
-        if blocked == "fused":
+        if blocked == "fused" and pb.mask is None and pb.dropout_p == 0:  # tasks compiled whole
             return blocked if queries * FUSED_KEYS_PER_QUERY >= S else "naive"
+        # the tiled engine, or the fused one running the tiled engine's loop in Python
         work = scores * 64 / max(min(pb.query.shape[-1], 64), 1) * (2 if pb.is_causal else 1)
         return blocked if work >= TILED_FROM and queries * S >= TILED_TASK_FROM else "naive"
     if engine not in ENGINES:

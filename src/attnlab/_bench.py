@@ -19,6 +19,7 @@ import random
 import subprocess
 import sys
 import tempfile
+import time
 import timeit
 import tracemalloc
 from collections.abc import Callable
@@ -36,6 +37,7 @@ B, H, E = 1, 8, 64
 SIZES = (256, 512, 1024, 2048, 4096)
 LONG_LENGTH = 65_536
 IMPLEMENTATIONS = ("tiled", "naive", "textbook", "torch")
+PAUSE_SECONDS = 0.02  # between timed runs
 
 __all__ = [
     "CASES",
@@ -331,12 +333,15 @@ def shape_classes(repeat: int, every_engine: bool = True) -> list[dict[str, Any]
 
 def _interleaved_ms(runs: dict[str, Callable[[], Any]], repeat: int) -> dict[str, float]:
     """The fastest of ``repeat`` runs of each, ms, after one to warm up, taking turns: a
-    slow spell of a shared machine then falls on every implementation alike."""
+    slow spell of a shared machine then falls on every implementation alike. Each run
+    starts after a pause in which the previous one's threads stop spinning (torch's
+    OpenMP threads wait busily for a while after each call)."""
     for run in runs.values():
         run()
     best = dict.fromkeys(runs, math.inf)
     for _ in range(repeat):
         for name, run in runs.items():
+            time.sleep(PAUSE_SECONDS)
             best[name] = min(best[name], timeit.timeit(run, number=1) * 1e3)
     return best
 
@@ -375,7 +380,7 @@ def engine_table(repeat: int = 3) -> list[dict[str, Any]]:
         q = rng.standard_normal((shape.slices, shape.L, shape.E), dtype=np.float32)
         k, v = (rng.standard_normal((shape.slices, shape.S, shape.E), dtype=np.float32) for _ in range(2))
         run = functools.partial(attention, q, k, v, is_causal=shape.causal)
-        ms = {name: _best_ms(functools.partial(run, engine=name), repeat) for name in _engines()}
+        ms = _interleaved_ms({name: functools.partial(run, engine=name) for name in _engines()}, repeat)
         rows.append({**asdict(shape), "ms": ms})
     return rows
 

@@ -1,30 +1,36 @@
-"""The fused engine's kernels: the tiled engine's elementwise work in one pass per block,
-compiled by numba (the ``fast`` extra), while the matrix products stay with BLAS.
+"""The fused engine: the tiled engine compiled by numba (the ``fast`` extra), its
+products still by BLAS. ``KERNELS`` gives ``_tiled`` two layers of kernels:
 
-Per block of scores Z (rows i, keys j), the NumPy tiled engine makes several passes
-(max, subtract, exp, sum; in the backward subtract, exp, subtract, multiply); each
-kernel here reads the block once or twice, while it is in cache:
+- Block kernels, the elementwise work on one block of scores Z (rows i, keys j), where
+  the NumPy tiled engine makes several passes (max, subtract, exp, sum; in the backward
+  subtract, exp, subtract, multiply) and each kernel here reads the block once or twice,
+  while it is in cache:
 
-    forward:   m' = max(m, rowmax Z);  Z_ij ← exp(Z_ij − m'_i);  l ← e^(m − m')·l + rowsum Z
-                                                                   online_softmax_
-    backward:  P_ij = exp(Z_ij − lse_i);  dZ_ij = P_ij·(dP_ij − δ_i)   softmax_backward_
+      forward:   m' = max(m, rowmax Z);  Z_ij ← exp(Z_ij − m'_i);  l ← e^(m − m')·l + rowsum Z
+                                                                     online_softmax_
+      backward:  P_ij = exp(Z_ij − lse_i);  dZ_ij = P_ij·(dP_ij − δ_i)   softmax_backward_
+
+- Whole tasks, for attention with no mask and no dropout: the forward of some slices and
+  rows, the backward over blocks of keys and over blocks of queries, each one compiled
+  call with its products through numba's np.dot (SciPy's BLAS) and no Python between
+  blocks (``_fused_kernels.attend``, ``backward_keys``, ``backward_queries``).
 
 NumPy's exp is vectorised with AVX-512 but falls back to slow code on AVX2 machines, and
 the SVML library that numba could use instead is not in its pip builds, so the
 exponential is written out: e^x = 2^k·e^r with k = round(x·log₂e) and r = x − k·ln 2
 (in two parts, Cody & Waite), e^r by a Taylor polynomial (degree 7 in float32, 13 in
-float64: within 0.86 and 1.3 ulp), and 2^k built in an integer's exponent bits. The row
-maximum compares integers that order as the floats do, which LLVM vectorises (a float
-maximum it vectorises only if told there is no NaN). Below e^−87.33 (float32) or
-e^−708.39 (float64) the result is 0 (NumPy gives a subnormal: a difference under the
-smallest normal number); above e^88.37 or e^709.43 it is +∞, where the true value is
-finite for 0.35 more (attention's arguments are never positive); NaN stays NaN, −∞
-gives 0, and +∞ gives +∞.
+float64: within 0.86 and 1.3 ulp with FMA), and 2^k built in an integer's exponent bits.
+The row maximum compares integers that order as the floats do, which LLVM vectorises (a
+float maximum it vectorises only if told there is no NaN). Below about e^−87.68 (float32)
+or e^−708.74 (float64) the result is 0 (NumPy gives subnormals down to e^−103.97 and
+e^−745.13); from about e^88.38 or e^709.44 it is +∞, where the true value is finite for
+0.35 more (attention's arguments are never positive); NaN stays NaN, −∞ gives 0, and +∞
+gives +∞.
 
 The kernels release the GIL, so the tiled engine's threads run them in parallel. They
-are compiled on first use and cached on disk where numba finds a folder it may write
-(next to the package, NUMBA_CACHE_DIR, or ~/.cache/numba); with none, they are compiled
-in memory in each process.
+are compiled on first use (seconds) and cached on disk where numba finds a folder it may
+write (next to the package, NUMBA_CACHE_DIR, or ~/.cache/numba); with none, they are
+compiled in memory in each process.
 """
 
 from __future__ import annotations

@@ -46,7 +46,7 @@ def _power_of_two(t):  # type: ignore[no-untyped-def]
 
 
 def _order_key(x):  # type: ignore[no-untyped-def]
-    """An integer ordered as the float x is (−∞ < … < −0 < +0 < … < +∞ < +NaN)."""
+    """An integer ordered as the float x is (−∞ < … < −0 < +0 < … < +∞ < NaN)."""
 
 
 def _from_order_key(key, row):  # type: ignore[no-untyped-def]
@@ -55,6 +55,10 @@ def _from_order_key(key, row):  # type: ignore[no-untyped-def]
 
 def _taylor(r):  # type: ignore[no-untyped-def]
     """e^r for |r| <= ln 2 / 2."""
+
+
+def _in_dtype_of(x, row):  # type: ignore[no-untyped-def]
+    """x as a float of the row's dtype."""
 
 
 def _float32(x: Any) -> bool:
@@ -92,12 +96,23 @@ def _power_of_two_typed(t):  # type: ignore[no-untyped-def]
 
 @overload(_order_key)
 def _order_key_typed(x):  # type: ignore[no-untyped-def]
-    # a negative float's bits grow with its magnitude: flip all but the sign to reverse them
+    # a negative float's bits grow with its magnitude: flip all but the sign to reverse them;
+    # a NaN of either sign takes the largest key, as NumPy's maximum makes any NaN win
     if _float32(x):
-        return lambda x: np.int32(np.float32(x).view(np.int32) ^ ((np.float32(x).view(np.int32) >> 31) & 0x7FFFFFFF))
-    return lambda x: np.int64(
-        np.float64(x).view(np.int64) ^ ((np.float64(x).view(np.int64) >> 63) & 0x7FFFFFFFFFFFFFFF)
-    )
+
+        def key32(x):  # type: ignore[no-untyped-def]
+            bits = np.float32(x).view(np.int32)
+            flipped = np.int32(bits ^ ((bits >> 31) & 0x7FFFFFFF))
+            return flipped if (bits & 0x7FFFFFFF) <= 0x7F800000 else np.int32(0x7FFFFFFF)
+
+        return key32
+
+    def key64(x):  # type: ignore[no-untyped-def]
+        bits = np.float64(x).view(np.int64)
+        flipped = np.int64(bits ^ ((bits >> 63) & 0x7FFFFFFFFFFFFFFF))
+        return flipped if (bits & 0x7FFFFFFFFFFFFFFF) <= 0x7FF0000000000000 else np.int64(0x7FFFFFFFFFFFFFFF)
+
+    return key64
 
 
 @overload(_from_order_key)
@@ -105,6 +120,13 @@ def _from_order_key_typed(key, row):  # type: ignore[no-untyped-def]
     if _float32(row):  # the flip is its own inverse
         return lambda key, row: np.int32(key ^ ((key >> 31) & 0x7FFFFFFF)).view(np.float32)
     return lambda key, row: np.int64(key ^ ((key >> 63) & 0x7FFFFFFFFFFFFFFF)).view(np.float64)
+
+
+@overload(_in_dtype_of)
+def _in_dtype_of_typed(x, row):  # type: ignore[no-untyped-def]
+    if _float32(row):
+        return lambda x, row: np.float32(x)
+    return lambda x, row: np.float64(x)
 
 
 @overload(_taylor, jit_options={"fastmath": {"contract"}})
@@ -123,9 +145,9 @@ def _taylor_typed(r):  # type: ignore[no-untyped-def]
 
 @compile_
 def _exp(x, row):  # type: ignore[no-untyped-def]
-    """e^x, x of the row's dtype: 2^k·e^r with k = round(x·log₂e), r = x − k·ln 2 (Cody & Waite)."""
+    """e^x in the row's dtype: 2^k·e^r with k = round(x·log₂e), r = x − k·ln 2 (Cody & Waite)."""
     log2e, ln2_hi, ln2_lo, low, high, rounding = _constants(row)[:6]
-    clamped = min(max(x, low), high)
+    clamped = min(max(_in_dtype_of(x, row), low), high)
     t = clamped * log2e + rounding
     k = t - rounding
     r = clamped - k * ln2_hi - k * ln2_lo
@@ -134,19 +156,18 @@ def _exp(x, row):  # type: ignore[no-untyped-def]
 
 @compile_
 def _row_max(row):  # type: ignore[no-untyped-def]
-    """max_j row_j, through integer order keys: LLVM vectorises an integer maximum, but a
-    float one only with no NaN allowed. A +NaN is the largest; a −NaN is passed over (it
-    makes its own exponential NaN in any case)."""
-    top = _order_key(row[0])
-    for j in range(1, row.shape[0]):
+    """max_j row_j (−∞ for no element, NaN if any is NaN, as NumPy's), through integer
+    order keys: LLVM vectorises an integer maximum, but a float one only with no NaN allowed."""
+    top = _order_key(_constants(row)[7])  # −∞: the maximum of no element
+    for j in range(row.shape[0]):
         top = max(top, _order_key(row[j]))
     return _from_order_key(top, row)
 
 
 @compile_sum
 def _row_sum(row):  # type: ignore[no-untyped-def]
-    total = row[0]
-    for j in range(1, row.shape[0]):
+    total = _constants(row)[6]
+    for j in range(row.shape[0]):
         total += row[j]
     return total
 
@@ -160,7 +181,7 @@ def online_softmax(scores, row_max, row_sum, rescale):  # type: ignore[no-untype
     for i in range(scores.shape[0]):
         row = scores[i]
         top = _row_max(row)
-        new_max = top if top > row_max[i] else row_max[i]
+        new_max = row_max[i] if top <= row_max[i] else top  # a NaN maximum stays NaN, as NumPy's
         shift = zero if new_max == minus_inf else new_max
         for j in range(row.shape[0]):
             row[j] = _exp(row[j] - shift, row)

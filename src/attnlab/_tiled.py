@@ -22,7 +22,9 @@ each slice is split: tasks over key blocks make dK_j and dV_j, tasks over query 
 make dQ_i (P_ij computed twice). Either way no two tasks write the same rows.
 
 The elementwise work on each block goes through ``Kernels``: NumPy's here, numba's in
-``_fused`` (engine="fused"). Tasks run on the thread pool of ``_threads``. A task's arithmetic depends only on the
+``_fused`` (engine="fused"), which also compiles whole tasks for attention with no mask
+and no dropout (several small slices to a task; causal forward blocks of CAUSAL_BLOCK_Q
+queries). Tasks run on the thread pool of ``_threads``. A task's arithmetic depends only on the
 block sizes, not on which thread runs it or how many there are, so the results are the
 same bits for any thread count. Letters as in ``_problem``.
 """
@@ -63,8 +65,9 @@ TASK_SCORES = 2**18
 
 @dataclass(frozen=True)
 class Kernels:
-    """The elementwise work on one block of scores Z (l, s), in place. ``NUMPY`` is the
-    oracle; ``attnlab._fused`` compiles the same two, each in one pass over the block."""
+    """The elementwise work on one block of scores Z (l, s), in place, and optionally
+    whole tasks compiled. ``NUMPY`` is the oracle; ``attnlab._fused`` compiles the same
+    two block kernels (each reading the block once or twice) and the three tasks."""
 
     # m' = max(m, rowmax Z); Z ← exp(Z − m'[:, None]); l ← α·l + rowsum Z; m ← m'; returns
     # α = e^(m − m'), (l,); arguments Z, m, l, with m and l (l,) updated in place
@@ -214,12 +217,15 @@ def _slice_groups(slices: int, scores: int, threads: int) -> list[tuple[int, int
     return [(n, min(n + per_task, slices)) for n in range(0, slices, per_task)]
 
 
-def _compiled_tasks(slices: int, L: int, S: int, threads: int) -> list[tuple[tuple[int, int], tuple[int, int]]]:
+def _compiled_tasks(
+    slices: int, L: int, S: int, block_q: int, threads: int
+) -> list[tuple[tuple[int, int], tuple[int, int]]]:
     """How ``Kernels.attend_`` splits the forward: (slices, rows) ranges, largest first. A
-    slice of TASK_SCORES scores or more is split into blocks of queries; smaller ones go
-    several to a task. The split never changes a bit of the results."""
+    slice of TASK_SCORES scores or more is split into its blocks of ``block_q`` queries;
+    smaller ones go several to a task. Either way a task's blocks are the slice's own, so
+    the split never changes a bit of the results."""
     if L * S >= TASK_SCORES:
-        return [((n, n + 1), (r.start, r.stop)) for r in reversed(_blocks(L, BLOCK_Q)) for n in range(slices)]
+        return [((n, n + 1), (r.start, r.stop)) for r in reversed(_blocks(L, block_q)) for n in range(slices)]
     return [(group, (0, L)) for group in _slice_groups(slices, L * S, threads)]
 
 
@@ -243,13 +249,14 @@ def forward(pb: Problem, threads: int | None = None, kernels: Kernels = NUMPY) -
         arrays = _stacked(pb, value)
         tasks = [
             functools.partial(kernels.attend_, arrays, pb.groups, slices, rows, *options)
-            for slices, rows in _compiled_tasks(n, L, S, default_threads() if threads is None else threads)
+            for slices, rows in _compiled_tasks(n, L, S, block_q, default_threads() if threads is None else threads)
         ]
     else:
+        slices = _slices(pb, value)
         tasks = [
             functools.partial(_forward_block, pb, s, rows, out[s.n], lse[s.n], skip_causal, exponent, kernels)
             for rows in reversed(_blocks(L, BLOCK_Q))  # causal: the last rows see the most keys
-            for s in _slices(pb, value)
+            for s in slices
         ]
     run(tasks, threads)
     return out.reshape(pb.output_shape), lse.reshape(*pb.batch_shape, L)  # (B…, L, Ev), (B…, L)
@@ -267,8 +274,7 @@ def backward(
     forward's O and lse; key and value heads expanded for GQA, as the naive engine gives them."""
     L, S = pb.lengths
     E, Ev = pb.query.shape[-1], pb.value.shape[-1]
-    slices = _slices(pb, pb.value)
-    n = len(slices)
+    n = pb.slices
     dtype = pb.compute_dtype
     grad_output = np.broadcast_to(grad_output, pb.output_shape).reshape(n, L, Ev)  # dO, (B·H, L, Ev)
     lse = np.where(np.isneginf(lse), np.inf, lse).reshape(n, L)  # fully masked rows: P = exp(−inf) = 0, (B·H, L)
@@ -347,9 +353,10 @@ def backward(
                 for m in range(n)
             ]
     elif n >= ONE_PASS_BACKWARD_FROM:  # one task per slice: 5 products and one exp per block
-        tasks = [functools.partial(slice_task, s) for s in slices]
+        tasks = [functools.partial(slice_task, s) for s in _slices(pb, pb.value)]
     else:  # few slices: split each in two passes, 7 products and two exps per block
         # largest first: with causal masking the first keys and the last queries have the most work
+        slices = _slices(pb, pb.value)
         tasks = [functools.partial(keys_task, s, cols) for cols in _blocks(S, BLOCK_K) for s in slices]
         tasks += [functools.partial(queries_task, s, rows) for rows in reversed(_blocks(L, BLOCK_Q)) for s in slices]
     run(tasks, threads)
