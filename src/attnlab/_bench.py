@@ -449,7 +449,14 @@ def _machine() -> dict[str, Any]:
 
         machine["numba"] = numba.__version__
     # what forces kernels (see docs/benchmarks.md), as this run saw it
-    forced = ("NPY_DISABLE_CPU_FEATURES", "NUMBA_CPU_NAME", "ATEN_CPU_CAPABILITY", "MKL_ENABLE_INSTRUCTIONS")
+    forced = (
+        "NPY_DISABLE_CPU_FEATURES",
+        "NUMBA_CPU_NAME",
+        "NUMBA_CPU_FEATURES",
+        "ATEN_CPU_CAPABILITY",
+        "MKL_ENABLE_INSTRUCTIONS",
+        "ONEDNN_MAX_CPU_ISA",
+    )
     machine.update({name: os.environ[name] for name in forced if name in os.environ})
     return machine
 
