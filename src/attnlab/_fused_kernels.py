@@ -3,7 +3,8 @@
 Module-level functions, so that numba's disk cache finds them again in a new process.
 The float32 and float64 versions differ only in constants and integer widths, chosen at
 compile time by the ``@overload``s below. Every loop is plain enough for LLVM to
-vectorise for the machine's instruction set (or the one NUMBA_CPU_NAME names).
+vectorise for the machine's instruction set (or the one NUMBA_CPU_NAME and
+NUMBA_CPU_FEATURES name).
 """
 
 from __future__ import annotations

@@ -483,8 +483,8 @@ def build_parser() -> argparse.ArgumentParser:
         "(float32, B=1, H=8, E=64, L = S from 256 to 4096) with textbook NumPy attention too.",
         "  attnlab bench --quick\n  attnlab bench --json bench.json\n"
         "  env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE attnlab bench   # let OpenBLAS pick its fastest kernels\n"
-        "  OPENBLAS_CORETYPE=Haswell NPY_DISABLE_CPU_FEATURES=X86_V4 NUMBA_CPU_NAME=haswell attnlab bench"
-        "   # AVX2 kernels only",
+        "  OPENBLAS_CORETYPE=Haswell NPY_DISABLE_CPU_FEATURES=X86_V4 NUMBA_CPU_NAME=haswell \\\n"
+        "  NUMBA_CPU_FEATURES=+avx2,+fma ATEN_CPU_CAPABILITY=avx2 attnlab bench   # AVX2 kernels only",
     )
     bench.add_argument(
         "--quick", action="store_true", help="the shape classes only, attnlab's choice against torch: under a minute"
@@ -533,8 +533,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument(
         "--engine-table",
         metavar="PATH",
-        help="instead: time both engines on shapes from many tiny heads to one long one, and write the "
-        "table engine=None is fitted to (docs/engine-choice.json) to PATH",
+        help="instead: time every engine on shapes from many tiny heads to one long one, causal ones and "
+        "decoding, and write the table engine=None is fitted to (docs/engine-choice.json) to PATH",
     )
     return parser
 
