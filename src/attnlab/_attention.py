@@ -52,7 +52,7 @@ FUSED_FROM = 2**18  # scores (B·H·L·S) in all
 FUSED_KEYS_PER_QUERY = 64  # at most this many keys S per query of a task, min(L, BLOCK_Q)
 # tiled: scores at E = 64, fewer in proportion for narrower heads (the naive engine's own
 # softmax weighs more there), and half as many when causal (the tiled engine skips half)
-TILED_FROM = 2**23
+TILED_FROM = 2**21
 TILED_TASK_FROM = 2**17  # scores per task, min(L, BLOCK_Q)·S
 NAIVE_MAX_BYTES = 2**31  # the naive engine's score matrix
 
