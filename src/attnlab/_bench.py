@@ -19,6 +19,7 @@ import random
 import subprocess
 import sys
 import tempfile
+import time
 import timeit
 import tracemalloc
 from collections.abc import Callable
@@ -36,6 +37,7 @@ B, H, E = 1, 8, 64
 SIZES = (256, 512, 1024, 2048, 4096)
 LONG_LENGTH = 65_536
 IMPLEMENTATIONS = ("tiled", "naive", "textbook", "torch")
+PAUSE_SECONDS = 0.05  # before each implementation's turn
 
 __all__ = [
     "CASES",
@@ -331,13 +333,14 @@ def shape_classes(repeat: int, every_engine: bool = True) -> list[dict[str, Any]
 
 def _interleaved_ms(runs: dict[str, Callable[[], Any]], repeat: int) -> dict[str, float]:
     """The fastest of ``repeat`` timed runs of each, ms, taking turns: a slow spell of a
-    shared machine then falls on every implementation alike. Each timed run follows an
-    untimed one of the same implementation, which wakes its threads, warms its caches and
-    outlasts the previous implementation's threads (torch's OpenMP threads spin for a
-    while after each call)."""
+    shared machine then falls on every implementation alike. Each timed run follows a
+    pause, in which the previous implementation's threads stop spinning (torch's OpenMP
+    threads wait busily for a while after each call), and an untimed run of the same
+    implementation, which wakes its threads and warms its caches."""
     best = dict.fromkeys(runs, math.inf)
     for _ in range(repeat):
         for name, run in runs.items():
+            time.sleep(PAUSE_SECONDS)
             run()
             best[name] = min(best[name], timeit.timeit(run, number=1) * 1e3)
     return best
