@@ -142,8 +142,11 @@ def test_a_bad_shard_on_one_rank_is_an_error_on_every_rank_within_30_s(tmp_path,
 
 
 def test_per_rank_memory_falls_with_the_ring(tmp_path):
-    """At P = 4 a rank's extra memory for the whole sequence's attention is under 0.4× the
-    single-process tiled engine's (measured by tracemalloc in the same processes)."""
+    """At P = 4 a rank's extra memory for the whole sequence's attention (measured by
+    tracemalloc in the same processes) is the single-process tiled engine's over P, its
+    share of the output, plus the blocks in flight: the keys and values it computes with,
+    those arriving, and the work of one engine call and one merge on a block, under five
+    blocks' bytes (BLOCK rows of keys and values) in all."""
     spec = case("memory", memory=True, H=1, Hk=1, L=32768, E=64, Ev=64, dtype="float32", causal=True, block=2048)
     runs = launch([spec], 4, tmp_path, timeout=400)
     for run in runs:
@@ -152,7 +155,9 @@ def test_per_rank_memory_falls_with_the_ring(tmp_path):
     single = reports[0]["single_extra"]
     worst = max(r["extra"] for r in reports)
     print(f"L=32768 causal float32: single tiled {single / 2**20:.1f} MiB, ring P=4 worst rank {worst / 2**20:.1f} MiB")
-    assert worst < 0.4 * single, (worst, single)
+    block_bytes = 2048 * (64 + 64) * 4  # one block of keys and values, float32
+    assert worst < single / 4 + 5 * block_bytes, (worst, single)
+    assert worst < single
 
 
 def test_shard_and_unshard_are_inverses_in_both_layouts():
