@@ -430,6 +430,7 @@ def format_table(rows: list[Row]) -> str:
 
 def _machine() -> dict[str, Any]:
     """What the figures were measured on."""
+    _fused.available()  # loads SciPy's BLAS, if the fused engine is there, so that it is listed too
     machine: dict[str, Any] = {
         "cpu": platform.processor() or platform.machine(),
         "cores": os.cpu_count(),

@@ -2,9 +2,9 @@
 products still by BLAS. ``KERNELS`` gives ``_tiled`` two layers of kernels:
 
 - Block kernels, the elementwise work on one block of scores Z (rows i, keys j), where
-  the NumPy tiled engine makes several passes (max, subtract, exp, sum; in the backward
-  subtract, exp, subtract, multiply) and each kernel here reads the block once or twice,
-  while it is in cache:
+  the NumPy tiled engine makes four passes over the block (max, subtract, exp, sum; in the
+  backward subtract, exp, subtract, multiply) and these kernels, row by row while it is in
+  cache, three (max, exp, sum) and one:
 
       forward:   m' = max(m, rowmax Z);  Z_ij ← exp(Z_ij − m'_i);  l ← e^(m − m')·l + rowsum Z
                                                                      online_softmax_

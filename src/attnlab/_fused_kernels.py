@@ -17,7 +17,7 @@ import scipy.linalg.cython_blas  # noqa: F401  # numba's np.dot calls SciPy's BL
 from numba import njit, types
 from numba.extending import overload
 
-__all__ = ["online_softmax", "softmax_backward"]
+__all__ = ["attend", "backward_keys", "backward_queries", "online_softmax", "softmax_backward"]
 
 
 def _probe() -> None:
@@ -182,7 +182,7 @@ def online_softmax(scores, row_max, row_sum, rescale):  # type: ignore[no-untype
     for i in range(scores.shape[0]):
         row = scores[i]
         top = _row_max(row)
-        new_max = row_max[i] if top <= row_max[i] else top  # a NaN maximum stays NaN, as NumPy's
+        new_max = row_max[i] if top <= row_max[i] else top  # a NaN in the block makes m' NaN, as NumPy's
         shift = zero if new_max == minus_inf else new_max
         for j in range(row.shape[0]):
             row[j] = _exp(row[j] - shift, row)

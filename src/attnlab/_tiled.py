@@ -58,8 +58,9 @@ CAUSAL_BLOCK_Q = 256
 # work); below it, it splits slices into blocks to keep every thread busy. A constant,
 # not the thread count, decides, so the bits never depend on the thread count.
 ONE_PASS_BACKWARD_FROM = 8
-# The compiled forward's tasks hold about this many scores (one slice of more is split
-# into blocks of queries): enough to make a call's few µs of Python negligible.
+# The compiled tasks hold about this many scores (a forward slice of more is split into
+# blocks of queries; smaller slices go several to a task, in the forward and the one-pass
+# backward): enough to make a call's few µs of Python negligible.
 TASK_SCORES = 2**18
 
 
@@ -67,7 +68,7 @@ TASK_SCORES = 2**18
 class Kernels:
     """The elementwise work on one block of scores Z (l, s), in place, and optionally
     whole tasks compiled. ``NUMPY`` is the oracle; ``attnlab._fused`` compiles the same
-    two block kernels (each reading the block once or twice) and the three tasks."""
+    two block kernels (row by row, in cache) and the three tasks."""
 
     # m' = max(m, rowmax Z); Z ← exp(Z − m'[:, None]); l ← α·l + rowsum Z; m ← m'; returns
     # α = e^(m − m'), (l,); arguments Z, m, l, with m and l (l,) updated in place

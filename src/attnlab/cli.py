@@ -483,8 +483,9 @@ def build_parser() -> argparse.ArgumentParser:
         "(float32, B=1, H=8, E=64, L = S from 256 to 4096) with textbook NumPy attention too.",
         "  attnlab bench --quick\n  attnlab bench --json bench.json\n"
         "  env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE attnlab bench   # let OpenBLAS pick its fastest kernels\n"
-        "  OPENBLAS_CORETYPE=Haswell NPY_DISABLE_CPU_FEATURES=X86_V4 NUMBA_CPU_NAME=haswell \\\n"
-        "  NUMBA_CPU_FEATURES=+avx2,+fma ATEN_CPU_CAPABILITY=avx2 attnlab bench   # AVX2 kernels only",
+        "  OPENBLAS_CORETYPE=Haswell NPY_DISABLE_CPU_FEATURES='X86_V4 AVX512_ICL AVX512_SPR' \\\n"
+        "  NUMBA_CPU_NAME=haswell NUMBA_CPU_FEATURES=+avx2,+fma ATEN_CPU_CAPABILITY=avx2 \\\n"
+        "  MKL_ENABLE_INSTRUCTIONS=AVX2 ONEDNN_MAX_CPU_ISA=AVX2 attnlab bench   # AVX2 kernels only",
     )
     bench.add_argument(
         "--quick", action="store_true", help="the shape classes only, attnlab's choice against torch: under a minute"

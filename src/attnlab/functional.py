@@ -98,10 +98,11 @@ def scaled_dot_product_attention(
         rng: dropout randomness: a ``numpy.random.Generator``, or an int seed that gives
             the same mask every time (pass the same one to the backward). None draws
             fresh OS entropy.
-        engine: "naive" (the whole (L, S) score matrix at once) or "tiled" (blocks of
-            keys with an online softmax: O(L·Ev) extra memory, multi-threaded); None
-            picks the faster for the shapes given (naive when weights are asked for).
-        num_threads: threads of the tiled engine; default the ``ATTNLAB_NUM_THREADS``
+        engine: "naive" (the whole (L, S) score matrix at once), "tiled" (blocks of
+            keys with an online softmax: O(L·Ev) extra memory, multi-threaded) or "fused"
+            (the tiled engine compiled by numba: ``attnlab[fast]``); None picks the faster
+            for the shapes given (naive when weights are asked for).
+        num_threads: threads of the blocked engines; default the ``ATTNLAB_NUM_THREADS``
             environment variable, else the machine's cores. Results are the same bits
             for any number.
 
