@@ -124,7 +124,7 @@ def choose_engine(engine: Any, pb: Problem, need_weights: bool) -> Engine:
         if scores * pb.compute_dtype.itemsize > NAIVE_MAX_BYTES:
             return blocked
         queries = min(L, _tiled.BLOCK_Q)  # per task
-        if blocked == "fused" and pb.mask is None and pb.dropout_p == 0:  # tasks compiled whole
+        if blocked == "fused" and pb.plain:  # tasks compiled whole
             return blocked if queries * FUSED_KEYS_PER_QUERY >= S else "naive"
         # the tiled engine, or the fused one running the tiled engine's loop in Python
         work = scores * 64 / max(min(pb.query.shape[-1], 64), 1) * (2 if pb.is_causal else 1)

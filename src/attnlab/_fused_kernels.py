@@ -218,6 +218,14 @@ def _add(total, part):  # type: ignore[no-untyped-def]
 
 
 @compile_
+def _scaled_rows(query, n, first, scale, out):  # type: ignore[no-untyped-def]
+    """out (l, E) ← scale · rows first … first + l of slice n of query (N, L, E)."""
+    for i in range(out.shape[0]):
+        for e in range(out.shape[1]):
+            out[i, e] = query[n, first + i, e] * scale
+
+
+@compile_
 def _mask_later_keys(scores, offset):  # type: ignore[no-untyped-def]
     """Causal masking of a block: Z_ij ← −∞ where key j is later than query i, that is j > i + offset
     (offset: the block's first query less its first key)."""
@@ -264,9 +272,7 @@ def attend(arrays, groups, slices, rows, causal, scale, unscale, blocks, out, ls
             stop = min(first + block_q, rows[1])
             count = stop - first
             q, acc, part = _matrix(q_work, count, E), _matrix(acc_work, count, Ev), _matrix(part_work, count, Ev)
-            for i in range(count):
-                for e in range(E):
-                    q[i, e] = query[n, first + i, e] * scale
+            _scaled_rows(query, n, first, scale, q)
             acc[:] = 0
             row_max[:] = -np.inf
             row_sum[:] = 0
@@ -310,11 +316,8 @@ def _backward_block(arrays, n, head, rows, keys, is_causal, scale, work):  # typ
     (first, stop), (start, end) = rows, keys
     count = stop - first
     q, d_out = _matrix(work[0], count, query.shape[2]), _matrix(work[1], count, value.shape[2])
-    for i in range(count):
-        for e in range(q.shape[1]):
-            q[i, e] = query[n, first + i, e] * scale
-        for e in range(d_out.shape[1]):
-            d_out[i, e] = grad_out[n, first + i, e]
+    _scaled_rows(query, n, first, scale, q)
+    d_out[:] = grad_out[n, first:stop]
     scores, grad = _matrix(work[2], count, end - start), _matrix(work[3], count, end - start)  # Z → P, dP → dZ
     np.dot(q, key[head, start:end].T, scores)
     if is_causal:

@@ -67,6 +67,12 @@ class Problem:
         return math.prod(self.batch_shape)
 
     @property
+    def plain(self) -> bool:
+        """No attention mask and no dropout: softmax(scale·Q·Kᵀ)·V alone, causal or not
+        (what the fused engine compiles whole)."""
+        return self.mask is None and self.dropout_seed is None
+
+    @property
     def output_shape(self) -> tuple[int, ...]:
         """(B…, L, Ev)."""
         return (*self.batch_shape, self.query.shape[-2], self.value.shape[-1])

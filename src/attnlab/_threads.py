@@ -26,7 +26,7 @@ from threadpoolctl import ThreadpoolController
 
 from ._validation import fail
 
-__all__ = ["THREADS_ENV", "default_threads", "rescan_blas", "run"]
+__all__ = ["THREADS_ENV", "default_threads", "rescan_blas", "run", "thread_count"]
 
 THREADS_ENV = "ATTNLAB_NUM_THREADS"
 
@@ -39,6 +39,11 @@ def default_threads() -> int:
             raise fail(THREADS_ENV, "an integer >= 1", repr(value))
         return int(value)
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def thread_count(threads: int | None) -> int:
+    """``threads``, or the default when None."""
+    return default_threads() if threads is None else threads
 
 
 class _State:
@@ -115,7 +120,7 @@ def _call(task: Callable[[], None]) -> None:
 def run(tasks: Sequence[Callable[[], None]], threads: int | None) -> None:
     """Run every task, in order of submission (give them largest first). Which thread
     runs a task never changes its bits."""
-    threads = min(default_threads() if threads is None else threads, len(tasks))
+    threads = min(thread_count(threads), len(tasks))
     with _blas_single_threaded():
         if threads <= 1:
             for task in tasks:

@@ -39,7 +39,7 @@ import numpy as np
 
 from ._masks import mask_scores_
 from ._problem import Problem
-from ._threads import default_threads, run
+from ._threads import run, thread_count
 
 __all__ = ["BLOCK_K", "BLOCK_Q", "CAUSAL_BLOCK_Q", "NUMPY", "ONE_PASS_BACKWARD_FROM", "Kernels", "backward", "forward"]
 
@@ -144,10 +144,10 @@ def _stacked(pb: Problem, value: np.ndarray) -> tuple[np.ndarray, np.ndarray, np
     value head n // groups."""
     L, S = pb.lengths
     E, Ev = pb.query.shape[-1], value.shape[-1]
-    heads = pb.slices // pb.groups
+    heads, kv_batch = pb.slices // pb.groups, _kv_batch(pb)
     q = np.ascontiguousarray(np.broadcast_to(pb.query, (*pb.batch_shape, L, E))).reshape(pb.slices, L, E)
-    k = np.ascontiguousarray(np.broadcast_to(pb.key, (*_kv_batch(pb), S, E))).reshape(heads, S, E)
-    v = np.ascontiguousarray(np.broadcast_to(value, (*_kv_batch(pb), S, Ev))).reshape(heads, S, Ev)
+    k = np.ascontiguousarray(np.broadcast_to(pb.key, (*kv_batch, S, E))).reshape(heads, S, E)
+    v = np.ascontiguousarray(np.broadcast_to(value, (*kv_batch, S, Ev))).reshape(heads, S, Ev)
     return q, k, v  # (B·H, L, E), (B·Hk, S, E), (B·Hk, S, Ev)
 
 
@@ -243,14 +243,14 @@ def forward(pb: Problem, threads: int | None = None, kernels: Kernels = NUMPY) -
     out = np.empty((n, L, Ev), dtype=pb.compute_dtype)  # (B·H, L, Ev)
     lse = np.empty((n, L), dtype=pb.compute_dtype)  # (B·H, L)
     tasks: list[Callable[[], None]]
-    if kernels.attend_ is not None and pb.mask is None and pb.dropout_p == 0:
+    if kernels.attend_ is not None and pb.plain:
         scale, unscale = (np.asarray(x, dtype=pb.compute_dtype)[()] for x in (pb.scale, 2.0**exponent))
         block_q = CAUSAL_BLOCK_Q if pb.is_causal else BLOCK_Q
         options = ((pb.is_causal, skip_causal), scale, unscale, (block_q, BLOCK_K), out, lse)
         arrays = _stacked(pb, value)
         tasks = [
             functools.partial(kernels.attend_, arrays, pb.groups, slices, rows, *options)
-            for slices, rows in _compiled_tasks(n, L, S, block_q, default_threads() if threads is None else threads)
+            for slices, rows in _compiled_tasks(n, L, S, block_q, thread_count(threads))
         ]
     else:
         slices = _slices(pb, value)
@@ -331,7 +331,7 @@ def backward(
         grad_q[s.n] *= scale
 
     tasks: list[Callable[[], None]]
-    if kernels.backward_keys_ and kernels.backward_queries_ and pb.mask is None and pb.dropout_p == 0:
+    if kernels.backward_keys_ and kernels.backward_queries_ and pb.plain:
         arrays = (*_stacked(pb, pb.value), np.ascontiguousarray(grad_output), lse, delta)
         options = ((pb.is_causal, skip_causal), scale[()], (BLOCK_Q, BLOCK_K))
         keys, queries = (
@@ -340,7 +340,7 @@ def backward(
         )
         grads = (grad_q, grad_k, grad_v)
         if n >= ONE_PASS_BACKWARD_FROM:  # as slice_task, several small slices to a task
-            ranges = _slice_groups(n, L * S, default_threads() if threads is None else threads)
+            ranges = _slice_groups(n, L * S, thread_count(threads))
             tasks = [functools.partial(keys, m, (0, S), True, *options, grads) for m in ranges]
         else:  # as keys_task and queries_task
             tasks = [
