@@ -11,12 +11,7 @@ docs/design.md.
 import importlib.metadata as _metadata
 
 from . import distributed, functional, interop, models, nn, reference
-from ._multihead import MultiheadAttention
-from ._plot import MissingFontWarning, plot
-from ._self_attention import SelfAttention
-from ._trace import Trace
 from ._validation import ArgumentError, ArgumentTypeError, AttnlabError, MissingDependencyError
-from ._view import show, view
 from .functional import (
     Attention,
     Gradients,
@@ -25,6 +20,9 @@ from .functional import (
     scaled_dot_product_attention_backward,
     softmax,
 )
+from .layers import MultiheadAttention, SelfAttention
+from .trace import Trace
+from .viz import MissingFontWarning, plot, show, view
 
 try:
     __version__ = _metadata.version("attnlab")
@@ -58,7 +56,7 @@ __all__ = [
     "view",
 ]
 
-# Public classes report where users find them: attnlab.Trace, not attnlab._trace.Trace.
+# Public classes report where users find them: attnlab.Trace, not attnlab.trace._trace.Trace.
 for _public in (
     ArgumentError,
     ArgumentTypeError,

@@ -3,7 +3,7 @@
     Attention(Q, K, V) = dropout(softmax(scale · Q·Kᵀ + mask)) · V
 
 ``attention`` returns a result that carries its own backward; the two torch-shaped
-functions below are thin wrappers over it. Shapes (letters in ``attnlab._problem``):
+functions below are thin wrappers over it. Shapes (letters in ``attnlab.engine._problem``):
 query (B…, L, E), key (B…, S, E), value (B…, S, Ev) -> output (B…, L, Ev); the batch
 dimensions broadcast as in NumPy.
 """
@@ -14,10 +14,10 @@ from typing import Any, Literal, overload
 
 import numpy as np
 
-from ._attention import ENGINES, Attention, Engine, Gradients, attention, backward, choose_engine
-from ._problem import make_problem
-from ._softmax import softmax
 from ._validation import fail, flag, float_array, probability
+from .engine._attention import ENGINES, Attention, Engine, Gradients, attention, backward, choose_engine
+from .engine._problem import make_problem
+from .engine._softmax import softmax
 
 __all__ = [
     "Attention",

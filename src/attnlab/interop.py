@@ -10,8 +10,8 @@ from typing import Any
 
 import numpy as np
 
-from ._multihead import MultiheadAttention
 from ._validation import MissingDependencyError, fail
+from .layers._multihead import MultiheadAttention
 
 __all__ = ["from_torch", "to_torch"]
 

@@ -22,9 +22,10 @@ from typing import Any
 import numpy as np
 
 from .._validation import fail
+from ..trace import ModelTrace
 from ._architectures import ARCHITECTURES, ModelConfig, end_tokens, read_network
 from ._checkpoint import CheckpointError, Weights, locate, read_config
-from ._model import Model, ModelOutput, ModelTrace
+from ._model import Model, ModelOutput
 from ._tokenizer import Tokenizer, read_tokenizer
 
 __all__ = ["SUPPORTED", "CheckpointError", "Model", "ModelConfig", "ModelOutput", "ModelTrace", "Tokenizer", "load"]

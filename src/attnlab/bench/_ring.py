@@ -1,0 +1,114 @@
+"""One rank of ``attnlab ring``, started by torchrun:
+
+    python -m torch.distributed.run --nproc-per-node N -m attnlab.bench._ring LENGTH [options]
+
+Every rank builds the whole sequence from one seed (float32 unless --float64, one head of
+width 64 unless told), runs ring attention on its shard (and the backward with
+--backward), and measures its time, its extra memory (tracemalloc: NumPy's allocations,
+the blocks in flight included) and the bytes it sent. Rank 0 gathers the figures and, when
+--check is given, compares the output with the single-process engine's over the whole
+sequence; it prints one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+import tracemalloc
+from typing import Any
+
+import numpy as np
+
+from .. import distributed
+from ..distributed import _attention as _ring_api
+from ..distributed import _ring
+from ._long_sequence import peak_mib
+
+__all__ = ["main"]
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any] | None:
+    parser = argparse.ArgumentParser(prog="attnlab.bench._ring")
+    parser.add_argument("length", type=int)
+    parser.add_argument("--heads", type=int, default=1)
+    parser.add_argument("--dim", type=int, default=64)
+    parser.add_argument("--causal", action="store_true")
+    parser.add_argument("--backward", action="store_true")
+    parser.add_argument("--layout", default="zigzag")
+    parser.add_argument("--float64", action="store_true")
+    parser.add_argument("--check", action="store_true")
+    args = parser.parse_args(argv)
+
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo")
+    rank, size = dist.get_rank(), dist.get_world_size()
+    dtype = np.float64 if args.float64 else np.float32
+    rng = np.random.default_rng(0)
+    shape = (1, args.heads, args.length, args.dim)
+    q, k, v, d = (rng.standard_normal(shape, dtype=dtype) for _ in range(4))
+    shards = [distributed.shard(x, size, rank, args.layout) for x in (q, k, v, d)]
+    arrays = {"query": shards[0], "key": shards[1], "value": shards[2]}
+    ring = _ring_api._agree("ring", arrays, args.causal, None, False, args.layout, None)
+    _warm_up()
+    dist.barrier()
+    tracemalloc.start()
+    base = tracemalloc.get_traced_memory()[0]
+    start = time.perf_counter()
+    query, key, value, grad_output = shards
+    output, lse = _ring.ring_forward(ring, query, key, value, None)
+    forward = time.perf_counter() - start
+    forward_extra = tracemalloc.get_traced_memory()[1] - base
+    forward_sent = list(ring.sent)
+    backward = backward_extra = None
+    if args.backward:
+        tracemalloc.reset_peak()
+        base = tracemalloc.get_traced_memory()[0]
+        start = time.perf_counter()
+        _ring.ring_backward(ring, grad_output, query, key, value, output, lse, None)
+        backward = time.perf_counter() - start
+        backward_extra = tracemalloc.get_traced_memory()[1] - base
+    tracemalloc.stop()
+    mine = {
+        "rank": rank, "rows": int(shards[0].shape[-2]), "forward_s": forward, "forward_extra_bytes": forward_extra,
+        "forward_messages": forward_sent[0], "forward_bytes": forward_sent[1], "backward_s": backward,
+        "backward_extra_bytes": backward_extra, "backward_messages": ring.sent[0] - forward_sent[0],
+        "backward_bytes": ring.sent[1] - forward_sent[1], "peak_rss_mib": peak_mib(),
+    }  # fmt: skip
+    every = _ring._all_gather_json(dist, None, size, mine)
+    gathered = [np.zeros(0)] * size
+    if args.check:
+        pieces = _ring._all_gather_json(dist, None, size, output.astype(np.float64).tolist() if size > 1 else [])
+        gathered = [np.asarray(p) for p in pieces] if size > 1 else [output]
+    dist.destroy_process_group()
+    if rank != 0:
+        return None
+    report: dict[str, Any] = {"length": args.length, "heads": args.heads, "dim": args.dim, "world_size": size,
+                              "causal": args.causal, "layout": args.layout, "dtype": np.dtype(dtype).name,
+                              "ranks": every}  # fmt: skip
+    if args.check:
+        from ..functional import scaled_dot_product_attention
+
+        whole = distributed.unshard(gathered, args.layout)
+        start = time.perf_counter()
+        expected = scaled_dot_product_attention(q, k, v, is_causal=args.causal)
+        report["single_process_s"] = time.perf_counter() - start
+        report["max_abs_error"] = float(np.abs(whole - expected).max())
+    print(json.dumps(report))
+    return report
+
+
+def _warm_up() -> None:
+    """Compile the fused engine's kernels (numba) before anything is timed or measured."""
+    from ..engine._attention import attention
+    from ..engine.fused import _engine as _fused
+
+    if _fused.available():
+        x = np.ones((1, 8, 8), dtype=np.float32)
+        attention(x, x, x, engine="fused").backward(x)
+        attention(x.astype(np.float64), x.astype(np.float64), x.astype(np.float64), engine="fused")
+
+
+if __name__ == "__main__":
+    main()

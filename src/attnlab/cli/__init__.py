@@ -1,0 +1,6 @@
+"""The command line, ``attnlab``: argparse, reading the user's files, and errors as one
+line with exit status 2."""
+
+from ._main import build_parser, main
+
+__all__ = ["build_parser", "main"]

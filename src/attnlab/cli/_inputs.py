@@ -1,0 +1,196 @@
+"""Reading a user's sequence for the CLI: files, standard input and text.
+
+Every failure is an :class:`InputError` whose message names the problem in one line.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .._validation import ArgumentError
+
+__all__ = [
+    "InputError",
+    "as_sequence",
+    "embed_tokens",
+    "parse_tokens",
+    "read_json_or_matrix",
+    "source_name",
+    "split_text",
+]
+
+SUFFIXES = (".json", ".csv", ".npy")
+MAX_VALUES = 2**26  # the most numbers an input file may hold (512 MiB as float64)
+
+
+class InputError(ArgumentError):
+    """The user's input cannot be used; the message says why."""
+
+
+def _numeric_rows(rows: Any, source: str) -> np.ndarray:
+    """A list of equally long rows of finite numbers as a (L, d_model) float64 array."""
+    if not isinstance(rows, list) or not all(isinstance(r, list) for r in rows):
+        raise InputError(f"{source}: expected a list of rows (a list of lists of numbers)")
+    if not rows:
+        raise InputError(f"{source}: the sequence is empty")
+    width = len(rows[0])
+    for i, row in enumerate(rows):
+        if len(row) != width:
+            raise InputError(f"{source}: ragged rows: row 0 has {width} values, row {i} has {len(row)}")
+        for j, x in enumerate(row):
+            if isinstance(x, bool) or not isinstance(x, (int, float)):
+                raise InputError(f"{source}: row {i}, column {j}: expected a number, got {x!r}")
+    try:
+        matrix = np.array(rows, dtype=float).reshape(len(rows), width)
+    except OverflowError:  # an integer beyond float range
+        raise InputError(f"{source}: expected numbers within float range (about ±1.8e308)") from None
+    return _finite(matrix, source)
+
+
+def _finite(x: np.ndarray, source: str) -> np.ndarray:
+    if x.ndim != 2 or 0 in x.shape:
+        raise InputError(f"{source}: expected a non-empty (length, width) matrix, got shape {x.shape}")
+    bad = np.argwhere(~np.isfinite(x))
+    if len(bad):
+        i, j = bad[0]
+        raise InputError(f"{source}: row {i}, column {j}: expected a finite number, got {x[i, j]}")
+    return x
+
+
+def _parse_json(text: str, source: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise InputError(f"{source}: not valid JSON ({e})") from None
+    except RecursionError:
+        raise InputError(f"{source}: JSON nested too deeply (a sequence is a list of rows)") from None
+    except ValueError as e:  # such as an integer of more than 4300 digits
+        raise InputError(f"{source}: cannot use this JSON ({e})") from None
+
+
+def _read_csv(text: str, source: str) -> tuple[np.ndarray, list[str] | None]:
+    """The numbers of a CSV file, and the tokens it names. A first column that is not
+    numbers (below a header, if any) holds the tokens, one per row; a first row whose
+    other fields are not all numbers is a header, such as "token,x0,x1", and is skipped."""
+    table = [fields for fields in csv.reader(io.StringIO(text)) if any(field.strip() for field in fields)]
+    named = len(table) > 1 and not all(_is_number(fields[0]) for fields in table[1:])
+    if len(table) > 1 and not all(_is_number(field) for field in table[0][1 if named else 0 :]):
+        table = table[1:]  # a header row (a lone row is data, so that its errors are about data)
+    named = named or (len(table) == 1 and not _is_number(table[0][0]))
+    names = [fields[0].strip() for fields in table] if named else None
+    rows = []
+    for i, fields in enumerate(table):
+        row = []
+        for j, field in enumerate(fields[1:] if named else fields):
+            if not _is_number(field):
+                what = "a finite number" if _is_float(field) else "numbers only"
+                raise InputError(f"{source}: row {i}, column {j + named}: expected {what}, got {field!r}")
+            row.append(float(field))
+        rows.append(row)
+    return _numeric_rows(rows, source), names
+
+
+_NUMBER = re.compile(r"\s*[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?\s*")
+
+
+def _is_float(field: str) -> bool:
+    try:
+        float(field)
+    except ValueError:
+        return False
+    return True
+
+
+def _is_number(field: str) -> bool:
+    """A number as a spreadsheet writes one (not "nan", "inf" or "1_000", which float() takes)."""
+    return _NUMBER.fullmatch(field) is not None
+
+
+def read_json_or_matrix(path: str) -> Any:
+    """The parsed JSON document of a .json file or standard input ('-'), the matrix of an
+    .npy file, or the (matrix, tokens) of a .csv file."""
+    if path == "-":
+        return _parse_json(sys.stdin.read().removeprefix("\ufeff"), "standard input")
+    file = Path(path)
+    if file.suffix.lower() not in SUFFIXES:
+        raise InputError(f"{path}: unknown suffix {file.suffix!r}; expected one of {', '.join(SUFFIXES)} or '-'")
+    try:
+        if file.suffix.lower() == ".npy":
+            shape, dtype = _npy_header(file, path)
+            if dtype.kind not in "iuf":  # objects would need unpickling: refused before any is read
+                raise InputError(f"{path}: expected an array of numbers (no pickle), got dtype {dtype}")
+            if math.prod(shape) > MAX_VALUES:
+                raise InputError(f"{path}: expected at most {MAX_VALUES:,} numbers, got shape {shape}")
+            return _finite(np.load(file, allow_pickle=False).astype(float), path)
+        text = file.read_text(encoding="utf-8-sig")  # Excel's "CSV UTF-8" starts with a byte-order mark
+    except InputError:
+        raise
+    except (OSError, ValueError, EOFError, UnicodeDecodeError) as e:
+        reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+        raise InputError(f"{path}: cannot read: {reason}") from None
+    return _read_csv(text, path) if file.suffix.lower() == ".csv" else _parse_json(text, path)
+
+
+def _npy_header(file: Path, path: str) -> tuple[tuple[int, ...], np.dtype]:
+    """The shape and dtype an .npy file's header declares, read without its data."""
+    with open(file, "rb") as f:
+        if f.read(2) == b"PK":  # a zip: an .npz archive under another name
+            raise InputError(f"{path}: expected one array (.npy), got an .npz archive")
+        f.seek(0)
+        major, _ = np.lib.format.read_magic(f)
+        read = np.lib.format.read_array_header_1_0 if major == 1 else np.lib.format.read_array_header_2_0
+        shape, _, dtype = read(f)
+    return shape, dtype
+
+
+def source_name(path: str) -> str:
+    return "standard input" if path == "-" else path
+
+
+def as_sequence(data: Any, path: str) -> tuple[np.ndarray, list[str] | None]:
+    """What :func:`read_json_or_matrix` read, as a (L, d_model) sequence and the tokens
+    the file named (a CSV's first column), if any."""
+    if isinstance(data, tuple):
+        return data
+    if isinstance(data, np.ndarray):
+        return data, None
+    return _numeric_rows(data, source_name(path)), None
+
+
+def split_text(text: str) -> list[str]:
+    """Tokens of ``text``: split on whitespace, or into characters when it has none."""
+    tokens = text.split() if any(c.isspace() for c in text.strip()) else list(text.strip())
+    if not tokens:
+        raise InputError("--text: the text is empty")
+    return tokens
+
+
+def embed_tokens(tokens: list[str], embed: str, d_model: int, seed: int) -> np.ndarray:
+    """(L, d_model) vectors: one-hot over the distinct tokens in order of first appearance
+    (d_model = their count), or seeded N(0, 1) vectors of width ``d_model``, one per
+    distinct token."""
+    vocabulary = {token: n for n, token in enumerate(dict.fromkeys(tokens))}
+    index = [vocabulary[t] for t in tokens]
+    if embed == "onehot":
+        table = np.eye(len(vocabulary))
+    else:
+        table = np.random.default_rng(seed).standard_normal((len(vocabulary), d_model))
+    return table[index]
+
+
+def parse_tokens(tokens: str | None, length: int) -> list[str] | None:
+    if tokens is None:
+        return None
+    labels = tokens.split()
+    if len(labels) != length:
+        raise InputError(f"--tokens: expected {length} labels (one per row), got {len(labels)}")
+    return labels

@@ -1,0 +1,14 @@
+"""Ring attention over torch.distributed (``pip install 'attnlab[torch]'``): each rank
+holds a shard of the sequence, keys and values travel around a ring of ranks, and the
+partial outputs merge by their log-sum-exps. Usage::
+
+    from attnlab import distributed
+
+    out = distributed.ring_attention(q_shard, k_shard, v_shard, is_causal=True)
+
+The algorithm is in :mod:`._ring` and docs/distributed.md.
+"""
+
+from ._attention import LAYOUTS, ring_attention, ring_attention_backward, shard, unshard
+
+__all__ = ["LAYOUTS", "ring_attention", "ring_attention_backward", "shard", "unshard"]

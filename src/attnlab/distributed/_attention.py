@@ -1,0 +1,175 @@
+"""Attention over a sequence split across processes: ring attention on torch.distributed.
+
+Each rank passes its shard of the queries, keys and values, (B…, n_r, E) with n_r ≥ 1 rows
+of the same positions, and gets its shard of the output of attention over the whole
+sequence; see ``attnlab.distributed._ring`` and docs/distributed.md for the algorithm::
+
+    import torch.distributed as dist
+    from attnlab import distributed
+
+    dist.init_process_group("gloo")                        # torchrun sets the rank and world
+    q, k, v = (distributed.shard(x, dist.get_world_size(), dist.get_rank()) for x in (Q, K, V))
+    out, lse = distributed.ring_attention(q, k, v, is_causal=True, return_lse=True)
+    dq, dk, dv = distributed.ring_attention_backward(d_out, q, k, v, out, lse, is_causal=True)
+
+Every rank checks its arguments and the ranks exchange them before any work, so a bad shard
+on one rank is an error on every rank (naming the rank), never a hang. Needs torch
+(``pip install 'attnlab[torch]'``) for torch.distributed; the arithmetic is attnlab's engine.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Literal, overload
+
+import numpy as np
+
+from .._validation import fail, float_array
+from ..engine._attention import ENGINES, Engine, Gradients
+from . import _ring
+
+__all__ = ["LAYOUTS", "ring_attention", "ring_attention_backward", "shard", "unshard"]
+
+LAYOUTS = _ring.LAYOUTS
+Layout = Literal["contiguous", "zigzag"]
+
+
+@overload
+def ring_attention(
+    query: Any, key: Any, value: Any, *, is_causal: bool = ..., scale: float | None = ..., enable_gqa: bool = ...,
+    group: Any = ..., layout: Layout = ..., return_lse: Literal[False] = ..., engine: Engine | None = ...,
+) -> np.ndarray: ...  # fmt: skip
+@overload
+def ring_attention(
+    query: Any, key: Any, value: Any, *, is_causal: bool = ..., scale: float | None = ..., enable_gqa: bool = ...,
+    group: Any = ..., layout: Layout = ..., return_lse: Literal[True], engine: Engine | None = ...,
+) -> tuple[np.ndarray, np.ndarray]: ...  # fmt: skip
+def ring_attention(
+    query: Any,
+    key: Any,
+    value: Any,
+    *,
+    is_causal: bool = False,
+    scale: float | None = None,
+    enable_gqa: bool = False,
+    group: Any = None,
+    layout: Layout = "contiguous",
+    return_lse: bool = False,
+    engine: Engine | None = None,
+) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
+    """This rank's shard of softmax(scale · Q·Kᵀ) · V over the whole sequence.
+
+    Args:
+        query, key, value: this rank's shards, (B…, n, E), (B…, n, E), (B…, n, Ev) with the
+            same n ≥ 1 rows (positions), as :func:`attnlab.scaled_dot_product_attention`
+            takes them (``enable_gqa``: key and value with fewer heads). Every rank must
+            pass the same dimensions but n, and the same dtype and settings.
+        is_causal: position i attends to positions ≤ i of the whole sequence; the positions
+            follow from ``layout`` and the shard lengths, which the ranks exchange.
+        layout: "contiguous" (rank r holds the r-th run of rows) or "zigzag" (chunks r and
+            2P − 1 − r of 2P: even causal work); :func:`shard` cuts a sequence either way.
+        group: the torch.distributed process group (None: the default one).
+        return_lse: also return log Σ_j exp(scale · q_i·k_j) of each row, (B…, n), in the
+            compute dtype, which :func:`ring_attention_backward` needs.
+        engine: attnlab's engine for each block product (None: the fastest for it).
+
+    Returns:
+        The output shard (B…, n, Ev) in the inputs' dtype, and the lse with ``return_lse``.
+
+    Raises:
+        ArgumentError: on every rank, when any rank's arguments are bad or the ranks
+            disagree; the message names the rank. Also when no process group is initialised.
+        MissingDependencyError: torch is not installed.
+    """
+    arrays = {"query": query, "key": key, "value": value}
+    ring = _agree("ring_attention", arrays, is_causal, scale, enable_gqa, layout, group, engine=engine)
+    q, k, v = (float_array(name, x) for name, x in arrays.items())
+    output, lse = _ring.ring_forward(ring, q, k, v, engine)
+    result = output.astype(q.dtype, copy=False)
+    return (result, lse) if return_lse else result
+
+
+def ring_attention_backward(
+    grad_output: Any,
+    query: Any,
+    key: Any,
+    value: Any,
+    output: Any,
+    lse: Any,
+    *,
+    is_causal: bool = False,
+    scale: float | None = None,
+    enable_gqa: bool = False,
+    group: Any = None,
+    layout: Layout = "contiguous",
+    engine: Engine | None = None,
+) -> Gradients:
+    """dQ, dK and dV of this rank's shards, from the gradient of its output shard and the
+    forward's output and lse (:func:`ring_attention` with ``return_lse=True``); the other
+    arguments as the forward's. dK and dV travel around the ring with their blocks and come
+    back to the rank that holds them.
+
+    Raises:
+        ArgumentError: as :func:`ring_attention`, and when grad_output, output or lse do not
+            fit the shards.
+    """
+    arrays = {"query": query, "key": key, "value": value, "grad_output": grad_output, "output": output}
+    ring = _agree("ring_attention_backward", arrays, is_causal, scale, enable_gqa, layout, group,
+                  lambda: _check_saved(query, key, value, grad_output, output, lse, enable_gqa), engine)  # fmt: skip
+    q, k, v, d_out, out = (float_array(name, x) for name, x in arrays.items())
+    return _ring.ring_backward(ring, d_out, q, k, v, out, np.asarray(lse), engine)
+
+
+def _agree(
+    name: str, arrays: dict[str, Any], is_causal: Any, scale: Any, enable_gqa: Any, layout: Any, group: Any,
+    more: Any = None, engine: Any = None,
+) -> _ring.Ring:  # fmt: skip
+    def check() -> dict[str, Any]:
+        settings = _ring.settings(is_causal, scale, enable_gqa, layout)
+        if engine not in (None, *ENGINES):
+            raise fail("engine", f"one of {', '.join(ENGINES)} or None", repr(engine))
+        _ring.check_shards(arrays["query"], arrays["key"], arrays["value"], is_causal, scale, enable_gqa)
+        if more is not None:
+            more()
+        return settings
+
+    shared = {"is_causal": is_causal, "scale": scale, "enable_gqa": enable_gqa, "layout": layout}
+    return _ring.agree(name, arrays, shared, group, check)
+
+
+def _check_saved(query: Any, key: Any, value: Any, grad_output: Any, output: Any, lse: Any, enable_gqa: Any) -> None:
+    """grad_output and output of the forward's output shape, lse of its rows."""
+    from ..engine._problem import make_problem
+
+    pb = make_problem(query, key, value, None, 0.0, False, None, enable_gqa, None)
+    for name, x in (("grad_output", grad_output), ("output", output)):
+        array = float_array(name, x)
+        if array.shape != pb.output_shape:
+            raise fail(name, f"the output shard's shape {pb.output_shape}", f"shape {array.shape}")
+        if array.dtype != pb.result_dtype:
+            raise fail(name, f"dtype {pb.result_dtype}, the shards'", f"dtype {array.dtype}", TypeError)
+    if float_array("lse", lse, min_ndim=1).shape != pb.output_shape[:-1]:
+        raise fail("lse", f"shape {pb.output_shape[:-1]} (one per output row)", f"shape {np.shape(lse)}")
+
+
+def shard(x: Any, world_size: int, rank: int, layout: Layout = "contiguous", axis: int = -2) -> np.ndarray:
+    """Rank ``rank``'s rows of the whole sequence ``x`` along ``axis`` (the sequence axis
+    of (B…, L, E)): the r-th of P near-equal runs ("contiguous"), or chunks r and
+    2P − 1 − r of 2P ("zigzag")."""
+    x = np.asarray(x)
+    if isinstance(world_size, bool) or not isinstance(world_size, (int, np.integer)) or world_size < 1:
+        raise fail("world_size", "a positive integer", repr(world_size))
+    if isinstance(rank, bool) or not isinstance(rank, (int, np.integer)) or not 0 <= rank < world_size:
+        raise fail("rank", f"an integer in 0..{world_size - 1}", repr(rank))
+    if layout not in LAYOUTS:
+        raise fail("layout", f"one of {', '.join(LAYOUTS)}", repr(layout))
+    return _ring.shard(x, int(world_size), int(rank), layout, axis)
+
+
+def unshard(shards: Sequence[Any], layout: Layout = "contiguous", axis: int = -2) -> np.ndarray:
+    """The whole sequence from every rank's shard, in rank order: the inverse of :func:`shard`."""
+    if layout not in LAYOUTS:
+        raise fail("layout", f"one of {', '.join(LAYOUTS)}", repr(layout))
+    if not len(shards):
+        raise fail("shards", "one shard per rank", "none")
+    return _ring.unshard([np.asarray(s) for s in shards], layout, axis)

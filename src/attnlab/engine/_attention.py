@@ -1,0 +1,238 @@
+"""The attention call that carries its own backward.
+
+    result = attention(q, k, v, is_causal=True)     # forward: result.output, result.lse
+    dq, dk, dv = result.backward(grad_output)       # the exact gradients of that forward
+
+The result holds the validated problem (with its dropout seed, so any ``rng`` replays),
+the engine that ran and what that engine's backward needs, like micrograd's
+``out._backward`` or ``jax.vjp``. Letters as in ``_problem``.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+from typing import Any, Literal, NamedTuple
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+from .._validation import MissingDependencyError, fail, flag, float_array, positive_int
+from . import _naive, _tiled
+from ._problem import Problem, make_problem
+from .fused import _engine as _fused
+
+__all__ = [
+    "ENGINES",
+    "FUSED_FROM",
+    "FUSED_KEYS_PER_QUERY",
+    "NAIVE_MAX_BYTES",
+    "TILED_FROM",
+    "TILED_TASK_FROM",
+    "Attention",
+    "Engine",
+    "Gradients",
+    "attention",
+    "backward",
+    "choose_engine",
+]
+
+Engine = Literal["naive", "tiled", "fused"]
+ENGINES: tuple[Engine, ...] = ("naive", "tiled", "fused")
+# engine=None's cost model, fitted to the table of `attnlab bench --engine-table`
+# (docs/engine-choice.json). The naive engine pays nothing per slice but holds every score;
+# a blocked engine computes faster (its exponentials run on every core, in cache) once
+# there are enough scores in all: few for the fused one, whose tasks are compiled whole
+# when there is no mask and no dropout, more for the tiled one (and the fused one with a
+# mask or dropout), which pays about 40 µs of Python per task (one slice's block of up to
+# BLOCK_Q queries) and so also needs enough scores per task. The fused engine's
+# products are thin when a slice has few queries for its keys (decoding: one query against
+# a long cache), where the naive engine's batched products win. A blocked engine is taken
+# regardless when the naive engine's scores would not fit in memory comfortably.
+FUSED_FROM = 2**18  # scores (B·H·L·S) in all
+FUSED_KEYS_PER_QUERY = 64  # at most this many keys S per query of a task, min(L, BLOCK_Q)
+# tiled: scores at E = 64, fewer in proportion for narrower heads (the naive engine's own
+# softmax weighs more there), and half as many when causal (the tiled engine skips half)
+TILED_FROM = 2**21
+TILED_TASK_FROM = 2**17  # scores per task, min(L, BLOCK_Q)·S
+NAIVE_MAX_BYTES = 2**31  # the naive engine's score matrix
+
+
+class Gradients(NamedTuple):
+    """dQ, dK and dV, each in the shape and dtype of its input."""
+
+    query: np.ndarray
+    key: np.ndarray
+    value: np.ndarray
+
+
+@dataclass(frozen=True, repr=False)
+class Attention:
+    """One attention forward: its results, and :meth:`backward` for its gradients.
+
+    Attributes:
+        output: O, (B…, L, Ev), in the inputs' dtype, the caller's to change. The result
+            keeps references to q, k and v: changing them in place before ``backward``
+            changes the gradients (copy them first if you must).
+        lse: log Σ_j exp(Z_ij) of each row, (B…, L), in the compute dtype (float32 for
+            float16 inputs, so that the backward keeps every digit); −inf for a row
+            whose keys are all masked. Read-only: the backward uses it.
+        weights: the weights that multiplied V (after dropout), (B…, L, S), in the
+            inputs' dtype; None unless ``need_weights=True``.
+        problem: the validated arguments, including the dropout seed drawn for this call.
+        engine: "naive", "tiled" or "fused", the engine that ran.
+        num_threads: the blocked engines' thread count (None: the default).
+    """
+
+    problem: Problem
+    engine: Engine
+    lse: np.ndarray
+    weights: np.ndarray | None
+    num_threads: int | None
+    exact_output: np.ndarray = field(repr=False)  # O in the compute dtype, read-only: what the backward's δ needs
+
+    @functools.cached_property
+    def output(self) -> np.ndarray:
+        """O in the inputs' dtype: the caller's own copy, which the backward never reads."""
+        return self.exact_output.astype(self.problem.result_dtype, copy=True)
+
+    def backward(self, grad_output: Any) -> Gradients:
+        """dQ, dK, dV of Σ grad_output∘O, each in the shape and dtype of its input
+        (broadcast dimensions summed, GQA groups summed onto their shared head).
+
+        Raises:
+            ValueError: ``grad_output`` is not of the output's shape.
+            TypeError: ``grad_output`` is not of the inputs' dtype.
+        """
+        return backward(self.problem, self.engine, grad_output, (self.exact_output, self.lse), self.num_threads)
+
+    def __repr__(self) -> str:
+        shape = "×".join(map(str, self.problem.output_shape))
+        return f"Attention(output {shape} {self.problem.result_dtype}, engine={self.engine!r})"
+
+
+def choose_engine(engine: Any, pb: Problem, need_weights: bool) -> Engine:
+    """The engine asked for, or the faster one for these shapes (the cost model above;
+    docs/design.md, "Engines")."""
+    if engine is None:
+        if need_weights:
+            return "naive"
+        L, S = pb.lengths
+        scores = pb.slices * L * S
+        if scores < FUSED_FROM:
+            return "naive"  # without asking whether numba loads: its import takes 0.2 s
+        blocked: Engine = "fused" if _fused.available() else "tiled"
+        if scores * pb.compute_dtype.itemsize > NAIVE_MAX_BYTES:
+            return blocked
+        queries = min(L, _tiled.BLOCK_Q)  # per task
+        if blocked == "fused" and pb.plain:  # tasks compiled whole
+            return blocked if queries * FUSED_KEYS_PER_QUERY >= S else "naive"
+        # the tiled engine, or the fused one running the tiled engine's loop in Python
+        work = scores * 64 / max(min(pb.query.shape[-1], 64), 1) * (2 if pb.is_causal else 1)
+        return blocked if work >= TILED_FROM and queries * S >= TILED_TASK_FROM else "naive"
+    if engine not in ENGINES:
+        raise fail("engine", f"one of {ENGINES} or None", repr(engine))
+    if engine != "naive" and need_weights:
+        raise fail(
+            "need_weights",
+            f"False with engine={engine!r} (it never holds the (L, S) weights; use engine='naive' or None)",
+            True,
+        )
+    if engine == "fused" and not _fused.available():
+        raise MissingDependencyError("engine='fused' needs numba and SciPy: pip install 'attnlab[fast]'")
+    return engine
+
+
+def _threads(num_threads: Any) -> int | None:
+    return None if num_threads is None else positive_int("num_threads", num_threads)
+
+
+def attention(
+    query: ArrayLike,
+    key: ArrayLike,
+    value: ArrayLike,
+    *,
+    attn_mask: ArrayLike | None = None,
+    is_causal: bool = False,
+    scale: float | None = None,
+    enable_gqa: bool = False,
+    dropout_p: float = 0.0,
+    rng: int | np.random.Generator | None = None,
+    need_weights: bool = False,
+    engine: Engine | None = None,
+    num_threads: int | None = None,
+) -> Attention:
+    """O = dropout(softmax(scale · Q·Kᵀ + mask))·V, as an :class:`Attention` result that
+    can give its own gradients.
+
+    The arguments are those of :func:`attnlab.scaled_dot_product_attention`, keyword-only
+    after the three arrays; ``need_weights`` keeps the (B…, L, S) weights. The dropout
+    mask is drawn once from ``rng`` (a Generator, an int seed or None) and replayed by
+    :meth:`Attention.backward`.
+
+    Raises:
+        ValueError: a shape, length, probability or engine that cannot be used.
+        TypeError: an argument of the wrong type or dtype (flags must be bools).
+    """
+    pb = make_problem(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, rng)
+    need_weights = flag("need_weights", need_weights)
+    threads = _threads(num_threads)
+    chosen = choose_engine(engine, pb, need_weights)
+    weights = None
+    if chosen == "naive":
+        with np.errstate(all="ignore"):  # non-finite inputs give NaN, never a warning
+            output, all_weights, lse = _naive.forward(pb)
+        if need_weights:
+            weights = all_weights.astype(pb.result_dtype, copy=False)
+    else:
+        output, lse = _tiled.forward(pb, threads, _kernels(chosen))
+    output.flags.writeable = lse.flags.writeable = False  # the backward's: see Attention.output
+    return Attention(pb, chosen, lse, weights, threads, exact_output=output)
+
+
+def _kernels(engine: Engine) -> _tiled.Kernels:
+    """The blocked engines differ only in their elementwise kernels."""
+    return _fused.KERNELS if engine == "fused" else _tiled.NUMPY
+
+
+def _sum_to_shape(grad: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """Undo broadcasting: sum ``grad`` over the dimensions that ``shape`` broadcast along."""
+    grad = grad.sum(axis=tuple(range(grad.ndim - len(shape))))
+    stretched = tuple(i for i, n in enumerate(shape) if n == 1 and grad.shape[i] != 1)
+    return grad.sum(axis=stretched, keepdims=True) if stretched else grad
+
+
+def backward(
+    pb: Problem,
+    engine: Engine,
+    grad_output: Any,
+    saved: tuple[np.ndarray, np.ndarray] | None,
+    num_threads: Any = None,
+) -> Gradients:
+    """The gradients of attention over ``pb``; see :meth:`Attention.backward`. ``saved`` is
+    the forward's (O, lse) in the compute dtype, which the tiled engine starts from (None:
+    it recomputes them; the naive engine recomputes the weights in any case)."""
+    threads = _threads(num_threads)
+    grad_output = float_array("grad_output", grad_output)
+    if grad_output.shape != pb.output_shape:
+        raise fail("grad_output", f"the output's shape {pb.output_shape}", f"shape {grad_output.shape}")
+    if grad_output.dtype != pb.result_dtype:
+        raise fail("grad_output", f"dtype {pb.result_dtype} as the inputs", f"dtype {grad_output.dtype}", TypeError)
+    grad_output = grad_output.astype(pb.compute_dtype, copy=False)
+    if engine == "naive":
+        with np.errstate(all="ignore"):
+            grad_query, grad_key, grad_value = _naive.backward(pb, grad_output)
+    else:
+        kernels = _kernels(engine)
+        output, lse = _tiled.forward(pb, threads, kernels) if saved is None else saved
+        grad_query, grad_key, grad_value = _tiled.backward(pb, grad_output, output, lse, threads, kernels)
+    if pb.groups > 1:  # sum each group of G query heads back onto its key/value head
+        *batch, H, S, E = grad_key.shape
+        grad_key = grad_key.reshape(*batch, H // pb.groups, pb.groups, S, E).sum(axis=-3)  # (B…, Hk, S, E)
+        grad_value = grad_value.reshape(*batch, H // pb.groups, pb.groups, S, -1).sum(axis=-3)  # (B…, Hk, S, Ev)
+    return Gradients(
+        *(
+            _sum_to_shape(grad, x.shape).astype(pb.result_dtype, copy=False)
+            for grad, x in zip((grad_query, grad_key, grad_value), (pb.query, pb.key, pb.value), strict=True)
+        )
+    )

@@ -1,0 +1,175 @@
+"""One attention call's arguments, validated once and shared by every engine.
+
+Shape letters, used with one meaning each throughout the package:
+
+    B…  any number of leading batch dimensions (the query heads are the last of them)
+    H   query heads;  Hk  key/value heads;  G = H / Hk  query heads per key/value head
+    L   query length;  S  key/value length
+    E   query/key width;  Ev  value width
+
+And the matrices of one slice: Z = scale·Q·Kᵀ + mask (L, S) the scores, P = softmax(Z)
+the weights, O = P·V (L, Ev) the output, lse = log Σ_j exp(Z_ij) (L,).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .._validation import (
+    array_of,
+    broadcasts_to,
+    compute_dtype,
+    fail,
+    flag,
+    float_array,
+    probability,
+    real_number,
+    same_dtype,
+)
+from ._masks import check_rng, dropout_factor, dropout_seed
+
+__all__ = ["Problem", "make_problem"]
+
+
+@dataclass(frozen=True)
+class Problem:
+    """Validated inputs of scaled dot-product attention, in the compute dtype."""
+
+    query: np.ndarray  # (B…, L, E)
+    key: np.ndarray  # (B…, S, E), Hk heads
+    value: np.ndarray  # (B…, S, Ev), Hk heads
+    mask: np.ndarray | None  # bool (True = may attend) or float (added), broadcasts to (B…, L, S)
+    is_causal: bool  # keys j > i are masked for query i (top-left aligned)
+    scale: float  # multiplies Q·Kᵀ
+    groups: int  # G (1 without GQA)
+    dropout_p: float
+    dropout_seed: int | None  # Philox key of the dropout mask, None without dropout
+    result_dtype: np.dtype  # the inputs' dtype, which every result is given back in
+    batch_shape: tuple[int, ...]  # B…: the broadcast batch shape of the result, query heads last
+
+    @property
+    def compute_dtype(self) -> np.dtype:
+        """The dtype the engines compute in: float32 for float16 inputs, else the inputs'."""
+        return self.query.dtype
+
+    @property
+    def lengths(self) -> tuple[int, int]:
+        """(L, S)."""
+        return self.query.shape[-2], self.key.shape[-2]
+
+    @property
+    def slices(self) -> int:
+        """The number of (batch, head) slices: the product of B…."""
+        return math.prod(self.batch_shape)
+
+    @property
+    def plain(self) -> bool:
+        """No attention mask and no dropout: softmax(scale·Q·Kᵀ)·V alone, causal or not
+        (what the fused engine compiles whole)."""
+        return self.mask is None and self.dropout_seed is None
+
+    @property
+    def output_shape(self) -> tuple[int, ...]:
+        """(B…, L, Ev)."""
+        return (*self.batch_shape, self.query.shape[-2], self.value.shape[-1])
+
+    def dropout(self, n: int, rows: slice, cols: slice) -> np.ndarray | None:
+        """keep / (1 − p) over block (rows, cols) of slice n, or None without dropout."""
+        if self.dropout_seed is None:
+            return None
+        return dropout_factor(self.dropout_seed, self.dropout_p, n, rows, cols, self.compute_dtype)
+
+
+def make_problem(
+    query: Any,
+    key: Any,
+    value: Any,
+    attn_mask: Any,
+    dropout_p: Any,
+    is_causal: Any,
+    scale: Any,
+    enable_gqa: Any,
+    rng: Any,
+) -> Problem:
+    """Check every argument of an attention call and normalise it."""
+    query = float_array("query", query)
+    key = float_array("key", key)
+    value = float_array("value", value)
+    dtype = same_dtype(query=query, key=key, value=value)
+    work = compute_dtype(dtype)
+    is_causal, enable_gqa = flag("is_causal", is_causal), flag("enable_gqa", enable_gqa)
+    L, E = query.shape[-2:]
+    S = key.shape[-2]
+    if key.shape[-1] != E:
+        raise fail("key", f"last dimension E={E} as in query {query.shape}", f"shape {key.shape}")
+    if value.shape[-2] != S:
+        raise fail("value", f"S={S} rows as in key {key.shape}", f"shape {value.shape}")
+    groups = _groups(query, key, value) if enable_gqa else 1
+    # heads are matched by GQA above, so only the dimensions before them must broadcast
+    lead = 3 if groups > 1 else 2
+    try:
+        batch = tuple(np.broadcast_shapes(*(a.shape[:-lead] for a in (query, key, value))))
+    except ValueError:
+        raise fail(
+            "query, key, value",
+            "batch dimensions that broadcast together",
+            f"shapes {query.shape}, {key.shape}, {value.shape}",
+        ) from None
+    if groups > 1:
+        batch = (*batch, query.shape[-3])
+    p = probability("dropout_p", dropout_p)
+    rng = check_rng(rng)
+    return Problem(
+        query=query.astype(work, copy=False),
+        key=key.astype(work, copy=False),
+        value=value.astype(work, copy=False),
+        mask=_mask(attn_mask, (*batch, L, S), work),
+        is_causal=is_causal,
+        scale=_scale(scale, E),
+        groups=groups,
+        dropout_p=p,
+        dropout_seed=dropout_seed(rng) if p > 0 else None,
+        result_dtype=dtype,
+        batch_shape=batch,
+    )
+
+
+def _groups(query: np.ndarray, key: np.ndarray, value: np.ndarray) -> int:
+    """G for grouped-query attention: query heads (dimension −3) per key/value head."""
+    if min(query.ndim, key.ndim, value.ndim) < 3:
+        raise fail(
+            "query, key, value",
+            "a head dimension (..., H, L, E) with enable_gqa=True",
+            f"shapes {query.shape}, {key.shape}, {value.shape}",
+        )
+    heads, kv_heads = query.shape[-3], key.shape[-3]
+    if value.shape[-3] != kv_heads:
+        raise fail("value", f"{kv_heads} heads as in key {key.shape}", f"shape {value.shape}")
+    if kv_heads == 0 or heads % kv_heads:
+        raise fail("key", f"a number of heads that divides the query's {heads}", f"{kv_heads} heads")
+    return heads // kv_heads
+
+
+def _scale(scale: Any, E: int) -> float:
+    """The multiplier of Q·Kᵀ: ``scale`` if given, else 1/√E (1 when E = 0: the scores are all 0)."""
+    if scale is not None:
+        return real_number("scale", scale)
+    return 1.0 / math.sqrt(E) if E else 1.0
+
+
+def _mask(attn_mask: Any, full: tuple[int, ...], work: np.dtype) -> np.ndarray | None:
+    """The attention mask, checked against the attention shape (B…, L, S); a float mask in ``work``."""
+    if attn_mask is None:
+        return None
+    mask = array_of("attn_mask", attn_mask)
+    if mask.dtype != bool and mask.dtype not in (np.float16, np.float32, np.float64):
+        raise fail(
+            "attn_mask", "a bool array (True = may attend) or a float array (added)", f"dtype {mask.dtype}", TypeError
+        )
+    if not broadcasts_to(mask.shape, full):
+        raise fail("attn_mask", f"a shape that broadcasts to the attention shape {full}", f"shape {mask.shape}")
+    return mask if mask.dtype == bool else mask.astype(work, copy=False)

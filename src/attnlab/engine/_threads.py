@@ -1,0 +1,130 @@
+"""The tiled engine's threads: one pool for the process, and BLAS held to one thread
+while it works.
+
+- One ``ThreadPoolExecutor``, made on first use and replaced when a call asks for a
+  different number of threads. A forked child (multiprocessing, DataLoader workers)
+  forgets the parent's pool, whose threads it does not have, and makes its own.
+- BLAS is held to one thread from the moment the first concurrent call starts until
+  the last one ends, so that our threads and BLAS's never oversubscribe the cores; the
+  process's own setting is restored exactly afterwards, whatever order calls end in.
+- The thread count is ``num_threads``, else the ``ATTNLAB_NUM_THREADS`` environment
+  variable, else the cores this process may run on.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import numpy as np
+from threadpoolctl import ThreadpoolController
+
+from .._validation import fail
+
+__all__ = ["THREADS_ENV", "default_threads", "rescan_blas", "run", "thread_count"]
+
+THREADS_ENV = "ATTNLAB_NUM_THREADS"
+
+
+def default_threads() -> int:
+    """The ``ATTNLAB_NUM_THREADS`` environment variable, else the machine's cores."""
+    value = os.environ.get(THREADS_ENV)
+    if value is not None:
+        if not (value.isascii() and value.isdigit()) or int(value) < 1:
+            raise fail(THREADS_ENV, "an integer >= 1", repr(value))
+        return int(value)
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def thread_count(threads: int | None) -> int:
+    """``threads``, or the default when None."""
+    return default_threads() if threads is None else threads
+
+
+class _State:
+    """The process's pool and BLAS limit; made anew in a forked child."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.pool: ThreadPoolExecutor | None = None
+        self.pool_threads = 0
+        self.blas_users = 0  # calls now running with BLAS held to one thread
+        self.blas_limit: Any = None  # threadpoolctl's limiter while blas_users > 0
+
+
+_state = _State()
+
+
+def _forget_after_fork() -> None:
+    """In a forked child: the parent's pool has no threads here, and its lock may be held."""
+    global _state
+    _state = _State()
+
+
+if hasattr(os, "register_at_fork"):  # POSIX; Windows has no fork
+    os.register_at_fork(after_in_child=_forget_after_fork)
+
+
+@functools.cache
+def _blas() -> ThreadpoolController:
+    """threadpoolctl's view of the loaded BLAS libraries, inspected once (it scans them)
+    until ``rescan_blas``."""
+    return ThreadpoolController()
+
+
+def rescan_blas() -> None:
+    """Look for BLAS libraries again at the next call: one was loaded (SciPy's, which the
+    fused engine's products use), and it too must be held to one thread."""
+    _blas.cache_clear()
+
+
+def _pool(threads: int) -> ThreadPoolExecutor:
+    """The process's pool, with exactly ``threads`` threads. A pool replaced here is
+    dropped, not shut down: a call still holding it finishes on it, and its threads end
+    when it is garbage-collected."""
+    with _state.lock:
+        if _state.pool is None or _state.pool_threads != threads:
+            _state.pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="attnlab")
+            _state.pool_threads = threads
+        return _state.pool
+
+
+@contextlib.contextmanager
+def _blas_single_threaded() -> Iterator[None]:
+    """BLAS at one thread while any call is inside; restored when the last one leaves."""
+    state = _state
+    with state.lock:
+        if state.blas_users == 0:
+            state.blas_limit = _blas().limit(limits=1, user_api="blas")
+        state.blas_users += 1
+    try:
+        yield
+    finally:
+        with state.lock:
+            state.blas_users -= 1
+            if state.blas_users == 0:
+                state.blas_limit.restore_original_limits()
+                state.blas_limit = None
+
+
+def _call(task: Callable[[], None]) -> None:
+    with np.errstate(all="ignore"):  # per thread: masked rows take exp(−inf) and log(0) on purpose
+        task()
+
+
+def run(tasks: Sequence[Callable[[], None]], threads: int | None) -> None:
+    """Run every task, in order of submission (give them largest first). Which thread
+    runs a task never changes its bits."""
+    threads = min(thread_count(threads), len(tasks))
+    with _blas_single_threaded():
+        if threads <= 1:
+            for task in tasks:
+                _call(task)
+        else:
+            for _ in _pool(threads).map(_call, tasks):
+                pass

@@ -1,0 +1,108 @@
+"""The fused engine: the tiled engine compiled by numba (the ``fast`` extra), its
+products still by BLAS. ``KERNELS`` gives ``_tiled`` two layers of kernels:
+
+- Block kernels, the elementwise work on one block of scores Z (rows i, keys j), where
+  the NumPy tiled engine makes four passes over the block (max, subtract, exp, sum; in the
+  backward subtract, exp, subtract, multiply) and these kernels, row by row while it is in
+  cache, three (max, exp, sum) and one:
+
+      forward:   m' = max(m, rowmax Z);  Z_ij ← exp(Z_ij − m'_i);  l ← e^(m − m')·l + rowsum Z
+                                                                     online_softmax_
+      backward:  P_ij = exp(Z_ij − lse_i);  dZ_ij = P_ij·(dP_ij − δ_i)   softmax_backward_
+
+- Whole tasks, for attention with no mask and no dropout: the forward of some slices and
+  rows, the backward over blocks of keys and over blocks of queries, each one compiled
+  call with its products through numba's np.dot (SciPy's BLAS) and no Python between
+  blocks (``_fused_kernels.attend``, ``backward_keys``, ``backward_queries``).
+
+NumPy's exp is vectorised with AVX-512 but falls back to slow code on AVX2 machines, and
+the SVML library that numba could use instead is not in its pip builds, so the
+exponential is written out: e^x = 2^k·e^r with k = round(x·log₂e) and r = x − k·ln 2
+(in two parts, Cody & Waite), e^r by a Taylor polynomial (degree 7 in float32, 13 in
+float64: within 0.86 and 1.3 ulp with FMA), and 2^k built in an integer's exponent bits.
+The row maximum compares integers that order as the floats do, which LLVM vectorises (a
+float maximum it vectorises only if told there is no NaN). Below about e^−87.68 (float32)
+or e^−708.74 (float64) the result is 0 (NumPy gives subnormals down to e^−103.97 and
+e^−745.13); from about e^88.38 or e^709.44 it is +∞, where the true value is finite for
+0.35 more (attention's arguments are never positive); NaN stays NaN, −∞ gives 0, and +∞
+gives +∞.
+
+The kernels release the GIL, so the tiled engine's threads run them in parallel. They
+are compiled on first use (seconds) and cached on disk where numba finds a folder it may
+write (next to the package, NUMBA_CACHE_DIR, or ~/.cache/numba); with none, they are
+compiled in memory in each process.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from ..._validation import fail
+from .._threads import rescan_blas
+from .._tiled import Kernels
+
+__all__ = ["KERNELS", "available", "online_softmax_", "softmax_backward_"]
+
+
+@functools.cache
+def available() -> bool:
+    """Whether the kernels can be loaded (``pip install 'attnlab[fast]'``): numba and SciPy
+    import, and the module that defines them with them."""
+    try:
+        from . import _kernels as _fused_kernels  # noqa: F401
+    except Exception:  # numba or SciPy missing (ImportError), or a broken llvmlite (OSError, …)
+        return False
+    rescan_blas()  # the kernels loaded SciPy's BLAS
+    return True
+
+
+def _rows(name: str, x: np.ndarray, scores: np.ndarray) -> np.ndarray:
+    """A per-row vector, checked against the block (the kernels do not check bounds)."""
+    if x.shape != scores.shape[:1] or x.dtype != scores.dtype:
+        raise fail(name, f"({scores.shape[0]},) {scores.dtype} as the block's rows", f"{x.shape} {x.dtype}")
+    return x
+
+
+def online_softmax_(scores: np.ndarray, row_max: np.ndarray, row_sum: np.ndarray) -> np.ndarray:
+    """One online-softmax step on a block of scores (l, s), in place (``_tiled.Kernels``);
+    returns the rescale factors e^(m − m'), (l,)."""
+    from ._kernels import online_softmax
+
+    rescale = np.empty_like(row_max)
+    online_softmax(scores, _rows("row_max", row_max, scores), _rows("row_sum", row_sum, scores), rescale)
+    return rescale
+
+
+def softmax_backward_(scores: np.ndarray, lse: np.ndarray, grad: np.ndarray, delta: np.ndarray) -> None:
+    """scores (l, s) ← P = exp(scores − lse[:, None]); grad (l, s) ← P∘(grad − delta[:, None])."""
+    from ._kernels import softmax_backward
+
+    if grad.shape != scores.shape or grad.dtype != scores.dtype:
+        raise fail("grad", f"shape {scores.shape} {scores.dtype} as scores", f"{grad.shape} {grad.dtype}")
+    softmax_backward(scores, _rows("lse", lse, scores), grad, _rows("delta", delta, scores))
+
+
+def _compiled(name: str) -> Callable[..., None]:
+    """A whole-task kernel of ``_fused_kernels`` (``_tiled.Kernels``; arguments as that
+    module documents), imported on its first call."""
+
+    def call(*arguments: Any) -> None:
+        from . import _kernels as _fused_kernels
+
+        getattr(_fused_kernels, name)(*arguments)
+
+    call.__name__ = call.__qualname__ = name
+    return call
+
+
+KERNELS = Kernels(
+    online_softmax_,
+    softmax_backward_,
+    _compiled("attend"),
+    _compiled("backward_keys"),
+    _compiled("backward_queries"),
+)

@@ -1,0 +1,403 @@
+"""The fused engine's kernels; imported by ``attnlab.engine.fused`` on first use only.
+
+Module-level functions, so that numba's disk cache finds them again in a new process.
+The float32 and float64 versions differ only in constants and integer widths, chosen at
+compile time by the ``@overload``s below. Every loop is plain enough for LLVM to
+vectorise for the machine's instruction set (or the one NUMBA_CPU_NAME and
+NUMBA_CPU_FEATURES name).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import scipy.linalg.cython_blas  # noqa: F401  # numba's np.dot calls SciPy's BLAS: load it now, before any thread limit
+from numba import njit, types
+from numba.extending import overload
+
+__all__ = ["attend", "backward_keys", "backward_queries", "online_softmax", "softmax_backward"]
+
+
+def _probe() -> None:
+    """Compiled once with ``cache=True`` to learn whether numba has a cache folder it may
+    write: next to this file (a writable install), NUMBA_CACHE_DIR, or ~/.cache/numba."""
+
+
+try:
+    njit(cache=True)(_probe)
+    _CACHE = True
+except RuntimeError:  # "cannot cache function …: no locator available": compile in memory instead
+    _CACHE = False
+
+# "contract" lets LLVM fuse a·b + c into one rounding (FMA), which only makes the
+# exponential more exact; sums are reordered ("reassoc") only in _row_sum, to vectorise it.
+compile_ = njit(nogil=True, cache=_CACHE, error_model="numpy", fastmath={"contract"})
+compile_sum = njit(nogil=True, cache=_CACHE, error_model="numpy", fastmath={"reassoc", "nsz"})
+
+
+def _constants(row):  # type: ignore[no-untyped-def]  # numba matches stubs' and overloads' parameters exactly
+    """(log₂e, ln 2 high part, ln 2 low part, lowest x, highest x, rounding constant, 0, −∞)
+    in the row's dtype."""
+
+
+def _power_of_two(t):  # type: ignore[no-untyped-def]
+    """2^k as a float, from t = x·log₂e + the rounding constant (whose low bits hold k)."""
+
+
+def _order_key(x):  # type: ignore[no-untyped-def]
+    """An integer ordered as the float x is (−∞ < … < −0 < +0 < … < +∞ < NaN)."""
+
+
+def _from_order_key(key, row):  # type: ignore[no-untyped-def]
+    """The float (of the row's dtype) whose order key is ``key``."""
+
+
+def _taylor(r):  # type: ignore[no-untyped-def]
+    """e^r for |r| <= ln 2 / 2."""
+
+
+def _in_dtype_of(x, row):  # type: ignore[no-untyped-def]
+    """x as a float of the row's dtype."""
+
+
+def _float32(x: Any) -> bool:
+    """Whether x, a numba type (a float, or an array of floats), is float32."""
+    x = x.dtype if isinstance(x, types.Array) else x
+    return isinstance(x, types.Float) and x.bitwidth == 32
+
+
+# ln 2 = LN2_HI + LN2_LO, LN2_HI with few enough bits that k·LN2_HI is exact for every k used.
+# Adding the rounding constant 1.5·2^(mantissa bits) rounds x·log₂e to the integer k, which
+# then sits in the sum's low bits: 2^k's bits are (those bits − the constant's + bias) << mantissa bits.
+# x is clamped so that k stays within −bias … bias + 1, where those bits are those of 0 and of
+# +∞: below about −87.68 (float32) or −708.74 (float64) the result is 0, from about 88.38 or
+# 709.44 it is +∞, with no test or select per element (NaN passes the clamp and stays NaN).
+_SINGLE = (1 / math.log(2), 0.693145751953125, 1.428606765330187e-06, -88.0, 88.8, 1.5 * 2**23)
+_DOUBLE = (1 / math.log(2), 0.6931471803691238, 1.9082149292705877e-10, -709.0, 709.8, 1.5 * 2**52)
+_COEFFICIENTS = tuple(1 / math.factorial(n) for n in range(14))  # e^r = Σ rⁿ/n!
+
+
+@overload(_constants)
+def _constants_typed(row):  # type: ignore[no-untyped-def]
+    real = np.float32 if _float32(row) else np.float64
+    values = tuple(real(c) for c in (*(_SINGLE if _float32(row) else _DOUBLE), 0.0, -np.inf))
+    return lambda row: values
+
+
+@overload(_power_of_two)
+def _power_of_two_typed(t):  # type: ignore[no-untyped-def]
+    if _float32(t):
+        offset32 = np.int32(np.float32(_SINGLE[-1]).view(np.int32) - 127)
+        return lambda t: np.int32((np.float32(t).view(np.int32) - offset32) << np.int32(23)).view(np.float32)
+    offset64 = np.int64(np.float64(_DOUBLE[-1]).view(np.int64) - 1023)
+    return lambda t: np.int64((np.float64(t).view(np.int64) - offset64) << np.int64(52)).view(np.float64)
+
+
+@overload(_order_key)
+def _order_key_typed(x):  # type: ignore[no-untyped-def]
+    # a negative float's bits grow with its magnitude: flip all but the sign to reverse them;
+    # a NaN of either sign takes the largest key, as NumPy's maximum makes any NaN win
+    if _float32(x):
+
+        def key32(x):  # type: ignore[no-untyped-def]
+            bits = np.float32(x).view(np.int32)
+            flipped = np.int32(bits ^ ((bits >> 31) & 0x7FFFFFFF))
+            return flipped if (bits & 0x7FFFFFFF) <= 0x7F800000 else np.int32(0x7FFFFFFF)
+
+        return key32
+
+    def key64(x):  # type: ignore[no-untyped-def]
+        bits = np.float64(x).view(np.int64)
+        flipped = np.int64(bits ^ ((bits >> 63) & 0x7FFFFFFFFFFFFFFF))
+        return flipped if (bits & 0x7FFFFFFFFFFFFFFF) <= 0x7FF0000000000000 else np.int64(0x7FFFFFFFFFFFFFFF)
+
+    return key64
+
+
+@overload(_from_order_key)
+def _from_order_key_typed(key, row):  # type: ignore[no-untyped-def]
+    if _float32(row):  # the flip is its own inverse
+        return lambda key, row: np.int32(key ^ ((key >> 31) & 0x7FFFFFFF)).view(np.float32)
+    return lambda key, row: np.int64(key ^ ((key >> 63) & 0x7FFFFFFFFFFFFFFF)).view(np.float64)
+
+
+@overload(_in_dtype_of)
+def _in_dtype_of_typed(x, row):  # type: ignore[no-untyped-def]
+    if _float32(row):
+        return lambda x, row: np.float32(x)
+    return lambda x, row: np.float64(x)
+
+
+@overload(_taylor, jit_options={"fastmath": {"contract"}})
+def _taylor_typed(r):  # type: ignore[no-untyped-def]
+    if _float32(r):  # degree 7: within 0.86 ulp (measured on [−80, 0])
+        a = tuple(np.float32(c) for c in _COEFFICIENTS[:8])
+        return lambda r: a[0] + r * (a[1] + r * (a[2] + r * (a[3] + r * (a[4] + r * (a[5] + r * (a[6] + r * a[7]))))))
+    b = _COEFFICIENTS  # degree 13: within 1.3 ulp
+
+    def degree_13(r):  # type: ignore[no-untyped-def]
+        low = b[0] + r * (b[1] + r * (b[2] + r * (b[3] + r * (b[4] + r * (b[5] + r * (b[6] + r * b[7]))))))
+        return low + r**8 * (b[8] + r * (b[9] + r * (b[10] + r * (b[11] + r * (b[12] + r * b[13])))))
+
+    return degree_13
+
+
+@compile_
+def _exp(x, row):  # type: ignore[no-untyped-def]
+    """e^x in the row's dtype: 2^k·e^r with k = round(x·log₂e), r = x − k·ln 2 (Cody & Waite)."""
+    log2e, ln2_hi, ln2_lo, low, high, rounding = _constants(row)[:6]
+    clamped = min(max(_in_dtype_of(x, row), low), high)
+    t = clamped * log2e + rounding
+    k = t - rounding
+    r = clamped - k * ln2_hi - k * ln2_lo
+    return _taylor(r) * _power_of_two(t)
+
+
+@compile_
+def _row_max(row):  # type: ignore[no-untyped-def]
+    """max_j row_j (−∞ for no element, NaN if any is NaN, as NumPy's), through integer
+    order keys: LLVM vectorises an integer maximum, but a float one only with no NaN allowed."""
+    top = _order_key(_constants(row)[7])  # −∞: the maximum of no element
+    for j in range(row.shape[0]):
+        top = max(top, _order_key(row[j]))
+    return _from_order_key(top, row)
+
+
+@compile_sum
+def _row_sum(row):  # type: ignore[no-untyped-def]
+    total = _constants(row)[6]
+    for j in range(row.shape[0]):
+        total += row[j]
+    return total
+
+
+@compile_
+def online_softmax(scores, row_max, row_sum, rescale):  # type: ignore[no-untyped-def]
+    """One step of the online softmax, per row i of a block of scores Z (l, s):
+    m' = max(m_i, max_j Z_ij) (shifting by 0 while it is −∞: no key visible yet);
+    Z_ij ← exp(Z_ij − m');  α_i = e^(m_i − m');  l_i ← α_i·l_i + Σ_j Z_ij;  m_i ← m'."""
+    zero, minus_inf = _constants(scores)[6:]
+    for i in range(scores.shape[0]):
+        row = scores[i]
+        top = _row_max(row)
+        new_max = row_max[i] if top <= row_max[i] else top  # a NaN in the block makes m' NaN, as NumPy's
+        shift = zero if new_max == minus_inf else new_max
+        for j in range(row.shape[0]):
+            row[j] = _exp(row[j] - shift, row)
+        rescale[i] = _exp(row_max[i] - shift, row)
+        row_sum[i] = rescale[i] * row_sum[i] + _row_sum(row)
+        row_max[i] = new_max
+
+
+@compile_
+def softmax_backward(scores, lse, grad, delta):  # type: ignore[no-untyped-def]
+    """scores ← P = exp(scores − lse[:, None]);  grad ← P∘(grad − delta[:, None])."""
+    for i in range(scores.shape[0]):
+        row, g = scores[i], grad[i]
+        shift, d = lse[i], delta[i]  # locals: an element read inside the loop stops it vectorising
+        for j in range(row.shape[0]):
+            row[j] = _exp(row[j] - shift, row)
+            g[j] = row[j] * (g[j] - d)
+
+
+@compile_
+def _matrix(work, rows, columns):  # type: ignore[no-untyped-def]
+    """The first rows·columns elements of a flat work array as a C-contiguous (rows, columns)
+    matrix, as np.dot's output must be."""
+    return work[: rows * columns].reshape((rows, columns))
+
+
+@compile_
+def _add(total, part):  # type: ignore[no-untyped-def]
+    """total += part, two matrices of one shape."""
+    for i in range(total.shape[0]):
+        for e in range(total.shape[1]):
+            total[i, e] += part[i, e]
+
+
+@compile_
+def _scaled_rows(query, n, first, scale, out):  # type: ignore[no-untyped-def]
+    """out (l, E) ← scale · rows first … first + l of slice n of query (N, L, E)."""
+    for i in range(out.shape[0]):
+        for e in range(out.shape[1]):
+            out[i, e] = query[n, first + i, e] * scale
+
+
+@compile_
+def _mask_later_keys(scores, offset):  # type: ignore[no-untyped-def]
+    """Causal masking of a block: Z_ij ← −∞ where key j is later than query i, that is j > i + offset
+    (offset: the block's first query less its first key)."""
+    minus_inf = _constants(scores)[7]
+    for i in range(scores.shape[0]):
+        row = scores[i]
+        for j in range(max(i + offset + 1, 0), row.shape[0]):
+            row[j] = minus_inf
+
+
+# The whole tasks of the fused engine, for attention with no attention mask and no dropout
+# (``_tiled`` makes the tasks; NumPy's loops there are the oracle). Their arrays are
+# C-contiguous stacks of slices: query (N, L, E), key (N / groups, S, E), value
+# (N / groups, S, Ev), dO (N, L, Ev), lse and δ (N, L); slice n reads key and value head
+# n // groups. ``slices``, ``rows`` and ``keys`` are (first, stop) ranges; ``causal`` is
+# (is_causal, skip_causal: skip the blocks above the diagonal); ``blocks`` is (block_q,
+# block_k). numba's np.dot calls BLAS, and nothing here holds the GIL.
+
+
+@compile_
+def attend(arrays, groups, slices, rows, causal, scale, unscale, blocks, out, lse):  # type: ignore[no-untyped-def]
+    """The forward, out (N, L, Ev) and lse (N, L), of some slices and rows. For each slice
+    n and each block of queries Q_i:
+
+        q = scale·Q_i;  m = −∞, l = 0, acc = 0
+        for each block of keys K_j, V_j (up to the block's last query when skipping):
+            Z = q·K_jᵀ (causal: −∞ where a key is later than its query)          BLAS
+            online_softmax(Z, m, l) → α;  acc ← α·acc + P·V_j                   BLAS
+        O_i = unscale·acc / l (0 where l = 0: every key masked);  lse_i = m + log l"""
+    query, key, value = arrays
+    (is_causal, skip_causal), (block_q, block_k) = causal, blocks
+    E, Ev, dtype = query.shape[2], value.shape[2], query.dtype
+    size_q, size_k = min(block_q, rows[1] - rows[0]), min(block_k, key.shape[1])
+    q_work, acc_work, part_work = (
+        np.empty(size_q * E, dtype),
+        np.empty(size_q * Ev, dtype),
+        np.empty(size_q * Ev, dtype),
+    )
+    scores_work = np.empty(size_q * size_k, dtype)
+    row_max, row_sum, rescale = np.empty(size_q, dtype), np.empty(size_q, dtype), np.empty(size_q, dtype)
+    for n in range(slices[0], slices[1]):
+        k, v = key[n // groups], value[n // groups]
+        for first in range(rows[0], rows[1], block_q):
+            stop = min(first + block_q, rows[1])
+            count = stop - first
+            q, acc, part = _matrix(q_work, count, E), _matrix(acc_work, count, Ev), _matrix(part_work, count, Ev)
+            _scaled_rows(query, n, first, scale, q)
+            acc[:] = 0
+            row_max[:] = -np.inf
+            row_sum[:] = 0
+            keys = min(k.shape[0], stop) if skip_causal else k.shape[0]
+            for start in range(0, keys, block_k):
+                end = min(start + block_k, keys)
+                block = _matrix(scores_work, count, end - start)  # Z, then P, (l, keys)
+                np.dot(q, k[start:end].T, block)
+                if is_causal:
+                    _mask_later_keys(block, first - start)
+                online_softmax(block, row_max[:count], row_sum[:count], rescale[:count])
+                np.dot(block, v[start:end], part)
+                for i in range(count):
+                    alpha = rescale[i]
+                    for e in range(Ev):
+                        acc[i, e] = alpha * acc[i, e] + part[i, e]
+            for i in range(count):
+                total = row_sum[i]
+                for e in range(Ev):  # a row whose keys are all masked is 0, whatever the values
+                    out[n, first + i, e] = unscale * (acc[i, e] / total) if total != 0 else 0
+                lse[n, first + i] = row_max[i] + np.log(total)
+
+
+@compile_
+def _backward_work(arrays, blocks):  # type: ignore[no-untyped-def]
+    """The flat work arrays of ``_backward_block``, for its largest block."""
+    query, value = arrays[0], arrays[2]
+    block_q, block_k = blocks
+    sizes = (block_q * query.shape[2], block_q * value.shape[2], block_q * block_k, block_q * block_k)
+    return (np.empty(sizes[0], query.dtype), np.empty(sizes[1], query.dtype), np.empty(sizes[2], query.dtype),
+            np.empty(sizes[3], query.dtype))  # fmt: skip
+
+
+@compile_
+def _backward_block(arrays, n, head, rows, keys, is_causal, scale, work):  # type: ignore[no-untyped-def]
+    """One block of the backward, queries ``rows`` and keys ``keys`` of slice n: from the
+    products Z = scale·Q_i·K_jᵀ and dP = dO_i·V_jᵀ (BLAS), P_ij = exp(Z_ij − lse_i) and
+    dZ_ij = P_ij·(dP_ij − δ_i). Returns views of the work arrays: scale·Q_i (l, E), dO_i
+    (l, Ev), P and dZ (l, keys)."""
+    query, key, value, grad_out, lse, delta = arrays
+    (first, stop), (start, end) = rows, keys
+    count = stop - first
+    q, d_out = _matrix(work[0], count, query.shape[2]), _matrix(work[1], count, value.shape[2])
+    _scaled_rows(query, n, first, scale, q)
+    d_out[:] = grad_out[n, first:stop]
+    scores, grad = _matrix(work[2], count, end - start), _matrix(work[3], count, end - start)  # Z → P, dP → dZ
+    np.dot(q, key[head, start:end].T, scores)
+    if is_causal:
+        _mask_later_keys(scores, first - start)
+    np.dot(d_out, value[head, start:end].T, grad)
+    softmax_backward(scores, lse[n, first:stop], grad, delta[n, first:stop])
+    return q, d_out, scores, grad
+
+
+@compile_
+def backward_keys(arrays, groups, slices, keys, with_queries, causal, scale, blocks, grads):  # type: ignore[no-untyped-def]
+    """dK_j and dV_j of the blocks of keys in ``keys``, over every block of queries that
+    sees them, into grads = (dQ (N, L, E), dK (N, S, E), dV (N, S, Ev)), one key and value
+    head per query head:
+
+        dV_j = Σ_i P_ijᵀ·dO_i      dK_j = Σ_i dZ_ijᵀ·(scale·Q_i)                BLAS
+        with_queries (``keys`` is every key: the task owns whole slices):
+        dQ_i = scale·Σ_j dZ_ij·K_j                                             BLAS
+
+    arrays = (query, key, value, dO, lse, δ), lse +∞ where every key is masked."""
+    query, key, value = arrays[0], arrays[1], arrays[2]
+    grad_q, grad_k, grad_v = grads
+    (is_causal, skip_causal), (block_q, block_k) = causal, blocks
+    E, Ev, L, dtype = query.shape[2], value.shape[2], query.shape[1], query.dtype
+    work = _backward_work(arrays, blocks)
+    part_q, part_k, part_v = np.empty(block_q * E, dtype), np.empty(block_k * E, dtype), np.empty(block_k * Ev, dtype)
+    total_k, total_v = np.empty(block_k * E, dtype), np.empty(block_k * Ev, dtype)
+    for n in range(slices[0], slices[1]):
+        head = n // groups
+        if with_queries:
+            grad_q[n] = 0
+        for start in range(keys[0], keys[1], block_k):
+            end = min(start + block_k, keys[1])
+            dk, dv = _matrix(total_k, end - start, E), _matrix(total_v, end - start, Ev)
+            step_k, step_v = _matrix(part_k, end - start, E), _matrix(part_v, end - start, Ev)
+            dk[:] = 0
+            dv[:] = 0
+            for first in range(0, L, block_q):
+                stop = min(first + block_q, L)
+                if skip_causal and stop <= start:  # causal: key j is seen by queries i >= j only
+                    continue
+                q, d_out, weights, grad = _backward_block(
+                    arrays, n, head, (first, stop), (start, end), is_causal, scale, work
+                )
+                if with_queries:
+                    step_q = _matrix(part_q, stop - first, E)
+                    np.dot(grad, key[head, start:end], step_q)
+                    _add(grad_q[n, first:stop], step_q)
+                np.dot(weights.T, d_out, step_v)
+                np.dot(grad.T, q, step_k)
+                _add(dv, step_v)
+                _add(dk, step_k)
+            grad_k[n, start:end] = dk
+            grad_v[n, start:end] = dv
+        if with_queries:
+            grad_q[n] *= scale
+
+
+@compile_
+def backward_queries(arrays, groups, slices, rows, causal, scale, blocks, grad_q):  # type: ignore[no-untyped-def]
+    """dQ_i = scale·Σ_j dZ_ij·K_j of the query rows ``rows``, over the blocks of keys they
+    see (up to the block's last query when skipping), into grad_q (N, L, E); arrays as
+    ``backward_keys``'."""
+    key = arrays[1]
+    (is_causal, skip_causal), (block_q, block_k) = causal, blocks
+    E, S = key.shape[2], key.shape[1]
+    work = _backward_work(arrays, blocks)
+    total, part = np.empty(block_q * E, key.dtype), np.empty(block_q * E, key.dtype)
+    for n in range(slices[0], slices[1]):
+        head = n // groups
+        for first in range(rows[0], rows[1], block_q):
+            stop = min(first + block_q, rows[1])
+            dq, step = _matrix(total, stop - first, E), _matrix(part, stop - first, E)
+            dq[:] = 0
+            keys = min(S, stop) if skip_causal else S
+            for start in range(0, keys, block_k):
+                end = min(start + block_k, keys)
+                grad = _backward_block(arrays, n, head, (first, stop), (start, end), is_causal, scale, work)[3]
+                np.dot(grad, key[head, start:end], step)
+                _add(dq, step)
+            for i in range(stop - first):
+                for e in range(E):
+                    grad_q[n, first + i, e] = dq[i, e] * scale

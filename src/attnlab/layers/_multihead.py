@@ -1,0 +1,367 @@
+"""Multi-head attention with ``torch.nn.MultiheadAttention``'s constructor, forward,
+parameter names and shapes, plus an exact backward.
+
+    head_h = attention(query·Wq_hᵀ + bq_h, key·Wk_hᵀ + bk_h, value·Wv_hᵀ + bv_h)
+    output = concat(head_1 … head_H)·Woᵀ + bo
+
+Shapes, with torch's letter N for the batch: N batch, L query length, S key length,
+D = embed_dim, H heads of E = D/H each, Dk = kdim, Dv = vdim. query (L, N, D), or
+(N, L, D) with ``batch_first``, or (L, D) unbatched; key (S, N, Dk) and value (S, N, Dv)
+likewise. Inside, everything is batch first, and S' counts the keys after appending
+bias_k and the zero row.
+
+Masks follow torch's MultiheadAttention: a bool ``key_padding_mask`` or ``attn_mask`` is
+True where a key is to be *ignored*; a float mask is added to the scores.
+``is_causal=True`` applies the causal mask itself (combined with ``attn_mask`` if one is
+given); torch instead requires ``attn_mask`` and takes ``is_causal`` as a hint. A query
+whose keys are all masked gives output bo (the attention part is 0) and weights 0, where
+torch returns NaN: on purpose.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .._validation import array_of, fail, flag, float_array, int_seed, layer_dtype, positive_int, probability
+from ..engine._attention import Attention, attention
+from ..trace._trace import Trace, build_trace
+from ._linear import linear, linear_backward, merge_heads, split_heads
+
+__all__ = ["MultiheadAttention"]
+
+
+def _initial_parameters(
+    rng: np.random.Generator, D: int, Dk: int, Dv: int, bias: bool, add_bias_kv: bool
+) -> dict[str, np.ndarray]:
+    """torch's initialisation, drawn from ``rng``: Xavier-uniform projections, zero
+    biases, Xavier-normal bias_k and bias_v, and out_proj as torch.nn.Linear."""
+
+    def xavier_uniform(fan_out: int, fan_in: int) -> np.ndarray:  # U(−a, a), a = √(6 / (fan_in + fan_out))
+        bound = np.sqrt(6.0 / (fan_in + fan_out))
+        return rng.uniform(-bound, bound, size=(fan_out, fan_in))
+
+    params: dict[str, np.ndarray] = {}
+    if Dk == D and Dv == D:
+        params["in_proj_weight"] = xavier_uniform(3 * D, D)
+    else:
+        params["q_proj_weight"] = xavier_uniform(D, D)
+        params["k_proj_weight"] = xavier_uniform(D, Dk)
+        params["v_proj_weight"] = xavier_uniform(D, Dv)
+    if bias:
+        params["in_proj_bias"] = np.zeros(3 * D)
+    if add_bias_kv:  # xavier_normal_ on (1, 1, D): std = √(2 / (D + D))
+        params["bias_k"] = rng.normal(0.0, np.sqrt(1.0 / D), size=(1, 1, D))
+        params["bias_v"] = rng.normal(0.0, np.sqrt(1.0 / D), size=(1, 1, D))
+    bound = 1.0 / np.sqrt(D)  # torch.nn.Linear's kaiming_uniform_(a=√5)
+    params["out_proj.weight"] = rng.uniform(-bound, bound, size=(D, D))
+    if bias:
+        params["out_proj.bias"] = np.zeros(D)
+    return params
+
+
+def _additive(name: str, mask: Any, dtype: np.dtype) -> np.ndarray:
+    """A MultiheadAttention mask as scores to add: bool True (= ignore) becomes −inf."""
+    mask = array_of(name, mask)
+    if mask.dtype == bool:
+        return np.where(mask, -np.inf, 0.0).astype(dtype)
+    if mask.dtype.kind != "f":
+        raise fail(name, "a bool array (True = ignore) or a float array (added)", f"dtype {mask.dtype}", TypeError)
+    return mask.astype(dtype)
+
+
+def _combined_mask(
+    attn_mask: Any, key_padding_mask: Any, is_causal: bool, shape: tuple[int, int, int, int], extra: int, dtype: Any
+) -> np.ndarray | None:
+    """All masks as one additive mask (N or 1, H or 1, L, S + extra) for attention of
+    ``shape`` (N, H, L, S); the ``extra`` appended key columns are never masked."""
+    N, H, L, S = shape
+    total = None
+    if attn_mask is not None:
+        mask = _additive("attn_mask", attn_mask, dtype)
+        if mask.shape not in ((L, S), (N * H, L, S)):
+            raise fail("attn_mask", f"shape ({L}, {S}) or ({N * H}, {L}, {S})", f"shape {mask.shape}")
+        total = mask.reshape(-1, H, L, S) if mask.ndim == 3 else mask  # (N, H, L, S) or (L, S)
+    if key_padding_mask is not None:
+        mask = _additive("key_padding_mask", key_padding_mask, dtype)
+        if mask.shape != (N, S) and not (N == 1 and mask.shape == (S,)):  # torch takes (S,) unbatched
+            raise fail("key_padding_mask", f"shape ({N}, {S})", f"shape {mask.shape}")
+        padding = mask.reshape(N, 1, 1, S)  # (N, 1, 1, S)
+        total = padding if total is None else total + padding
+    if is_causal:
+        causal = np.where(np.tri(L, S, dtype=bool), 0.0, -np.inf).astype(dtype)  # (L, S)
+        total = causal if total is None else total + causal
+    if total is None or not extra:
+        return total
+    return np.concatenate([total, np.zeros((*total.shape[:-1], extra), dtype)], axis=-1)  # (…, L, S + extra)
+
+
+@dataclass(frozen=True)
+class _Forward:
+    """One forward of the layer: what it returned and what its backward needs."""
+
+    inputs: tuple[np.ndarray, np.ndarray, np.ndarray]  # query (N, L, D), key (N, S, Dk), value (N, S, Dv)
+    attention: Attention  # over heads q (N, H, L, E), k and v (N, H, S', E)
+    merged: np.ndarray  # the heads' outputs side by side, (N, L, D)
+    output: np.ndarray  # (N, L, D)
+    batched: bool
+
+
+class MultiheadAttention:
+    """torch.nn.MultiheadAttention in NumPy, with ``backward``; masks as in the module's docstring.
+
+    Args (torch's, plus two keyword-only): embed_dim D; num_heads H, a divisor of D;
+    dropout on the attention weights, in training only; bias of the input and output
+    projections; add_bias_kv, a learned row appended to the keys and values;
+    add_zero_attn, a zero row appended after the heads split; kdim, vdim, the widths of
+    key and value (default D); batch_first, (N, L, D) instead of (L, N, D); seed of
+    ``generator``, which draws the initial weights and then the dropout masks; dtype,
+    float32 (default) or float64.
+
+    Raises:
+        ValueError, TypeError: an argument that cannot be used, named in the message.
+    """
+
+    def __init__(
+        self,
+        embed_dim: int,
+        num_heads: int,
+        dropout: float = 0.0,
+        bias: bool = True,
+        add_bias_kv: bool = False,
+        add_zero_attn: bool = False,
+        kdim: int | None = None,
+        vdim: int | None = None,
+        batch_first: bool = False,
+        *,
+        seed: int | None = None,
+        dtype: Any = np.float32,
+    ) -> None:
+        self.embed_dim = positive_int("embed_dim", embed_dim)
+        self.num_heads = positive_int("num_heads", num_heads)
+        if embed_dim % num_heads:
+            raise fail("num_heads", f"a divisor of embed_dim={embed_dim}", num_heads)
+        self.head_dim = embed_dim // num_heads
+        self.kdim = embed_dim if kdim is None else positive_int("kdim", kdim)
+        self.vdim = embed_dim if vdim is None else positive_int("vdim", vdim)
+        self.dropout = probability("dropout", dropout)
+        self.bias, self.add_bias_kv = flag("bias", bias), flag("add_bias_kv", add_bias_kv)
+        self.add_zero_attn, self.batch_first = flag("add_zero_attn", add_zero_attn), flag("batch_first", batch_first)
+        self.dtype = layer_dtype(dtype)
+        self.training = True
+        self.generator = np.random.default_rng(None if seed is None else int_seed("seed", seed))
+        params = _initial_parameters(self.generator, embed_dim, self.kdim, self.vdim, self.bias, self.add_bias_kv)
+        self._params = {k: v.astype(self.dtype) for k, v in params.items()}
+        self.grads: dict[str, np.ndarray] = {}
+        self._last: _Forward | None = None
+
+    def __repr__(self) -> str:
+        return f"MultiheadAttention(embed_dim={self.embed_dim}, num_heads={self.num_heads}, dtype={self.dtype})"
+
+    def named_parameters(self) -> Iterator[tuple[str, np.ndarray]]:
+        """(name, array) of every parameter, the live arrays (as torch's ``named_parameters``)."""
+        return iter(self._params.items())
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """Copies of the parameters under torch's names and shapes."""
+        return {k: v.copy() for k, v in self._params.items()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Replace every parameter; names and shapes must be exactly this layer's."""
+        self._params = _checked_state(state, self._params, self.dtype)
+
+    def train(self, mode: bool = True) -> MultiheadAttention:
+        self.training = flag("mode", mode)
+        return self
+
+    def eval(self) -> MultiheadAttention:
+        return self.train(False)
+
+    def __call__(
+        self,
+        query: Any,
+        key: Any,
+        value: Any,
+        key_padding_mask: Any = None,
+        need_weights: bool = True,
+        attn_mask: Any = None,
+        average_attn_weights: bool = True,
+        is_causal: bool = False,
+    ) -> tuple[np.ndarray, np.ndarray | None]:
+        """Return ``(output, weights)``: output like query; weights (N, L, S') averaged
+        over heads or (N, H, L, S') per head (without N when unbatched), None unless
+        ``need_weights``. The forward is kept for :meth:`backward`."""
+        average = flag("average_attn_weights", average_attn_weights)
+        masks = (key_padding_mask, attn_mask, flag("is_causal", is_causal))
+        self._last = forward = _forward(self, (query, key, value), *masks, flag("need_weights", need_weights))
+        output, weights = _layout(self, forward.output, forward.batched), forward.attention.weights  # (N, H, L, S')
+        if weights is None:
+            return output, None
+        weights = weights.mean(axis=1) if average else weights  # (N, L, S') or (N, H, L, S')
+        return output, weights if forward.batched else weights[0]
+
+    forward = __call__
+
+    def backward(self, grad_output: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Gradients of the last forward's output for query, key and value (in their
+        layouts); fills ``self.grads`` with one gradient per ``state_dict`` entry.
+
+        Raises:
+            RuntimeError: no forward yet.
+            ValueError, TypeError: ``grad_output`` not of the output's shape or dtype.
+        """
+        if self._last is None:
+            raise RuntimeError("backward: call the layer (forward) first")
+        grads, self.grads = _backward(self, self._last, grad_output)
+        return grads
+
+    def trace(
+        self, x: Any, *, is_causal: bool = False, scale: float | None = None, tokens: Sequence[str] | None = None
+    ) -> Trace:
+        """Self-attention of one sequence x (L, D), every head's intermediates kept:
+        Q, K, V (H, L, E) after the in-projection, weights (H, L, L), each head's output
+        (H, L, E) before the out-projection, and the layer's output (L, D) after it.
+        No dropout; no appended keys."""
+        return _trace(self, x, is_causal, scale, tokens)
+
+
+def _trace(
+    layer: MultiheadAttention, x: Any, is_causal: bool, scale: float | None, tokens: Sequence[str] | None
+) -> Trace:
+    """See :meth:`MultiheadAttention.trace`."""
+    if layer.add_bias_kv or layer.add_zero_attn or "in_proj_weight" not in layer._params:
+        raise fail("self", "a layer without add_bias_kv, add_zero_attn, kdim or vdim to trace", "one with them")
+    x = _batch_first(layer, "x", x, layer.embed_dim, batched=False)  # (1, L, D)
+    Q, K, V = (split_heads(linear(x, w, b), layer.num_heads)[0] for w, b in _projections(layer))  # (H, L, E)
+    trace = build_trace(x[0], Q, K, V, scale=scale, is_causal=is_causal, tokens=tokens)
+    trace.layer_output = _out_proj(layer, merge_heads(trace.output[None]))[0]  # (1, L, D) -> (L, D)
+    return trace
+
+
+def _projections(layer: MultiheadAttention) -> list[tuple[np.ndarray, np.ndarray | None]]:
+    """(weight, bias) of the query, key and value projections."""
+    D, p = layer.embed_dim, layer._params
+    if "in_proj_weight" in p:
+        weights = [p["in_proj_weight"][i * D : (i + 1) * D] for i in range(3)]
+    else:
+        weights = [p["q_proj_weight"], p["k_proj_weight"], p["v_proj_weight"]]
+    bias = p.get("in_proj_bias")
+    return [(w, None if bias is None else bias[i * D : (i + 1) * D]) for i, w in enumerate(weights)]
+
+
+def _out_proj(layer: MultiheadAttention, merged: np.ndarray) -> np.ndarray:
+    """The heads side by side (…, D) through the output projection."""
+    return linear(merged, layer._params["out_proj.weight"], layer._params.get("out_proj.bias"))
+
+
+def _batch_first(layer: MultiheadAttention, name: str, x: Any, width: int, batched: bool) -> np.ndarray:
+    """``x`` as (N, L, width) in the layer's dtype, from the caller's layout."""
+    x = float_array(name, x)
+    expected = f"(N, L, {width})" if layer.batch_first else f"(L, N, {width})"
+    if x.ndim != (3 if batched else 2) or x.shape[-1] != width:
+        raise fail(name, f"shape {expected} or unbatched (L, {width})", f"shape {x.shape}")
+    if x.dtype != layer.dtype:
+        raise fail(name, f"dtype {layer.dtype} as the layer", f"dtype {x.dtype}", TypeError)
+    if not batched:
+        return x[None]  # (1, L, width)
+    return x if layer.batch_first else x.swapaxes(0, 1)  # (N, L, width)
+
+
+def _layout(layer: MultiheadAttention, x: np.ndarray, batched: bool) -> np.ndarray:
+    """Batch-first (N, L, ·) back to the caller's layout."""
+    return (x if layer.batch_first else x.swapaxes(0, 1)) if batched else x[0]
+
+
+def _checked_state(state: Any, current: dict[str, np.ndarray], dtype: np.dtype) -> dict[str, np.ndarray]:
+    """Copies of ``state``'s arrays, once its names, shapes and dtypes match ``current``."""
+    if not isinstance(state, dict):
+        raise fail("state", "a dict of arrays (from state_dict())", type(state).__name__, TypeError)
+    missing = sorted(set(current) - set(state))
+    unexpected = sorted(set(state) - set(current))
+    if missing or unexpected:
+        raise fail("state", f"the keys {sorted(current)}", f"missing {missing}, unexpected {unexpected}")
+    loaded = {}
+    for name, now in current.items():
+        value = array_of(f"state[{name!r}]", state[name])
+        if value.dtype.kind not in "fiu":
+            raise fail(f"state[{name!r}]", "an array of numbers", f"dtype {value.dtype}", TypeError)
+        if value.shape != now.shape:
+            raise fail(f"state[{name!r}]", f"shape {now.shape}", f"shape {value.shape}")
+        loaded[name] = value.astype(dtype)
+    return loaded
+
+
+def _forward(
+    layer: MultiheadAttention,
+    inputs: tuple[Any, Any, Any],
+    key_padding_mask: Any,
+    attn_mask: Any,
+    is_causal: bool,
+    need_weights: bool,
+) -> _Forward:
+    """Check the inputs, project, split into heads, attend, merge, project out."""
+    batched = array_of("query", inputs[0]).ndim == 3
+    widths = (layer.embed_dim, layer.kdim, layer.vdim)
+    query, key, value = (
+        _batch_first(layer, name, x, width, batched)
+        for name, x, width in zip(("query", "key", "value"), inputs, widths, strict=True)
+    )  # (N, L, D), (N, S, Dk), (N, S, Dv)
+    N, L, D = query.shape
+    S = key.shape[1]
+    if key.shape[:2] != value.shape[:2] or key.shape[0] != N:
+        raise fail("key, value", f"the same batch N={N} and length", f"shapes {key.shape}, {value.shape}")
+    H, p = layer.num_heads, layer._params
+    q, k, v = (linear(x, w, b) for x, (w, b) in zip((query, key, value), _projections(layer), strict=True))
+    if layer.add_bias_kv:
+        k = np.concatenate([k, np.broadcast_to(p["bias_k"][0], (N, 1, D))], axis=1)  # (N, S + 1, D)
+        v = np.concatenate([v, np.broadcast_to(p["bias_v"][0], (N, 1, D))], axis=1)
+    q, k, v = (split_heads(x, H) for x in (q, k, v))  # (N, H, L, E), (N, H, S', E), (N, H, S', E)
+    if layer.add_zero_attn:
+        zero = np.zeros((N, H, 1, layer.head_dim), layer.dtype)
+        k, v = np.concatenate([k, zero], axis=2), np.concatenate([v, zero], axis=2)  # (N, H, S' + 1, E)
+    extra = layer.add_bias_kv + layer.add_zero_attn
+    mask = _combined_mask(attn_mask, key_padding_mask, is_causal, (N, H, L, S), extra, layer.dtype)
+    dropout_p = layer.dropout if layer.training else 0.0
+    rng = layer.generator if dropout_p else None
+    result = attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, need_weights=need_weights, rng=rng)
+    merged = merge_heads(result.output)  # (N, L, D)
+    output = _out_proj(layer, merged)  # (N, L, D)
+    return _Forward(inputs=(query, key, value), attention=result, merged=merged, output=output, batched=batched)
+
+
+def _backward(
+    layer: MultiheadAttention, forward: _Forward, grad_output: Any
+) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray], dict[str, np.ndarray]]:
+    """The input gradients (in the caller's layout) and one gradient per parameter."""
+    N, L, D = forward.output.shape
+    grad_out = _batch_first(layer, "grad_output", grad_output, D, forward.batched)  # (N, L, D)
+    if grad_out.shape != (N, L, D):
+        raise fail("grad_output", f"the output's shape for batch {N}, length {L}", f"shape {np.shape(grad_output)}")
+    p, grads = layer._params, {}
+    grad_merged, grads["out_proj.weight"], grads["out_proj.bias"] = linear_backward(
+        grad_out, forward.merged, p["out_proj.weight"]
+    )
+    gq, gk, gv = forward.attention.backward(split_heads(grad_merged, layer.num_heads))  # (N, H, ·, E)
+    if layer.add_zero_attn:  # the zero row is a constant
+        gk, gv = gk[:, :, :-1], gv[:, :, :-1]
+    gq, gk, gv = (merge_heads(g) for g in (gq, gk, gv))  # (N, L, D), (N, S', D), (N, S', D)
+    if layer.add_bias_kv:
+        grads["bias_k"] = gk[:, -1].sum(axis=0).reshape(1, 1, D)
+        grads["bias_v"] = gv[:, -1].sum(axis=0).reshape(1, 1, D)
+        gk, gv = gk[:, :-1], gv[:, :-1]
+    projected = [
+        linear_backward(g, x, w) for g, x, (w, _) in zip((gq, gk, gv), forward.inputs, _projections(layer), strict=True)
+    ]
+    if "in_proj_weight" in p:
+        grads["in_proj_weight"] = np.concatenate([weight for _, weight, _ in projected])
+    else:
+        grads.update(
+            zip(("q_proj_weight", "k_proj_weight", "v_proj_weight"), (w for _, w, _ in projected), strict=True)
+        )
+    grads["in_proj_bias"] = np.concatenate([bias for _, _, bias in projected])
+    param_grads = {name: grads[name].astype(layer.dtype, copy=False) for name in p}
+    inputs = tuple(_layout(layer, grad_x, forward.batched) for grad_x, _, _ in projected)
+    return inputs, param_grads  # type: ignore[return-value]

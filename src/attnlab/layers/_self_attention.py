@@ -1,0 +1,84 @@
+"""The seed's self-attention layer in NumPy: the same weights as ``attnlab.reference``."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from numpy.typing import ArrayLike, DTypeLike
+
+from .. import reference
+from .._validation import fail, float_array, int_seed, layer_dtype, positive_int, real_number
+from ..functional import scaled_dot_product_attention
+from ..trace._trace import Trace, build_trace
+
+__all__ = ["SelfAttention"]
+
+
+class SelfAttention:
+    """Single-head self-attention, output = softmax(scale · (X·Wq)(X·Wk)ᵀ) · (X·Wv).
+
+    Args:
+        d_model: width of each input row.
+        d_k: width of Q, K and V (and of the output).
+        seed: the weights are drawn exactly as ``attnlab.reference.SelfAttention`` draws
+            them (the seed program's ``random.normalvariate(0, std)``, Wq then Wk then
+            Wv), so both layers agree to rounding. Default 42.
+        std: standard deviation of the draws (default 0.1).
+        weights: explicit ``(Wq, Wk, Wv)``, each (d_model, d_k), instead of drawing.
+        dtype: float64 (default) or float32.
+
+    Inputs X are (L, d_model) or (B, L, d_model); outputs (…, L, d_k).
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        d_k: int,
+        *,
+        weights: Sequence[ArrayLike] | None = None,
+        dtype: DTypeLike = np.float64,
+        seed: int = 42,
+        std: float = 0.1,
+    ) -> None:
+        self.d_model = positive_int("d_model", d_model)
+        self.d_k = positive_int("d_k", d_k)
+        self.dtype = layer_dtype(dtype)
+        if weights is None:
+            std = real_number("std", std, minimum=0.0)
+            layer = reference.SelfAttention(d_model, d_k, seed=int_seed("seed", seed), std=std)
+            weights = (layer.Wq, layer.Wk, layer.Wv)
+        elif not isinstance(weights, (list, tuple)):
+            raise fail("weights", "a (Wq, Wk, Wv) triple", type(weights).__name__, TypeError)
+        elif len(weights) != 3:
+            raise fail("weights", "a (Wq, Wk, Wv) triple", f"{len(weights)} items")
+        arrays = [float_array(f"weights[{i}]", w) for i, w in enumerate(weights)]
+        for i, w in enumerate(arrays):
+            if w.shape != (d_model, d_k):
+                raise fail(f"weights[{i}]", f"shape ({d_model}, {d_k})", f"shape {w.shape}")
+        self.Wq, self.Wk, self.Wv = (w.astype(self.dtype) for w in arrays)
+
+    def _project(self, X: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        X = float_array("X", X)
+        if X.ndim > 3 or X.shape[-1] != self.d_model:
+            raise fail("X", f"shape (L, {self.d_model}) or (B, L, {self.d_model})", f"shape {X.shape}")
+        X = X.astype(self.dtype, copy=False)
+        return X, X @ self.Wq, X @ self.Wk, X @ self.Wv  # (…, L, d_k) each
+
+    def forward(self, X: Any, *, is_causal: bool = False, scale: float | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Return ``(output, weights)``: (…, L, d_k) and (…, L, L). ``scale`` defaults
+        to 1/√d_k; ``is_causal`` lets token i attend to tokens 0..i only."""
+        _, Q, K, V = self._project(X)
+        return scaled_dot_product_attention(Q, K, V, is_causal=is_causal, scale=scale, return_weights=True)
+
+    __call__ = forward
+
+    def trace(
+        self, X: Any, *, is_causal: bool = False, scale: float | None = None, tokens: Sequence[str] | None = None
+    ) -> Trace:
+        """Every intermediate of one forward pass of a (L, d_model) input, as a Trace."""
+        X, Q, K, V = self._project(X)
+        if X.ndim != 2:
+            raise fail("X", f"one sequence of shape (L, {self.d_model}) to trace", f"shape {X.shape}")
+        return build_trace(X, Q, K, V, scale=scale, is_causal=is_causal, tokens=tokens)

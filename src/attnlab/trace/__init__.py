@@ -1,0 +1,8 @@
+"""Traces: every intermediate of one attention forward (:class:`Trace`) or of a model's
+traced layers (:class:`ModelTrace`), as text, JSON and, through :mod:`attnlab.viz`, a page."""
+
+from ._display import register_notebook_html
+from ._model_trace import ModelTrace
+from ._trace import LANGUAGES, Trace, build_trace
+
+__all__ = ["LANGUAGES", "ModelTrace", "Trace", "build_trace", "register_notebook_html"]

@@ -1,0 +1,349 @@
+"""Every intermediate of one self-attention forward pass, as data, text or JSON.
+
+The text has the seed program's sections in its order: the input's length and width,
+the shapes of Q, K and V, the raw scores, the scaled scores, the softmax weights and
+each token's output. Masked scores are −inf in the arrays, ``-inf`` in the text and
+``null`` in JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import unicodedata
+from collections.abc import Sequence
+from dataclasses import dataclass, fields
+from typing import Any
+
+import numpy as np
+
+from .._validation import ArgumentError, fail, real_number
+from ..engine._masks import mask_scores_
+from ..functional import scaled_dot_product_attention
+from ..reference import AttentionSteps
+from ._display import notebook_html
+
+__all__ = ["ARRAYS", "LANGUAGES", "Trace", "build_trace", "json_ready"]
+
+_LABELS = {
+    "zh": {
+        "title": "自注意力演示",
+        "length": "输入序列长度",
+        "width": "输入维度",
+        "shape": "{name} 的形状",
+        "scores": "原始注意力分数",
+        "scaled": "缩放后的注意力分数",
+        "scale": "缩放系数",
+        "weights": "注意力权重（Softmax 后）",
+        "output": "自注意力输出",
+        "row": "第 {i} 行{tok}",
+        "token_output": "词 {i}{tok} 的输出",
+        "head": "注意力头",
+        "head_output": "注意力头 {h} 的输出（out_proj 之前）",
+        "layer_output": "层输出（拼接各头后经 out_proj）",
+        "keys": "键",
+    },
+    "en": {
+        "title": "Self-attention demo",
+        "length": "Input length",
+        "width": "Input dimension",
+        "shape": "shape of {name}",
+        "scores": "Raw attention scores",
+        "scaled": "Scaled attention scores",
+        "scale": "scale",
+        "weights": "Attention weights (after softmax)",
+        "output": "Self-attention output",
+        "row": "row {i}{tok}",
+        "token_output": "output of token {i}{tok}",
+        "head": "head",
+        "head_output": "Output of head {h} (before out_proj)",
+        "layer_output": "Layer output (the heads side by side, through out_proj)",
+        "keys": "keys",
+    },
+}
+LANGUAGES = tuple(_LABELS)
+_RULE = "=" * 50
+
+
+ARRAYS = ("inputs", "Q", "K", "V", "scores", "scaled_scores", "weights", "output")
+
+
+# JSON has no NaN or infinity: −∞ (a masked score) is written null, +∞ "Infinity" and
+# NaN "NaN", so that every trace is valid JSON and reads back as it was.
+_NON_FINITE = {"Infinity": math.inf, "NaN": math.nan}
+
+
+def json_ready(value: Any) -> Any:
+    """Nested lists of Python floats, the non-finite ones encoded as above."""
+    if isinstance(value, list):
+        return [json_ready(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return None if value < 0 else "NaN" if math.isnan(value) else "Infinity"
+    return value
+
+
+def _number(value: Any) -> Any:
+    """One number of :func:`json_ready`'s encoding, decoded."""
+    if value is None:
+        return -math.inf
+    if isinstance(value, str):
+        return _NON_FINITE[value]  # KeyError: not a number
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"not a number: {value!r}")
+    return float(value)  # OverflowError: an integer beyond float range
+
+
+_decode = np.frompyfunc(_number, 1, 1)
+
+
+def _from_json(value: Any) -> np.ndarray:
+    """Inverse of :func:`json_ready`, as a float array (NumPy refuses nesting past 64
+    levels and ragged rows, so a hostile document never recurses deeply)."""
+    raw = np.array(value, dtype=object)
+    return np.asarray(_decode(raw), dtype=float) if raw.size else raw.astype(float)
+
+
+@dataclass
+class Trace:
+    """One forward pass of self-attention over L tokens.
+
+    inputs X (L, d_model); Q, K, V (L, d_k); scores = Q·Kᵀ (L, L); ``scale``, the scores'
+    multiplier; scaled_scores = scale · scores with masked entries −inf; weights =
+    softmax(scaled_scores) (L, L); output = weights·V (L, d_k); ``tokens`` label the rows
+    (None: positions). A multi-head trace has a leading head axis on every array but
+    ``inputs``: Q (H, L, d_k), weights (H, L, L), and so on, and ``layer_output`` (L, D),
+    the layer's output after out_proj (None for a single head).
+    """
+
+    inputs: np.ndarray
+    Q: np.ndarray
+    K: np.ndarray
+    V: np.ndarray
+    scores: np.ndarray
+    scale: float
+    scaled_scores: np.ndarray
+    weights: np.ndarray
+    output: np.ndarray
+    tokens: list[str] | None = None
+    layer_output: np.ndarray | None = None
+
+    @property
+    def num_heads(self) -> int:
+        return 1 if self.weights.ndim == 2 else self.weights.shape[0]
+
+    def head(self, h: int) -> Trace:
+        """The single-head trace of head ``h``."""
+        if isinstance(h, bool) or not isinstance(h, (int, np.integer)) or not 0 <= h < self.num_heads:
+            raise fail("h", f"a head index in 0..{self.num_heads - 1}", repr(h))
+        if self.weights.ndim == 2:
+            return self
+        arrays = {name: getattr(self, name)[h] for name in ARRAYS if name != "inputs"}
+        return Trace(inputs=self.inputs, scale=self.scale, tokens=self.tokens, **arrays)  # no layer output
+
+    @property
+    def labels(self) -> list[str]:
+        """The tokens, or the positions 0..L−1 as text."""
+        return self.tokens if self.tokens is not None else [str(i) for i in range(len(self.inputs))]
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready: nested lists of Python floats (full precision); −inf as None,
+        +inf as "Infinity", NaN as "NaN"."""
+        result: dict[str, Any] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, np.ndarray):  # only a matrix with non-finite values needs the walk
+                value = value.tolist() if np.isfinite(value).all() else json_ready(value.tolist())
+            result[f.name] = value
+        return result
+
+    def to_json(self) -> str:
+        """The trace as JSON: valid JSON always (see :meth:`to_dict` for non-finite values)."""
+        return json.dumps(self.to_dict(), ensure_ascii=False, allow_nan=False)  # no indent: the C encoder
+
+    @classmethod
+    def from_reference(cls, inputs: Any, steps: AttentionSteps, tokens: list[str] | None = None) -> Trace:
+        """The trace of ``attnlab.reference.SelfAttention``, bit for bit."""
+        arrays = {name: np.array(getattr(steps, name)) for name in ARRAYS if name != "inputs"}
+        return cls(inputs=np.array(inputs, dtype=float), scale=1.0 / steps.scale_factor, tokens=tokens, **arrays)
+
+    @classmethod
+    def from_dict(cls, data: Any, source: str = "trace") -> Trace:
+        """Inverse of :meth:`to_dict`, checked.
+
+        Raises:
+            ArgumentError: naming ``source`` and the problem, when a field is missing or
+                the shapes do not fit together.
+        """
+        return _trace_from_dict(data, source)
+
+    def render(self, *, lang: str = "zh", precision: int = 4, title: str | None = None) -> str:
+        """The seed demo's text, in Chinese (default) or English labels; a multi-head
+        trace shows each head's steps in turn."""
+        return _render(self, lang, precision, title)
+
+    def _repr_html_(self) -> str | None:
+        """Jupyter's display: the interactive page in a sandboxed iframe, or None (the
+        text repr) when the trace is too large for a page."""
+        return notebook_html(self)
+
+    def __repr__(self) -> str:
+        L, d_model = self.inputs.shape
+        return f"Trace(L={L}, d_model={d_model}, heads={self.num_heads}, scale={self.scale:.4g})"
+
+
+def _decoded(data: dict[str, Any], name: str, source: str) -> np.ndarray:
+    """Field ``name`` of a saved trace as a float array, or an error naming it."""
+    try:
+        return _from_json(data[name])
+    except (TypeError, ValueError, KeyError, OverflowError, RecursionError):
+        raise ArgumentError(f"{source}: {name}: expected a matrix of numbers") from None
+
+
+def _trace_from_dict(data: Any, source: str) -> Trace:
+    """See :meth:`Trace.from_dict`."""
+    if not isinstance(data, dict):
+        raise ArgumentError(f"{source}: expected a trace (a dict as Trace.to_dict gives)")
+    missing = [name for name in (*ARRAYS, "scale") if name not in data]
+    if missing:
+        raise ArgumentError(f"{source}: not a trace, missing {', '.join(missing)}")
+    arrays = {name: _decoded(data, name, source) for name in ARRAYS}
+    if arrays["inputs"].ndim != 2 or 0 in arrays["inputs"].shape:
+        raise ArgumentError(f"{source}: inputs: expected a (L, d_model) matrix, got shape {arrays['inputs'].shape}")
+    L = arrays["inputs"].shape[0]
+    weights = arrays["weights"]
+    if weights.ndim not in (2, 3) or weights.shape[-2:] != (L, L):
+        raise ArgumentError(
+            f"{source}: weights: expected shape (L, L) or (H, L, L) with L={L} input rows, got {weights.shape}"
+        )
+    for name in ("scores", "scaled_scores"):
+        if arrays[name].shape != weights.shape:
+            raise ArgumentError(
+                f"{source}: {name}: expected shape {weights.shape} as weights, got {arrays[name].shape}"
+            )
+    rows = weights.shape[:-1]  # (L,) or (H, L): every projection has one row per token and head
+    for name, like in (("Q", "Q"), ("K", "Q"), ("V", "V"), ("output", "V")):
+        shape, expected = arrays[name].shape, (*rows, arrays[like].shape[-1] if arrays[like].ndim else -1)
+        if arrays[name].ndim != len(expected) or shape != expected or shape[-1] < 1:
+            raise ArgumentError(f"{source}: {name}: expected shape {(*rows, 'width')}, got {shape}")
+    layer_output = None
+    if data.get("layer_output") is not None:
+        layer_output = _decoded(data, "layer_output", source)
+        if layer_output.ndim != 2 or layer_output.shape[0] != L or weights.ndim != 3:
+            wanted = f"shape ({L}, width) beside (H, L, L) weights"
+            raise ArgumentError(f"{source}: layer_output: expected {wanted}, got {layer_output.shape}")
+    tokens = data.get("tokens")
+    if tokens is not None and (not isinstance(tokens, list) or len(tokens) != L):
+        raise ArgumentError(
+            f"{source}: tokens: expected {L} labels, one per input row, got "
+            f"{len(tokens) if isinstance(tokens, list) else type(tokens).__name__}"
+        )
+    scale = data["scale"]
+    try:
+        finite = not isinstance(scale, bool) and isinstance(scale, (int, float)) and math.isfinite(scale)
+    except OverflowError:  # an integer beyond float range
+        finite = False
+    if not finite:
+        got = f"an integer of {len(str(scale))} digits" if isinstance(scale, int) else repr(scale)
+        raise ArgumentError(f"{source}: scale: expected a finite number, got {got}")
+    labels = None if tokens is None else [str(t) for t in tokens]
+    for label in labels or []:
+        try:
+            label.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ArgumentError(f"{source}: tokens: expected text, got {label!r} (not valid Unicode)") from None
+    return Trace(scale=float(data["scale"]), tokens=labels, layer_output=layer_output, **arrays)
+
+
+def _render(trace: Trace, lang: str, precision: int, title: str | None) -> str:
+    """See :meth:`Trace.render`."""
+    if lang not in _LABELS:
+        raise fail("lang", f"one of {', '.join(_LABELS)}", repr(lang))
+    if isinstance(precision, bool) or not isinstance(precision, int) or not 0 <= precision <= 17:
+        raise fail("precision", "an integer in 0..17", repr(precision))
+    t = _LABELS[lang]
+
+    names = trace.tokens
+
+    def label(key: str, i: int) -> str:
+        return t[key].format(i=i, tok="" if names is None else f" ({names[i]})")
+
+    def rows(key: str, matrix: np.ndarray, header: bool = False) -> list[str]:
+        cells = [[f"{x:.{precision}f}" for x in row] for row in matrix]
+        width = max(len(c) for row in cells for c in row)
+        # a column is as wide as its widest number, or its key's token when there is a header
+        widths = [max(width, _display_width(n)) for n in names] if header and names else [width] * len(cells[0])
+        labels = [label(key, i) for i in range(len(cells))]
+        # labels differ in width (a two-digit row, a Chinese token takes two columns): pad them
+        label_width = max(_display_width(text) for text in labels)
+        lines = [
+            f"{_pad(text, label_width, left=False)}: [{', '.join(map(str.rjust, row, widths))}]"
+            for text, row in zip(labels, cells, strict=True)
+        ]
+        if header and names is not None:  # the keys above their columns
+            keys = ", ".join(_pad(n, w) for n, w in zip(names, widths, strict=True))
+            lines.insert(0, f"{_pad(t['keys'], label_width)}   {keys}")
+        return lines
+
+    def section(heading: str, matrix: np.ndarray) -> list[str]:
+        return [f"\n  {heading}:"] + [f"    {line}" for line in rows("row", matrix, header=True)]
+
+    L, d_model = trace.inputs.shape
+    lines = [_RULE, title or t["title"], _RULE, f"{t['length']}: {L}", f"{t['width']}: {d_model}"]
+    for h in range(trace.num_heads):
+        one = trace.head(h)
+        lines += [f"\n-- {t['head']} {h} --"] if trace.num_heads > 1 else []
+        lines += [""] + [
+            f"  {t['shape'].format(name=n)}: {len(m)} × {m.shape[1]}"
+            for n, m in zip("QKV", (one.Q, one.K, one.V), strict=True)
+        ]
+        lines += section(t["scores"], one.scores)
+        if not math.isclose(trace.scale, 1 / math.sqrt(one.Q.shape[1]), rel_tol=1e-12):
+            lines.append(f"\n  {t['scale']}: {trace.scale:.{precision}f}")
+        lines += section(t["scaled"], one.scaled_scores)
+        lines += section(t["weights"], one.weights)
+        heading = t["output"] if trace.num_heads == 1 else t["head_output"].format(h=h)
+        lines += ["", _RULE, f"{heading}:", _RULE]
+        lines += rows("token_output", one.output)
+    if trace.layer_output is not None:
+        lines += ["", _RULE, f"{t['layer_output']}:", _RULE]
+        lines += rows("token_output", trace.layer_output)
+    return "\n".join(lines)
+
+
+def _display_width(text: str) -> int:
+    """Columns ``text`` takes in a terminal: East Asian wide and full-width characters take two."""
+    return sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
+
+
+def _pad(text: str, width: int, left: bool = True) -> str:
+    """``text`` padded with spaces to ``width`` terminal columns, on the left (right-aligned) or right."""
+    space = " " * max(0, width - _display_width(text))
+    return space + text if left else text + space
+
+
+def build_trace(
+    inputs: np.ndarray,
+    Q: np.ndarray,
+    K: np.ndarray,
+    V: np.ndarray,
+    *,
+    scale: float | None,
+    is_causal: bool,
+    tokens: Sequence[str] | None,
+) -> Trace:
+    """The trace of attention over projections Q, K (…, L, d_k) and V (…, L, d_v) of
+    ``inputs`` (L, d_model): the weights and output come from the engine, the scores
+    beside them for display."""
+    scale = 1.0 / math.sqrt(Q.shape[-1]) if scale is None else real_number("scale", scale)
+    L = len(inputs)
+    if isinstance(tokens, str):
+        raise fail("tokens", f"{L} labels, one per row of the input", "a string", TypeError)
+    if tokens is not None and len(tokens) != L:
+        raise fail("tokens", f"{L} labels, one per row of the input", f"{len(tokens)} labels")
+    output, weights = scaled_dot_product_attention(Q, K, V, is_causal=is_causal, scale=scale, return_weights=True)
+    with np.errstate(over="ignore", invalid="ignore"):  # overflowing scores are shown as ±inf or NaN
+        scores = Q @ np.swapaxes(K, -1, -2)  # (…, L, L)
+        scaled = scores * scale
+    mask_scores_(scaled, None, is_causal)  # −inf where key j comes after query i
+    labels = None if tokens is None else list(tokens)
+    return Trace(inputs, Q, K, V, scores, scale, scaled, weights, output, labels)  # the fields in order

@@ -1,0 +1,174 @@
+"""One self-contained HTML page that shows a trace: scripts, styles and data inline,
+nothing fetched from the network.
+
+The page holds the raw scores Q·Kᵀ, the mask, and Q, K, V of every head; it computes
+the weights itself as softmax(scale · scores) over the unmasked keys, so that its scale
+slider can recompute them live.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+from importlib.resources import files
+from pathlib import Path
+
+import numpy as np
+
+from .._validation import MissingDependencyError, fail, output_path
+from ..trace import ModelTrace
+from ..trace._trace import Trace
+
+__all__ = ["check_path", "notebook_html", "page_bytes", "page_data", "render_page", "show", "view", "write_page"]
+
+_PLACEHOLDER = "__ATTNLAB_DATA__"
+MAX_PAGE_BYTES = 16 * 10**6  # a model's page: what Chromium opens and draws in a few seconds
+MAX_TRACE_PAGE_BYTES = 64 * 10**6  # a single layer's page, exact always (as before there were models)
+MAX_MODEL_PAGE_SCORES = 2**22  # L²·heads·layers: the scores a model's page computes when it opens (about 2 s)
+GIVEN_SCORES_UP_TO = 2**18  # scores in all: up to this many the page carries them, past it computes q·k
+
+
+def _with_heads(x: np.ndarray) -> np.ndarray:
+    """A trace's array with its head axis, (H, L, ·), one head or many."""
+    return x if x.ndim == 3 else x[None]
+
+
+def _binary(x: np.ndarray, dtype: str) -> str:
+    """A float array as base64 of its little-endian bytes, row-major: float64 and float32
+    exact (NaN and ±∞ included); "float24" is float32 rounded to nearest with 16 mantissa
+    bits (2⁻¹⁷ relative), its top three bytes, for pages that would not fit otherwise."""
+    if dtype != "float24":
+        return base64.b64encode(
+            np.ascontiguousarray(x, dtype="<f8" if dtype == "float64" else "<f4").tobytes()
+        ).decode()
+    bits = np.ascontiguousarray(np.where(np.isnan(x), np.nan, x), dtype="<f4").view("<u4")  # one NaN pattern
+    near_top = (bits & 0x7FFFFFFF) >= 0x7F7FFF80  # rounding up would reach ∞ (or already is ∞, NaN)
+    rounded = np.where(near_top, bits, bits + 0x80)
+    return base64.b64encode(rounded.view(np.uint8).reshape(-1, 4)[:, 1:].tobytes()).decode()
+
+
+def page_bytes(length: int, heads: int, layers: int, widths: tuple[int, int], itemsize: int = 3) -> int:
+    """About the size of a page's data: q, k (width E) and v (width Ev) of every head and
+    layer, ``itemsize`` bytes each (3: float24, the least a page uses), in base64."""
+    numbers = length * heads * layers * (2 * widths[0] + widths[1])
+    return numbers * itemsize * 4 // 3
+
+
+def page_data(trace: Trace | ModelTrace) -> dict[str, object]:
+    """What the page needs: the tokens and, per layer (one for a Trace), its name, scale,
+    mask and per-head q, k, v (H, L, ·) as base64 float arrays; the raw scores q·kᵀ
+    (H, L, L) too while the page holds at most GIVEN_SCORES_UP_TO of them in all, past
+    which the page computes them from q and k."""
+    if isinstance(trace, ModelTrace):
+        named: list[tuple[int | None, Trace]] = list(trace.layers.items())
+        tokens, model, special, parts = trace.tokens, trace.model, trace.special, trace.parts
+    else:
+        named, tokens, model = [(None, trace)], trace.labels, ""
+        special, parts = [False] * len(tokens), [""] * len(tokens)
+    given = sum(_with_heads(t.scores).size for _, t in named) <= GIVEN_SCORES_UP_TO
+    widths = (_with_heads(named[0][1].Q).shape[-1], _with_heads(named[0][1].V).shape[-1])
+    H = _with_heads(named[0][1].Q).shape[0]
+    itemsize = 8 if named[0][1].Q.dtype == np.float64 else 4
+    exact = page_bytes(len(tokens), H, len(named), widths, itemsize) <= MAX_PAGE_BYTES * 0.95  # room for the rest
+    # a model's page past 16 MB rounds its numbers to fit; a single layer's stays exact
+    dtype = ("float64" if itemsize == 8 else "float32") if exact or not model else "float24"
+    layers = [{"name": "" if i is None else f"layer {i}", "index": i, **_layer_data(t, given, dtype)} for i, t in named]
+    return {"tokens": tokens, "model": model, "special": special, "parts": parts, "layers": layers}
+
+
+def _layer_data(trace: Trace, with_scores: bool, dtype: str) -> dict[str, object]:
+    """One attention layer's numbers for the page."""
+    scaled = _with_heads(trace.scaled_scores)  # (H, L, L)
+    # masked: −∞ after the mask where the raw score was not −∞ already (that is overflow)
+    masked = np.isneginf(scaled[0]) & ~np.isneginf(_with_heads(trace.scores)[0])
+    q, k, v = (_with_heads(x) for x in (trace.Q, trace.K, trace.V))  # (H, L, E), (H, L, E), (H, L, Ev)
+    return {
+        "scale": trace.scale,
+        "heads": q.shape[0],
+        "d_k": int(q.shape[-1]),
+        "d_v": int(v.shape[-1]),
+        "dtype": dtype,
+        "masked": ["".join("1" if m else "0" for m in row) for row in masked],
+        **{name: _binary(x, dtype) for name, x in (("q", q), ("k", k), ("v", v))},
+        "scores": _binary(_with_heads(trace.scores), dtype) if with_scores else None,
+    }
+
+
+def render_page(trace: Trace | ModelTrace) -> str:
+    """The HTML text. The data sits in a JSON script block with '<', '>' and '&'
+    escaped, so no token can end the block or inject markup; the script only ever
+    writes tokens as text."""
+    model = isinstance(trace, ModelTrace)
+    if isinstance(trace, ModelTrace):
+        scores = sum(_with_heads(t.scores).size for t in trace.layers.values())
+        if scores > MAX_MODEL_PAGE_SCORES:
+            raise fail(
+                "trace",
+                f"a model's page of at most {MAX_MODEL_PAGE_SCORES:,} scores (L²·heads·layers, what it computes in "
+                "about 2 s); trace fewer layers or tokens",
+                f"{scores:,}",
+            )
+    payload = json.dumps(page_data(trace), ensure_ascii=False, allow_nan=False)
+    size, limit = len(payload.encode("utf-8")), MAX_PAGE_BYTES if model else MAX_TRACE_PAGE_BYTES
+    if size > limit:
+        fewer = "fewer layers, tokens or heads" if model else "fewer tokens or heads"
+        raise fail(
+            "trace",
+            f"a page of at most {limit / 1e6:.0f} MB of data (what a browser opens in a few seconds); use {fewer}",
+            f"{size / 1e6:.1f} MB",
+        )
+    payload = payload.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+    template = (files("attnlab.viz") / "assets" / "page.html").read_text(encoding="utf-8")
+    return template.replace(_PLACEHOLDER, payload)
+
+
+def check_path(path: str | Path) -> Path:
+    """``path`` as a Path, once it names an .html file in a folder that exists."""
+    return output_path(path, (".html", ".htm"))
+
+
+def write_page(trace: Trace | ModelTrace, path: str | Path) -> None:
+    """Write the page of ``trace`` to ``path`` (.html)."""
+    check_path(path).write_text(render_page(trace), encoding="utf-8")
+
+
+def view(trace: Trace | ModelTrace, path: str | Path | None = None) -> str | None:
+    """The interactive page of ``trace``: written to ``path`` (.html), or returned as HTML
+    text when there is no path. Self-contained: scripts, styles and data inline.
+
+    Raises:
+        ArgumentError: a path that is not an .html file in an existing folder, or a trace
+            too large for a browser.
+    """
+    if not isinstance(trace, (Trace, ModelTrace)):
+        raise fail("trace", "an attnlab.Trace or attnlab.models.ModelTrace", type(trace).__name__, TypeError)
+    if path is None:
+        return render_page(trace)
+    write_page(trace, path)
+    return None
+
+
+def notebook_html(trace: Trace | ModelTrace, height: int = 900) -> str:
+    """The page in a sandboxed iframe, for Jupyter: its scripts run in an opaque origin
+    that can reach neither the notebook nor the network."""
+    page = html.escape(render_page(trace), quote=True)
+    return (  # in a div: IPython warns about HTML that starts with <iframe
+        f'<div><iframe sandbox="allow-scripts allow-downloads" srcdoc="{page}" title="attnlab view" '
+        f'style="width: 100%; height: {height}px; border: 1px solid #ddd"></iframe></div>'
+    )
+
+
+def show(trace: Trace | ModelTrace) -> None:
+    """Display the page of ``trace`` in a Jupyter notebook (IPython's display).
+
+    Raises:
+        MissingDependencyError: IPython is not installed.
+    """
+    if not isinstance(trace, (Trace, ModelTrace)):
+        raise fail("trace", "an attnlab.Trace or attnlab.models.ModelTrace", type(trace).__name__, TypeError)
+    try:
+        from IPython.display import HTML, display
+    except ImportError:
+        raise MissingDependencyError("attnlab.show needs IPython (Jupyter): pip install ipython") from None
+    display(HTML(notebook_html(trace)))

@@ -1,0 +1,279 @@
+"""Heatmaps of a trace with matplotlib (the ``viz`` extra): PNG, SVG, PDF, or an Axes.
+
+One panel per head in a grid, token labels on both axes (every n-th past 60 tokens;
+one- and two-character tokens upright), a colour bar, and the values written in the
+cells when the matrix is small. Chinese tokens need a CJK font: one is looked for among
+the system's fonts; when none exists a single ``MissingFontWarning`` says that the
+tokens will be drawn as empty boxes, and how to install a font.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .._validation import MissingDependencyError, fail, flag, output_path
+from ..trace import ModelTrace
+from ..trace._trace import Trace
+
+__all__ = [
+    "FORMATS",
+    "STAGES",
+    "MissingFontWarning",
+    "check_path",
+    "find_cjk_font",
+    "needs_cjk",
+    "plot",
+    "select_heads",
+]
+
+FORMATS = (".png", ".svg", ".pdf")
+STAGES = {"scores": "scores", "scaled": "scaled_scores", "weights": "weights"}
+ANNOTATE_UP_TO = 16  # write the values in the cells of matrices up to this many rows and columns
+LABELS_UP_TO = 60  # past this many tokens, label every n-th so that at most this many show
+
+
+class MissingFontWarning(UserWarning):
+    """Tokens need glyphs that no installed font has."""
+
+
+_CJK_FONTS = (
+    "Noto Sans CJK SC",
+    "Noto Sans CJK JP",
+    "Noto Sans SC",
+    "Source Han Sans SC",
+    "WenQuanYi Zen Hei",
+    "WenQuanYi Micro Hei",
+    "Droid Sans Fallback",
+    "AR PL UMing CN",
+    "SimHei",
+    "Microsoft YaHei",
+    "PingFang SC",
+)
+_CJK_FILE_HINTS = ("cjk", "wqy", "han", "droid", "uming", "ukai", "zenhei", "simhei", "yahei", "pingfang", "sc")
+
+
+# CJK punctuation, kana and ideographs; Hangul (jamo, compatibility jamo, syllables); full-width forms
+_CJK_RANGES = ((0x1100, 0x11FF), (0x3000, 0x9FFF), (0xAC00, 0xD7AF), (0xFF00, 0xFFEF))
+
+
+def needs_cjk(texts: list[str]) -> bool:
+    """Whether any text has a character that Latin fonts lack: Chinese, Japanese or Korean."""
+    return any(low <= ord(c) <= high for text in texts for c in text for low, high in _CJK_RANGES)
+
+
+def find_cjk_font() -> str | None:
+    """The family name of an installed font with Chinese glyphs, or None. Fonts
+    installed after matplotlib built its cache are found and added too."""
+    from matplotlib import font_manager
+    from matplotlib.ft2font import FT2Font
+
+    known = {font.name for font in font_manager.fontManager.ttflist}
+    for name in _CJK_FONTS:
+        if name in known:
+            return name
+    for path in font_manager.findSystemFonts():
+        if not any(hint in Path(path).name.lower() for hint in _CJK_FILE_HINTS):
+            continue
+        try:
+            if FT2Font(path).get_char_index(ord("中")):
+                font_manager.fontManager.addfont(path)
+                return str(font_manager.FontProperties(fname=path).get_name())
+        except (OSError, RuntimeError):
+            continue
+    return None
+
+
+def select_heads(spec: Any, num_heads: int) -> list[int]:
+    """``"all"``, comma-separated indices such as ``"0,2,5"``, or a sequence of ints:
+    distinct head indices in 0..num_heads − 1."""
+    if isinstance(spec, str):
+        if spec == "all":
+            return list(range(num_heads))
+        try:
+            heads = [int(part) for part in spec.split(",")]
+        except ValueError:
+            raise fail("heads", "'all' or indices such as 0,2,5", repr(spec)) from None
+    elif isinstance(spec, (list, tuple)) and all(
+        isinstance(h, (int, np.integer)) and not isinstance(h, (bool, np.bool_)) for h in spec
+    ):
+        heads = [int(h) for h in spec]
+    else:
+        raise fail("heads", "'all', indices such as '0,2,5', or a list of ints", repr(spec), TypeError)
+    if not heads or any(not 0 <= h < num_heads for h in heads):
+        raise fail("heads", f"indices in 0..{num_heads - 1}", repr(spec))
+    if len(set(heads)) != len(heads):
+        raise fail("heads", "each head once", repr(spec))
+    return heads
+
+
+def check_path(path: str | Path) -> Path:
+    """``path`` as a Path, once it names a .png, .svg or .pdf file in a folder that exists."""
+    return output_path(path, FORMATS)
+
+
+def _tick_labels(labels: list[str], most: int = LABELS_UP_TO) -> tuple[list[int], list[str]]:
+    """Positions and texts of the labels to draw: all up to ``most``, else every n-th;
+    a token past 16 characters is cut to its first 15 and "…"."""
+    every = math.ceil(len(labels) / most)
+    positions = list(range(0, len(labels), every))
+    return positions, [labels[i] if len(labels[i]) <= 16 else labels[i][:15] + "…" for i in positions]
+
+
+def _font(labels: list[str]) -> dict[str, Any]:
+    """Font properties that draw ``labels``; warns once when Chinese has no font."""
+    if not needs_cjk(labels):
+        return {}
+    family = find_cjk_font()
+    if family is None:
+        warnings.warn(
+            "no font with Chinese glyphs is installed, so the Chinese tokens will be drawn as empty boxes; "
+            "install one (Debian/Ubuntu: apt-get install fonts-noto-cjk) and run again",
+            MissingFontWarning,
+            stacklevel=3,
+        )
+        return {}
+    return {"family": [family, "DejaVu Sans"]}
+
+
+@dataclass(frozen=True)
+class _Panel:
+    """One matrix of the picture: head ``head`` of ``trace``, titled by ``where``; a small
+    panel of a grid labels only the axes on the grid's edge and writes no values."""
+
+    trace: Trace
+    head: int
+    where: str = ""
+    small: bool = False
+    left: bool = True
+    bottom: bool = True
+
+
+def _draw(ax: Any, panel: _Panel, stage: str, low: float, high: float, font: dict[str, Any]) -> Any:
+    """One head's matrix into ``ax``, with its labels and a title that ends with the panel's
+    ``where`` (default: the head, when there are several); returns the image."""
+    trace, h = panel.trace, panel.head
+    matrix = getattr(trace.head(h), STAGES[stage])
+    L = len(trace.labels)
+    image = ax.imshow(np.ma.masked_invalid(matrix), cmap="viridis", vmin=low, vmax=high, interpolation="nearest")
+    positions, texts = _tick_labels(trace.labels, 12 if panel.small else LABELS_UP_TO)
+    # one or two characters (Chinese ones above all) stand upright while there is room for them
+    upright = all(len(t) <= 2 for t in texts) and len(positions) <= 30
+    size = max(6, min(10, 500 / len(positions))) if positions else 10
+    ax.set_xticks(positions, texts if panel.bottom else [], rotation=0 if upright else 90, fontdict=font, fontsize=size)
+    ax.set_yticks(positions, texts if panel.left else [], fontdict=font, fontsize=size)
+    if panel.bottom:
+        ax.set_xlabel("key")
+    if panel.left:
+        ax.set_ylabel("query")
+    title = {"weights": "attention weights", "scaled": "scaled scores", "scores": "raw scores Q·Kᵀ"}[stage]
+    where = panel.where or (f"head {h}" if trace.num_heads > 1 else "")
+    ax.set_title(
+        where if panel.small else f"{title} · {where}" if where else title, fontsize=9 if panel.small else None
+    )
+    if L <= ANNOTATE_UP_TO and not panel.small:
+        for (i, j), value in np.ndenumerate(matrix):
+            text = "−∞" if np.isneginf(value) else f"{value:.2f}"
+            light = np.isfinite(value) and value < low + 0.6 * (high - low)
+            ax.text(j, i, text, ha="center", va="center", fontsize=7, color="white" if light else "black")
+    return image
+
+
+def _value_range(panels: list[_Panel], stage: str, relative: bool) -> tuple[float, float]:
+    """The colour scale: weights from 0 to 1, as the page draws them (to the largest with
+    ``relative``); scores over their range."""
+    matrices = [getattr(p.trace.head(p.head), STAGES[stage]) for p in panels]
+    finite = np.concatenate([m[np.isfinite(m)] for m in matrices])
+    if stage == "weights":  # a matrix with no finite value (overflow) still gets a colour scale
+        return 0.0, max(float(finite.max(initial=0.0)), 1e-12) if relative else 1.0
+    return float(finite.min(initial=0.0)), float(finite.max(initial=0.0))
+
+
+def plot(
+    trace: Trace | ModelTrace,
+    target: str | Path | Any,
+    *,
+    stage: str = "weights",
+    heads: str | Sequence[int] = "all",
+    relative: bool = False,
+    progress: Callable[[str], None] | None = None,
+) -> Any:
+    """Draw ``stage`` ("weights", "scaled" or "scores") of the chosen heads of ``trace``.
+
+    ``target`` is a file (.png, .svg or .pdf), written with one panel per head and a colour
+    bar, or a matplotlib ``Axes``, into which one head is drawn (``heads`` must name one).
+    A model's trace (``attnlab.models``) draws a grid: a row of the chosen heads for each
+    traced layer; when the panels are small, only the grid's left column and bottom row carry
+    the tokens, so choose fewer layers or heads to zoom in.
+    ``heads``: "all", indices such as "0,2,5", or a list of ints. Weights are coloured from 0
+    to 1 (near-uniform attention is dark), or from 0 to the largest with ``relative``.
+    ``progress`` is told what is being drawn when the picture is large. Returns the Figure
+    (a file) or the Axes.
+
+    Raises:
+        ArgumentError: a bad path, stage or head index.
+        MissingDependencyError: matplotlib is not installed (``pip install 'attnlab[viz]'``).
+    Warns:
+        MissingFontWarning: Chinese tokens and no font to draw them.
+    """
+    try:
+        from matplotlib.axes import Axes
+        from matplotlib.figure import Figure
+    except ImportError:
+        raise MissingDependencyError("plotting needs matplotlib: pip install 'attnlab[viz]'") from None
+    if not isinstance(trace, (Trace, ModelTrace)):
+        raise fail("trace", "an attnlab.Trace or attnlab.models.ModelTrace", type(trace).__name__, TypeError)
+    if not isinstance(target, (str, Path, Axes)):
+        raise fail("target", "a file path (.png, .svg, .pdf) or a matplotlib Axes", type(target).__name__, TypeError)
+    if stage not in STAGES:
+        raise fail("stage", f"one of {', '.join(STAGES)}", repr(stage))
+    chosen = select_heads(heads, trace.num_heads)
+    labels = trace.tokens if isinstance(trace, ModelTrace) else trace.labels
+    L = len(labels)
+    size = min(max(3.5, 0.3 * min(L, LABELS_UP_TO) + 2.0), 10.0)  # inches a panel
+    if isinstance(trace, ModelTrace):
+        rows, columns = len(trace.layers), len(chosen)
+        size = min(size, max(2.2, 30 / max(rows, columns)))  # a 12 × 12 grid stays a few thousand pixels
+        small = size < 4.5
+        panels = [
+            _Panel(t, h, f"layer {i} · head {h}", small, left=c == 0, bottom=r == rows - 1 or not small)
+            for r, (i, t) in enumerate(trace.layers.items())
+            for c, h in enumerate(chosen)
+        ]
+    else:
+        panels = [_Panel(trace, h) for h in chosen]
+        rows = math.ceil(len(panels) / 4)  # at most 4 a row, rows as even as they can be
+        columns = math.ceil(len(panels) / rows)
+    low, high = _value_range(panels, stage, flag("relative", relative))
+    font = _font(labels)
+    quiet_fonts = logging.getLogger("matplotlib.font_manager")  # it logs weight substitutions (CJK fonts are 500)
+    level = quiet_fonts.level
+    quiet_fonts.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="Glyph .* missing from")  # said once, by _font
+            if isinstance(target, Axes):
+                if len(panels) != 1:
+                    raise fail("heads", "one head of one layer to draw into an Axes", repr(heads))
+                _draw(target, panels[0], stage, low, high, font)
+                return target
+            path = check_path(target)
+            if progress is not None and L * L * len(panels) >= 2**14:  # from about a second's work
+                progress(f"drawing {len(panels)} head{'s' * (len(panels) > 1)} of {L} tokens into {path}")
+            figure = Figure(figsize=(size * columns + 1.5, size * rows + 0.5), layout="constrained")
+            axes = figure.subplots(rows, columns, squeeze=False).ravel()
+            images = [_draw(ax, panel, stage, low, high, font) for ax, panel in zip(axes, panels, strict=False)]
+            for ax in axes[len(panels) :]:
+                ax.set_visible(False)
+            figure.colorbar(images[0], ax=list(axes[: len(panels)]), shrink=0.8)
+            figure.savefig(path)
+            return figure
+    finally:
+        quiet_fonts.setLevel(level)

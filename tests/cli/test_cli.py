@@ -1,0 +1,434 @@
+"""The attnlab command: the demo against the seed program, trace, and bad input."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import attnlab as al
+from attnlab.cli import _main as cli
+from attnlab.cli import main
+
+NUMBER = re.compile(r"-?\d+\.\d+|-?\d+")
+
+
+def run(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def numbers(text: str) -> list[str]:
+    """Every number printed, in order, excluding the row/token indices in labels."""
+    text = re.sub(r"(第 \d+ 行|词 \d+|row \d+|token \d+)", "", text)
+    return NUMBER.findall(text)
+
+
+def test_demo_prints_the_seed_programs_numbers_every_one(capsys, seed_run):
+    seed_text, _ = seed_run
+    code, out, _ = run(capsys, "demo")
+    assert code == 0
+    assert numbers(out) == numbers(seed_text)
+    assert len(numbers(out)) == 2 + 3 * 2 + 3 * 16 + 4 * 6
+
+
+def test_demo_sections_come_in_the_seed_programs_order(capsys, seed_run):
+    seed_text, _ = seed_run
+    _, out, _ = run(capsys, "demo")
+    labels = [
+        "输入序列长度",
+        "输入维度",
+        "Q 的形状",
+        "K 的形状",
+        "V 的形状",
+        "原始注意力分数",
+        "缩放后的注意力分数",
+        "注意力权重（Softmax 后）",
+        "自注意力输出",
+        "词 3 的输出",
+    ]
+    for text in (out, seed_text):
+        positions = [text.index(label) for label in labels]
+        assert positions == sorted(positions)
+
+
+def test_demo_in_english_has_the_same_numbers(capsys, seed_run):
+    _, out, _ = run(capsys, "demo", "--lang", "en")
+    assert "Attention weights (after softmax)" in out and "第" not in out
+    assert numbers(out) == numbers(seed_run[0])
+
+
+def test_demo_json_is_the_reference_at_full_precision(capsys, seed_run):
+    _, seed = seed_run
+    _, out, _ = run(capsys, "demo", "--format", "json")
+    data = json.loads(out)
+    assert data["weights"] == seed["attention_weights"]
+    assert data["output"] == seed["output"]
+    assert data["scale"] == 1 / np.sqrt(6)
+
+
+def test_trace_json_matches_its_text(capsys, tmp_path):
+    path = tmp_path / "x.json"
+    path.write_text(json.dumps(np.random.default_rng(0).normal(size=(3, 5)).tolist()))
+    args = [str(path), "--d-k", "4", "--seed", "3", "--tokens", "a b c"]
+    _, text, _ = run(capsys, "trace", *args, "--lang", "en", "--precision", "6")
+    _, raw, _ = run(capsys, "trace", *args, "--format", "json")
+    data = json.loads(raw)
+    assert data["tokens"] == ["a", "b", "c"]
+    printed = [float(x) for x in numbers(text)]
+    expected = [3, 5, 3, 4, 3, 4, 3, 4]
+    for name in ("scores", "scaled_scores", "weights", "output"):
+        expected += [round(x, 6) for row in data[name] for x in row]
+    assert printed == pytest.approx(expected, abs=1e-12)
+    layer = al.SelfAttention(5, 4, seed=3)
+    np.testing.assert_allclose(data["output"], layer.forward(np.array(data["inputs"]))[0], atol=1e-15)
+
+
+@pytest.mark.parametrize("suffix", ["json", "csv", "npy", "-"])
+def test_trace_reads_every_input_kind(capsys, tmp_path, monkeypatch, suffix):
+    X = np.array([[1.0, 0.5], [0.0, 2.0], [-1.0, 1.0]])
+    path = tmp_path / f"x.{suffix}"
+    if suffix == "json":
+        path.write_text(json.dumps(X.tolist()))
+    elif suffix == "csv":
+        path.write_text("\n".join(",".join(map(str, row)) for row in X))
+    elif suffix == "npy":
+        np.save(path, X)
+    else:
+        monkeypatch.setattr(sys, "stdin", __import__("io").StringIO(json.dumps(X.tolist())))
+        path = "-"
+    code, out, _ = run(capsys, "trace", str(path), "--format", "json", "--scale", "none", "--causal")
+    assert code == 0
+    data = json.loads(out)
+    assert data["inputs"] == X.tolist() and data["scale"] == 1.0
+    assert data["scaled_scores"][0][1] is None  # masked by --causal
+
+
+def test_trace_text_one_hot_like_the_article(capsys):
+    sentence = "小明是个运动达人，他平时很爱打篮球"
+    code, out, _ = run(capsys, "trace", "--text", sentence, "--format", "json")
+    data = json.loads(out)
+    assert code == 0 and data["tokens"] == list(sentence)
+    X = np.array(data["inputs"])
+    assert X.shape == (17, 17) and np.array_equal(X, np.eye(17))  # 17 distinct characters
+    _, text, _ = run(capsys, "trace", "--text", sentence)
+    assert "第 0 行 (小)" in text and "词 16 (球) 的输出" in text
+
+
+def test_trace_text_random_embedding_repeats_vectors_for_repeated_words(capsys):
+    _, out, _ = run(
+        capsys, "trace", "--text", "the cat saw the dog", "--embed", "random", "--d-model", "5", "--format", "json"
+    )
+    X = np.array(json.loads(out)["inputs"])
+    assert X.shape == (5, 5) and np.array_equal(X[0], X[3]) and not np.array_equal(X[0], X[1])
+
+
+BAD_INPUTS = {
+    "missing file": (["missing.json"], None, "cannot read"),
+    "unknown suffix": (["x.txt"], "1,2", "unknown suffix"),
+    "ragged": (["x.json"], "[[1, 2], [3]]", "ragged"),
+    "empty": (["x.json"], "[]", "empty"),
+    "not numbers": (["x.json"], '[[1, "a"]]', "expected a number"),
+    "csv not numbers": (["x.csv"], "1,2\n3,abc", "numbers only"),
+    "nan": (["x.json"], "[[1, NaN]]", "finite"),
+    "infinity": (["x.csv"], "1,inf", "finite"),
+    "invalid json": (["x.json"], "[[1, 2]", "not valid JSON"),
+    "not a list of rows": (["x.json"], '{"a": 1}', "not a trace, missing"),
+    "a list of numbers": (["x.json"], "[1, 2]", "list of rows"),
+    "d_k zero": (["x.json", "--d-k", "0"], "[[1, 2]]", "--d-k"),
+    "tokens mismatch": (["x.json", "--tokens", "a b"], "[[1, 2]]", "--tokens: expected 1 labels"),
+    "bad scale": (["x.json", "--scale", "big"], "[[1, 2]]", "--scale"),
+    "no input": ([], None, "required"),
+}
+
+
+@pytest.mark.parametrize("case", BAD_INPUTS, ids=list(BAD_INPUTS))
+def test_bad_input_is_one_line_and_exit_status_2(tmp_path, case):
+    argv, content, message = BAD_INPUTS[case]
+    if content is not None:
+        (tmp_path / argv[0]).write_text(content)
+    result = subprocess.run(
+        [sys.executable, "-m", "attnlab.cli", "trace", *argv], cwd=tmp_path, capture_output=True, text=True
+    )
+    assert result.returncode == 2
+    assert result.stdout == ""
+    assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr
+    assert message in result.stderr
+
+
+def test_npy_with_objects_is_refused_without_unpickling(tmp_path, capsys):
+    np.save(tmp_path / "x.npy", np.array([[1, None]], dtype=object), allow_pickle=True)
+    code, _, err = run(capsys, "trace", str(tmp_path / "x.npy"))
+    assert code == 2 and "pickle" in err.lower()
+
+
+def test_version_and_help_with_examples(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--version"])
+    assert exit_info.value.code == 0 and al.__version__ in capsys.readouterr().out
+    for command in ("demo", "trace", "plot", "view", "bench"):
+        with pytest.raises(SystemExit):
+            main([command, "--help"])
+        assert "example" in capsys.readouterr().out
+
+
+def test_a_bug_is_not_dressed_as_a_user_error(monkeypatch):
+    """Only attnlab's own errors become one line and exit 2; a bug keeps its traceback."""
+
+    def broken(*args, **kwargs):
+        raise TypeError("an unexpected bug")
+
+    monkeypatch.setattr(cli, "ReferenceSelfAttention", broken)
+    with pytest.raises(TypeError, match="an unexpected bug"):
+        cli.main(["demo"])
+
+
+HOSTILE_FILES = {
+    "deep.json": ("[" * 100_000 + "]" * 100_000, "nested too deeply"),
+    "huge-int.json": ("[[" + "9" * 400 + ", 1]]", "within float range"),
+    "empty.npy": ("", "cannot read"),
+    "corrupt.npy": ("\x93NUMPY\x01\x00{'descr': broken", "cannot read"),
+    "long.json": (json.dumps([[0.0]] * 9000), "at most 16,777,216 scores"),
+}
+
+
+@pytest.mark.parametrize("name", HOSTILE_FILES)
+def test_hostile_files_end_in_one_line(name, tmp_path, monkeypatch, capsys):
+    text, message = HOSTILE_FILES[name]
+    (tmp_path / name).write_text(text)
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run(capsys, "trace", name)
+    assert code == 2 and out == "" and message in err and err.count("\n") == 1
+
+
+def test_an_npz_under_an_npy_name_and_a_bom_csv(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    np.savez(tmp_path / "a.npz", x=np.ones((2, 2)))
+    (tmp_path / "a.npz").rename(tmp_path / "a.npy")
+    code, _, err = run(capsys, "trace", "a.npy")
+    assert code == 2 and "got an .npz archive" in err
+    (tmp_path / "excel.csv").write_bytes(b"\xef\xbb\xbf1,0\n0,1\n")
+    code, out, _ = run(capsys, "trace", "excel.csv", "--format", "json")
+    assert code == 0 and json.loads(out)["inputs"] == [[1.0, 0.0], [0.0, 1.0]]
+
+
+@pytest.mark.parametrize(
+    "option, value, message",
+    [
+        ("--d-k", str(10**9), "--d-k: expected an integer in 1..65536"),
+        ("--d-model", str(10**9), "--d-model: expected an integer in 1..65536"),
+        ("--precision", "400", "in 0..17"),
+    ],
+)
+def test_limits_are_checked_before_work(option, value, message, capsys):
+    with pytest.raises(SystemExit) as exited:
+        main(["trace", "--text", "a b", option, value])
+    assert exited.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_ctrl_c_is_one_line_and_status_130(monkeypatch, capsys):
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "ReferenceSelfAttention", interrupted)
+    code, _, err = run(capsys, "demo")
+    assert code == 130 and err == "attnlab demo: interrupted\n"
+
+
+def test_a_terminal_without_chinese_gets_escapes():
+    result = subprocess.run(
+        [sys.executable, "-m", "attnlab.cli", "demo"],
+        capture_output=True,
+        env={**__import__("os").environ, "PYTHONIOENCODING": "ascii"},
+    )
+    assert result.returncode == 0 and b"\\u81ea" in result.stdout
+
+
+def test_scores_that_overflow_give_valid_json_a_plot_and_a_page(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "x.json").write_text("[[1e200, 1e200], [1e200, -1e200]]")
+    code, out, _ = run(capsys, "trace", "x.json", "--format", "json")
+    data = json.loads(out)  # valid JSON: NaN is written "NaN", never a bare NaN
+    assert code == 0 and data["weights"][0][0] == "NaN"
+    (tmp_path / "trace.json").write_text(out)
+    assert al.Trace.from_dict(data).weights.shape == (2, 2)
+    assert np.isnan(al.Trace.from_dict(data).weights).all()
+    code, _, _ = run(capsys, "plot", "trace.json", "-o", "x.png")
+    assert code == 0 and (tmp_path / "x.png").stat().st_size > 0
+    code, _, _ = run(capsys, "view", "x.json", "-o", "x.html")  # the page shows them as not numbers
+    assert code == 0 and (tmp_path / "x.html").stat().st_size > 0
+
+
+def test_a_page_too_large_for_a_browser_is_refused_before_work(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "long.json").write_text(json.dumps([[1.0, 0.0]] * 5000))
+    code, _, err = run(capsys, "view", "long.json", "-o", "x.html")
+    assert code == 2 and "a page keeps L×L matrices per head, at most 2,097,152 scores" in err
+    assert "use fewer tokens or heads" in err and not (tmp_path / "x.html").exists()
+
+
+def test_a_trace_with_inconsistent_arrays_is_refused(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    code, out, _ = run(capsys, "trace", "--text", "a b c", "--format", "json")
+    for field, value in [("Q", [1.0, 2.0]), ("K", [[1.0]]), ("scale", 1e400), ("scale", None)]:
+        data = json.loads(out)
+        data[field] = value
+        (tmp_path / "t.json").write_text(json.dumps(data))
+        code, _, err = run(capsys, "view", "t.json", "-o", "t.html")
+        assert code == 2 and f"t.json: {field}: expected" in err, (field, err)
+
+
+def test_the_output_is_checked_first_and_named_when_the_disk_is_full(tmp_path, capsys):
+    code, _, err = run(capsys, "view", "--text", "a b", "-o", str(tmp_path / "missing" / "x.html"))
+    assert code == 2 and "-o: expected a file in a folder that exists" in err
+    full = tmp_path / "full.html"
+    full.symlink_to("/dev/full")  # every write fails with ENOSPC
+    code, _, err = run(capsys, "view", "--text", "a b", "-o", str(full))
+    assert code == 2 and err == f"attnlab view: error: {full}: No space left on device\n"
+
+
+def test_two_thousand_distinct_characters_trace_quickly(capsys):
+    text = "".join(chr(0x4E00 + i) for i in range(2000))
+    code, out, _ = run(capsys, "trace", "--text", text, "--format", "json")
+    data = json.loads(out)
+    assert code == 0 and len(data["tokens"]) == 2000 and len(data["Q"][0]) == 64  # d_k defaults to at most 64
+
+
+def test_what_a_saved_trace_cannot_honour_is_an_error(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    _, out, _ = run(capsys, "trace", "--text", "a b", "--format", "json")
+    (tmp_path / "t.json").write_text(out)
+    for option in (["--causal"], ["--num-heads", "2"], ["--d-k", "3"], ["--scale", "2"]):
+        code, _, err = run(capsys, "view", "t.json", *option, "-o", "t.html")
+        assert code == 2 and f"{option[0]}: t.json is a saved trace, already computed" in err
+
+
+@pytest.mark.parametrize(
+    "field, value, message",
+    [
+        ("inputs", [[[[[[[[[[1.0]]]]]]]]]] * 1, "inputs: expected"),
+        ("scale", 10**400, "scale: expected a finite number, got an integer of 401 digits"),
+        ("Q", [[], []], "Q: expected shape"),
+    ],
+)
+def test_hostile_saved_traces(field, value, message, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    _, out, _ = run(capsys, "trace", "--text", "a b", "--format", "json")
+    data = json.loads(out)
+    data[field] = value
+    (tmp_path / "t.json").write_text(json.dumps(data))
+    code, _, err = run(capsys, "trace", "t.json")
+    assert code == 2 and message in err and err.count("\n") == 1
+
+
+def test_a_huge_npy_header_is_refused_before_reading(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    with open(tmp_path / "huge.npy", "wb") as f:  # a header that promises 10¹² numbers, and no data
+        np.lib.format.write_array_header_1_0(f, {"descr": "<f8", "fortran_order": False, "shape": (10**6, 10**6)})
+    code, _, err = run(capsys, "trace", "huge.npy")
+    assert code == 2 and "expected at most 67,108,864 numbers, got shape (1000000, 1000000)" in err
+
+
+def test_bench_checks_its_output_before_running(capsys):
+    code, _, err = run(capsys, "bench", "--quick", "--json", "/no/such/folder/x.json")
+    assert code == 2 and "--json: expected a file in a folder that exists" in err
+
+
+def test_python_dash_m_and_a_bare_command_show_what_attnlab_does():
+    for argv in (["-m", "attnlab"], ["-m", "attnlab", "--version"]):
+        result = subprocess.run([sys.executable, *argv], capture_output=True, text=True)
+        assert result.returncode == 0, result.stderr
+    bare = subprocess.run([sys.executable, "-m", "attnlab"], capture_output=True, text=True)
+    assert "usage: attnlab" in bare.stdout and "demo" in bare.stdout and "examples:" in bare.stdout
+    version = subprocess.run([sys.executable, "-m", "attnlab", "--version"], capture_output=True, text=True)
+    assert version.stdout.startswith("attnlab ")
+
+
+def attnlab(*argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "attnlab", *argv], capture_output=True, text=True)
+
+
+def test_a_multi_head_trace_shows_each_head_and_the_layer_output():
+    argv = [
+        "trace",
+        "--text",
+        "我 love 猫咪 x",
+        "--embed",
+        "random",
+        "--d-model",
+        "4",
+        "--num-heads",
+        "2",
+        "--lang",
+        "en",
+    ]
+    text = attnlab(*argv).stdout
+    assert "Output of head 0 (before out_proj):" in text and "Output of head 1 (before out_proj):" in text
+    assert "Self-attention output" not in text
+    data = json.loads(attnlab(*argv, "--format", "json").stdout)
+    layer = al.MultiheadAttention(4, 2, seed=42, dtype=np.float64)
+    heads = np.array(data["output"]).transpose(1, 0, 2).reshape(4, 4)  # (L, H·E)
+    state = layer.state_dict()
+    expected = heads @ state["out_proj.weight"].T + state["out_proj.bias"]  # out_proj by hand
+    np.testing.assert_allclose(data["layer_output"], expected, atol=1e-12)
+    last = text.split("Layer output (the heads side by side, through out_proj):")[1]
+    assert [float(x) for x in re.findall(r"-?\d+\.\d+", last.splitlines()[2].split(":")[1])] == [
+        round(x, 4) for x in expected[0]
+    ]
+
+
+def test_rows_line_up_under_headers_whatever_the_tokens():
+    text = attnlab("trace", "--text", "我 love 猫咪 x", "--lang", "en").stdout
+    block = text.split("Attention weights (after softmax):")[1].splitlines()[1:6]
+    assert block[0].strip().startswith("keys")
+    widths = {unicodedata_width(line.split(":")[0]) for line in block[1:]}
+    assert len(widths) == 1  # every row's label takes the same columns
+
+
+def unicodedata_width(text: str) -> int:
+    import unicodedata
+
+    return sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
+
+
+def test_an_option_the_input_cannot_honour_is_refused():
+    result = attnlab("trace", "--text", "a b c d", "--num-heads", "2", "--d-k", "3")
+    assert result.returncode == 2 and "--d-k: with --num-heads 2" in result.stderr and result.stderr.count("\n") == 1
+
+
+def test_a_csv_header_and_a_first_column_of_tokens(tmp_path):
+    (tmp_path / "named.csv").write_text("token,x0,x1\nI,1,0\nlove,0,1\ncats,1,1\n")
+    data = json.loads(attnlab("trace", str(tmp_path / "named.csv"), "--format", "json").stdout)
+    assert data["tokens"] == ["I", "love", "cats"] and data["inputs"] == [[1, 0], [0, 1], [1, 1]]
+    (tmp_path / "plain.csv").write_text("x0,x1\n1,0\n0,1\n")
+    data = json.loads(attnlab("trace", str(tmp_path / "plain.csv"), "--format", "json").stdout)
+    assert data["tokens"] is None and data["inputs"] == [[1, 0], [0, 1]]
+    relabelled = json.loads(
+        attnlab("trace", str(tmp_path / "named.csv"), "--tokens", "a b c", "--format", "json").stdout
+    )
+    assert relabelled["tokens"] == ["a", "b", "c"]
+
+
+def test_a_csv_of_named_rows_without_a_header_keeps_every_row(tmp_path):
+    (tmp_path / "named.csv").write_text('a,1,0\n"hello, world",0,1\nc,1,1\n')
+    data = json.loads(attnlab("trace", str(tmp_path / "named.csv"), "--format", "json").stdout)
+    assert data["tokens"] == ["a", "hello, world", "c"] and len(data["inputs"]) == 3
+
+
+def test_wide_tokens_widen_their_columns():
+    text = attnlab("trace", "--text", "I basketball 猫", "--lang", "en").stdout
+    header, first = text.split("Raw attention scores:")[1].splitlines()[1:3]
+    assert header.index("basketball") + len("basketball") == first.index(",", first.index(",") + 1)
+
+
+def test_a_saved_trace_refuses_embedding_options(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    _, out, _ = run(capsys, "trace", "--text", "a b", "--format", "json")
+    (tmp_path / "t.json").write_text(out)
+    code, _, err = run(capsys, "trace", "t.json", "--embed", "random")
+    assert code == 2 and "--embed: t.json is a saved trace" in err

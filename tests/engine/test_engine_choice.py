@@ -1,0 +1,59 @@
+"""engine=None against the table `attnlab bench --engine-table` measured
+(docs/engine-choice.json): the engine chosen is never clearly slower than the fastest."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from attnlab.engine._attention import choose_engine
+from attnlab.engine._problem import make_problem
+from attnlab.engine.fused import _engine as _fused
+
+TABLE = json.loads((Path(__file__).parents[2] / "docs" / "engine-choice.json").read_text())["rows"]
+CLEARLY = 1.25  # one engine at least this many times faster; closer than that is a tie
+SLACK_MS = 1.0  # and a wrong choice that costs under a millisecond does not matter
+
+
+def chosen(slices: int, L: int, S: int, E: int, causal: bool = False, mask=None, dropout_p: float = 0.0) -> str:
+    q = np.broadcast_to(np.float32(0), (slices, L, E))  # views: nothing is allocated
+    kv = np.broadcast_to(np.float32(0), (slices, S, E))
+    return choose_engine(None, make_problem(q, kv, kv, mask, dropout_p, causal, None, False, None), False)
+
+
+def row_id(row: dict) -> str:
+    return f"{row['slices']}x{row['L']}x{row['S']}x{row['E']}" + ("-causal" if row["causal"] else "")
+
+
+@pytest.mark.parametrize("numba", [True, False], ids=["with numba", "without numba"])
+@pytest.mark.parametrize("row", TABLE, ids=row_id)
+def test_engine_none_is_never_clearly_slower_than_the_fastest(row, numba, monkeypatch):
+    if numba and not _fused.available():
+        pytest.skip("numba is not installed (attnlab[fast])")
+    monkeypatch.setattr(_fused, "available", lambda: numba)
+    ms = {engine: time for engine, time in row["ms"].items() if engine != "fused" or numba}
+    engine = chosen(row["slices"], row["L"], row["S"], row["E"], row["causal"])
+    fastest = min(ms.values())
+    assert ms[engine] <= max(CLEARLY * fastest, fastest + SLACK_MS), f"{engine} chosen; measured {ms}"
+
+
+def test_many_tiny_heads_and_one_long_head():
+    blocked = "fused" if _fused.available() else "tiled"
+    # the review's case: tiled took 9.8 s, naive 0.06 s, fused (tasks of many slices) 0.03 s
+    assert chosen(70_000, 8, 8, 8) == ("fused" if blocked == "fused" else "naive")
+    assert chosen(1, 8192, 8192, 64) == blocked
+    assert chosen(1, 65_536, 65_536, 64) == blocked  # the naive engine's scores would need 16 GiB
+    assert chosen(32, 1, 8192, 128) == "naive"  # decoding: the naive engine's batched products
+
+
+def test_with_a_mask_or_dropout_the_fused_engine_counts_as_the_tiled_one():
+    """Its tasks are then the tiled engine's Python loop (with compiled blocks): one task per
+    head of 8 tokens would cost seconds, as the tiled engine's did."""
+    padding = np.ones((8, 8), dtype=bool)
+    assert chosen(70_000, 8, 8, 8, mask=padding) == "naive"
+    assert chosen(70_000, 8, 8, 8, dropout_p=0.1) == "naive"
+    blocked = "fused" if _fused.available() else "tiled"
+    assert chosen(8, 2048, 2048, 64, mask=np.ones((2048, 2048), dtype=bool)) == blocked

@@ -1,0 +1,93 @@
+"""The tiled engine's thread pool: forks, concurrent callers, BLAS left as found."""
+
+from __future__ import annotations
+
+import multiprocessing
+import threading
+
+import numpy as np
+import pytest
+from threadpoolctl import threadpool_info
+
+import attnlab as al
+from attnlab.engine import _threads
+from attnlab.engine.fused import _engine as _fused
+
+
+def blas_threads() -> list[int]:
+    return [info["num_threads"] for info in threadpool_info() if info["user_api"] == "blas"]
+
+
+def tiled(seed: int = 0, threads: int = 2) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    q, k, v = (rng.standard_normal((4, 300, 16)) for _ in range(3))
+    return al.attention(q, k, v, engine="tiled", num_threads=threads).output
+
+
+def _child(queue) -> None:
+    queue.put(float(tiled().sum()))
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="fork is POSIX")
+def test_a_forked_child_gets_a_pool_of_its_own():
+    expected = float(tiled().sum())  # the parent's pool exists now
+    context = multiprocessing.get_context("fork")
+    queue = context.Queue()
+    child = context.Process(target=_child, args=(queue,))
+    child.start()
+    child.join(timeout=60)
+    assert child.exitcode == 0, "the forked child hung or failed"
+    assert queue.get(timeout=5) == expected
+
+
+def test_concurrent_callers_get_right_results_and_leave_blas_as_found():
+    before = blas_threads()
+    expected = {seed: tiled(seed) for seed in range(4)}
+    results: dict[int, np.ndarray] = {}
+    barrier = threading.Barrier(4)
+
+    def call(seed: int) -> None:
+        barrier.wait()
+        for _ in range(3):
+            results[seed] = tiled(seed, threads=1 + seed % 2)  # two thread counts: the pool is replaced
+
+    callers = [threading.Thread(target=call, args=(seed,)) for seed in range(4)]
+    for caller in callers:
+        caller.start()
+    for caller in callers:
+        caller.join()
+    for seed, output in expected.items():  # to rounding: see docs/design.md, "Threads"
+        np.testing.assert_allclose(results[seed], output, rtol=0, atol=1e-14)
+    assert blas_threads() == before
+    assert _threads._state.blas_users == 0
+
+
+def test_one_pool_whatever_the_thread_counts():
+    for threads in (2, 3, 2, 3):
+        tiled(threads=threads)
+    alive = [t for t in threading.enumerate() if t.name.startswith("attnlab")]
+    assert len(alive) <= 3 + 2  # the current pool, and at most the last one still winding down
+
+
+@pytest.mark.skipif(not _fused.available(), reason="numba is not installed (attnlab[fast])")
+def test_the_fused_engine_holds_every_blas_to_one_thread_and_restores_it(monkeypatch):
+    """Its compiled tasks call SciPy's BLAS (through numba's np.dot), NumPy's products call
+    NumPy's: both are held to one thread inside the call, and both are as found after it."""
+    from attnlab.engine.fused import _kernels as _fused_kernels
+
+    libraries = {info["filepath"] for info in threadpool_info() if info["user_api"] == "blas"}
+    assert len(libraries) >= 2  # NumPy's OpenBLAS and SciPy's
+    before = blas_threads()
+    seen: list[list[int]] = []
+    attend = _fused_kernels.attend
+
+    def watched(*arguments):
+        seen.append(blas_threads())
+        attend(*arguments)
+
+    monkeypatch.setattr(_fused_kernels, "attend", watched)
+    rng = np.random.default_rng(0)
+    q, k, v = (rng.standard_normal((4, 300, 16)) for _ in range(3))
+    al.attention(q, k, v, engine="fused", num_threads=2)
+    assert seen and all(threads == [1] * len(before) for threads in seen)
+    assert blas_threads() == before

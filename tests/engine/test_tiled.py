@@ -1,0 +1,193 @@
+"""The tiled engine against the naive one (and torch), with blocks small enough that
+every test crosses many block edges."""
+
+from __future__ import annotations
+
+import itertools
+import tracemalloc
+
+import hypothesis.strategies as st
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+
+import attnlab as al
+from attnlab.engine import _threads, _tiled
+from attnlab.engine.fused import _engine as _fused
+from oracles import assert_close
+
+
+@pytest.fixture(autouse=True)
+def small_blocks(monkeypatch):
+    monkeypatch.setattr(_tiled, "BLOCK_Q", 16)
+    monkeypatch.setattr(_tiled, "CAUSAL_BLOCK_Q", 8)
+    monkeypatch.setattr(_tiled, "BLOCK_K", 24)
+
+
+@pytest.fixture(params=["one-pass", "two-pass"])
+def backward_kind(request, monkeypatch):
+    """Run a test with each of the tiled backward's two schedules."""
+    monkeypatch.setattr(_tiled, "ONE_PASS_BACKWARD_FROM", 1 if request.param == "one-pass" else 10**9)
+
+
+def make(rng, shape, dtype):
+    return rng.standard_normal(shape).astype(dtype)
+
+
+MASKS = ["none", "bool-2d", "bool-4d", "float-2d", "float-3d", "fully-masked"]
+CASES = list(
+    itertools.product(
+        [np.float64, np.float32], MASKS, [False, True], [(37, 53), (53, 37), (1, 70)], [False, True], [0.0, 0.3]
+    )
+)
+
+
+def mask_for(kind, rng, L, S, dtype):
+    if kind == "none":
+        return None
+    if kind == "fully-masked":
+        mask = np.ones((L, S), dtype=bool)
+        mask[L // 2] = False
+        return mask
+    shape = {"2d": (L, S), "4d": (2, 1, L, S), "3d": (4, L, S)}[kind.split("-")[1]]
+    return rng.random(shape) > 0.5 if kind.startswith("bool") else make(rng, shape, dtype)
+
+
+BLOCKED = ["tiled", *(["fused"] if _fused.available() else [])]
+
+
+@pytest.mark.parametrize("engine", BLOCKED)
+@pytest.mark.parametrize("dtype, mask_kind, is_causal, lengths, gqa, dropout_p", CASES)
+def test_tiled_equals_naive_forward_lse_and_gradients(
+    dtype, mask_kind, is_causal, lengths, gqa, dropout_p, backward_kind, engine
+):
+    rng = np.random.default_rng(CASES.index((dtype, mask_kind, is_causal, lengths, gqa, dropout_p)))
+    L, S = lengths
+    q = make(rng, (2, 4, L, 8), dtype)
+    k = make(rng, (2, 2 if gqa else 4, S, 8), dtype)
+    v = make(rng, (1, 2 if gqa else 4, S, 5), dtype)  # batch 1 broadcasts against 2
+    kwargs = dict(
+        attn_mask=mask_for(mask_kind, rng, L, S, dtype),
+        is_causal=is_causal,
+        enable_gqa=gqa,
+        dropout_p=dropout_p,
+        rng=11 if dropout_p else None,
+    )
+    out, lse = al.scaled_dot_product_attention(q, k, v, engine=engine, return_lse=True, **kwargs)
+    expected_out, expected_lse = al.scaled_dot_product_attention(q, k, v, engine="naive", return_lse=True, **kwargs)
+    assert out.dtype == lse.dtype == dtype
+    assert_close(out, expected_out, dtype)
+    np.testing.assert_array_equal(np.isneginf(lse), np.isneginf(expected_lse))
+    assert_close(np.where(np.isneginf(lse), 0, lse), np.where(np.isneginf(expected_lse), 0, expected_lse), dtype)
+
+    grad = make(rng, out.shape, dtype)
+    tiled = al.scaled_dot_product_attention_backward(grad, q, k, v, engine=engine, output=out, lse=lse, **kwargs)
+    recomputed = al.scaled_dot_product_attention_backward(grad, q, k, v, engine=engine, **kwargs)
+    naive = al.scaled_dot_product_attention_backward(grad, q, k, v, engine="naive", **kwargs)
+    for ours, again, expected in zip(tiled, recomputed, naive, strict=True):
+        assert ours.shape == expected.shape and ours.dtype == dtype and np.all(np.isfinite(ours))
+        assert np.array_equal(ours, again)
+        assert_close(ours, expected, dtype)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("is_causal", [False, True])
+def test_tiled_matches_torch(dtype, is_causal):
+    rng = np.random.default_rng(1)
+    q, k, v = make(rng, (2, 3, 45, 16), dtype), make(rng, (2, 3, 61, 16), dtype), make(rng, (2, 3, 61, 16), dtype)
+    tq, tk, tv = (torch.tensor(x, requires_grad=True) for x in (q, k, v))
+    t_out = torch.nn.functional.scaled_dot_product_attention(tq, tk, tv, is_causal=is_causal)
+    out, lse = al.scaled_dot_product_attention(q, k, v, is_causal=is_causal, engine="tiled", return_lse=True)
+    assert_close(out, t_out.detach().numpy(), dtype)
+    grad = make(rng, out.shape, dtype)
+    t_out.backward(torch.tensor(grad))
+    grads = al.scaled_dot_product_attention_backward(
+        grad, q, k, v, is_causal=is_causal, engine="tiled", output=out, lse=lse
+    )
+    for ours, theirs in zip(grads, (tq, tk, tv), strict=True):
+        assert_close(ours, theirs.grad.numpy(), dtype)
+
+
+@pytest.mark.parametrize("dropout_p", [0.0, 0.2])
+def test_one_and_two_threads_give_identical_bits(dropout_p, backward_kind):
+    rng = np.random.default_rng(2)
+    q, k, v = make(rng, (3, 50, 8), np.float32), make(rng, (3, 70, 8), np.float32), make(rng, (3, 70, 8), np.float32)
+    grad = make(rng, (3, 50, 8), np.float32)
+    kwargs = dict(is_causal=True, engine="tiled", dropout_p=dropout_p, rng=5)
+    results = []
+    for threads in (1, 2):
+        out, lse = al.scaled_dot_product_attention(q, k, v, return_lse=True, num_threads=threads, **kwargs)
+        grads = al.scaled_dot_product_attention_backward(grad, q, k, v, num_threads=threads, **kwargs)
+        results.append((out, lse, *grads))
+    for one, two in zip(*results, strict=True):
+        assert np.array_equal(one, two)
+
+
+def test_the_thread_count_comes_from_the_environment(monkeypatch):
+    monkeypatch.setenv("ATTNLAB_NUM_THREADS", "3")
+    assert _threads.default_threads() == 3
+    monkeypatch.setenv("ATTNLAB_NUM_THREADS", "many")
+    with pytest.raises(ValueError, match="ATTNLAB_NUM_THREADS: expected an integer >= 1, got 'many'"):
+        al.scaled_dot_product_attention(np.ones((4, 2)), np.ones((4, 2)), np.ones((4, 2)), engine="tiled")
+    with pytest.raises(ValueError, match="num_threads: expected an integer >= 1, got 0"):
+        al.scaled_dot_product_attention(np.ones((4, 2)), np.ones((4, 2)), np.ones((4, 2)), num_threads=0)
+
+
+def test_weights_need_the_naive_engine():
+    x = np.ones((4, 2))
+    with pytest.raises(ValueError, match="return_weights: expected False with engine='tiled'"):
+        al.scaled_dot_product_attention(x, x, x, engine="tiled", return_weights=True)
+
+
+def test_engine_none_picks_by_size(monkeypatch):
+    monkeypatch.setattr(_tiled, "BLOCK_Q", 256)  # the choice counts the scores per task
+    monkeypatch.setattr(_tiled, "BLOCK_K", 1024)
+
+    def chosen(batch, L, S, weights=False):
+        return al.attention(
+            np.ones((*batch, L, 4)), np.ones((*batch, S, 4)), np.ones((*batch, S, 4)), need_weights=weights
+        ).engine
+
+    assert chosen((), 64, 64) == "naive"
+    assert chosen((8,), 1024, 1024) == ("fused" if _fused.available() else "tiled")
+    assert chosen((8,), 1024, 1024, weights=True) == "naive"
+
+
+def test_extra_memory_is_a_block_not_the_score_matrix(monkeypatch):
+    monkeypatch.setattr(_tiled, "BLOCK_Q", 256)
+    monkeypatch.setattr(_tiled, "BLOCK_K", 1024)
+    L, d = 4096, 16
+    rng = np.random.default_rng(3)
+    q, k, v = (make(rng, (1, L, d), np.float32) for _ in range(3))
+    scores_bytes = L * L * 4  # 64 MiB: what the naive engine holds
+    tracemalloc.start()
+    al.scaled_dot_product_attention(q, k, v, engine="tiled", num_threads=2)
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert peak < scores_bytes / 8
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.integers(1, 3),  # batch
+    st.integers(1, 60),  # L
+    st.integers(1, 60),  # S
+    st.integers(1, 9),  # E
+    st.booleans(),  # causal
+    st.sampled_from(["none", "bool", "float"]),
+    st.integers(0, 2**32 - 1),
+)
+def test_tiled_equals_naive_for_any_shape(batch, L, S, E, is_causal, mask_kind, seed):
+    rng = np.random.default_rng(seed)
+    q, k, v = make(rng, (batch, L, E), np.float64), make(rng, (batch, S, E), np.float64), make(rng, (S, 3), np.float64)
+    mask = None if mask_kind == "none" else mask_for(f"{mask_kind}-2d", rng, L, S, np.float64)
+    outs = [al.scaled_dot_product_attention(q, k, v, mask, is_causal=is_causal, engine=e) for e in ("tiled", "naive")]
+    np.testing.assert_allclose(*outs, atol=1e-12, rtol=0)
+    grad = make(rng, outs[0].shape, np.float64)
+    grads = [
+        al.scaled_dot_product_attention_backward(grad, q, k, v, mask, is_causal=is_causal, engine=e)
+        for e in ("tiled", "naive")
+    ]
+    for tiled, naive in zip(*grads, strict=True):
+        np.testing.assert_allclose(tiled, naive, atol=1e-12, rtol=0)

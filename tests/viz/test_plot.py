@@ -1,0 +1,188 @@
+"""attnlab plot: valid pictures, Chinese glyphs, heads, and bad input."""
+
+from __future__ import annotations
+
+import json
+import struct
+import subprocess
+import sys
+import warnings
+import xml.etree.ElementTree as ET
+
+import numpy as np
+import pytest
+
+import attnlab as al
+from attnlab.cli import main
+from attnlab.viz import _plot
+
+SENTENCE = "小明是个运动达人，他平时很爱打篮球"
+
+
+def png_size(data: bytes) -> tuple[int, int]:
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and data[12:16] == b"IHDR"
+    return struct.unpack(">II", data[16:24])
+
+
+def test_png_svg_and_pdf_are_valid_and_sized_by_heads(tmp_path):
+    for suffix in ("png", "svg", "pdf"):
+        assert main(["plot", "--text", "a b c", "-o", str(tmp_path / f"one.{suffix}")]) == 0
+    width, height = png_size((tmp_path / "one.png").read_bytes())
+    assert 300 <= width <= 1400 and 300 <= height <= 1400
+    root = ET.parse(tmp_path / "one.svg").getroot()
+    assert root.tag.endswith("svg") and float(root.get("width").rstrip("pt")) > 100
+    pdf = (tmp_path / "one.pdf").read_bytes()
+    assert pdf.startswith(b"%PDF-") and b"/MediaBox" in pdf and pdf.rstrip().endswith(b"%%EOF")
+
+    argv = ["--text", "a b c d", "--embed", "random", "--d-model", "8", "--num-heads", "4"]
+    assert main(["plot", *argv, "-o", str(tmp_path / "four.png")]) == 0
+    assert main(["plot", *argv, "--heads", "0,2", "-o", str(tmp_path / "two.png")]) == 0
+    four, two = png_size((tmp_path / "four.png").read_bytes()), png_size((tmp_path / "two.png").read_bytes())
+    assert four[0] > 1.6 * two[0] and four[1] == two[1]  # one row of panels, twice as many
+
+
+def test_chinese_tokens_render_without_missing_glyphs(tmp_path):
+    assert _plot.find_cjk_font() is not None, "CI installs fonts-wqy-zenhei; install a CJK font to run this"
+    from attnlab.trace import Trace
+
+    assert main(["plot", "--text", SENTENCE, "--stage", "scaled", "--causal", "-o", str(tmp_path / "zh.png")]) == 0
+    capture = subprocess.run(
+        [sys.executable, "-m", "attnlab.cli", "trace", "--text", SENTENCE, "--format", "json"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    trace = Trace.from_dict(json.loads(capture.stdout))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        _plot.plot(trace, tmp_path / "zh.svg")
+    assert not [w for w in caught if issubclass(w.category, _plot.MissingFontWarning)]
+    assert not [w for w in caught if "missing from" in str(w.message)]
+
+
+def test_without_a_cjk_font_it_says_so_once(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(_plot, "find_cjk_font", lambda: None)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert main(["plot", "--text", SENTENCE, "-o", str(tmp_path / "boxes.png")]) == 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "fonts-noto-cjk" in err[0] and "boxes" in err[0]
+    assert not [w for w in caught if "missing from" in str(w.message)]
+
+
+def test_values_are_written_in_small_matrices(tmp_path):
+    from attnlab import SelfAttention
+
+    trace = SelfAttention(2, 2).trace(np.eye(2), tokens=["x", "y"])
+    _plot.plot(trace, tmp_path / "small.svg")
+    svg = (tmp_path / "small.svg").read_text()
+    assert svg.count("<!-- 0.") + svg.count("<!-- 1.") >= 4  # matplotlib keeps each text as a comment
+
+
+def test_select_heads():
+    assert _plot.select_heads("all", 3) == [0, 1, 2]
+    assert _plot.select_heads("2,0", 3) == [2, 0]
+    with pytest.raises(ValueError, match=r"^heads: expected indices in 0\.\.2, got '3'"):
+        _plot.select_heads("3", 3)
+    with pytest.raises(ValueError, match=r"^heads: expected 'all' or indices"):
+        _plot.select_heads("first", 3)
+
+
+BAD = {
+    "plot suffix": (["plot", "--text", "a b", "-o", "x.gif"], "-o: expected a file ending in .png, .svg, .pdf"),
+    "view suffix": (["view", "--text", "a b", "-o", "x.png"], "-o: expected a file ending in .html"),
+    "unreadable trace": (["plot", "broken.json", "-o", "x.png"], "not valid JSON"),
+    "not a trace": (["view", "object.json", "-o", "x.html"], "not a trace, missing"),
+    "mismatched tokens": (["plot", "trace.json", "--tokens", "a b c", "-o", "x.png"], "--tokens: expected 2 labels"),
+    "bad heads": (["plot", "trace.json", "--heads", "5", "-o", "x.png"], "--heads"),
+    "missing directory": (["view", "--text", "a b", "-o", "no/such/dir/x.html"], "a folder that exists"),
+}
+
+
+@pytest.mark.parametrize("case", BAD, ids=list(BAD))
+def test_bad_input_is_one_line_and_exit_status_2(tmp_path, case):
+    argv, message = BAD[case]
+    (tmp_path / "broken.json").write_text('{"weights": [[1')
+    (tmp_path / "object.json").write_text('{"weights": [[1.0]]}')
+    trace = subprocess.run(
+        [sys.executable, "-m", "attnlab.cli", "trace", "--text", "a b", "--format", "json"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    (tmp_path / "trace.json").write_text(trace)
+    result = subprocess.run([sys.executable, "-m", "attnlab.cli", *argv], cwd=tmp_path, capture_output=True, text=True)
+    assert result.returncode == 2
+    assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr
+    assert message in result.stderr
+    assert not (tmp_path / "x.png").exists()
+
+
+def test_a_saved_trace_round_trips(tmp_path, capsys):
+    assert main(["trace", "--text", "a b c", "--causal", "--format", "json"]) == 0
+    saved = capsys.readouterr().out
+    (tmp_path / "t.json").write_text(saved)
+    assert main(["trace", str(tmp_path / "t.json"), "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out) == json.loads(saved)
+
+
+def test_four_heads_fit_inside_the_figure_and_chinese_stands_upright(tmp_path):
+    trace = al.MultiheadAttention(8, 4, seed=0, dtype=np.float64).trace(
+        np.random.default_rng(0).standard_normal((6, 8)), tokens=list("小明是个运动")
+    )
+    figure = al.plot(trace, tmp_path / "four.png")
+    page = figure.bbox
+    for ax in figure.axes:
+        box = ax.get_tightbbox()
+        assert page.x0 <= box.x0 and box.x1 <= page.x1 and page.y0 <= box.y0 and box.y1 <= page.y1
+    for ax in figure.axes[:4]:
+        assert {label.get_rotation() for label in ax.get_xticklabels()} == {0.0}
+        assert [label.get_text() for label in ax.get_xticklabels()] == list("小明是个运动")
+
+
+@pytest.mark.parametrize("length", [200, 1000])
+def test_long_sequences_are_labelled_readably_and_said_to_be_drawing(length, tmp_path, capsys):
+    rng = np.random.default_rng(1)
+    np.save(tmp_path / "x.npy", rng.standard_normal((length, 8)))
+    assert main(["plot", str(tmp_path / "x.npy"), "-o", str(tmp_path / "long.png")]) == 0
+    assert f"attnlab plot: drawing 1 head of {length} tokens" in capsys.readouterr().err
+    trace = al.SelfAttention(8, 8).trace(rng.standard_normal((length, 8)))
+    figure = al.plot(trace, tmp_path / "again.png")
+    labels = [label.get_text() for label in figure.axes[0].get_xticklabels()]
+    assert len(labels) <= 60 and labels[0] == "0" and len(figure.axes[0].texts) == 0  # no per-cell numbers
+
+
+def test_plot_into_an_axes(tmp_path):
+    from matplotlib.figure import Figure
+
+    ax = Figure().subplots()
+    trace = al.SelfAttention(3, 2).trace(np.eye(3), tokens=["x", "y", "z"])
+    assert al.plot(trace, ax) is ax
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["x", "y", "z"]
+    with pytest.raises(ValueError, match="heads: expected one head of one layer to draw into an Axes"):
+        al.plot(al.MultiheadAttention(4, 2, seed=0).trace(np.eye(4, dtype=np.float32)), ax)
+
+
+def test_bad_plot_arguments_name_themselves(tmp_path):
+    trace = al.MultiheadAttention(4, 2, seed=0, dtype=np.float64).trace(np.eye(4))
+    with pytest.raises(TypeError, match=r"trace: expected an attnlab\.Trace or attnlab\.models\.ModelTrace, got str"):
+        al.plot("x", tmp_path / "p.png")
+    with pytest.raises(TypeError, match="target: expected a file path"):
+        al.plot(trace, None)
+    with pytest.raises(ValueError, match="heads: expected each head once"):
+        al.plot(trace, tmp_path / "p.png", heads="0,0")
+    with pytest.raises(TypeError, match="heads: expected 'all', indices"):
+        al.plot(trace, tmp_path / "p.png", heads=[True])
+    assert al.plot(trace, tmp_path / "p.png", heads=(1, 0)) is not None
+
+
+def test_weights_are_coloured_from_0_to_1_unless_relative(tmp_path):
+    trace = al.SelfAttention(4, 3).trace(np.ones((4, 4)))  # equal rows: every weight is 1/4
+    figure = al.plot(trace, tmp_path / "p.png")
+    assert figure.axes[0].images[0].get_clim() == (0.0, 1.0)
+    figure = al.plot(trace, tmp_path / "p.png", relative=True)
+    assert figure.axes[0].images[0].get_clim() == pytest.approx((0.0, 0.25))
+
+
+def test_korean_needs_a_cjk_font_too():
+    assert _plot.needs_cjk(["한국어"]) and _plot.needs_cjk(["かな"]) and not _plot.needs_cjk(["abc", "é"])

@@ -1,0 +1,494 @@
+"""attnlab view: the page in a real browser (headless Chromium driven by Selenium)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import numpy as np
+import pytest
+from selenium import webdriver
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.action_chains import ActionChains
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support.ui import Select
+
+import attnlab as al
+from attnlab.cli import main
+
+ARTIFACTS = Path(__file__).parents[2] / "test-artifacts"
+XSS = "<img/src=x/onerror=window.__xss=1>"
+
+
+@pytest.fixture(scope="module")
+def browser():
+    chromium, driver = shutil.which("chromium"), shutil.which("chromedriver")
+    assert chromium and driver, "the browser tests need Debian's chromium and chromium-driver (see README)"
+    options = webdriver.ChromeOptions()
+    options.binary_location = chromium
+    for flag in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--window-size=1400,1000",
+    ):
+        options.add_argument(flag)
+    session = webdriver.Chrome(service=Service(driver), options=options)
+    yield session
+    session.quit()
+
+
+def open_page(browser, tmp_path: Path, capsys, *argv: str) -> dict:
+    """Write the page with the CLI, open it, and return the trace it was made from."""
+    assert main(["trace", *argv, "--format", "json"]) == 0
+    trace = json.loads(capsys.readouterr().out)
+    page = tmp_path / "view.html"
+    assert main(["view", *argv, "-o", str(page)]) == 0
+    browser.get(page.as_uri())
+    assert browser.execute_script("return window.attnlabView && window.attnlabView.ready") is True
+    return trace
+
+
+def hover_cell(browser, i: int, j: int, L: int) -> str:
+    """Move the mouse over cell (i, j) of the heatmap, past its label margins."""
+    canvas = browser.find_element(By.ID, "heatmap")
+    size = canvas.size["width"]
+    margin, cell = browser.execute_script("const g = window.attnlabView.geometry; return [g.margin, g.cell]")
+    x, y = margin + (j + 0.5) * cell - size / 2, margin + (i + 0.5) * cell - size / 2
+    ActionChains(browser).move_to_element_with_offset(canvas, int(x), int(y)).perform()
+    return browser.find_element(By.ID, "cell-value").get_attribute("data-value")
+
+
+def test_a_cell_shows_the_python_weight(browser, tmp_path, capsys):
+    trace = open_page(browser, tmp_path, capsys, "--text", "小明是个运动达人，他平时很爱打篮球", "--scale", "3")
+    weights = np.array(trace["weights"])
+    for i, j in [(0, 0), (3, 7), (16, 16), (9, 0)]:
+        assert hover_cell(browser, i, j, 17) == f"{weights[i, j]:.4f}"
+    assert "小" in browser.find_element(By.ID, "cell-value").text
+    ARTIFACTS.mkdir(exist_ok=True)
+    browser.save_screenshot(str(ARTIFACTS / "view.png"))
+
+
+@pytest.mark.parametrize("position", [None, -200, 0, 100, 200])
+def test_b_the_scale_slider_recomputes_the_softmax(browser, tmp_path, capsys, position):
+    trace = open_page(
+        browser,
+        tmp_path,
+        capsys,
+        "--text",
+        "the cat sat on the mat because it was warm",
+        "--embed",
+        "random",
+        "--d-model",
+        "8",
+        "--causal",
+    )
+    if position is None:  # the box: any scale, 0 included
+        browser.execute_script(
+            "const b = document.getElementById('scale-input'); b.value = '0'; b.dispatchEvent(new Event('change'));"
+        )
+    else:
+        browser.execute_script(
+            "const s = document.getElementById('scale');"
+            "s.value = String(arguments[0]); s.dispatchEvent(new Event('input'));",
+            position,
+        )
+    scale = browser.execute_script("return window.attnlabView.scale")
+    assert float(browser.find_element(By.ID, "scale-value").get_attribute("data-scale")) == scale
+    scaled = np.array(trace["scores"]) * scale
+    scaled[np.isnan(np.array(trace["scaled_scores"], dtype=float))] = -np.inf  # None: masked by --causal
+    expected = al.softmax(scaled)
+    shown = np.array(browser.execute_script("return window.attnlabView.weights(0)")).reshape(expected.shape)
+    np.testing.assert_allclose(shown, expected, atol=1e-12)
+    np.testing.assert_allclose(shown.sum(axis=1), 1.0, atol=1e-12)
+    table = [float(td.text) for td in browser.find_elements(By.CSS_SELECTOR, "#steps tr td:nth-child(6)")]
+    assert table == [float(f"{w:.4f}") for w in expected[0]]
+    d_k = len(trace["Q"][0])
+    expected_scale = {None: 0.0, -200: 0.01 / d_k**0.5, 0: 1 / d_k**0.5, 100: 10 / d_k**0.5, 200: 100 / d_k**0.5}
+    assert scale == pytest.approx(expected_scale[position], rel=1e-12)
+    if position == 0:
+        assert scale == 1 / d_k**0.5  # exactly: the slider's middle stop
+        assert browser.find_element(By.ID, "scale-value").text == "= 1/√d_k"
+    if position is None:
+        np.testing.assert_allclose(shown[-1], 1 / shown.shape[1], atol=1e-15)  # flat
+    if position == 200:  # 100 × 1/√d_k: far sharper rows than at 1/√d_k
+        default = np.array(trace["scores"]) / d_k**0.5
+        default[np.isnan(np.array(trace["scaled_scores"], dtype=float))] = -np.inf
+        assert shown.max(axis=1).mean() > al.softmax(default).max(axis=1).mean() + 0.3
+
+
+def test_c_the_head_selector_switches_heads(browser, tmp_path, capsys):
+    trace = open_page(
+        browser,
+        tmp_path,
+        capsys,
+        "--text",
+        "a b c d e f",
+        "--embed",
+        "random",
+        "--d-model",
+        "8",
+        "--num-heads",
+        "4",
+        "--scale",
+        "2",
+    )
+    weights = np.array(trace["weights"])  # (4, 6, 6)
+    assert len(Select(browser.find_element(By.ID, "head")).options) == 4
+    for head in (0, 2, 3):
+        Select(browser.find_element(By.ID, "head")).select_by_value(str(head))
+        assert browser.execute_script("return window.attnlabView.head") == head
+        assert hover_cell(browser, 2, 4, 6) == f"{weights[head, 2, 4]:.4f}"
+        assert f"head {head}" in browser.find_element(By.ID, "steps-token").text
+    assert not np.allclose(weights[0], weights[3])
+
+
+def test_d_tokens_are_text_and_no_script_runs(browser, tmp_path, capsys):
+    tokens = f"a {XSS} </script><script>window.__xss=2</script> b"
+    sequence = tmp_path / "x.json"
+    sequence.write_text(json.dumps([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0], [0.5, 0.0]]))
+    open_page(browser, tmp_path, capsys, str(sequence), "--tokens", tokens)
+    assert browser.execute_script("return window.__xss") is None
+    assert browser.find_elements(By.CSS_SELECTOR, "img") == []
+    labels = [t.text for t in browser.find_elements(By.CSS_SELECTOR, "#steps td.token")]
+    assert labels == tokens.split()
+
+
+def test_e_a_512_token_page_loads_in_a_few_seconds(browser, tmp_path):
+    rng = np.random.default_rng(0)
+    sequence = tmp_path / "long.npy"
+    np.save(sequence, rng.standard_normal((512, 16)))
+    page = tmp_path / "long.html"
+    assert main(["view", str(sequence), "--d-k", "16", "-o", str(page)]) == 0
+    start = time.perf_counter()
+    browser.get(page.as_uri())
+    assert browser.execute_script("return window.attnlabView.ready") is True
+    assert time.perf_counter() - start < 5.0
+    assert hover_cell(browser, 300, 100, 512) is not None
+    ARTIFACTS.mkdir(exist_ok=True)
+    browser.save_screenshot(str(ARTIFACTS / "view-512.png"))
+
+
+def test_export_png_and_svg(browser, tmp_path, capsys):
+    open_page(browser, tmp_path, capsys, "--text", "a b c")
+    png = browser.execute_script("return window.attnlabView.exportPNG()")
+    svg = browser.execute_script("return window.attnlabView.exportSVG()")
+    assert png.startswith("data:image/png;base64,") and len(png) > 100
+    assert svg.startswith("<svg") and svg.count("<rect") - svg.count('class="bar"') == 9
+    for token in "abc":
+        assert f">{token}</text>" in svg  # the labels travel with the picture
+    assert svg.count('class="bar"') == 50 and ">1.00</text>" in svg and "attention weights, head 0" in svg
+
+
+def test_the_page_is_self_contained(tmp_path):
+    page = tmp_path / "p.html"
+    assert main(["view", "--text", "a b", "-o", str(page)]) == 0
+    html = page.read_text()
+    assert (
+        "<script src" not in html
+        and "<link" not in html
+        and "http://" not in html.replace("http://www.w3.org/2000/svg", "")
+    )
+
+
+def test_a_link_opens_a_query_head_and_scale(browser, tmp_path, capsys):
+    trace = open_page(
+        browser, tmp_path, capsys, "--text", "a b c d", "--embed", "random", "--d-model", "4", "--num-heads", "2"
+    )
+    browser.get((tmp_path / "view.html").as_uri() + "#query=3&head=1&scale=0.25")
+    assert browser.execute_script("return [window.attnlabView.head, window.attnlabView.scale]") == [1, 0.25]
+    assert browser.find_element(By.ID, "steps-token").text.startswith("3 (d), head 1")
+    scaled = np.array(trace["scores"])[1] * 0.25
+    shown = np.array(browser.execute_script("return window.attnlabView.weights(1)")).reshape(4, 4)
+    np.testing.assert_allclose(shown, al.softmax(scaled), atol=1e-12)
+
+
+def test_page_data_has_a_head_axis_for_one_head_or_many():
+    import base64
+
+    from attnlab.viz._page import page_data
+
+    for trace in (
+        al.SelfAttention(4, 3).trace(np.eye(4)),
+        al.MultiheadAttention(4, 1, seed=0, dtype=np.float64).trace(np.eye(4)),
+        al.MultiheadAttention(4, 2, seed=0, dtype=np.float64).trace(np.eye(4)),
+    ):
+        (data,) = page_data(trace)["layers"]
+        assert data["heads"] == trace.num_heads and data["dtype"] == "float64"
+        scores = np.frombuffer(base64.b64decode(data["scores"]), "<f8").reshape(trace.num_heads, 4, 4)
+        np.testing.assert_array_equal(scores, trace.scores.reshape(scores.shape))  # exact, as the trace has them
+        q = np.frombuffer(base64.b64decode(data["q"]), "<f8")
+        assert q.size == trace.num_heads * 4 * data["d_k"]
+
+
+def test_f_scores_that_overflow_are_shown_as_not_numbers(browser, tmp_path, capsys):
+    rows = tmp_path / "overflow.json"
+    rows.write_text("[[1e200, 1e200], [1e200, -1e200]]")  # finite input, scores beyond float range
+    trace = open_page(browser, tmp_path, capsys, str(rows))
+    assert trace["weights"] == [["NaN", "NaN"], ["NaN", "NaN"]]  # the engine's NaN, as valid JSON
+    assert hover_cell(browser, 0, 1, 2) == "NaN"
+    assert "4 weights that are not numbers" in browser.find_element(By.ID, "legend").text
+    canvas_red = browser.execute_script(
+        "const c = document.getElementById('heatmap'), m = window.attnlabView.geometry.margin + 1;"
+        "return Array.from(c.getContext('2d').getImageData(m, m, 1, 1).data)"
+    )
+    assert canvas_red[:3] == [220, 30, 30]
+
+
+def test_g_axis_labels_colour_scale_and_readout(browser, tmp_path, capsys):
+    """Labels on both axes; the colour is the weight itself (uniform attention is dark,
+    not the top colour); the readout follows the slider and the head."""
+    sequence = tmp_path / "same.json"
+    sequence.write_text(json.dumps([[1.0, 2.0, 0.5, 1.0]] * 6))  # equal rows: every weight is 1/6
+    open_page(browser, tmp_path, capsys, str(sequence), "--tokens", "a b 小 c d e", "--num-heads", "2")
+    labels = browser.execute_script("return window.attnlabView.axisLabels")
+    assert labels == [[i, t] for i, t in enumerate(["a", "b", "小", "c", "d", "e"])]
+    assert hover_cell(browser, 2, 3, 6) == f"{1 / 6:.4f}"
+    margin, cell = browser.execute_script("const g = window.attnlabView.geometry; return [g.margin, g.cell]")
+    pixel = browser.execute_script(
+        "return Array.from(document.getElementById('heatmap').getContext('2d')"
+        ".getImageData(arguments[0], arguments[0], 1, 1).data).slice(0, 3)",
+        margin + cell // 2,
+    )
+    assert pixel == browser.execute_script("return window.attnlabView.colour(1 / 6)")
+    assert pixel != browser.execute_script("return window.attnlabView.colour(1)")
+    readout = browser.find_element(By.ID, "cell-value").text
+    browser.execute_script("window.attnlabView.setScale(0.1)")
+    moved = browser.find_element(By.ID, "cell-value").text
+    assert moved != readout and moved.startswith("head 0, scale 0.1000")
+    Select(browser.find_element(By.ID, "head")).select_by_value("1")
+    assert browser.find_element(By.ID, "cell-value").text.startswith("head 1, scale 0.1000")
+
+
+def test_h_a_link_scrolls_the_head_view_to_its_query(browser, tmp_path):
+    sequence = tmp_path / "long.npy"
+    np.save(sequence, np.random.default_rng(1).standard_normal((200, 8)))
+    page = tmp_path / "long.html"
+    assert main(["view", str(sequence), "-o", str(page)]) == 0
+    browser.get(page.as_uri() + "#query=150")
+    assert browser.execute_script("return window.attnlabView.ready") is True
+    visible = browser.execute_script(
+        "const box = document.getElementById('headview-box').getBoundingClientRect();"
+        "const t = document.querySelectorAll('#headview text')[150].getBoundingClientRect();"
+        "return t.top >= box.top && t.bottom <= box.bottom && t.top >= 0 && t.bottom <= window.innerHeight;"
+    )
+    assert visible
+    labels = browser.execute_script("return window.attnlabView.axisLabels")
+    assert labels[1][0] - labels[0][0] > 1 and labels[0] == [0, "0"]  # 200 labels thinned to stay readable
+
+
+def test_i_the_notebook_iframe_runs_the_page(browser, tmp_path):
+    from attnlab.viz._page import notebook_html
+
+    host = tmp_path / "notebook.html"
+    host.write_text(
+        "<!DOCTYPE html><html><body>" + notebook_html(al.SelfAttention(3, 2).trace(np.eye(3))) + "</body></html>"
+    )
+    browser.get(host.as_uri())
+    browser.switch_to.frame(browser.find_element(By.TAG_NAME, "iframe"))
+    try:
+        assert browser.execute_script("return window.attnlabView && window.attnlabView.ready") is True
+        assert browser.execute_script("return window.attnlabView.axisLabels.length") == 3
+    finally:
+        browser.switch_to.default_content()
+
+
+def test_j_the_scale_box_keeps_the_scale_on_bad_input(browser, tmp_path, capsys):
+    open_page(browser, tmp_path, capsys, "--text", "a b c")
+    browser.execute_script("window.attnlabView.setScale(0.5)")
+    for text in ("", "abc", "-1"):
+        browser.execute_script(
+            "const b = document.getElementById('scale-input'); b.value = arguments[0];"
+            "b.dispatchEvent(new Event('change'));",
+            text,
+        )
+        assert browser.execute_script("return window.attnlabView.scale") == 0.5
+    browser.get((tmp_path / "view.html").as_uri() + "#scale=")
+    assert browser.execute_script("return window.attnlabView.scale") > 0
+
+
+def test_k_control_characters_make_valid_svg(browser, tmp_path, capsys):
+    sequence = tmp_path / "x.json"
+    sequence.write_text(json.dumps([[1.0, 0.0], [0.0, 1.0]]))
+    assert main(["trace", str(sequence), "--format", "json"]) == 0
+    saved = json.loads(capsys.readouterr().out)
+    saved["tokens"] = ["a\x01b", "<&>"]
+    (tmp_path / "t.json").write_text(json.dumps(saved))
+    assert main(["view", str(tmp_path / "t.json"), "-o", str(tmp_path / "t.html")]) == 0
+    browser.get((tmp_path / "t.html").as_uri())
+    svg = browser.execute_script("return window.attnlabView.exportSVG()")
+    ET.fromstring(svg)  # parses: no control character, everything escaped
+
+
+def test_overflow_is_not_mistaken_for_a_mask():
+    from attnlab.viz._page import page_data
+
+    trace = al.SelfAttention(2, 2).trace(np.array([[1e200, 1e200], [1e200, -1e200]]))
+    assert page_data(trace)["layers"][0]["masked"] == ["00", "00"]
+
+
+def test_g_a_models_page_switches_layers_by_selector_and_link(browser, tmp_path, capsys):
+    from test_models import SENTENCE, tiny_checkpoint_with_tokenizer
+
+    checkpoint = str(tiny_checkpoint_with_tokenizer(tmp_path))
+    assert main(["trace", "--model", checkpoint, "--text", SENTENCE, "--layer", "all", "--format", "json"]) == 0
+    trace = json.loads(capsys.readouterr().out)
+    page = tmp_path / "model.html"
+    assert main(["view", "--model", checkpoint, "--text", SENTENCE, "-o", str(page)]) == 0  # all layers by default
+    browser.get(page.as_uri() + "#layer=1&head=2&query=5")
+    view = "return window.attnlabView"
+    assert browser.execute_script(f"{view}.ready") is True
+    assert browser.execute_script(f"{view}.layer") == 1 and browser.execute_script(f"{view}.head") == 2
+    layer = Select(browser.find_element(By.ID, "layer"))
+    assert [o.text for o in layer.options] == ["layer 0", "layer 1"]
+    L = len(trace["tokens"])
+    shown = np.array(browser.execute_script(f"{view}.weights(2)")).reshape(L, L)
+    np.testing.assert_allclose(shown, trace["layers"]["1"]["weights"][2], atol=5e-5)
+    layer.select_by_visible_text("layer 0")
+    assert browser.execute_script(f"{view}.layer") == 0
+    shown = np.array(browser.execute_script(f"{view}.weights(3)")).reshape(L, L)
+    np.testing.assert_allclose(shown, trace["layers"]["0"]["weights"][3], atol=5e-5)
+    assert "2 layers, 4 heads" in browser.find_element(By.ID, "summary").text
+    assert "小" in browser.find_element(By.ID, "headview").text  # tokens as text, not bytes
+
+
+def model_page(browser, tmp_path: Path, trace, link: str = "", name: str = "model.html") -> None:
+    page = tmp_path / name
+    al.view(trace, page)
+    browser.get(page.as_uri() + link)
+    assert browser.execute_script("return window.attnlabView.ready") is True
+
+
+def test_h_the_model_view_has_a_cell_per_layer_and_head_that_opens_it(browser, tmp_path):
+    from test_models import SENTENCE, tiny_checkpoint_with_tokenizer
+
+    from attnlab import models
+
+    trace = models.load(tiny_checkpoint_with_tokenizer(tmp_path)).trace(SENTENCE)
+    model_page(browser, tmp_path, trace)
+    cells = browser.find_elements(By.CSS_SELECTOR, "#grid canvas")
+    assert len(cells) == 2 * 4
+    (cell,) = [c for c in cells if c.get_attribute("data-layer") == "1" and c.get_attribute("data-head") == "3"]
+    cell.click()
+    view = "return window.attnlabView"
+    assert browser.execute_script(f"{view}.layer") == 1 and browser.execute_script(f"{view}.head") == 3
+    L = len(trace.tokens)
+    shown = np.array(browser.execute_script(f"{view}.weights(3)")).reshape(L, L)
+    np.testing.assert_allclose(shown, trace[1].weights[3], atol=5e-5)  # to 4 decimals
+    assert "current" in cell.get_attribute("class")
+    # the page's tokens are the sentence's characters in order, nothing else; split pieces are marked
+    left = browser.execute_script(
+        "return [...document.querySelectorAll('#headview text')].slice(0, arguments[0])"
+        ".map((t) => [...t.childNodes].filter((n) => n.nodeType === 3).map((n) => n.nodeValue).join(''))",
+        L,
+    )
+    assert "".join(left) == SENTENCE
+    assert browser.find_elements(By.CSS_SELECTOR, "#headview line.part-mark")
+    assert browser.find_elements(By.CSS_SELECTOR, "#headview text.part")
+
+
+def test_i_the_five_steps_of_a_llama_use_the_rotated_q_and_k(browser, tmp_path):
+    from test_models import tiny_model
+
+    from attnlab import models
+
+    tiny_model("llama").save_pretrained(tmp_path / "llama")
+    trace = models.load(tmp_path / "llama").trace(np.array([5, 17, 33, 2, 99, 120, 7, 250, 64]))
+    model_page(browser, tmp_path, trace, "#layer=1&head=3&query=6")
+    cells = browser.find_elements(By.CSS_SELECTOR, "#steps tr")[1 + 2].find_elements(By.TAG_NAME, "td")  # key 2
+    layer = trace[1]
+    dot = float(layer.Q[3, 6] @ layer.K[3, 2])  # the rotated q and k the trace holds
+    assert float(cells[3].text) == pytest.approx(dot, abs=5e-5)
+    shown_q = browser.find_element(By.ID, "query-vector").text
+    assert shown_q == "q = [" + ", ".join(f"{x:.3f}" for x in layer.Q[3, 6]) + "]"
+
+
+def test_j_model_tokens_with_markup_stay_text(browser, tmp_path):
+    from test_models import tiny_checkpoint_with_tokenizer
+
+    from attnlab import models
+
+    text = "<b>x</b> & <img src=x onerror=alert(1)>"
+    trace = models.load(tiny_checkpoint_with_tokenizer(tmp_path)).trace(text)
+    model_page(browser, tmp_path, trace)
+    assert not browser.find_elements(By.CSS_SELECTOR, "#headview b, #headview img, #steps img, img")
+    left = browser.execute_script(
+        "return [...document.querySelectorAll('#headview text')].slice(0, arguments[0])"
+        ".map((t) => [...t.childNodes].filter((n) => n.nodeType === 3).map((n) => n.nodeValue).join(''))",
+        len(trace.tokens),
+    )
+    assert "".join(left) == text
+
+
+def test_k_a_gpt2_small_page_of_128_tokens_is_small_and_quick(browser, tmp_path, capsys):
+    import time
+
+    import torch
+    import transformers
+    from test_models import SENTENCE, train_tokenizers
+
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(vocab_size=512, n_positions=256, n_embd=768, n_layer=12, n_head=12)
+    checkpoint = tmp_path / "gpt2-small"
+    transformers.GPT2LMHeadModel(config).save_pretrained(checkpoint)
+    layouts = train_tokenizers(tmp_path / "tokenizer")
+    for name in ("vocab.json", "merges.txt"):
+        (checkpoint / name).write_bytes((layouts["vocab+merges"] / name).read_bytes())
+    page = tmp_path / "small.html"
+    text = SENTENCE * 4
+    assert main(["view", "--model", str(checkpoint), "--text", text, "-o", str(page)]) == 0, capsys.readouterr().err
+    size = page.stat().st_size
+    start = time.perf_counter()
+    browser.get(page.as_uri())
+    assert browser.execute_script("return window.attnlabView.ready") is True
+    seconds = time.perf_counter() - start
+    print(f"GPT-2-small-shaped page, 12 layers × 12 heads, 128 tokens: {size / 1e6:.1f} MB, ready in {seconds:.2f} s")
+    assert browser.execute_script("return document.querySelectorAll('#headview text').length") == 2 * 128
+    assert size <= 16 * 10**6
+    assert seconds < 3
+    assert len(browser.find_elements(By.CSS_SELECTOR, "#grid canvas")) == 144
+    too_long = main(["view", "--model", str(checkpoint), "--text", text + SENTENCE, "-o", str(page)])
+    assert too_long == 2 and "use --layer N or fewer tokens" in capsys.readouterr().err
+
+
+def test_l_a_layer_opens_at_its_own_scale_and_links_name_model_layers(browser, tmp_path):
+    from test_models import tiny_model
+
+    from attnlab import models
+
+    tiny_model("gpt2", scale_attn_by_inverse_layer_idx=True).save_pretrained(tmp_path / "gpt2")
+    model = models.load(tmp_path / "gpt2")
+    trace = model.trace(np.arange(12), layers=[1])  # layer 1 alone: scale 1/(√8·2)
+    model_page(browser, tmp_path, trace, "#layer=1&head=2")
+    view = "return window.attnlabView"
+    assert browser.execute_script(f"{view}.head") == 2
+    assert browser.execute_script(f"{view}.scale") == pytest.approx(trace[1].scale)
+    shown = np.array(browser.execute_script(f"{view}.weights(2)")).reshape(12, 12)
+    np.testing.assert_allclose(shown, trace[1].weights[2], atol=5e-5)
+    both = model.trace(np.arange(12), layers=[0, 1])
+    model_page(browser, tmp_path, both, "#layer=0", "both.html")
+    browser.execute_script("window.attnlabView.useLayer(1)")  # from layer 0's scale to layer 1's
+    assert browser.execute_script(f"{view}.scale") == pytest.approx(both[1].scale)
+    shown = np.array(browser.execute_script(f"{view}.weights(3)")).reshape(12, 12)
+    np.testing.assert_allclose(shown, both[1].weights[3], atol=5e-5)
+
+
+def test_m_float32_scores_the_page_computes_overflow_as_in_python(browser, tmp_path):
+    x = np.full((520, 4), 3e20)
+    x[::2] *= -1
+    trace = al.SelfAttention(4, 4, dtype=np.float32).trace(x)
+    bad = int((~np.isfinite(trace.weights)).sum())
+    assert bad > 0
+    page = tmp_path / "overflow.html"
+    al.view(trace, page)
+    browser.get(page.as_uri())
+    assert browser.execute_script("return window.attnlabView.ready") is True
+    assert f"red: {bad} weights that are not numbers" in browser.find_element(By.ID, "legend").text
