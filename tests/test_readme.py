@@ -11,7 +11,7 @@ README = Path(__file__).parent.parent / "README.md"
 
 
 def test_the_python_examples_run(tmp_path):
-    from test_models import tiny_checkpoint_with_tokenizer
+    from checkpoints import tiny_checkpoint_with_tokenizer
 
     blocks = re.findall(r"```python\n(.*?)```", README.read_text(encoding="utf-8"), re.S)
     assert len(blocks) == 3

@@ -53,7 +53,7 @@ def test_view_returns_the_page_or_writes_it(tmp_path):
 
 
 def test_a_models_trace_shows_in_a_notebook(tmp_path):
-    from test_models import SENTENCE, tiny_checkpoint_with_tokenizer
+    from checkpoints import SENTENCE, tiny_checkpoint_with_tokenizer
 
     checkpoint = tiny_checkpoint_with_tokenizer(tmp_path)
     cells = [

@@ -336,7 +336,7 @@ def test_overflow_is_not_mistaken_for_a_mask():
 
 
 def test_g_a_models_page_switches_layers_by_selector_and_link(browser, tmp_path, capsys):
-    from test_models import SENTENCE, tiny_checkpoint_with_tokenizer
+    from checkpoints import SENTENCE, tiny_checkpoint_with_tokenizer
 
     checkpoint = str(tiny_checkpoint_with_tokenizer(tmp_path))
     assert main(["trace", "--model", checkpoint, "--text", SENTENCE, "--layer", "all", "--format", "json"]) == 0
@@ -368,9 +368,8 @@ def model_page(browser, tmp_path: Path, trace, link: str = "", name: str = "mode
 
 
 def test_h_the_model_view_has_a_cell_per_layer_and_head_that_opens_it(browser, tmp_path):
-    from test_models import SENTENCE, tiny_checkpoint_with_tokenizer
-
     from attnlab import models
+    from checkpoints import SENTENCE, tiny_checkpoint_with_tokenizer
 
     trace = models.load(tiny_checkpoint_with_tokenizer(tmp_path)).trace(SENTENCE)
     model_page(browser, tmp_path, trace)
@@ -396,9 +395,8 @@ def test_h_the_model_view_has_a_cell_per_layer_and_head_that_opens_it(browser, t
 
 
 def test_i_the_five_steps_of_a_llama_use_the_rotated_q_and_k(browser, tmp_path):
-    from test_models import tiny_model
-
     from attnlab import models
+    from checkpoints import tiny_model
 
     tiny_model("llama").save_pretrained(tmp_path / "llama")
     trace = models.load(tmp_path / "llama").trace(np.array([5, 17, 33, 2, 99, 120, 7, 250, 64]))
@@ -412,9 +410,8 @@ def test_i_the_five_steps_of_a_llama_use_the_rotated_q_and_k(browser, tmp_path):
 
 
 def test_j_model_tokens_with_markup_stay_text(browser, tmp_path):
-    from test_models import tiny_checkpoint_with_tokenizer
-
     from attnlab import models
+    from checkpoints import tiny_checkpoint_with_tokenizer
 
     text = "<b>x</b> & <img src=x onerror=alert(1)>"
     trace = models.load(tiny_checkpoint_with_tokenizer(tmp_path)).trace(text)
@@ -433,7 +430,8 @@ def test_k_a_gpt2_small_page_of_128_tokens_is_small_and_quick(browser, tmp_path,
 
     import torch
     import transformers
-    from test_models import SENTENCE, train_tokenizers
+
+    from checkpoints import SENTENCE, train_tokenizers
 
     torch.manual_seed(0)
     config = transformers.GPT2Config(vocab_size=512, n_positions=256, n_embd=768, n_layer=12, n_head=12)
@@ -460,9 +458,8 @@ def test_k_a_gpt2_small_page_of_128_tokens_is_small_and_quick(browser, tmp_path,
 
 
 def test_l_a_layer_opens_at_its_own_scale_and_links_name_model_layers(browser, tmp_path):
-    from test_models import tiny_model
-
     from attnlab import models
+    from checkpoints import tiny_model
 
     tiny_model("gpt2", scale_attn_by_inverse_layer_idx=True).save_pretrained(tmp_path / "gpt2")
     model = models.load(tmp_path / "gpt2")
