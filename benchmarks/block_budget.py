@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from threadpoolctl import threadpool_limits
 
-from attnlab import _fused_kernels as kernels
+from attnlab.engine.fused import _kernels as kernels
 
 BLOCK = 512
 KEYS = 16 * BLOCK  # the pieces are timed over 16 blocks of keys

@@ -45,18 +45,9 @@ def ring_attention(
     group: Any = ..., layout: Layout = ..., return_lse: Literal[True], engine: Engine | None = ...,
 ) -> tuple[np.ndarray, np.ndarray]: ...  # fmt: skip
 def ring_attention(
-    query: Any,
-    key: Any,
-    value: Any,
-    *,
-    is_causal: bool = False,
-    scale: float | None = None,
-    enable_gqa: bool = False,
-    group: Any = None,
-    layout: Layout = "contiguous",
-    return_lse: bool = False,
-    engine: Engine | None = None,
-) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
+    query: Any, key: Any, value: Any, *, is_causal: bool = False, scale: float | None = None, enable_gqa: bool = False,
+    group: Any = None, layout: Layout = "contiguous", return_lse: bool = False, engine: Engine | None = None,
+) -> np.ndarray | tuple[np.ndarray, np.ndarray]:  # fmt: skip
     """This rank's shard of softmax(scale · Q·Kᵀ) · V over the whole sequence.
 
     Args:
