@@ -6,6 +6,7 @@ import json
 import shutil
 import time
 import xml.etree.ElementTree as ET
+from importlib.resources import files
 from pathlib import Path
 
 import numpy as np
@@ -197,6 +198,19 @@ def test_the_page_is_self_contained(tmp_path):
         and "<link" not in html
         and "http://" not in html.replace("http://www.w3.org/2000/svg", "")
     )
+
+
+def test_the_page_inlines_its_assets_and_leaves_tokens_that_name_a_slot_as_data():
+    assets = files("attnlab.viz") / "assets"
+    slots = ["__ATTNLAB_STYLE__", "__ATTNLAB_SCRIPT__", "__ATTNLAB_DATA__"]
+    page = al.view(al.SelfAttention(3, 2).trace(np.eye(3), tokens=slots))
+    assert page is not None
+    csp = "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data: blob:"
+    assert f'<meta http-equiv="Content-Security-Policy" content="{csp}">' in page
+    for name, tag in (("page.css", "style"), ("page.js", "script")):
+        text = (assets / name).read_text(encoding="utf-8")
+        assert text in page and f"</{tag}" not in text.lower()  # inline, and cannot end its own block
+    assert [page.count(slot) for slot in slots] == [1, 1, 1]  # each token once, in the data; no slot left
 
 
 def test_a_link_opens_a_query_head_and_scale(browser, tmp_path, capsys):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import html
 import json
+import re
 from importlib.resources import files
 from pathlib import Path
 
@@ -96,9 +97,9 @@ def _layer_data(trace: Trace, with_scores: bool, dtype: str) -> dict[str, object
 
 
 def render_page(trace: Trace | ModelTrace) -> str:
-    """The HTML text. The data sits in a JSON script block with '<', '>' and '&'
-    escaped, so no token can end the block or inject markup; the script only ever
-    writes tokens as text."""
+    """The HTML text: assets/page.html with page.css and page.js inline. The data sits
+    in a JSON script block with '<', '>' and '&' escaped, so no token can end the block
+    or inject markup; the script only ever writes tokens as text."""
     model = isinstance(trace, ModelTrace)
     if isinstance(trace, ModelTrace):
         scores = sum(_with_heads(t.scores).size for t in trace.layers.values())
@@ -119,8 +120,21 @@ def render_page(trace: Trace | ModelTrace) -> str:
             f"{size / 1e6:.1f} MB",
         )
     payload = payload.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
-    template = (files("attnlab.viz") / "assets" / "page.html").read_text(encoding="utf-8")
-    return template.replace(_PLACEHOLDER, payload)
+    return _filled_page(payload)
+
+
+_ASSET_SLOTS = {"__ATTNLAB_STYLE__": "page.css", "__ATTNLAB_SCRIPT__": "page.js"}  # in page.html: the file it holds
+_SLOT = re.compile("|".join(re.escape(slot) for slot in (*_ASSET_SLOTS, _PLACEHOLDER)))
+
+
+def _filled_page(payload: str) -> str:
+    """assets/page.html with assets/page.css in its <style>, assets/page.js in its
+    <script> and ``payload`` (escaped JSON) in its data block: one pass, so nothing
+    filled in is searched for slots again (a token may read __ATTNLAB_SCRIPT__)."""
+    assets = files("attnlab.viz") / "assets"
+    filling = {slot: (assets / name).read_text(encoding="utf-8") for slot, name in _ASSET_SLOTS.items()}
+    filling[_PLACEHOLDER] = payload
+    return _SLOT.sub(lambda slot: filling[slot[0]], (assets / "page.html").read_text(encoding="utf-8"))
 
 
 def check_path(path: str | Path) -> Path:

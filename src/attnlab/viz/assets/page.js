@@ -1,0 +1,620 @@
+// attnlab view: the page's script, inlined by attnlab.viz._page.render_page. It reads the
+// trace from the JSON block #attnlab-data, computes each head's weights as
+// softmax(scale · q·kᵀ) over the unmasked keys, and draws the heatmap, the head view, the
+// step-by-step table and, for a model, the model view. What changes lives in `state`;
+// everything else is fixed when the page opens. Tokens are only ever written as text.
+
+const $ = (id) => document.getElementById(id);
+const page = JSON.parse($("attnlab-data").textContent);
+const tokens = page.tokens, L = tokens.length;
+
+// ---- numbers: decoding, scores, weights ----
+
+// the numbers travel as base64 of little-endian float32 or float64 (NaN and ±∞ included)
+// (float24: a float32's top three bytes, for pages that would not fit otherwise)
+function decodeFloat24(raw) {
+  const bits = new Uint32Array(raw.length / 3);
+  for (let n = 0, b = 0; n < bits.length; n++, b += 3) {
+    bits[n] = ((raw.charCodeAt(b) << 8) | (raw.charCodeAt(b + 1) << 16) | (raw.charCodeAt(b + 2) << 24)) >>> 0;
+  }
+  return new Float32Array(bits.buffer);
+}
+function decode(text, dtype) {
+  const raw = atob(text);
+  if (dtype === "float24") return decodeFloat24(raw);
+  const bytes = new Uint8Array(raw.length);
+  for (let n = 0; n < raw.length; n++) bytes[n] = raw.charCodeAt(n);
+  return dtype === "float64" ? new Float64Array(bytes.buffer) : new Float32Array(bytes.buffer);
+}
+// a layer: q, k (H·L·E), v (H·L·Ev), the raw scores q·k (H·L·L, given, or computed once
+// per head), the mask, and its caches: each head's weights at one scale, the value norms
+function layerOf(layer) {
+  return {
+    name: layer.name, index: layer.index, scale: layer.scale, H: layer.heads, E: layer.d_k, Ev: layer.d_v,
+    masked: layer.masked, single: layer.dtype !== "float64", // float32 scores round (and overflow) as float32
+    q: decode(layer.q, layer.dtype), k: decode(layer.k, layer.dtype), v: decode(layer.v, layer.dtype),
+    given: layer.scores === null ? null : decode(layer.scores, layer.dtype), computed: new Map(), weights: new Map(),
+    norms: null,
+  };
+}
+const vectorAt = (x, width, h, i) => Array.from(x.subarray((h * L + i) * width, (h * L + i + 1) * width));
+// head h's raw scores q·kᵀ (L·L), each rounded to float32 when the trace was float32
+function computeScores(layer, h) {
+  const s = new Float64Array(L * L), E = layer.E, q = layer.q, k = layer.k;
+  for (let i = 0; i < L; i++) {
+    const qi = (h * L + i) * E;
+    for (let j = 0; j < L; j++) {
+      const kj = (h * L + j) * E;
+      let dot = 0;
+      for (let e = 0; e < E; e++) dot += q[qi + e] * k[kj + e];
+      s[i * L + j] = layer.single ? Math.fround(dot) : dot;
+    }
+  }
+  return s;
+}
+function scoresOf(layer, h) {
+  if (layer.given) return layer.given.subarray(h * L * L, (h + 1) * L * L);
+  if (!layer.computed.has(h)) layer.computed.set(h, computeScores(layer, h));
+  return layer.computed.get(h);
+}
+const maskedIn = (layer, i, j) => layer.masked[i].charCodeAt(j) === 49; // "1"
+// row i of softmax(scale · s) into w, masked entries excluded: the engine's formula
+function softmaxRow(layer, s, scale, i, w) {
+  let max = -Infinity;
+  for (let j = 0; j < L; j++) if (!maskedIn(layer, i, j)) max = Math.max(max, scale * s[i * L + j]);
+  let sum = 0;
+  for (let j = 0; j < L; j++) {
+    const e = maskedIn(layer, i, j) ? 0 : Math.exp(scale * s[i * L + j] - max);
+    w[i * L + j] = e; sum += e;
+  }
+  for (let j = 0; j < L; j++) w[i * L + j] = sum === 0 ? 0 : w[i * L + j] / sum; // all masked: 0; NaN stays NaN
+}
+// head h's weights (L·L) at `scale`, cached
+function weightsOf(layer, h, scale) {
+  const key = h + ":" + scale;
+  if (layer.weights.has(key)) return layer.weights.get(key);
+  const s = scoresOf(layer, h), w = new Float64Array(L * L);
+  for (let i = 0; i < L; i++) softmaxRow(layer, s, scale, i, w);
+  if (layer.weights.size > 2 * layer.H) layer.weights.clear(); // the grid's and the slider's, not every scale
+  layer.weights.set(key, w);
+  return w;
+}
+const norm = (xs) => Math.sqrt(xs.reduce((a, x) => a + x * x, 0));
+// ‖v_j‖ of every head and key (H·L) and each head's largest finite one, once per layer
+function normsOf(layer) {
+  if (layer.norms === null) {
+    const values = Array.from({ length: layer.H }, (_, h) =>
+      Array.from({ length: L }, (_, j) => norm(vectorAt(layer.v, layer.Ev, h, j))));
+    layer.norms = { values, largest: values.map((norms) => Math.max(0, ...norms.filter(Number.isFinite))) };
+  }
+  return layer.norms;
+}
+
+// ---- state: everything that changes ----
+
+const layers = page.layers.map(layerOf);
+// the layer and head on show, the scale, the query, the cell under the pointer, the token
+// hovered in the head view, and the two checkboxes
+const state = {
+  layer: 0, head: 0, scale: layers[0].scale, query: 0, hover: null, cell: null, byValue: false, relative: false,
+};
+const shownLayer = () => layers[state.layer];
+const defaultScale = () => 1 / Math.sqrt(shownLayer().E);
+const weights = (h) => weightsOf(shownLayer(), h, state.scale);
+
+// ---- tokens and numbers as text ----
+
+const vec = (xs) => "[" + xs.map((x) => x.toFixed(3)).join(", ") + "]";
+const shorten = (t, most) => ([...t].length > most ? [...t].slice(0, most - 1).join("") + "…" : t); // their start
+// a token's marks: special ([CLS]) or a piece of a character split over several tokens
+const tokenClass = (i) => (page.special[i] ? "special" : page.parts[i] ? "part" : "");
+const tokenTitle = (i) =>
+  page.special[i] ? "special token" : page.parts[i] ? `holds bytes of ${page.parts[i]}, split over several tokens` : "";
+// a piece that shows no character of its own is named by the character it is part of
+const pieceOnly = (i) => page.parts[i] && !tokens[i].trim();
+const tokenLabel = (i) => (pieceOnly(i) ? `${tokens[i]}‹piece of ${page.parts[i]}›` : tokens[i]);
+const tick = (x) => (x === 0 || x >= 0.1 ? x.toFixed(2) : x.toPrecision(2)); // 0.0012, not 0.00
+function summary() {
+  const { H, E } = shownLayer();
+  return `${page.model ? page.model + ": " : ""}${L} tokens, ` +
+    (layers.length > 1 ? `${layers.length} layers, ` : "") + `${H} head${H > 1 ? "s" : ""}, d_k = ${E}` +
+    (page.layers[0].dtype === "float24" ? "; q, k, v rounded to 17 significant bits to fit the page" : "");
+}
+
+// ---- colours ----
+
+const NOT_A_NUMBER = [220, 30, 30]; // red: no viridis colour is near it
+const VIRIDIS = [[68, 1, 84], [59, 82, 139], [33, 145, 140], [94, 201, 98], [253, 231, 37]]; // five stops
+function colour(t) {
+  t = Math.min(1, Math.max(0, t)) * (VIRIDIS.length - 1);
+  const k = Math.min(VIRIDIS.length - 2, Math.floor(t)), f = t - k;
+  return VIRIDIS[k].map((c, n) => Math.round(c + f * (VIRIDIS[k + 1][n] - c)));
+}
+// a weight's colour: weight / top on viridis (0 when top is 0), red when it is not a number
+const weightColour = (w, top) => (Number.isFinite(w) ? colour(top > 0 ? w / top : 0) : NOT_A_NUMBER);
+// the L×L weights w onto an L×L canvas, a pixel each
+function paintWeights(target, w, top) {
+  const context = target.getContext("2d"), image = context.createImageData(L, L);
+  for (let n = 0; n < L * L; n++) {
+    const [r, g, b] = weightColour(w[n], top);
+    image.data.set([r, g, b, 255], 4 * n);
+  }
+  context.putImageData(image, 0, 0);
+}
+
+// ---- the heatmap: token labels on both axes, the cells, and a colour bar ----
+
+const FONT = "12px system-ui, 'Noto Sans CJK SC', 'WenQuanYi Zen Hei', sans-serif";
+const canvas = $("heatmap"), bar = $("colourbar"), bitmap = document.createElement("canvas");
+// fixed when the page opens: the cell size, every `every`-th token labelled when they would
+// crowd, the margin that holds the labels, and whether they stand upright (one or two
+// characters, a Chinese token, when every shown label fits its column)
+function heatmapLayout() {
+  const measure = canvas.getContext("2d");
+  measure.font = FONT;
+  const cell = Math.max(1, Math.min(48, Math.floor(640 / L)));
+  const every = Math.max(1, Math.ceil(13 / cell));
+  const shown = tokens.map((t, i) => (i % every === 0 ? shorten(t, 16) : null));
+  const labelled = shown.filter((t) => t !== null), widthOf = (t) => measure.measureText(t).width;
+  const margin = Math.min(140, 10 + Math.max(16, ...labelled.map(widthOf)));
+  const upright = labelled.every((t) => [...t].length <= 2 && widthOf(t) <= every * cell - 2);
+  return { cell, shown, margin, upright };
+}
+const { cell, shown, margin, upright } = heatmapLayout();
+function sizeHeatmap() {
+  canvas.width = canvas.height = margin + L * cell;
+  bar.width = 70;
+  bar.height = canvas.height + 8; // room for the 0 tick's label
+  bitmap.width = bitmap.height = L;
+}
+// colour is the weight itself (0 → 1) unless "relative" is on: then 0 → the head's largest
+function colourScale() {
+  const w = weights(state.head);
+  let top = 0, bad = 0;
+  for (let n = 0; n < L * L; n++) if (Number.isFinite(w[n])) top = Math.max(top, w[n]); else bad++;
+  return { w, top: state.relative ? top : 1, bad };
+}
+// a piece that shows no character: an orange dash beside its row and column
+function drawPieceMark(ctx, mid) {
+  ctx.fillStyle = "#b60";
+  ctx.fillRect(margin - 12, mid - 1, 8, 2);
+  ctx.fillRect(mid - 1, margin - 12, 2, 8);
+}
+function drawQueryLabel(ctx, t, i, mid) { // query i, left of row i
+  ctx.fillStyle = i === state.query ? "#b00" : page.special[i] ? "#888" : "#222";
+  ctx.textAlign = "right";
+  ctx.fillText(t, margin - 4, mid, margin - 6);
+}
+function drawKeyLabel(ctx, t, i, mid) { // key j, above column j: upright, or read bottom to top
+  ctx.fillStyle = page.special[i] ? "#888" : "#222";
+  ctx.save();
+  if (upright) {
+    ctx.textAlign = "center";
+    ctx.fillText(t, mid, margin - 10);
+  } else {
+    ctx.translate(mid, margin - 4);
+    ctx.rotate(-Math.PI / 2);
+    ctx.textAlign = "left";
+    ctx.fillText(t, 0, 0, margin - 6);
+  }
+  ctx.restore();
+}
+function drawLabels(ctx) {
+  ctx.font = FONT;
+  ctx.fillStyle = "#222";
+  ctx.textBaseline = "middle";
+  shown.forEach((t, i) => {
+    if (t === null) return;
+    const mid = margin + (i + 0.5) * cell;
+    if (pieceOnly(i)) drawPieceMark(ctx, mid);
+    drawQueryLabel(ctx, t, i, mid);
+    drawKeyLabel(ctx, t, i, mid);
+  });
+}
+const legendText = (top, bad) => (state.relative
+  ? `colour: 0 (dark) → ${top.toFixed(4)} (bright), the largest weight of this head`
+  : "colour: the weight itself, 0 (dark) → 1 (bright); uniform attention over L keys is 1/L") +
+  (bad ? `; red: ${bad} weights that are not numbers (NaN: scores that overflowed)` : "");
+function drawHeatmap() {
+  const { w, top, bad } = colourScale();
+  paintWeights(bitmap, w, top);
+  const ctx = canvas.getContext("2d");
+  ctx.clearRect(0, 0, canvas.width, canvas.height);
+  ctx.imageSmoothingEnabled = false;
+  ctx.drawImage(bitmap, margin, margin, L * cell, L * cell);
+  drawLabels(ctx);
+  ctx.strokeStyle = "#d00";
+  ctx.strokeRect(margin + 0.5, margin + state.query * cell + 0.5, L * cell - 1, Math.max(1, cell - 1));
+  drawBar(top);
+  $("legend").textContent = legendText(top, bad);
+}
+function drawBar(top) {
+  const ctx = bar.getContext("2d"), y0 = margin, height = L * cell;
+  ctx.clearRect(0, 0, bar.width, bar.height);
+  for (let y = 0; y < height; y++) {
+    const [r, g, b] = colour(1 - y / Math.max(1, height - 1));
+    ctx.fillStyle = `rgb(${r},${g},${b})`;
+    ctx.fillRect(0, y0 + y, 14, 1);
+  }
+  ctx.font = FONT;
+  ctx.fillStyle = "#222";
+  ctx.textAlign = "left";
+  ctx.textBaseline = "middle";
+  for (const f of [0, 0.25, 0.5, 0.75, 1]) ctx.fillText(tick(f * top), 18, y0 + (1 - f) * (height - 1));
+}
+// the [query, key] under the pointer, or null off the cells
+function cellAt(event) {
+  const box = canvas.getBoundingClientRect();
+  const x = ((event.clientX - box.left) / box.width) * canvas.width - margin;
+  const y = ((event.clientY - box.top) / box.height) * canvas.height - margin;
+  const i = Math.floor(y / cell), j = Math.floor(x / cell);
+  return x >= 0 && y >= 0 && i < L && j < L ? [i, j] : null;
+}
+function showCell() {
+  if (state.cell === null) return;
+  const [i, j] = state.cell, w = weights(state.head)[i * L + j];
+  $("cell-value").textContent = `head ${state.head}, scale ${state.scale.toFixed(4)}: ` +
+    `query ${i} (${tokenLabel(i)}) → key ${j} (${tokenLabel(j)}): ${w.toFixed(4)}`;
+  $("cell-value").dataset.value = w.toFixed(4);
+}
+function bindHeatmap() {
+  canvas.addEventListener("mousemove", (event) => {
+    const at = cellAt(event);
+    if (!at) return;
+    state.cell = at;
+    showCell();
+  });
+  canvas.addEventListener("click", (event) => { const at = cellAt(event); if (at) select(at[0]); });
+}
+
+// ---- the head view: queries on the left, keys on the right, a line per key ----
+
+const SVG_NS = "http://www.w3.org/2000/svg", ROW = 18, HEAD_VIEW_WIDTH = 360;
+function svgElement(name, attributes) {
+  const element = document.createElementNS(SVG_NS, name);
+  for (const [key, value] of Object.entries(attributes)) element.setAttribute(key, value);
+  return element;
+}
+const labelX = (side) => (side ? HEAD_VIEW_WIDTH - 110 : 110);
+// token i's label on one side (0: queries, 1: keys)
+function headViewLabel(side, i) {
+  const label = svgElement("text", { x: labelX(side), y: i * ROW + 16, "text-anchor": side ? "start" : "end" });
+  label.textContent = shorten(tokens[i], 14);
+  if (tokenClass(i)) {
+    label.classList.add(tokenClass(i));
+    const tooltip = svgElement("title", {});
+    tooltip.textContent = tokenTitle(i);
+    label.appendChild(tooltip);
+  }
+  return label;
+}
+// a piece that shows no character: a dotted dash beside its label
+function pieceMark(side, i) {
+  const x = labelX(side), y = i * ROW + 13;
+  return svgElement("line", { x1: side ? x : x - 12, x2: side ? x + 12 : x, y1: y, y2: y, class: "part-mark" });
+}
+function bindQueryLabel(label, i) {
+  label.addEventListener("mouseenter", () => { state.hover = i; drawHeadView(); });
+  label.addEventListener("mouseleave", () => { state.hover = null; drawHeadView(); });
+  label.addEventListener("click", () => select(i));
+}
+// the svg's labels, once: the group the lines go into and the query labels
+function buildHeadView() {
+  const svg = $("headview"), queries = [];
+  svg.setAttribute("width", HEAD_VIEW_WIDTH);
+  svg.setAttribute("height", L * ROW + 8);
+  const lines = svgElement("g", {});
+  svg.appendChild(lines);
+  for (const side of [0, 1]) {
+    for (let i = 0; i < L; i++) {
+      if (pieceOnly(i)) svg.appendChild(pieceMark(side, i));
+      const label = headViewLabel(side, i);
+      if (!side) {
+        bindQueryLabel(label, i);
+        queries.push(label);
+      }
+      svg.appendChild(label);
+    }
+  }
+  return { lines, queries };
+}
+// a line's width and opacity are the weight itself (0 → 1), not its share of the row's
+// largest; by value, α_j·‖v_j‖ over the head's largest ‖v‖
+function arrowWeights(i) {
+  const w = weights(state.head), { values, largest } = normsOf(shownLayer()), top = largest[state.head], out = [];
+  for (let j = 0; j < L; j++) {
+    const a = state.byValue ? (top > 0 ? (w[i * L + j] * values[state.head][j]) / top : 0) : w[i * L + j];
+    out.push(Number.isFinite(a) ? a : 0);
+  }
+  return out;
+}
+function drawHeadView() {
+  const i = state.hover === null ? state.query : state.hover;
+  headView.lines.replaceChildren();
+  const faint = Math.min(0.01, 0.5 / L); // near-uniform rows of long sequences still show
+  arrowWeights(i).forEach((a, j) => {
+    if (a < faint) return;
+    headView.lines.appendChild(svgElement("line", {
+      x1: 115, y1: i * ROW + 12, x2: HEAD_VIEW_WIDTH - 115, y2: j * ROW + 12, stroke: "#3b528b",
+      "stroke-width": (0.5 + 5 * a).toFixed(2), "stroke-opacity": (0.15 + 0.85 * a).toFixed(2),
+    }));
+  });
+  headView.queries.forEach((t, n) => t.classList.toggle("selected", n === i));
+}
+
+// ---- step by step: one query's scores, weights and output ----
+
+const STEP_COLUMNS = ["j", "token", "k_j", "① q·k_j", "② scaled", "③ α_j", "④ α_j·v_j", "‖α_j·v_j‖"];
+function stepsHeader(table) {
+  const head = table.insertRow();
+  for (const name of STEP_COLUMNS) {
+    const th = document.createElement("th");
+    th.textContent = name;
+    if (name === "token") th.className = "token";
+    head.appendChild(th);
+  }
+}
+// key j's row for `query` ({ i, h, layer, w, s }); adds α_j·v_j to total
+function stepRow(table, query, j, total) {
+  const { i, h, layer, w, s } = query;
+  const k = vectorAt(layer.k, layer.E, h, j), dot = s[i * L + j], a = w[i * L + j];
+  const av = vectorAt(layer.v, layer.Ev, h, j).map((x) => a * x);
+  av.forEach((x, n) => (total[n] += x));
+  const cells = [j, tokenLabel(j), vec(k), dot.toFixed(4), maskedIn(layer, i, j) ? "masked" : (state.scale * dot).toFixed(4),
+    a.toFixed(4), vec(av), (a * normsOf(layer).values[h][j]).toFixed(4)];
+  const tr = table.insertRow();
+  tr.dataset.weight = String(a);
+  cells.forEach((text, n) => {
+    const td = tr.insertCell();
+    td.textContent = String(text);
+    if (n === 1) {
+      td.className = ("token " + tokenClass(j)).trim();
+      td.title = tokenTitle(j);
+    }
+  });
+}
+function drawSteps() {
+  const layer = shownLayer(), i = state.query, h = state.head;
+  const query = { i, h, layer, w: weights(h), s: scoresOf(layer, h) };
+  $("steps-token").textContent = `${i} (${tokenLabel(i)}), ${layer.name ? layer.name + ", " : ""}head ${h}`;
+  $("query-vector").textContent = "q = " + vec(vectorAt(layer.q, layer.E, h, i));
+  const table = $("steps");
+  table.replaceChildren();
+  stepsHeader(table);
+  const total = new Array(layer.Ev).fill(0);
+  for (let j = 0; j < L; j++) stepRow(table, query, j, total);
+  $("output-vector").textContent = "⑤ output = Σ α_j·v_j = " + vec(total);
+}
+
+// ---- what is on show: query, head, layer, scale ----
+
+function render() { drawHeatmap(); drawHeadView(); drawSteps(); showCell(); }
+function select(i, scroll = false) {
+  state.query = i;
+  render();
+  if (scroll) headView.queries[i].scrollIntoView({ block: "center" });
+}
+function setHead(h) { state.head = h; $("head").value = String(h); render(); markGrid(); }
+const fillHeads = () =>
+  $("head").replaceChildren(...Array.from({ length: shownLayer().H }, (_, h) => new Option(`head ${h}`, String(h))));
+// another layer: its numbers, its heads and its 1/√d_k; the query and the scale's ratio stay
+function useLayer(l) {
+  const ratio = shownLayer().scale !== 0 ? state.scale / shownLayer().scale : 1; // against the model's own scale
+  state.layer = l;
+  $("layer").value = String(l);
+  fillHeads();
+  state.head = Math.min(state.head, shownLayer().H - 1);
+  $("head").value = String(state.head);
+  $("summary").textContent = summary();
+  setScale(ratio * shownLayer().scale);
+  markGrid();
+}
+// the slider is logarithmic: position p is 1/√d_k · 10^(p/100), from 1/100 to 100 times
+// 1/√d_k, with 1/√d_k itself at p = 0; the box next to it takes any scale, 0 included
+const scaleAt = (p) => (p === 0 ? defaultScale() : defaultScale() * 10 ** (p / 100));
+const positionOf = (s) =>
+  (s > 0 ? Math.max(-200, Math.min(200, Math.round(100 * Math.log10(s / defaultScale())))) : -200);
+const scaleText = (s) =>
+  (Math.abs(s - defaultScale()) < 1e-12 ? "= 1/√d_k" : `= ${(s / defaultScale()).toPrecision(3)} × 1/√d_k`);
+function setScale(s) {
+  state.scale = s;
+  $("scale").value = String(positionOf(s));
+  $("scale-input").value = String(s);
+  $("scale-value").textContent = scaleText(s);
+  $("scale-value").dataset.scale = String(s);
+  render();
+}
+
+// ---- the model view: a small heatmap per (layer, head) at that layer's 1/√d_k, weights 0 → 1 ----
+
+function gridHeader(grid, heads) {
+  const header = grid.insertRow();
+  header.appendChild(document.createElement("th"));
+  for (let h = 0; h < heads; h++) {
+    const th = document.createElement("th");
+    th.textContent = `head ${h}`;
+    header.appendChild(th);
+  }
+}
+// head h of layer l, `size` pixels wide; a click, Enter or space opens it
+function thumbnail(layer, l, h, size) {
+  const small = document.createElement("canvas");
+  small.width = small.height = L;
+  paintWeights(small, weightsOf(layer, h, layer.scale), 1);
+  small.style.width = small.style.height = `${size}px`;
+  small.style.imageRendering = "pixelated";
+  small.title = `${layer.name}, head ${h}`;
+  small.dataset.layer = String(l);
+  small.dataset.head = String(h);
+  small.addEventListener("click", () => openHead(l, h));
+  small.tabIndex = 0;
+  small.setAttribute("role", "button");
+  small.setAttribute("aria-label", `open ${layer.name}, head ${h}`);
+  small.addEventListener("keydown", (event) => {
+    if (event.key === "Enter" || event.key === " ") { event.preventDefault(); openHead(l, h); }
+  });
+  return small;
+}
+function drawGrid() {
+  const grid = $("grid"), heads = Math.max(...layers.map((x) => x.H));
+  const size = Math.max(36, Math.min(96, Math.floor(1100 / heads)));
+  gridHeader(grid, heads);
+  layers.forEach((layer, l) => {
+    const tr = grid.insertRow(), th = document.createElement("th");
+    th.textContent = layer.name;
+    tr.appendChild(th);
+    for (let h = 0; h < layer.H; h++) tr.insertCell().appendChild(thumbnail(layer, l, h, size));
+  });
+}
+function openHead(l, h) {
+  if (l !== state.layer) useLayer(l);
+  setHead(h);
+  $("head-panel").scrollIntoView({ block: "start" });
+}
+function markGrid() {
+  for (const t of $("grid").querySelectorAll("canvas")) {
+    t.classList.toggle("current", Number(t.dataset.layer) === state.layer && Number(t.dataset.head) === state.head);
+  }
+}
+
+// ---- controls ----
+
+function bindScaleControls() {
+  const slider = $("scale");
+  slider.addEventListener("input", () => setScale(scaleAt(Number(slider.value))));
+  $("scale-input").addEventListener("change", () => {
+    const text = $("scale-input").value.trim(), s = Number(text);
+    if (text !== "" && Number.isFinite(s) && s >= 0) setScale(s);
+    else $("scale-input").value = String(state.scale); // not a scale: keep the one in use
+  });
+  $("scale-mark").textContent = "▲ 1/√d_k";
+  $("scale-mark").style.left = "50%";
+  $("scale-reset").addEventListener("click", () => setScale(defaultScale()));
+}
+function bindControls() {
+  bindScaleControls();
+  $("relative").addEventListener("change", () => { state.relative = $("relative").checked; drawHeatmap(); });
+  fillHeads();
+  $("head").addEventListener("change", () => setHead(Number($("head").value)));
+  layers.forEach((layer, l) => $("layer").add(new Option(layer.name, String(l))));
+  $("layer-label").hidden = layers.length < 2;
+  if (page.model) {
+    $("model-view").hidden = false;
+    drawGrid();
+  }
+  $("layer").addEventListener("change", () => useLayer(Number($("layer").value)));
+  $("by-value").addEventListener("change", () => { state.byValue = $("by-value").checked; drawHeadView(); });
+  $("summary").textContent = summary();
+}
+
+// ---- exports: they carry the title, the labels and the colour bar as the page shows them ----
+
+const title = () =>
+  `attention weights, ${shownLayer().name ? shownLayer().name + ", " : ""}head ${state.head}, scale ${state.scale.toFixed(4)}`;
+const escapeXML = (t) =>
+  t.replace(/[\u0000-\u0008\u000b\u000c\u000e-\u001f\ufffe\uffff]/g, "\ufffd") // not allowed in XML
+    .replace(/[&<>"']/g, (c) => `&#${c.charCodeAt(0)};`);
+function svgAxisLabels() {
+  return shown.flatMap((t, i) => {
+    if (t === null) return [];
+    const mid = margin + (i + 0.5) * cell;
+    return [`<text x="${margin - 4}" y="${mid}" text-anchor="end" dominant-baseline="middle">${escapeXML(t)}</text>`,
+      upright
+        ? `<text x="${mid}" y="${margin - 10}" text-anchor="middle" dominant-baseline="middle">${escapeXML(t)}</text>`
+        : `<text transform="translate(${mid} ${margin - 4}) rotate(-90)" dominant-baseline="middle">${escapeXML(t)}</text>`];
+  });
+}
+function svgCells(w, top) {
+  const parts = [];
+  for (let i = 0; i < L; i++) for (let j = 0; j < L; j++) {
+    const [r, g, b] = weightColour(w[i * L + j], top);
+    parts.push(`<rect x="${margin + j * cell}" y="${margin + i * cell}" width="${cell}" height="${cell}" fill="rgb(${r},${g},${b})"/>`);
+  }
+  return parts;
+}
+function svgColourBar(size, top) {
+  const parts = [];
+  for (let n = 0; n < 50; n++) {
+    const [r, g, b] = colour(1 - n / 49);
+    parts.push(`<rect class="bar" x="${size + 8}" y="${margin + (n * L * cell) / 50}" width="14" height="${(L * cell) / 50 + 0.5}" fill="rgb(${r},${g},${b})"/>`);
+  }
+  for (const f of [0, 0.5, 1]) parts.push(`<text x="${size + 26}" y="${margin + (1 - f) * L * cell}">${tick(f * top)}</text>`);
+  return parts;
+}
+function exportSVG() {
+  const { w, top } = colourScale(), size = margin + L * cell;
+  return [
+    `<svg xmlns="http://www.w3.org/2000/svg" width="${size + 80}" height="${size + 30}" font-family="sans-serif" font-size="12">`,
+    `<text x="0" y="16" font-size="14">${escapeXML(title())}</text><g transform="translate(0 30)">`,
+    ...svgAxisLabels(), ...svgCells(w, top), ...svgColourBar(size, top), "</g></svg>",
+  ].join("");
+}
+function exportPNG() {
+  const out = document.createElement("canvas");
+  out.width = canvas.width + bar.width + 8;
+  out.height = Math.max(canvas.height, bar.height) + 30;
+  const ctx = out.getContext("2d");
+  ctx.fillStyle = "#fff";
+  ctx.fillRect(0, 0, out.width, out.height);
+  ctx.fillStyle = "#222";
+  ctx.font = "14px sans-serif";
+  ctx.fillText(title(), 0, 18);
+  ctx.drawImage(canvas, 0, 30);
+  ctx.drawImage(bar, canvas.width + 8, 30);
+  return out.toDataURL("image/png");
+}
+function download(name, url) {
+  const a = document.createElement("a");
+  a.href = url; a.download = name; document.body.appendChild(a); a.click(); a.remove();
+}
+const fileName = () => `attention-${shownLayer().name ? shownLayer().name.replace(" ", "") + "-" : ""}head${state.head}`;
+function bindExports() {
+  $("export-png").addEventListener("click", () => download(`${fileName()}.png`, exportPNG()));
+  $("export-svg").addEventListener("click", () => {
+    const url = URL.createObjectURL(new Blob([exportSVG()], { type: "image/svg+xml" }));
+    download(`${fileName()}.svg`, url);
+    setTimeout(() => URL.revokeObjectURL(url), 1000);
+  });
+}
+
+// ---- links: page.html#layer=3&head=1&query=9&scale=0.5 opens that view ----
+
+// the link's whole number `name` in 0..limit-1, or null
+function linkedIndex(wanted, name, limit) {
+  const n = Number(wanted.get(name));
+  return wanted.has(name) && Number.isInteger(n) && n >= 0 && n < limit ? n : null;
+}
+// the link's scale (any number ≥ 0), or the one in use
+function linkedScale(wanted) {
+  const text = (wanted.get("scale") ?? "").trim(), linked = Number(text);
+  return text !== "" && Number.isFinite(linked) && linked >= 0 ? linked : state.scale;
+}
+function applyLink() {
+  const wanted = new URLSearchParams(location.hash.slice(1));
+  const wantedLayer = linkedIndex(wanted, "layer", Infinity); // the model's layer number, as the selector names it
+  const layer = wantedLayer === null ? -1 : layers.findIndex((x) => (x.index ?? 0) === wantedLayer);
+  if (layer >= 0 && layer !== state.layer) useLayer(layer);
+  const query = linkedIndex(wanted, "query", L);
+  state.query = query ?? state.query;
+  state.head = linkedIndex(wanted, "head", shownLayer().H) ?? state.head;
+  $("head").value = String(state.head);
+  setScale(linkedScale(wanted));
+  if (query !== null) select(query, true);
+  markGrid();
+}
+
+// ---- the page opens ----
+
+sizeHeatmap();
+bindHeatmap();
+const headView = buildHeadView();
+bindControls();
+bindExports();
+applyLink();
+window.addEventListener("hashchange", applyLink);
+window.attnlabView = {
+  weights: (h) => Array.from(weights(h)), setScale, setHead, useLayer, openHead, select, exportSVG, exportPNG, colour,
+  axisLabels: shown.flatMap((t, i) => (t === null ? [] : [[i, t]])), geometry: { margin, cell },
+  get scale() { return state.scale; }, get head() { return state.head; }, get layer() { return state.layer; },
+  ready: true,
+};
