@@ -1,6 +1,16 @@
 """``attnlab bench``: the engines against torch and the seed, side by side in one run, with
 the machine's limits beside them; a long sequence's memory, the first call's compile time,
 a model against transformers, and the ring. Each measurement that needs a fresh process
-has a module of its own run with ``python -m``."""
+has a module of its own run with ``python -m``; every time goes through one timer
+(``_timer.best_times``).
 
-__all__: list[str] = []
+The command line's entry points: :func:`main` (``attnlab bench``), :func:`engine_report`
+(``--engine-table``), :func:`run_models` and :func:`format_models` (``--models``),
+:func:`launch_ring` and :func:`format_ring` (``attnlab ring``)."""
+
+from ._engines import engine_report
+from ._models import format_models, run_models
+from ._report import main
+from ._ring_launch import format_ring, launch_ring
+
+__all__ = ["engine_report", "format_models", "format_ring", "launch_ring", "main", "run_models"]

@@ -2,44 +2,42 @@
 
     python -m attnlab.bench._long_sequence LENGTH
 
-prints the seconds and the process's peak resident memory (MiB) as JSON. The peak comes
-from /proc's VmHWM: ru_maxrss would include the parent's peak, which a child inherits
-across fork and exec on Linux.
+prints the seconds and the process's peak resident memory (MiB) as JSON; a fresh process,
+so that the peak is this forward's alone.
 """
 
 from __future__ import annotations
 
 import json
-import re
-import resource
+import subprocess
 import sys
-import time
 
 import numpy as np
 
 from ..functional import scaled_dot_product_attention
+from ._memory import peak_rss_mib
+from ._timer import time_once
 
-__all__ = ["main", "peak_mib"]
+__all__ = ["LONG_LENGTH", "long_sequence", "main"]
+
+LONG_LENGTH = 65_536
 
 
-def peak_mib() -> float:
-    """This process's peak resident memory, MiB."""
-    try:
-        with open("/proc/self/status", encoding="ascii") as status:
-            found = re.search(r"VmHWM:\s+(\d+) kB", status.read())
-        if found:
-            return int(found.group(1)) / 1024
-    except OSError:
-        pass
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+def long_sequence(length: int = LONG_LENGTH) -> dict[str, float]:
+    """Tiled forward at L = S = ``length``, one head, E=64, in a fresh process: {length,
+    seconds, peak_rss_mib, textbook_scores_mib}, against the textbook's score bytes.
+
+    Raises subprocess.CalledProcessError when the process fails."""
+    command = [sys.executable, "-m", "attnlab.bench._long_sequence", str(length)]
+    measured = json.loads(subprocess.run(command, capture_output=True, text=True, check=True).stdout)
+    return {"length": length, **measured, "textbook_scores_mib": length**2 * 4 / 2**20}
 
 
 def main(length: int) -> dict[str, float]:
-    """Tiled forward at L = S = ``length``, one head, E = 64."""
+    """Tiled forward at L = S = ``length``, one head, E = 64, timed once as it comes."""
     q, k, v = (np.random.default_rng(i).standard_normal((1, length, 64), dtype=np.float32) for i in range(3))
-    start = time.perf_counter()
-    scaled_dot_product_attention(q, k, v, engine="tiled")
-    return {"seconds": time.perf_counter() - start, "peak_rss_mib": peak_mib()}
+    _, seconds = time_once(lambda: scaled_dot_product_attention(q, k, v, engine="tiled"))
+    return {"seconds": seconds, "peak_rss_mib": peak_rss_mib()}
 
 
 if __name__ == "__main__":

@@ -12,17 +12,20 @@ and the generation, against the float32 weight bytes.
 
 from __future__ import annotations
 
+import functools
 import json
 import subprocess
 import sys
 import tempfile
-import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from .._validation import MissingDependencyError
-from ._long_sequence import peak_mib
+from ._memory import peak_rss_mib
+from ._table import markdown_table
+from ._timer import best_times
 
 __all__ = ["QWEN2_5_0_5B", "format_models", "main", "memory", "run_models"]
 
@@ -42,14 +45,7 @@ QWEN2_5_0_5B: dict[str, Any] = {
 PROMPT = 32
 
 
-def _best(run: Any, repeat: int) -> float:
-    """The best of ``repeat`` timed runs, seconds."""
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        run()
-        times.append(time.perf_counter() - start)
-    return min(times)
+LIBRARIES: dict[str, str | None] = {"attnlab": None, "eager": "eager", "sdpa": "sdpa"}  # transformers' attention
 
 
 def run_models(
@@ -59,7 +55,11 @@ def run_models(
     repeat: int = 3,
     threads: int | None = None,
 ) -> dict[str, Any]:
-    """Every figure of the models benchmark, as a dict (see the module's docstring)."""
+    """Every figure of the models benchmark, as a dict (see the module's docstring):
+    {config, weight_bytes, forward: [one row per length], generate, memory}.
+
+    Raises MissingDependencyError without torch or transformers; ArgumentError or
+    ArgumentTypeError: ``repeat`` not an integer >= 1."""
     try:
         import torch
         import transformers
@@ -80,41 +80,59 @@ def run_models(
         rng = np.random.default_rng(0)
         prompt = rng.integers(0, config["vocab_size"], PROMPT)
         results: dict[str, Any] = {"config": config, "weight_bytes": weight_bytes, "forward": [], "generate": {}}
-        libraries = {"attnlab": None, "eager": "eager", "sdpa": "sdpa"}
         for length in lengths:
-            ids = rng.integers(0, config["vocab_size"], length)
-            row: dict[str, Any] = {"tokens": length}
-            with torch.inference_mode():
-                for name, implementation in libraries.items():
-                    if implementation is None:
-                        row[name] = _best(lambda ids=ids: ours(ids), repeat)
-                    else:
-                        reference.set_attn_implementation(implementation)
-                        tensor = torch.tensor(ids[None])
-                        row[name] = _best(lambda tensor=tensor: reference(tensor), repeat)
-                reference.set_attn_implementation("sdpa")
-                expected = reference(torch.tensor(ids[None])).logits.numpy()[0]
-            row["max_abs_logit_difference"] = float(np.abs(ours(ids) - expected).max())
-            results["forward"].append(row)
-        generated = {}
-        with torch.inference_mode():
-            for name, implementation in libraries.items():
-                start = time.perf_counter()
-                if implementation is None:
-                    tokens = ours.generate(prompt, new_tokens)
-                else:
-                    reference.set_attn_implementation(implementation)
-                    tokens = reference.generate(
-                        torch.tensor(prompt[None]), max_new_tokens=new_tokens, min_new_tokens=new_tokens,
-                        do_sample=False, pad_token_id=0,
-                    ).numpy()[0]  # fmt: skip
-                results["generate"][name] = time.perf_counter() - start
-                generated[name] = tokens.tolist()
-        results["generate"]["new_tokens"] = new_tokens
-        results["generate"]["same_tokens"] = generated["attnlab"] == generated["sdpa"]
+            results["forward"].append(
+                _forward_row(ours, reference, rng.integers(0, config["vocab_size"], length), repeat)
+            )
+        results["generate"] = _generation(ours, reference, prompt, new_tokens)
         results["memory"] = memory(directory, lengths[-1], new_tokens)
     results["memory"]["ratio"] = results["memory"]["peak_bytes"] / weight_bytes
     return results
+
+
+def _forward_row(ours: Any, reference: Any, ids: np.ndarray, repeat: int) -> dict[str, Any]:
+    """One forward over ``ids`` by each library, seconds, the best of ``repeat`` one after
+    the other (not settled: as the model comes), and the largest logit difference."""
+    import torch
+
+    tensor = torch.tensor(ids[None])  # (1, tokens)
+    row: dict[str, Any] = {"tokens": len(ids)}
+    with torch.inference_mode():
+        for name, implementation in LIBRARIES.items():
+            if implementation is not None:
+                reference.set_attn_implementation(implementation)
+            forward = functools.partial(ours, ids) if implementation is None else functools.partial(reference, tensor)
+            row[name] = best_times({name: forward}, repeat, settle=False)[name]
+        reference.set_attn_implementation("sdpa")
+        expected = reference(tensor).logits.numpy()[0]
+    row["max_abs_logit_difference"] = float(np.abs(ours(ids) - expected).max())
+    return row
+
+
+def _generation(ours: Any, reference: Any, prompt: np.ndarray, new_tokens: int) -> dict[str, Any]:
+    """``new_tokens`` greedy tokens after ``prompt`` by each library, one timed generation
+    each, seconds; and whether attnlab's tokens are sdpa's."""
+    import torch
+
+    tokens: dict[str, np.ndarray] = {}
+
+    def generate(name: str, implementation: str | None) -> Callable[[], object]:
+        def run() -> None:
+            if implementation is None:
+                tokens[name] = ours.generate(prompt, new_tokens)
+            else:
+                reference.set_attn_implementation(implementation)
+                tokens[name] = reference.generate(
+                    torch.tensor(prompt[None]), max_new_tokens=new_tokens, min_new_tokens=new_tokens,
+                    do_sample=False, pad_token_id=0,
+                ).numpy()[0]  # fmt: skip
+
+        return run
+
+    with torch.inference_mode():
+        seconds = best_times({name: generate(name, kind) for name, kind in LIBRARIES.items()}, settle=False)
+    same = tokens["attnlab"].tolist() == tokens["sdpa"].tolist()
+    return {**seconds, "new_tokens": new_tokens, "same_tokens": same}
 
 
 def memory(directory: str, length: int, new_tokens: int) -> dict[str, Any]:
@@ -132,16 +150,23 @@ def format_models(results: dict[str, Any]) -> str:
         f"{c['num_attention_heads']} query / {c['num_key_value_heads']} key-value heads, vocabulary "
         f"{c['vocab_size']}, {results['weight_bytes'] / 2**30:.2f} GiB of float32 weights; ratio = "
         "transformers' time / attnlab's (above 1: attnlab is faster)",
-        "",
-        "| tokens | attnlab | transformers eager | transformers sdpa | vs eager | vs sdpa | max abs logit diff |",
-        "|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    for row in results["forward"]:
-        lines.append(
-            f"| {row['tokens']} | {row['attnlab'] * 1e3:.0f} ms | {row['eager'] * 1e3:.0f} ms | "
-            f"{row['sdpa'] * 1e3:.0f} ms | {row['eager'] / row['attnlab']:.2f}× | "
-            f"{row['sdpa'] / row['attnlab']:.2f}× | {row['max_abs_logit_difference']:.1e} |"
-        )
+    header = [
+        "tokens",
+        "attnlab",
+        "transformers eager",
+        "transformers sdpa",
+        "vs eager",
+        "vs sdpa",
+        "max abs logit diff",
+    ]
+    body = [
+        [row["tokens"], *(f"{row[name] * 1e3:.0f} ms" for name in LIBRARIES),
+         *(f"{row[name] / row['attnlab']:.2f}×" for name in ("eager", "sdpa")),
+         f"{row['max_abs_logit_difference']:.1e}"]
+        for row in results["forward"]
+    ]  # fmt: skip
+    lines += ["", markdown_table(header, body, align="---:")]
     g = results["generate"]
     lines += [
         "",
@@ -163,7 +188,7 @@ def main(directory: str, length: int, new_tokens: int) -> dict[str, Any]:
     ids = np.random.default_rng(0).integers(0, model.config.vocab_size, length)
     model(ids)
     model.generate(ids[:PROMPT], new_tokens)
-    return {"peak_bytes": peak_mib() * 2**20}
+    return {"peak_bytes": peak_rss_mib() * 2**20}
 
 
 if __name__ == "__main__":

@@ -14,18 +14,21 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
 import tracemalloc
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import numpy as np
 
 from .. import distributed
 from ..distributed import _attention as _ring_api
 from ..distributed import _ring
-from ._long_sequence import peak_mib
+from ._memory import peak_rss_mib
+from ._timer import time_once
 
 __all__ = ["main"]
+
+T = TypeVar("T")
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any] | None:
@@ -53,28 +56,21 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
     ring = _ring_api._agree("ring", arrays, args.causal, None, False, args.layout, None)
     _warm_up()
     dist.barrier()
-    tracemalloc.start()
-    base = tracemalloc.get_traced_memory()[0]
-    start = time.perf_counter()
     query, key, value, grad_output = shards
-    output, lse = _ring.ring_forward(ring, query, key, value, None)
-    forward = time.perf_counter() - start
-    forward_extra = tracemalloc.get_traced_memory()[1] - base
+    tracemalloc.start()
+    (output, lse), forward, forward_extra = _measured(lambda: _ring.ring_forward(ring, query, key, value, None))
     forward_sent = list(ring.sent)
     backward = backward_extra = None
     if args.backward:
-        tracemalloc.reset_peak()
-        base = tracemalloc.get_traced_memory()[0]
-        start = time.perf_counter()
-        _ring.ring_backward(ring, grad_output, query, key, value, output, lse, None)
-        backward = time.perf_counter() - start
-        backward_extra = tracemalloc.get_traced_memory()[1] - base
+        _, backward, backward_extra = _measured(
+            lambda: _ring.ring_backward(ring, grad_output, query, key, value, output, lse, None)
+        )
     tracemalloc.stop()
     mine = {
         "rank": rank, "rows": int(shards[0].shape[-2]), "forward_s": forward, "forward_extra_bytes": forward_extra,
         "forward_messages": forward_sent[0], "forward_bytes": forward_sent[1], "backward_s": backward,
         "backward_extra_bytes": backward_extra, "backward_messages": ring.sent[0] - forward_sent[0],
-        "backward_bytes": ring.sent[1] - forward_sent[1], "peak_rss_mib": peak_mib(),
+        "backward_bytes": ring.sent[1] - forward_sent[1], "peak_rss_mib": peak_rss_mib(),
     }  # fmt: skip
     every = _ring._all_gather_json(dist, None, size, mine)
     gathered = [np.zeros(0)] * size
@@ -91,12 +87,21 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
         from ..functional import scaled_dot_product_attention
 
         whole = distributed.unshard(gathered, args.layout)
-        start = time.perf_counter()
-        expected = scaled_dot_product_attention(q, k, v, is_causal=args.causal)
-        report["single_process_s"] = time.perf_counter() - start
+        expected, report["single_process_s"] = time_once(
+            lambda: scaled_dot_product_attention(q, k, v, is_causal=args.causal)
+        )
         report["max_abs_error"] = float(np.abs(whole - expected).max())
     print(json.dumps(report))
     return report
+
+
+def _measured(run: Callable[[], T]) -> tuple[T, float, int]:
+    """One call of ``run`` as it comes, tracemalloc on: its result, seconds, and the peak
+    of the allocations above those held before it (bytes)."""
+    tracemalloc.reset_peak()
+    base = tracemalloc.get_traced_memory()[0]
+    result, seconds = time_once(run)
+    return result, seconds, tracemalloc.get_traced_memory()[1] - base
 
 
 def _warm_up() -> None:

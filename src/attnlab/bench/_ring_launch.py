@@ -10,9 +10,12 @@ import subprocess
 import sys
 from typing import Any
 
-from .._validation import ArgumentError, MissingDependencyError
+from .._validation import ArgumentError, MissingDependencyError, fail
+from ._table import markdown_table
 
 __all__ = ["format_ring", "launch_ring"]
+
+MiB = 2**20
 
 
 def _free_port() -> int:
@@ -31,12 +34,24 @@ def launch_ring(
     except ImportError:
         raise MissingDependencyError("attnlab ring runs on torch.distributed: pip install 'attnlab[torch]'") from None
     if length < nproc:
-        raise ArgumentError(f"length: expected at least one row per process ({nproc}), got {length}", "length")
+        raise fail("length", f"at least one row per process ({nproc})", length)
     command = [
-        sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}", "--master-addr=127.0.0.1",
-        f"--master-port={_free_port()}", "-m", "attnlab.bench._ring", str(length), "--heads", str(heads), "--dim",
-        str(dim), "--layout", layout,
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        f"--nproc-per-node={nproc}",
+        "--master-addr=127.0.0.1",
+        f"--master-port={_free_port()}",
+        "-m",
+        "attnlab.bench._ring",
+        str(length),
+        "--heads",
+        str(heads),
+        "--dim",
+        str(dim),
+        "--layout",
+        layout,
+    ]
     command += [flag for flag, on in (("--causal", causal), ("--backward", backward), ("--float64", float64),
                                       ("--check", check)) if on]  # fmt: skip
     threads = str(max(1, (os.cpu_count() or 1) // nproc))  # the cores shared out, no oversubscription
@@ -50,28 +65,31 @@ def launch_ring(
     return dict(json.loads(reports[-1]))
 
 
+def _backward_cells(rank: dict[str, Any]) -> list[str]:
+    """A rank's backward time, extra memory and messages; dashes without a backward."""
+    if rank["backward_s"] is None:
+        return ["–"] * 3
+    return [
+        f"{rank['backward_s']:.2f} s",
+        f"{rank['backward_extra_bytes'] / MiB:.1f} MiB",
+        f"{rank['backward_messages']} msgs, {rank['backward_bytes'] / MiB:.1f} MiB",
+    ]
+
+
 def format_ring(report: dict[str, Any]) -> str:
     """The report as a table: one row per rank."""
-    MiB = 2**20
     lines = [
         f"ring attention: L={report['length']}, {report['heads']} head(s) of width {report['dim']}, "
         f"{report['dtype']}, {'causal' if report['causal'] else 'not causal'}, {report['layout']} layout, "
         f"{report['world_size']} process(es) (torchrun, gloo)",
-        "",
-        "| rank | rows | forward | extra memory | sent | backward | extra memory | sent | peak RSS |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    for r in report["ranks"]:
-        backward = (
-            f"{r['backward_s']:.2f} s | {r['backward_extra_bytes'] / MiB:.1f} MiB | "
-            f"{r['backward_messages']} msgs, {r['backward_bytes'] / MiB:.1f} MiB"
-            if r["backward_s"] is not None else "– | – | –"
-        )  # fmt: skip
-        lines.append(
-            f"| {r['rank']} | {r['rows']} | {r['forward_s']:.2f} s | {r['forward_extra_bytes'] / MiB:.1f} MiB | "
-            f"{r['forward_messages']} msgs, {r['forward_bytes'] / MiB:.1f} MiB | {backward} | "
-            f"{r['peak_rss_mib']:.0f} MiB |"
-        )
+    header = ["rank", "rows", "forward", "extra memory", "sent", "backward", "extra memory", "sent", "peak RSS"]
+    body = [
+        [r["rank"], r["rows"], f"{r['forward_s']:.2f} s", f"{r['forward_extra_bytes'] / MiB:.1f} MiB",
+         f"{r['forward_messages']} msgs, {r['forward_bytes'] / MiB:.1f} MiB", *_backward_cells(r),
+         f"{r['peak_rss_mib']:.0f} MiB"] for r in report["ranks"]
+    ]  # fmt: skip
+    lines += ["", markdown_table(header, body, align="---:")]
     if "max_abs_error" in report:
         lines += ["", f"single-process engine: {report['single_process_s']:.2f} s; the ring's output differs by at "
                   f"most {report['max_abs_error']:.1e}"]  # fmt: skip

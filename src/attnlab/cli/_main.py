@@ -336,7 +336,7 @@ def _view(args: argparse.Namespace) -> None:
 
 
 def _bench(args: argparse.Namespace) -> None:
-    from ..bench._engines import main as bench
+    from ..bench import main as bench
 
     for option, path in (("--json", args.json), ("--engine-table", args.engine_table)):  # before minutes of work
         if path is not None:

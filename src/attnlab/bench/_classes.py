@@ -1,0 +1,75 @@
+"""The shape classes of ``attnlab bench``: attnlab's choice of engine (and each blocked
+engine) side by side with torch on the shapes that models run."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..engine._attention import Engine, choose_engine
+from ..engine._problem import make_problem
+from ._shapes import Shape, available_engines, timed_runs
+from ._table import cell, markdown_table, ratio
+from ._timer import PAUSE_SECONDS, best_times
+
+__all__ = ["CASES", "chosen_engine", "format_classes", "shape_classes"]
+
+CASES = (
+    Shape((1, 8), 4096, 4096, 64, name="B1 H8 L=S=4096 E64"),
+    Shape((1, 8), 4096, 4096, 64, causal=True, name="B1 H8 L=S=4096 E64 causal"),
+    Shape((1, 8), 2048, 2048, 128, name="B1 H8 L=S=2048 E128"),
+    Shape((1, 16), 2048, 2048, 32, name="B1 H16 L=S=2048 E32"),
+    Shape((4, 16), 512, 512, 64, name="B4 H16 L=S=512 E64"),
+    Shape((32, 8), 64, 64, 64, name="B32 H8 L=S=64 E64"),
+    Shape((1, 8), 256, 8192, 64, name="prefill B1 H8 L=256 S=8192 E64"),
+    Shape((1, 32), 2048, 2048, 128, kv_heads=8, name="GQA H32/Hk8 L=S=2048 E128"),
+    Shape((1, 8), 2048, 2048, 64, dtype="float64", name="float64 B1 H8 L=S=2048 E64"),
+    Shape((1, 32), 1, 8192, 128, name="decode L=1 S=8192 H32 E128"),
+    Shape((1, 1), 1, 65536, 128, name="decode L=1 S=65536 H1 E128"),
+    Shape((1, 8), 2048, 2048, 64, backward=True, name="fwd+bwd B1 H8 L=S=2048 E64"),
+    Shape((1, 8), 2048, 2048, 128, causal=True, backward=True, name="fwd+bwd B1 H8 L=S=2048 E128 causal"),
+    Shape((4, 16), 512, 512, 64, backward=True, name="fwd+bwd B4 H16 L=S=512 E64"),
+)
+
+
+def chosen_engine(shape: Shape) -> str:
+    """The engine engine=None picks for ``shape``, without running it."""
+    query = np.broadcast_to(np.zeros((), shape.dtype), shape.query_shape)  # views: nothing is allocated
+    key = np.broadcast_to(np.zeros((), shape.dtype), shape.key_shape)
+    return choose_engine(None, make_problem(query, key, key, None, 0.0, shape.causal, None, shape.gqa, None), False)
+
+
+def shape_classes(repeat: int, every_engine: bool = True) -> list[dict[str, Any]]:
+    """Each of CASES timed side by side: attnlab's choice (and each blocked engine when
+    ``every_engine``) against torch, ms, best of ``repeat`` in turns; one row {case,
+    chosen, ms} per case.
+
+    Raises ArgumentError or ArgumentTypeError: ``repeat`` not an integer >= 1."""
+    engines: list[Engine | None] = [None]
+    if every_engine:
+        engines += [e for e in available_engines() if e != "naive"]
+    return [
+        {
+            "case": case.name,
+            "chosen": chosen_engine(case),
+            "ms": best_times(timed_runs(case, engines), repeat, settle=True, pause=PAUSE_SECONDS, milliseconds=True),
+        }
+        for case in CASES
+    ]
+
+
+def format_classes(rows: list[dict[str, Any]]) -> str:
+    """Markdown: ms per implementation and torch ÷ attnlab (above 1: attnlab is faster)."""
+    names = list(rows[0]["ms"])
+    header = ["case", "engine", *(f"{n} ms" for n in names), "torch ÷ attnlab"]
+    body = [
+        [
+            r["case"],
+            r["chosen"],
+            *(cell(r["ms"][n]) for n in names),
+            cell(ratio(r["ms"].get("torch"), r["ms"]["attnlab"]), 2, "×"),
+        ]
+        for r in rows
+    ]
+    return markdown_table(header, body)

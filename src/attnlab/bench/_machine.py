@@ -1,0 +1,75 @@
+"""What ``attnlab bench`` ran on: the machine's description and its float32
+matrix-multiply rate, the ceiling the engines' GFLOP/s are read against."""
+
+from __future__ import annotations
+
+import os
+import platform
+from typing import Any
+
+import numpy as np
+
+from ..engine._threads import default_threads
+from ..engine.fused import _engine as _fused
+from ._timer import best_times
+
+__all__ = ["blas_info", "gemm_gflops", "machine"]
+
+# what forces kernels (see docs/benchmarks.md), listed as the run saw it
+FORCING_VARIABLES = (
+    "NPY_DISABLE_CPU_FEATURES",
+    "NUMBA_CPU_NAME",
+    "NUMBA_CPU_FEATURES",
+    "ATEN_CPU_CAPABILITY",
+    "MKL_ENABLE_INSTRUCTIONS",
+    "ONEDNN_MAX_CPU_ISA",
+)
+
+
+def gemm_gflops(n: int = 2048, repeat: int = 5) -> float:
+    """The machine's float32 matrix-multiply rate on all cores, GFLOP/s: 2·n³ over the
+    best of ``repeat`` settled (n, n) @ (n, n) products.
+
+    Raises ArgumentError or ArgumentTypeError: ``repeat`` not an integer >= 1."""
+    a = np.random.default_rng(0).standard_normal((n, n), dtype=np.float32)
+    ms = best_times({"gemm": lambda: a @ a}, repeat, settle=True, milliseconds=True)["gemm"]
+    return 2 * n**3 / ms / 1e6
+
+
+def blas_info() -> str:
+    """The BLAS libraries loaded (name, version, kernels) and OPENBLAS_CORETYPE."""
+    try:
+        from threadpoolctl import threadpool_info
+    except ImportError:  # pragma: no cover
+        return "unknown"
+    blas = [i for i in threadpool_info() if i.get("user_api") == "blas"]
+    coretype = os.environ.get("OPENBLAS_CORETYPE")
+    override = f"OPENBLAS_CORETYPE={coretype}" if coretype else "OPENBLAS_CORETYPE unset"
+    names = ", ".join(f"{i['internal_api']} {i.get('version')} {i.get('architecture', '')}".strip() for i in blas)
+    return f"{names} ({override})"
+
+
+def machine() -> dict[str, Any]:
+    """What the figures were measured on: CPU, cores, threads, BLAS, library versions and
+    the variables that force kernels."""
+    _fused.available()  # loads SciPy's BLAS, if the fused engine is there, so that it is listed too
+    described: dict[str, Any] = {
+        "cpu": platform.processor() or platform.machine(),
+        "cores": os.cpu_count(),
+        "threads": default_threads(),
+        "blas": blas_info(),
+        "numpy": np.__version__,
+        "python": platform.python_version(),
+    }
+    try:
+        import torch
+
+        described["torch"] = f"{torch.__version__} ({torch.get_num_threads()} threads)"
+    except ImportError:
+        described["torch"] = "not installed (pip install 'attnlab[torch]')"
+    if _fused.available():
+        import numba
+
+        described["numba"] = numba.__version__
+    described.update({name: os.environ[name] for name in FORCING_VARIABLES if name in os.environ})
+    return described

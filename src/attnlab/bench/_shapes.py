@@ -1,0 +1,109 @@
+"""The attention problems ``attnlab bench`` times, and the callables that run each of
+them: attnlab's engines, the textbook's three NumPy lines and torch's fused SDPA."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+
+from ..engine._attention import ENGINES, Engine, attention
+from ..engine.fused import _engine as _fused
+
+__all__ = ["Shape", "available_engines", "textbook_attention", "timed_runs"]
+
+
+@dataclass(frozen=True)
+class Shape:
+    """One attention problem: a query (B…, L, E), its H heads the last of B…, against a
+    key and a value (B…, S, E) of Hk heads; float32 unless ``dtype``."""
+
+    batch: tuple[int, ...]  # B…, the query heads last
+    L: int
+    S: int
+    E: int
+    causal: bool = False
+    backward: bool = False  # each forward followed by its backward
+    kv_heads: int | None = None  # Hk, fewer than H (GQA); None: H
+    dtype: Literal["float32", "float64"] = "float32"
+    name: str = ""
+
+    @property
+    def slices(self) -> int:
+        """The number of (batch, head) slices: the product of B…."""
+        return math.prod(self.batch)
+
+    @property
+    def gqa(self) -> bool:
+        """Fewer key/value heads than query heads."""
+        return self.kv_heads is not None and self.kv_heads != self.batch[-1]
+
+    @property
+    def query_shape(self) -> tuple[int, ...]:
+        """(B…, L, E)."""
+        return (*self.batch, self.L, self.E)
+
+    @property
+    def key_shape(self) -> tuple[int, ...]:
+        """(B…, S, E) with Hk heads in place of H."""
+        return (*self.batch[:-1], self.kv_heads or self.batch[-1], self.S, self.E)
+
+
+def available_engines() -> list[Engine]:
+    """The engines this installation has: the fused one needs numba and SciPy."""
+    return [name for name in ENGINES if name != "fused" or _fused.available()]
+
+
+def textbook_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool) -> np.ndarray:
+    """The three lines every tutorial writes (plus the causal mask): softmax(q·kᵀ/√E)·v,
+    q (B…, L, E), k and v (B…, S, E), the (B…, L, S) scores whole in memory."""
+    scores = q @ k.swapaxes(-1, -2) / np.sqrt(q.shape[-1])  # (B…, L, S)
+    if causal:
+        scores = np.where(np.tril(np.ones(scores.shape[-2:], dtype=bool)), scores, -np.inf)
+    weights = np.exp(scores - scores.max(axis=-1, keepdims=True))
+    return (weights / weights.sum(axis=-1, keepdims=True)) @ v
+
+
+def timed_runs(
+    shape: Shape, engines: Iterable[Engine | None], *, textbook: bool = False, with_torch: bool = True
+) -> dict[str, Callable[[], object]]:
+    """One callable per attnlab engine (None: engine=None's choice, named "attnlab"), then
+    the textbook's (when ``textbook`` and ``shape`` is forward only: it has no backward),
+    then torch's fused ``scaled_dot_product_attention`` (when ``with_torch`` and torch is
+    installed). Each runs ``shape``'s forward, then its backward when ``shape.backward``,
+    on the same seeded standard-normal query, key, value and output gradient."""
+    rng = np.random.default_rng(0)
+    query = rng.standard_normal(shape.query_shape, dtype=shape.dtype)
+    key, value = (rng.standard_normal(shape.key_shape, dtype=shape.dtype) for _ in range(2))
+    grad = rng.standard_normal(shape.query_shape, dtype=shape.dtype)
+
+    def ours(engine: Engine | None) -> Callable[[], object]:
+        def run() -> None:
+            result = attention(query, key, value, is_causal=shape.causal, enable_gqa=shape.gqa, engine=engine)
+            if shape.backward:
+                result.backward(grad)
+
+        return run
+
+    runs: dict[str, Callable[[], object]] = {engine or "attnlab": ours(engine) for engine in engines}
+    if textbook and not shape.backward:
+        runs["textbook"] = lambda: textbook_attention(query, key, value, shape.causal)
+    if not with_torch:
+        return runs
+    try:
+        import torch
+    except ImportError:
+        return runs
+    tq, tk, tv = (torch.tensor(x, requires_grad=shape.backward) for x in (query, key, value))
+    t_grad = torch.tensor(grad)
+
+    def theirs() -> None:
+        out = torch.nn.functional.scaled_dot_product_attention(tq, tk, tv, is_causal=shape.causal, enable_gqa=shape.gqa)
+        if shape.backward:
+            out.backward(t_grad)
+
+    runs["torch"] = theirs
+    return runs
