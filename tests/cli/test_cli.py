@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import attnlab as al
-from attnlab.cli import _main as cli
+from attnlab.cli import _demo
 from attnlab.cli import main
 
 NUMBER = re.compile(r"-?\d+\.\d+|-?\d+")
@@ -183,9 +183,9 @@ def test_a_bug_is_not_dressed_as_a_user_error(monkeypatch):
     def broken(*args, **kwargs):
         raise TypeError("an unexpected bug")
 
-    monkeypatch.setattr(cli, "ReferenceSelfAttention", broken)
+    monkeypatch.setattr(_demo, "ReferenceSelfAttention", broken)
     with pytest.raises(TypeError, match="an unexpected bug"):
-        cli.main(["demo"])
+        main(["demo"])
 
 
 HOSTILE_FILES = {
@@ -235,7 +235,7 @@ def test_ctrl_c_is_one_line_and_status_130(monkeypatch, capsys):
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(cli, "ReferenceSelfAttention", interrupted)
+    monkeypatch.setattr(_demo, "ReferenceSelfAttention", interrupted)
     code, _, err = run(capsys, "demo")
     assert code == 130 and err == "attnlab demo: interrupted\n"
 
