@@ -11,8 +11,7 @@ import numpy as np
 import pytest
 
 import attnlab as al
-from attnlab.cli import _main as cli
-from attnlab.cli import main
+from attnlab.cli import _demo, main
 
 NUMBER = re.compile(r"-?\d+\.\d+|-?\d+")
 
@@ -183,9 +182,9 @@ def test_a_bug_is_not_dressed_as_a_user_error(monkeypatch):
     def broken(*args, **kwargs):
         raise TypeError("an unexpected bug")
 
-    monkeypatch.setattr(cli, "ReferenceSelfAttention", broken)
+    monkeypatch.setattr(_demo, "ReferenceSelfAttention", broken)
     with pytest.raises(TypeError, match="an unexpected bug"):
-        cli.main(["demo"])
+        main(["demo"])
 
 
 HOSTILE_FILES = {
@@ -235,7 +234,7 @@ def test_ctrl_c_is_one_line_and_status_130(monkeypatch, capsys):
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(cli, "ReferenceSelfAttention", interrupted)
+    monkeypatch.setattr(_demo, "ReferenceSelfAttention", interrupted)
     code, _, err = run(capsys, "demo")
     assert code == 130 and err == "attnlab demo: interrupted\n"
 
@@ -270,6 +269,29 @@ def test_a_page_too_large_for_a_browser_is_refused_before_work(tmp_path, monkeyp
     code, _, err = run(capsys, "view", "long.json", "-o", "x.html")
     assert code == 2 and "a page keeps L×L matrices per head, at most 2,097,152 scores" in err
     assert "use fewer tokens or heads" in err and not (tmp_path / "x.html").exists()
+
+
+@pytest.mark.parametrize(
+    ("limit", "value", "message"),
+    [("MAX_TRACE_PAGE_SCORES", 8, "at most 8 scores (L²·heads); use fewer tokens or heads"),
+     ("MAX_TRACE_PAGE_BYTES", 300, "MB, at most 0.0003 MB; use fewer tokens or heads")],
+)  # fmt: skip
+def test_the_cli_and_the_page_refuse_a_page_by_the_same_numbers(tmp_path, monkeypatch, capsys, limit, value, message):
+    import attnlab.viz._page
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(attnlab.viz._page, limit, value)
+    code, _, err = run(capsys, "view", "--text", "a b c", "-o", "x.html")  # 9 scores, about 400 bytes
+    assert (
+        code == 2
+        and err.startswith("attnlab view: error: --text: expected a page that a browser opens")
+        and message in err
+    )
+    assert not (tmp_path / "x.html").exists()
+    with pytest.raises(al.ArgumentError, match=re.escape(message)) as refused:
+        al.view(al.SelfAttention(3, 3).trace(np.eye(3)))
+    assert str(refused.value).startswith("trace: expected a page that a browser opens in a few seconds, got 3 tokens")
+    assert run(capsys, "view", "--text", "a b", "-o", "x.html")[0] == 0 and (tmp_path / "x.html").exists()
 
 
 def test_a_trace_with_inconsistent_arrays_is_refused(tmp_path, monkeypatch, capsys):

@@ -14,6 +14,7 @@ import json
 import re
 from importlib.resources import files
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
@@ -21,13 +22,48 @@ from .._validation import MissingDependencyError, fail, output_path
 from ..trace import ModelTrace
 from ..trace._trace import Trace
 
-__all__ = ["check_path", "notebook_html", "page_bytes", "page_data", "render_page", "show", "view", "write_page"]
+__all__ = [
+    "PageShape",
+    "check_page_size",
+    "check_path",
+    "notebook_html",
+    "page_bytes",
+    "page_data",
+    "render_page",
+    "show",
+    "view",
+    "write_page",
+]
 
 _PLACEHOLDER = "__ATTNLAB_DATA__"
 MAX_PAGE_BYTES = 16 * 10**6  # a model's page: what Chromium opens and draws in a few seconds
 MAX_TRACE_PAGE_BYTES = 64 * 10**6  # a single layer's page, exact always (as before there were models)
 MAX_MODEL_PAGE_SCORES = 2**22  # L²·heads·layers: the scores a model's page computes when it opens (about 2 s)
+MAX_TRACE_PAGE_SCORES = 2**21  # L²·heads: what a single layer's page computes and draws in a few seconds
 GIVEN_SCORES_UP_TO = 2**18  # scores in all: up to this many the page carries them, past it computes q·k
+
+
+class PageShape(NamedTuple):
+    """What a page's size depends on: L tokens, H heads and the layers it shows, the
+    widths (E, Ev) of q, k and v, whether it is a model's page (rounded to fit) or a
+    single layer's (exact), and the bytes of one number of the trace."""
+
+    length: int
+    heads: int
+    layers: int
+    widths: tuple[int, int]
+    model: bool
+    itemsize: int = 8
+
+    @classmethod
+    def of(cls, trace: Trace | ModelTrace) -> PageShape:
+        """The shape of the page of ``trace``."""
+        traces = list(trace.layers.values()) if isinstance(trace, ModelTrace) else [trace]
+        q, v = _with_heads(traces[0].Q), _with_heads(traces[0].V)  # (H, L, E), (H, L, Ev)
+        itemsize = 8 if q.dtype == np.float64 else 4
+        return cls(
+            q.shape[1], q.shape[0], len(traces), (q.shape[-1], v.shape[-1]), isinstance(trace, ModelTrace), itemsize
+        )
 
 
 def _with_heads(x: np.ndarray) -> np.ndarray:
@@ -49,11 +85,47 @@ def _binary(x: np.ndarray, dtype: str) -> str:
     return base64.b64encode(rounded.view(np.uint8).reshape(-1, 4)[:, 1:].tobytes()).decode()
 
 
-def page_bytes(length: int, heads: int, layers: int, widths: tuple[int, int], itemsize: int = 3) -> int:
-    """About the size of a page's data: q, k (width E) and v (width Ev) of every head and
-    layer, ``itemsize`` bytes each (3: float24, the least a page uses), in base64."""
-    numbers = length * heads * layers * (2 * widths[0] + widths[1])
+def page_bytes(shape: PageShape, itemsize: int = 3) -> int:
+    """About the size of a page's q, k and v: L·H·layers·(2E + Ev) numbers of ``itemsize``
+    bytes (3: float24, the least a page uses), in base64."""
+    numbers = shape.length * shape.heads * shape.layers * (2 * shape.widths[0] + shape.widths[1])
     return numbers * itemsize * 4 // 3
+
+
+def check_page_size(
+    page: Trace | ModelTrace | PageShape, name: str = "trace", fewer_layers: str = "fewer layers"
+) -> None:
+    """Refuse a page that a browser would not open in a few seconds, from its shape alone
+    (so before any work, given a :class:`PageShape`). A model's page computes its
+    L²·H·layers scores when it opens, at most MAX_MODEL_PAGE_SCORES, and holds at most
+    MAX_PAGE_BYTES of data at its least (float24); a single layer's page at most
+    MAX_TRACE_PAGE_SCORES scores (L²·H) and MAX_TRACE_PAGE_BYTES of data, exact. The data
+    is q, k and v (:func:`page_bytes`), the raw scores while the page carries them and the
+    mask, one character per (query, key) of each layer.
+
+    Raises:
+        ArgumentError: ``name``: a page too large, and what to use fewer of (a model's
+            layers in the words ``fewer_layers``, such as a command-line option).
+    """
+    shape = page if isinstance(page, PageShape) else PageShape.of(page)
+    length, heads, layers = shape.length, shape.heads, shape.layers
+    scores = length**2 * heads * layers
+    if shape.model:
+        max_scores, max_bytes, itemsize = MAX_MODEL_PAGE_SCORES, MAX_PAGE_BYTES, 3
+        held = f"{length} tokens × {layers} layer{'s' * (layers > 1)} × {heads} heads"
+        fewer = f"{fewer_layers} or fewer tokens" if layers > 1 else "fewer tokens"
+        too_many = f"{scores:,} scores for the page to compute, at most {max_scores:,}"
+    else:
+        max_scores, max_bytes, itemsize = MAX_TRACE_PAGE_SCORES, MAX_TRACE_PAGE_BYTES, shape.itemsize
+        held, fewer = f"{length} tokens × {heads} heads", "fewer tokens or heads"
+        too_many = f"a page keeps L×L matrices per head, at most {max_scores:,} scores (L²·heads)"
+    given = scores * itemsize * 4 // 3 if scores <= GIVEN_SCORES_UP_TO else 0  # in base64, as q, k and v
+    size = page_bytes(shape, itemsize) + given + length**2 * layers
+    if size > max_bytes:
+        too_many = f"a page of about {size / 1e6:.1f} MB, at most {max_bytes / 1e6:g} MB"
+    elif scores <= max_scores:
+        return
+    raise fail(name, "a page that a browser opens in a few seconds", f"{held}: {too_many}; use {fewer}")
 
 
 def page_data(trace: Trace | ModelTrace) -> dict[str, object]:
@@ -68,12 +140,10 @@ def page_data(trace: Trace | ModelTrace) -> dict[str, object]:
         named, tokens, model = [(None, trace)], trace.labels, ""
         special, parts = [False] * len(tokens), [""] * len(tokens)
     given = sum(_with_heads(t.scores).size for _, t in named) <= GIVEN_SCORES_UP_TO
-    widths = (_with_heads(named[0][1].Q).shape[-1], _with_heads(named[0][1].V).shape[-1])
-    H = _with_heads(named[0][1].Q).shape[0]
-    itemsize = 8 if named[0][1].Q.dtype == np.float64 else 4
-    exact = page_bytes(len(tokens), H, len(named), widths, itemsize) <= MAX_PAGE_BYTES * 0.95  # room for the rest
+    shape = PageShape.of(trace)
+    exact = page_bytes(shape, shape.itemsize) <= MAX_PAGE_BYTES * 0.95  # room for the rest
     # a model's page past 16 MB rounds its numbers to fit; a single layer's stays exact
-    dtype = ("float64" if itemsize == 8 else "float32") if exact or not model else "float24"
+    dtype = ("float64" if shape.itemsize == 8 else "float32") if exact or not model else "float24"
     layers = [{"name": "" if i is None else f"layer {i}", "index": i, **_layer_data(t, given, dtype)} for i, t in named]
     return {"tokens": tokens, "model": model, "special": special, "parts": parts, "layers": layers}
 
@@ -100,25 +170,8 @@ def render_page(trace: Trace | ModelTrace) -> str:
     """The HTML text: assets/page.html with page.css and page.js inline. The data sits
     in a JSON script block with '<', '>' and '&' escaped, so no token can end the block
     or inject markup; the script only ever writes tokens as text."""
-    model = isinstance(trace, ModelTrace)
-    if isinstance(trace, ModelTrace):
-        scores = sum(_with_heads(t.scores).size for t in trace.layers.values())
-        if scores > MAX_MODEL_PAGE_SCORES:
-            raise fail(
-                "trace",
-                f"a model's page of at most {MAX_MODEL_PAGE_SCORES:,} scores (L²·heads·layers, what it computes in "
-                "about 2 s); trace fewer layers or tokens",
-                f"{scores:,}",
-            )
+    check_page_size(trace)
     payload = json.dumps(page_data(trace), ensure_ascii=False, allow_nan=False)
-    size, limit = len(payload.encode("utf-8")), MAX_PAGE_BYTES if model else MAX_TRACE_PAGE_BYTES
-    if size > limit:
-        fewer = "fewer layers, tokens or heads" if model else "fewer tokens or heads"
-        raise fail(
-            "trace",
-            f"a page of at most {limit / 1e6:.0f} MB of data (what a browser opens in a few seconds); use {fewer}",
-            f"{size / 1e6:.1f} MB",
-        )
     payload = payload.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
     return _filled_page(payload)
 

@@ -1,0 +1,72 @@
+"""``attnlab bench``: attnlab's engines timed against NumPy and torch."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from .._validation import output_path
+from ._options import add_command, at_least
+
+__all__ = ["add_parser", "run"]
+
+
+def add_parser(commands: argparse._SubParsersAction) -> None:
+    """Add ``bench``: --quick, --json, --repeat, and the two other runs, --models and --engine-table."""
+    bench = add_command(
+        commands,
+        "bench",
+        run,
+        "time attnlab's engines against NumPy and torch, side by side",
+        "Time attnlab's engines against torch's SDPA in one run: shape classes from many short heads to "
+        "decoding one token against 65,536 keys, forward and forward+backward; then a length sweep "
+        "(float32, B=1, H=8, E=64, L = S from 256 to 4096) with textbook NumPy attention too.",
+        "  attnlab bench --quick\n  attnlab bench --json bench.json\n"
+        "  env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE attnlab bench   # let OpenBLAS pick its fastest kernels\n"
+        "  OPENBLAS_CORETYPE=Haswell NPY_DISABLE_CPU_FEATURES='X86_V4 AVX512_ICL AVX512_SPR' \\\n"
+        "  NUMBA_CPU_NAME=haswell NUMBA_CPU_FEATURES=+avx2,+fma ATEN_CPU_CAPABILITY=avx2 \\\n"
+        "  MKL_ENABLE_INSTRUCTIONS=AVX2 ONEDNN_MAX_CPU_ISA=AVX2 attnlab bench   # AVX2 kernels only",
+    )
+    bench.add_argument(
+        "--quick", action="store_true", help="the shape classes only, attnlab's choice against torch: under a minute"
+    )
+    bench.add_argument("--json", metavar="PATH", help="also write every figure to this JSON file")
+    bench.add_argument("--repeat", type=at_least(1), help="timed runs per figure, best kept (default 3, quick 1)")
+    bench.add_argument(
+        "--models",
+        action="store_true",
+        help="instead: a model with Qwen2.5-0.5B's shapes (random weights) against transformers' eager and sdpa "
+        "attention: forward over 32 and 512 tokens, 64 generated tokens, attnlab's peak memory (needs "
+        "attnlab[test]; a few minutes and 2 GiB of disk)",
+    )
+    bench.add_argument(
+        "--engine-table",
+        metavar="PATH",
+        help="instead: time every engine on shapes from many tiny heads to one long one, causal ones and "
+        "decoding, and write the table engine=None is fitted to (docs/engine-choice.json) to PATH",
+    )
+
+
+def run(args: argparse.Namespace) -> None:
+    """Run the benchmark the options name and print its table; the output paths are
+    checked first, before minutes of work."""
+    from ..bench import main as bench
+
+    for option, path in (("--json", args.json), ("--engine-table", args.engine_table)):
+        if path is not None:
+            output_path(path, (".json",), option)
+    if args.models:
+        from ..bench import format_models, run_models
+
+        results = run_models(repeat=args.repeat or 3)
+        if args.json:
+            with open(args.json, "w", encoding="utf-8") as file:
+                json.dump(results, file, indent=1)
+        print(format_models(results))
+        return
+    if args.engine_table:
+        from ..bench import engine_report
+
+        print(engine_report(args.engine_table, repeat=args.repeat or 3))
+        return
+    print(bench(quick=args.quick, json_path=args.json, repeat=args.repeat))

@@ -1,0 +1,58 @@
+"""``attnlab experiment``: list the experiments, or rerun one."""
+
+from __future__ import annotations
+
+import argparse
+
+from ._inputs import InputError
+from ._options import add_command, at_least
+
+__all__ = ["add_parser", "run"]
+
+
+def add_parser(commands: argparse._SubParsersAction) -> None:
+    """Add ``experiment``: list or run, the experiment's name, --quick, --seed and --out."""
+    experiment = add_command(
+        commands,
+        "experiment",
+        run,
+        "rerun the experiments that answer the article's questions",
+        "List the experiments, or run one: it writes report.md, results.json and PNG figures to --out.",
+        "  attnlab experiment list\n  attnlab experiment run coref --quick\n  attnlab experiment run coref --seed 1",
+    )
+    experiment.add_argument("action", choices=("list", "run"), help="list the experiments, or run one")
+    experiment.add_argument("name", nargs="?", metavar="NAME", help="the experiment to run")
+    experiment.add_argument("--quick", action="store_true", help="a short run (under a minute on 2 cores)")
+    experiment.add_argument("--seed", type=at_least(0, 2**32 - 1), default=0, help="the seed (default 0)")
+    experiment.add_argument("--out", metavar="DIR", help="where to write (default experiments/NAME)")
+
+
+def run(args: argparse.Namespace) -> None:
+    """List the experiments, or run NAME and print where it wrote and its metrics as a
+    Markdown table (nested metrics joined with ·)."""
+    from pathlib import Path
+
+    from ..experiments._run import EXPERIMENTS
+    from ..experiments._run import run as run_experiment
+
+    if args.action == "list":
+        for name, (summary, _) in EXPERIMENTS.items():
+            print(f"{name:14} {summary}")
+        return
+    if args.name is None:
+        raise InputError(f"NAME: expected one of {', '.join(EXPERIMENTS)} after 'run', got nothing")
+    out = Path(args.out or f"experiments/{args.name}")
+    results = run_experiment(args.name, quick=args.quick, seed=args.seed, out=out)
+    print(f"{args.name}: wrote {out / 'report.md'}, {out / 'results.json'} and {', '.join(results['figures'])} "
+          f"in {results['seconds']:.0f} s")  # fmt: skip
+    print("| metric | value |\n|---|---|")
+    _print_rows("", results["metrics"])
+
+
+def _print_rows(prefix: str, value: object) -> None:
+    """The table's rows: each number of ``value``, named by its keys joined with ·."""
+    if isinstance(value, dict):
+        for key, inner in value.items():
+            _print_rows(f"{prefix}{key} · ", inner)
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        print(f"| {prefix.rstrip(' ·')} | {value:.4g} |")

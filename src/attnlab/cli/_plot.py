@@ -1,0 +1,53 @@
+"""``attnlab plot``: the attention weights (or scores) as a heatmap, PNG, SVG or PDF."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+import warnings
+
+from ._options import add_command
+from ._sequence import add_input_options, trace_from_args
+
+__all__ = ["add_parser", "run"]
+
+
+def add_parser(commands: argparse._SubParsersAction) -> None:
+    """Add ``plot``: the input options, then -o, --stage, --heads and --relative."""
+    plot = add_command(
+        commands,
+        "plot",
+        run,
+        "draw the attention weights as a heatmap (PNG, SVG or PDF)",
+        "Draw a heatmap of a trace: token labels on both axes, one panel per head. "
+        "INPUT is what 'attnlab trace' takes, or a trace saved with 'attnlab trace --format json'.",
+        '  attnlab plot --text "小明是个运动达人，他平时很爱打篮球" -o weights.png\n'
+        "  attnlab plot trace.json --stage scaled --heads 0,2 -o scaled.svg",
+        [add_input_options],
+    )
+    plot.add_argument("-o", "--output", required=True, help="the picture to write: .png, .svg or .pdf")
+    plot.add_argument("--stage", choices=("weights", "scaled", "scores"), default="weights", help="what to draw")
+    plot.add_argument("--heads", default="all", help="'all' (default) or head indices such as 0,2,5")
+    plot.add_argument("--relative", action="store_true", help="colour weights from 0 to the largest, not from 0 to 1")
+
+
+def run(args: argparse.Namespace) -> None:
+    """Draw the trace the input options name to -o; progress, font warnings and the time
+    taken (past a second) go to standard error."""
+    from ..viz._plot import MissingFontWarning, check_path, plot
+
+    check_path(args.output)
+    trace = trace_from_args(args)
+    start = time.perf_counter()
+
+    def progress(message: str) -> None:
+        print(f"attnlab plot: {message}…", file=sys.stderr, flush=True)
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", MissingFontWarning)
+        plot(trace, args.output, stage=args.stage, heads=args.heads, relative=args.relative, progress=progress)
+    for warning in caught:
+        print(f"attnlab plot: warning: {warning.message}", file=sys.stderr)
+    if time.perf_counter() - start > 1.0:
+        print(f"attnlab plot: wrote {args.output} in {time.perf_counter() - start:.1f} s", file=sys.stderr)

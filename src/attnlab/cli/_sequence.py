@@ -1,0 +1,245 @@
+"""The options that say which sequence to run and how (trace, plot and view), and the
+trace they make: the seed's layer or a MultiheadAttention on a file or a text, a
+pretrained model on a text, or a saved trace. What the trace or the page would hold is
+checked before any work."""
+
+from __future__ import annotations
+
+import argparse
+import math
+
+import numpy as np
+
+from ..layers._multihead import MultiheadAttention
+from ..layers._self_attention import SelfAttention
+from ..trace import ModelTrace
+from ..trace._trace import Trace
+from ..viz._page import PageShape, check_page_size
+from ._inputs import (
+    InputError,
+    as_sequence,
+    embed_tokens,
+    parse_tokens,
+    read_json_or_matrix,
+    source_name,
+    split_text,
+)
+from ._options import at_least
+
+__all__ = ["add_input_options", "trace_from_args"]
+
+# What a trace can hold: its (L, L) matrices are kept whole, several per head, so L²·H
+# is capped before any work (2²⁴ float64 scores are 128 MiB an array); widths likewise.
+MAX_SCORES = 2**24
+MAX_WIDTH = 2**16
+# --d-k's default: the input's width up to this. The weights are drawn in pure Python as
+# the seed draws them, d_model·d_k numbers each, so a 2000-token one-hot text with
+# d_k = 2000 would draw 12 million of them.
+DEFAULT_MAX_D_K = 64
+ONE_LAYER = "--layer: expected --model or a saved model's trace with it; this input has one layer"
+
+
+def _scale(text: str) -> float | str:
+    if text in ("sqrt", "none"):
+        return text
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected 'sqrt', 'none' or a number, got {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
+    return value
+
+
+def _layer(text: str) -> int | str:
+    if text == "all":
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a layer index or 'all', got {text!r}") from None
+
+
+def add_input_options(parser: argparse.ArgumentParser) -> None:
+    """The options that say which sequence to run and how (shared by trace, plot and view)."""
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument(
+        "input", nargs="?", metavar="INPUT", help="a .json (list of rows), .csv or .npy file, or - for JSON on stdin"
+    )
+    source.add_argument("--text", help="a sentence: split on spaces, or into characters when it has none")
+    parser.add_argument(
+        "--embed",
+        choices=("onehot", "random"),
+        default="onehot",
+        help="with --text: one-hot vectors (default) or seeded Gaussian vectors of --d-model width",
+    )
+    parser.add_argument(
+        "--d-model", type=at_least(1, MAX_WIDTH), default=16, help="width of --embed random vectors (default 16)"
+    )
+    parser.add_argument(
+        "--d-k",
+        type=at_least(1, MAX_WIDTH),
+        help=f"width of Q, K and V (default: the input's width, at most {DEFAULT_MAX_D_K})",
+    )
+    parser.add_argument(
+        "--seed", type=at_least(0, 2**63 - 1), default=42, help="seed of the weights (default 42, the article's)"
+    )
+    parser.add_argument(
+        "--scale", type=_scale, default="sqrt", help="sqrt (1/√d_k, default), none (1) or a number multiplying Q·Kᵀ"
+    )
+    parser.add_argument("--causal", action="store_true", help="token i attends to tokens 0..i only")
+    parser.add_argument("--tokens", help="labels of the rows, separated by spaces")
+    parser.add_argument(
+        "--num-heads",
+        type=at_least(1),
+        default=1,
+        help="1 (default): the seed's layer; more: a MultiheadAttention of that many heads "
+        "(they must divide the input's width, and each head is width/N wide: no --d-k)",
+    )
+    model = parser.add_argument_group("a pretrained model (pip install 'attnlab[models]')")
+    model.add_argument(
+        "--model",
+        metavar="NAME|DIR",
+        help="run --text through a GPT-2, BERT, Llama or Qwen2 checkpoint: a Hugging Face hub id "
+        "(the local cache first) or a directory",
+    )
+    model.add_argument(
+        "--layer",
+        type=_layer,
+        help="with --model: a layer index (negative counts from the end) or 'all' "
+        "(default: all for view, the last for trace and plot)",
+    )
+
+
+def trace_from_args(args: argparse.Namespace, page: bool = False) -> Trace | ModelTrace:
+    """The trace the options name: the --model run on --text, the layer run on the
+    sequence, or a saved trace (a JSON object from ``attnlab trace --format json``). What
+    it would hold (L²·heads·layers scores), and for a ``page`` what the page would
+    (:func:`~attnlab.viz._page.check_page_size`), is checked before the work."""
+    if args.model:
+        return _model_trace(args, page)
+    if args.text is not None:
+        if args.layer is not None:
+            raise InputError(ONE_LAYER)
+        words = split_text(args.text)
+        _check_layer_size(args, len(words), len(set(words)) if args.embed == "onehot" else args.d_model, page)
+        X = embed_tokens(words, args.embed, args.d_model, args.seed)
+        return _run_layer(X, parse_tokens(args.tokens, len(words)) or words, args)
+    data = read_json_or_matrix(args.input)
+    if isinstance(data, dict):
+        return _saved_trace(data, args, page)
+    if args.layer is not None:
+        raise InputError(ONE_LAYER)
+    X, names = as_sequence(data, args.input)  # (L, d_model)
+    _check_layer_size(args, len(X), X.shape[1], page)
+    return _run_layer(X, parse_tokens(args.tokens, len(X)) or names, args)
+
+
+def _model_trace(args: argparse.Namespace, page: bool) -> ModelTrace:
+    """Run the --model on --text and trace --layer (default: all for a page, else the
+    last), once its L²·heads·layers scores, and for a ``page`` the page, fit."""
+    from ..models import load
+
+    _refuse(args, f"--model {args.model} fixes the weights, the embedding and the scale")
+    if args.input is not None or args.text is None:
+        raise InputError("--model: expected --text with the sentence to run, got an input file")
+    model = load(args.model)
+    if model.tokenizer is None:
+        raise InputError(f"--model: {args.model} has no tokenizer (tokenizer.json, vocab.txt or vocab.json)")
+    ids = model.tokenizer.encode(args.text)
+    if len(ids) == 0:
+        raise InputError(f"--text: expected a text of at least one token, got {args.text!r}")
+    layer = ("all" if page else -1) if args.layer is None else args.layer
+    layers = None if layer == "all" else layer
+    c = model.config
+    count = c.num_layers if layers is None else 1
+    _check_trace_size(len(ids), c.num_heads * count, "--layer N" if layers is None else "")
+    if page:
+        check_page_size(
+            PageShape(len(ids), c.num_heads, count, (c.head_dim, c.head_dim), model=True), "--text", "--layer N"
+        )
+    return model.trace(ids, layers=layers)
+
+
+def _refuse(args: argparse.Namespace, reason: str) -> None:
+    """Options that cannot change a trace whose numbers are fixed already."""
+    fixed = {
+        "--causal": args.causal,
+        "--num-heads": args.num_heads != 1,
+        "--d-k": args.d_k is not None,
+        "--scale": args.scale != "sqrt",
+        "--seed": args.seed != 42,
+        "--embed": args.embed != "onehot",
+        "--d-model": args.d_model != 16,
+        "--tokens": args.model is not None and args.tokens is not None,
+    }
+    for option, given in fixed.items():
+        if given:
+            raise InputError(f"{option}: {reason}; {option} cannot change it")
+
+
+def _check_layer_size(args: argparse.Namespace, length: int, width: int, page: bool) -> None:
+    """Before the layer runs on ``length`` tokens of ``width``: the trace's scores, or the
+    page's size, and the width."""
+    if page:
+        head_width = width // args.num_heads if args.num_heads > 1 else args.d_k or min(width, DEFAULT_MAX_D_K)
+        source = "--text" if args.text is not None else source_name(args.input)
+        check_page_size(PageShape(length, args.num_heads, 1, (head_width, head_width), model=False), source)
+    else:
+        _check_trace_size(length, args.num_heads)
+    if width > MAX_WIDTH:
+        raise InputError(f"the input's width: expected at most {MAX_WIDTH}, got {width}")
+
+
+def _check_trace_size(length: int, heads: int, fewer: str = "") -> None:
+    if length**2 * heads > MAX_SCORES:
+        raise InputError(
+            f"{length} tokens × {heads} heads: a trace keeps L×L matrices per head, at most "
+            f"{MAX_SCORES:,} scores (L²·heads); use fewer tokens or heads" + (f", or {fewer}" if fewer else "")
+        )
+
+
+def _run_layer(X: np.ndarray, tokens: list[str] | None, args: argparse.Namespace) -> Trace:
+    """The trace of the seed's layer (one head) or a MultiheadAttention on X (L, d_model)."""
+    scale = {"sqrt": None, "none": 1.0}.get(args.scale, args.scale)
+    if args.num_heads == 1:
+        layer = SelfAttention(X.shape[1], args.d_k or min(X.shape[1], DEFAULT_MAX_D_K), seed=args.seed)
+        return layer.trace(X, is_causal=args.causal, scale=scale, tokens=tokens)
+    if args.d_k is not None:
+        raise InputError(
+            f"--d-k: with --num-heads {args.num_heads} each head is the input's width / {args.num_heads} wide; "
+            "drop --d-k, or use one head"
+        )
+    if X.shape[1] % args.num_heads:
+        raise InputError(f"--num-heads: expected a divisor of the input's width {X.shape[1]}, got {args.num_heads}")
+    heads = MultiheadAttention(X.shape[1], args.num_heads, seed=args.seed, dtype=np.float64)
+    return heads.trace(X, is_causal=args.causal, scale=scale, tokens=tokens)
+
+
+def _saved_trace(data: dict[str, object], args: argparse.Namespace, page: bool) -> Trace | ModelTrace:
+    """A trace saved by ``attnlab trace --format json``: a layer's or a model's, checked
+    as held already (and for a ``page``, the page's size). Only --tokens (a layer's) and
+    --layer (a model's) can change what is shown."""
+    _refuse(args, f"{args.input} is a saved trace, already computed")
+    source = source_name(args.input)
+    if "layers" not in data:
+        if args.layer is not None:
+            raise InputError(f"--layer: {args.input} is the trace of one layer; --layer needs a model's trace")
+        trace = Trace.from_dict(data, source)
+        trace.tokens = parse_tokens(args.tokens, len(trace.inputs)) or trace.tokens
+        saved: Trace | ModelTrace = trace
+    else:
+        if args.tokens is not None:
+            raise InputError(f"--tokens: {args.input} is a saved model's trace; its tokens are the model's")
+        saved = ModelTrace.from_dict(data, source)
+        if args.layer not in (None, "all"):
+            wanted = args.layer % saved.num_layers if -saved.num_layers <= args.layer < saved.num_layers else None
+            if wanted not in saved.layers:
+                raise InputError(f"--layer: expected one of the saved layers {sorted(saved.layers)}, got {args.layer}")
+            saved.layers = {wanted: saved.layers[wanted]}
+        _check_trace_size(len(saved.tokens), saved.num_heads * len(saved.layers), "--layer N")
+    if page:
+        check_page_size(saved, source, "--layer N")
+    elif isinstance(saved, Trace):
+        _check_trace_size(len(saved.inputs), saved.num_heads)
+    return saved
