@@ -292,6 +292,7 @@ def test_the_output_is_checked_first_and_named_when_the_disk_is_full(tmp_path, c
     assert code == 2 and err == f"attnlab view: error: {full}: No space left on device\n"
 
 
+@pytest.mark.slow
 def test_two_thousand_distinct_characters_trace_with_d_k_at_most_64(capsys):
     text = "".join(chr(0x4E00 + i) for i in range(2000))
     code, out, _ = run(capsys, "trace", "--text", text, "--format", "json")

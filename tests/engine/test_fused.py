@@ -50,6 +50,7 @@ def assert_equal_to_scale(fused: np.ndarray, tiled: np.ndarray, rtol: float, sca
     st.sampled_from([0.0, 0.3]),  # dropout
     st.integers(0, 2**32 - 1),
 )
+@pytest.mark.slow
 def test_fused_equals_tiled(dtype, batch, L, S, E, is_causal, mask_kind, dropout_p, seed):
     rng = np.random.default_rng(seed)
     q, k, v = (rng.standard_normal((batch, n, E)).astype(dtype) * 3 for n in (L, S, S))

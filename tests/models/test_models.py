@@ -486,6 +486,7 @@ def test_cli_trace_of_a_model_is_its_last_layer_or_all(checkpoint_with_tokenizer
     assert text.returncode == 0 and "layer 0 of 2" in text.stdout and "-- head 3 --" in text.stdout
 
 
+@pytest.mark.slow
 def test_cli_plot_of_layer_all_writes_a_png(checkpoint_with_tokenizer, tmp_path):
     picture = tmp_path / "grid.png"
     run = run_cli("plot", "--model", str(checkpoint_with_tokenizer), "--text", SENTENCE, "--layer", "all",

@@ -394,6 +394,7 @@ def test_j_model_tokens_with_markup_stay_text(browser, tmp_path):
     assert "".join(left) == text
 
 
+@pytest.mark.slow
 def test_k_a_gpt2_small_page_of_128_tokens_is_small_and_quick(browser, tmp_path, capsys):
     import time
 
