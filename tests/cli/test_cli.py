@@ -13,6 +13,7 @@ import pytest
 import attnlab as al
 from attnlab.cli import _main as cli
 from attnlab.cli import main
+from oracles import requires
 
 NUMBER = re.compile(r"-?\d+\.\d+|-?\d+")
 
@@ -249,6 +250,7 @@ def test_a_terminal_without_chinese_gets_escapes():
     assert result.returncode == 0 and b"\\u81ea" in result.stdout
 
 
+@requires("matplotlib")
 def test_scores_that_overflow_give_valid_json_a_plot_and_a_page(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "x.json").write_text("[[1e200, 1e200], [1e200, -1e200]]")
