@@ -132,6 +132,7 @@ def test_ring_attention_equals_attention_over_the_whole_sequence(tmp_path, world
     ],
     ids=["width", "ragged", "empty"],
 )
+@pytest.mark.slow
 def test_a_bad_shard_on_one_rank_is_an_error_on_every_rank_within_30_s(tmp_path, fault, message):
     start = time.monotonic()
     runs = launch([case("bad", **fault)], 4, tmp_path, timeout=30)
