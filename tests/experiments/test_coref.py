@@ -105,6 +105,8 @@ def test_training_is_deterministic_for_a_seed():
 def test_the_quick_coref_experiment_writes_its_report_and_shows_the_head(tmp_path):
     import json
 
+    pytest.importorskip("matplotlib")  # the report's figures
+
     listed = subprocess.run([sys.executable, "-m", "attnlab", "experiment", "list"], capture_output=True, text=True,
                             timeout=60)  # fmt: skip
     assert listed.returncode == 0
