@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import torch
 
 import attnlab as al
+from oracles import optional_module, requires
+
+torch = optional_module("torch")
 
 
+@requires("torch")
 @pytest.mark.parametrize(
     "options", [dict(), dict(kdim=3, vdim=5, add_bias_kv=True, batch_first=True), dict(bias=False, add_zero_attn=True)]
 )
@@ -30,6 +33,7 @@ def test_round_trip_gives_identical_outputs(options):
     np.testing.assert_allclose(layer(q, k, v)[0], expected, atol=1e-5, rtol=5e-6)
 
 
+@requires("torch")
 def test_float64_and_wrong_types():
     module = torch.nn.MultiheadAttention(4, 1, dtype=torch.float64)
     assert al.interop.from_torch(module).dtype == np.float64

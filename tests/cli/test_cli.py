@@ -12,6 +12,7 @@ import pytest
 
 import attnlab as al
 from attnlab.cli import _demo, main
+from oracles import requires
 
 NUMBER = re.compile(r"-?\d+\.\d+|-?\d+")
 
@@ -248,6 +249,7 @@ def test_a_terminal_without_chinese_gets_escapes():
     assert result.returncode == 0 and b"\\u81ea" in result.stdout
 
 
+@requires("matplotlib")
 def test_scores_that_overflow_give_valid_json_a_plot_and_a_page(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "x.json").write_text("[[1e200, 1e200], [1e200, -1e200]]")
@@ -314,7 +316,8 @@ def test_the_output_is_checked_first_and_named_when_the_disk_is_full(tmp_path, c
     assert code == 2 and err == f"attnlab view: error: {full}: No space left on device\n"
 
 
-def test_two_thousand_distinct_characters_trace_quickly(capsys):
+@pytest.mark.slow
+def test_two_thousand_distinct_characters_trace_with_d_k_at_most_64(capsys):
     text = "".join(chr(0x4E00 + i) for i in range(2000))
     code, out, _ = run(capsys, "trace", "--text", text, "--format", "json")
     data = json.loads(out)

@@ -107,6 +107,7 @@ def gathered(out: Path, spec: dict[str, Any], world: int, name: str) -> np.ndarr
 
 
 @pytest.mark.parametrize("world", [1, 2, 3, 4])
+@pytest.mark.slow
 def test_ring_attention_equals_attention_over_the_whole_sequence(tmp_path, world):
     cases = cases_for(world)
     runs = launch(cases, world, tmp_path)
@@ -131,6 +132,7 @@ def test_ring_attention_equals_attention_over_the_whole_sequence(tmp_path, world
     ],
     ids=["width", "ragged", "empty"],
 )
+@pytest.mark.slow
 def test_a_bad_shard_on_one_rank_is_an_error_on_every_rank_within_30_s(tmp_path, fault, message):
     start = time.monotonic()
     runs = launch([case("bad", **fault)], 4, tmp_path, timeout=30)
@@ -141,6 +143,7 @@ def test_a_bad_shard_on_one_rank_is_an_error_on_every_rank_within_30_s(tmp_path,
         assert message in last, last
 
 
+@pytest.mark.slow
 def test_per_rank_memory_falls_with_the_ring(tmp_path):
     """At P = 4 a rank's extra memory for the whole sequence's attention (measured by
     tracemalloc in the same processes) is the single-process tiled engine's over P, its
@@ -177,6 +180,7 @@ def test_ring_attention_without_a_process_group_says_so():
         distributed.ring_attention(q, q, q)
 
 
+@pytest.mark.slow
 def test_the_ring_command_runs_torchrun_and_reports_every_rank():
     command = [sys.executable, "-m", "attnlab", "ring", "--nproc", "2", "--length", "96", "--causal", "--backward",
                "--check"]  # fmt: skip

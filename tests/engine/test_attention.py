@@ -8,15 +8,17 @@ import pkgutil
 
 import numpy as np
 import pytest
-import torch
 
 import attnlab as al
 from attnlab.engine.fused import _engine as _fused
-from oracles import assert_close, numerical_gradient
+from oracles import assert_close, numerical_gradient, optional_module, requires
+
+torch = optional_module("torch")
 
 
 @pytest.mark.parametrize("engine", ["naive", "tiled"])
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@requires("torch")
 def test_the_result_gives_torchs_gradients(engine, dtype):
     rng = np.random.default_rng(0)
     q = rng.standard_normal((2, 4, 9, 8)).astype(dtype)
@@ -66,6 +68,7 @@ def test_the_wrappers_are_the_result():
         assert np.array_equal(ours, direct)
 
 
+@requires("torch")
 def test_float16_keeps_a_float32_lse_and_backward():
     rng = np.random.default_rng(3)
     q, k, v = (rng.standard_normal((2, 64, 16)).astype(np.float16) for _ in range(3))

@@ -8,10 +8,11 @@ import warnings
 
 import numpy as np
 import pytest
-import torch
 
 import attnlab as al
-from oracles import assert_close, numerical_gradient
+from oracles import assert_close, numerical_gradient, optional_module, requires
+
+torch = optional_module("torch")
 
 DTYPES = [np.float64, np.float32]
 
@@ -64,6 +65,7 @@ CASES = [
 
 
 @pytest.mark.parametrize("dtype, mask_kind, is_causal, lengths, gqa", CASES)
+@requires("torch")
 def test_forward_and_gradients_match_torch(dtype, mask_kind, is_causal, lengths, gqa):
     rng = np.random.default_rng(CASES.index((dtype, mask_kind, is_causal, lengths, gqa)))
     L, S = lengths
@@ -103,6 +105,7 @@ def test_mask_and_causal_combine():
     assert np.array_equal(out, expected_out) and np.array_equal(weights, expected_weights)
 
 
+@requires("torch")
 def test_broadcast_batch_dimensions_and_their_gradients():
     rng = np.random.default_rng(2)
     q, k, v = make(rng, (3, 1, 5, 4), np.float64), make(rng, (1, 2, 6, 4), np.float64), make(rng, (2, 6, 3), np.float64)

@@ -8,12 +8,13 @@ import itertools
 
 import numpy as np
 import pytest
-import torch
-from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import attnlab as al
 from attnlab.engine import _tiled
 from attnlab.engine.fused import _engine as _fused
+from oracles import optional_module, requires
+
+torch = optional_module("torch")
 
 PLACES = ["query", "key", "value", "mask"]
 VALUES = [np.nan, np.inf, -np.inf]
@@ -24,6 +25,8 @@ ENGINES = ["naive", "tiled", *(["fused"] if _fused.available() else [])]
 def torch_math(q, k, v, mask, is_causal):
     """torch's math backend, except that the causal rule overrides a score (as masked_fill
     does) instead of being added to it: a key after the query is never read, even as NaN."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
     tq, tk, tv = (torch.tensor(x) for x in (q, k, v))
     if not is_causal:
         with sdpa_kernel(SDPBackend.MATH):
@@ -42,6 +45,7 @@ def small_blocks(monkeypatch):
 
 
 @pytest.mark.parametrize("place, bad, is_causal", list(itertools.product(PLACES, VALUES, [False, True])))
+@requires("torch")
 def test_nan_and_inf_anywhere_match_torchs_math_and_each_engine(place, bad, is_causal):
     rng = np.random.default_rng(0)
     arrays = {
@@ -76,6 +80,7 @@ def test_a_nan_in_one_query_is_nan_in_that_row_only(engine):
 
 
 @pytest.mark.parametrize("engine", ENGINES)
+@requires("torch")
 def test_huge_values_do_not_overflow_in_float32(engine):
     rng = np.random.default_rng(1)
     q, k = (rng.standard_normal((2, 40, 8), dtype=np.float32) for _ in range(2))
@@ -88,6 +93,7 @@ def test_huge_values_do_not_overflow_in_float32(engine):
 
 
 @pytest.mark.parametrize("engine", ENGINES)
+@requires("torch")
 def test_huge_queries_with_a_tiny_scale_stay_finite(engine):
     q = k = np.full((1, 3, 4), 1e20)
     v = np.arange(12.0).reshape(1, 3, 4)

@@ -9,13 +9,14 @@ import tracemalloc
 import hypothesis.strategies as st
 import numpy as np
 import pytest
-import torch
 from hypothesis import given, settings
 
 import attnlab as al
 from attnlab.engine import _threads, _tiled
 from attnlab.engine.fused import _engine as _fused
-from oracles import assert_close
+from oracles import assert_close, optional_module, requires
+
+torch = optional_module("torch")
 
 
 @pytest.fixture(autouse=True)
@@ -93,6 +94,7 @@ def test_tiled_equals_naive_forward_lse_and_gradients(
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 @pytest.mark.parametrize("is_causal", [False, True])
+@requires("torch")
 def test_tiled_matches_torch(dtype, is_causal):
     rng = np.random.default_rng(1)
     q, k, v = make(rng, (2, 3, 45, 16), dtype), make(rng, (2, 3, 61, 16), dtype), make(rng, (2, 3, 61, 16), dtype)

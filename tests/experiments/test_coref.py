@@ -94,14 +94,18 @@ def test_the_viewer_opens_it_offline(tmp_path):
     assert bad.returncode == 2 and "expected one of builtin:coref, got 'builtin:nope'" in bad.stderr
 
 
+@pytest.mark.slow
 def test_training_is_deterministic_for_a_seed():
     first = _coref.train(4, seed=3, batch=8)[1]["losses"]
     assert first == _coref.train(4, seed=3, batch=8)[1]["losses"]
     assert first != _coref.train(4, seed=4, batch=8)[1]["losses"]
 
 
+@pytest.mark.slow
 def test_the_quick_coref_experiment_writes_its_report_and_shows_the_head(tmp_path):
     import json
+
+    pytest.importorskip("matplotlib")  # the report's figures
 
     listed = subprocess.run([sys.executable, "-m", "attnlab", "experiment", "list"], capture_output=True, text=True,
                             timeout=60)  # fmt: skip

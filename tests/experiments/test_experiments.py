@@ -28,6 +28,7 @@ def run(name: str, out: Path) -> dict:
     return results["metrics"]
 
 
+@pytest.mark.slow
 def test_scaling_shows_the_variance_and_the_saturation(tmp_path):
     metrics = run("scaling", tmp_path)
     for d_k, variance in metrics["scaled_variance"].items():
@@ -37,6 +38,7 @@ def test_scaling_shows_the_variance_and_the_saturation(tmp_path):
     assert metrics["accuracy"]["1/√d_k"] > metrics["accuracy"]["1"]
 
 
+@pytest.mark.slow
 def test_normalization_shows_bases_are_temperatures(tmp_path):
     metrics = run("normalization", tmp_path)
     assert metrics["base_gap"]["2 vs e at T=1/ln 2"] <= 1e-12
@@ -49,6 +51,7 @@ def test_value_shows_a_learned_v_carries_more(tmp_path):
     assert accuracy["learned W_v"] > max(accuracy["V = X"], accuracy["V = K"])
 
 
+@pytest.mark.slow
 def test_rnn_shows_attention_reaching_far(tmp_path):
     metrics = run("rnn", tmp_path)
     assert metrics["attention"]["accuracy"]["64"] > metrics["tanh RNN"]["accuracy"]["64"] + 0.5

@@ -6,10 +6,11 @@ import itertools
 
 import numpy as np
 import pytest
-import torch
 
 import attnlab as al
-from oracles import assert_close, numerical_gradient
+from oracles import assert_close, numerical_gradient, optional_module, requires
+
+torch = optional_module("torch")
 
 E, H, N, L, S = 8, 2, 3, 4, 5
 
@@ -68,6 +69,7 @@ def to_torch_masks(kwargs: dict) -> dict:
 
 @pytest.mark.parametrize("mask_kind", MASKS)
 @pytest.mark.parametrize("dtype, batch_first, bias, add_bias_kv, add_zero_attn, kv_dims, batched", CONFIGS)
+@requires("torch")
 def test_outputs_weights_and_all_gradients_match_torch(
     dtype, batch_first, bias, add_bias_kv, add_zero_attn, kv_dims, batched, mask_kind
 ):
@@ -123,6 +125,7 @@ def test_outputs_weights_and_all_gradients_match_torch(
             assert_close(layer.grads[name], g, dtype)
 
 
+@requires("torch")
 def test_fully_masked_queries_give_zero_attention_where_torch_gives_nan():
     torch.manual_seed(0)
     module = torch.nn.MultiheadAttention(E, H, dtype=torch.float64)
@@ -211,6 +214,7 @@ def test_initialisation_is_xavier_from_the_seed():
     np.testing.assert_array_equal(layer.state_dict()["in_proj_bias"], 0.0)
 
 
+@requires("torch")
 def test_state_dict_names_and_shapes_are_torchs():
     for options in (dict(), dict(kdim=3, vdim=5, add_bias_kv=True), dict(bias=False)):
         ours = al.MultiheadAttention(E, H, **options).state_dict()
@@ -240,6 +244,7 @@ def test_bad_arguments():
         al.MultiheadAttention(8, 2).backward(x)
 
 
+@requires("torch")
 def test_eval_mode_matches_torchs_fast_path():
     torch.manual_seed(1)
     module = torch.nn.MultiheadAttention(E, H, batch_first=True).eval()  # eligible for torch's fused fast path

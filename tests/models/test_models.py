@@ -486,7 +486,8 @@ def test_cli_trace_of_a_model_is_its_last_layer_or_all(checkpoint_with_tokenizer
     assert text.returncode == 0 and "layer 0 of 2" in text.stdout and "-- head 3 --" in text.stdout
 
 
-def test_cli_plot_of_every_layer(checkpoint_with_tokenizer, tmp_path):
+@pytest.mark.slow
+def test_cli_plot_of_layer_all_writes_a_png(checkpoint_with_tokenizer, tmp_path):
     picture = tmp_path / "grid.png"
     run = run_cli("plot", "--model", str(checkpoint_with_tokenizer), "--text", SENTENCE, "--layer", "all",
                   "-o", str(picture))  # fmt: skip
@@ -565,7 +566,7 @@ def test_a_saved_model_trace_reads_back_and_the_cli_takes_it(checkpoint_with_tok
 
 
 def test_a_models_plot_is_a_layers_by_heads_grid_with_chinese_tokens(checkpoint_with_tokenizer, tmp_path):
-    import matplotlib
+    matplotlib = pytest.importorskip("matplotlib")
 
     matplotlib.use("Agg")
     import attnlab as al

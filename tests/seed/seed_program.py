@@ -1,4 +1,5 @@
-# The seed article's program, reconstructed from ../shared/seed/ for the tests.
+# The seed article's program (the pure-Python self-attention article attnlab grew from),
+# reconstructed from the article's text for the tests.
 #
 # The article's text lost its '=' signs, quotes, '->' arrows, '+=' and docstring
 # quotes; they are restored here and nothing else is changed: the same draws, the same

@@ -5,12 +5,12 @@ from __future__ import annotations
 import html
 import re
 
-import nbformat
-import numpy as np
 import pytest
-from nbclient import NotebookClient
 
-import attnlab as al
+nbformat = pytest.importorskip("nbformat")
+NotebookClient = pytest.importorskip("nbclient").NotebookClient
+
+pytestmark = pytest.mark.browser
 
 CELLS = [
     "import numpy as np\nimport attnlab as al\n"
@@ -41,15 +41,6 @@ def test_show_and_the_trace_display_the_page_in_a_notebook():
         shown.append((display, page))
     assert "小" in shown[0][1]
     assert shown[2][0]["data"]["text/plain"].startswith("Trace(L=4, d_model=4, heads=2")
-
-
-def test_view_returns_the_page_or_writes_it(tmp_path):
-    trace = al.SelfAttention(3, 2).trace(np.eye(3))
-    page = al.view(trace)
-    assert page is not None and page.startswith("<!DOCTYPE html>")
-    assert al.view(trace, tmp_path / "t.html") is None and (tmp_path / "t.html").read_text() == page
-    with pytest.raises(TypeError, match=r"trace: expected an attnlab\.Trace or attnlab\.models\.ModelTrace, got dict"):
-        al.view({})
 
 
 def test_a_models_trace_shows_in_a_notebook(tmp_path):

@@ -15,6 +15,7 @@ import pytest
 import attnlab as al
 from attnlab.cli import main
 from attnlab.viz import _plot
+from oracles import requires
 
 SENTENCE = "小明是个运动达人，他平时很爱打篮球"
 
@@ -24,6 +25,7 @@ def png_size(data: bytes) -> tuple[int, int]:
     return struct.unpack(">II", data[16:24])
 
 
+@requires("matplotlib")
 def test_png_svg_and_pdf_are_valid_and_sized_by_heads(tmp_path):
     for suffix in ("png", "svg", "pdf"):
         assert main(["plot", "--text", "a b c", "-o", str(tmp_path / f"one.{suffix}")]) == 0
@@ -41,6 +43,7 @@ def test_png_svg_and_pdf_are_valid_and_sized_by_heads(tmp_path):
     assert four[0] > 1.6 * two[0] and four[1] == two[1]  # one row of panels, twice as many
 
 
+@requires("matplotlib")
 def test_chinese_tokens_render_without_missing_glyphs(tmp_path):
     assert _plot.find_cjk_font() is not None, "CI installs fonts-wqy-zenhei; install a CJK font to run this"
     from attnlab.trace import Trace
@@ -60,6 +63,7 @@ def test_chinese_tokens_render_without_missing_glyphs(tmp_path):
     assert not [w for w in caught if "missing from" in str(w.message)]
 
 
+@requires("matplotlib")
 def test_without_a_cjk_font_it_says_so_once(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(_plot, "find_cjk_font", lambda: None)
     with warnings.catch_warnings(record=True) as caught:
@@ -70,6 +74,7 @@ def test_without_a_cjk_font_it_says_so_once(tmp_path, monkeypatch, capsys):
     assert not [w for w in caught if "missing from" in str(w.message)]
 
 
+@requires("matplotlib")
 def test_values_are_written_in_small_matrices(tmp_path):
     from attnlab import SelfAttention
 
@@ -102,6 +107,8 @@ BAD = {
 @pytest.mark.parametrize("case", BAD, ids=list(BAD))
 def test_bad_input_is_one_line_and_exit_status_2(tmp_path, case):
     argv, message = BAD[case]
+    if case == "bad heads":
+        pytest.importorskip("matplotlib")  # without it, plot says so before it reads --heads
     (tmp_path / "broken.json").write_text('{"weights": [[1')
     (tmp_path / "object.json").write_text('{"weights": [[1.0]]}')
     trace = subprocess.run(
@@ -126,6 +133,7 @@ def test_a_saved_trace_round_trips(tmp_path, capsys):
     assert json.loads(capsys.readouterr().out) == json.loads(saved)
 
 
+@requires("matplotlib")
 def test_four_heads_fit_inside_the_figure_and_chinese_stands_upright(tmp_path):
     trace = al.MultiheadAttention(8, 4, seed=0, dtype=np.float64).trace(
         np.random.default_rng(0).standard_normal((6, 8)), tokens=list("小明是个运动")
@@ -141,6 +149,7 @@ def test_four_heads_fit_inside_the_figure_and_chinese_stands_upright(tmp_path):
 
 
 @pytest.mark.parametrize("length", [200, 1000])
+@requires("matplotlib")
 def test_long_sequences_are_labelled_readably_and_said_to_be_drawing(length, tmp_path, capsys):
     rng = np.random.default_rng(1)
     np.save(tmp_path / "x.npy", rng.standard_normal((length, 8)))
@@ -152,6 +161,7 @@ def test_long_sequences_are_labelled_readably_and_said_to_be_drawing(length, tmp
     assert len(labels) <= 60 and labels[0] == "0" and len(figure.axes[0].texts) == 0  # no per-cell numbers
 
 
+@requires("matplotlib")
 def test_plot_into_an_axes(tmp_path):
     from matplotlib.figure import Figure
 
@@ -163,6 +173,7 @@ def test_plot_into_an_axes(tmp_path):
         al.plot(al.MultiheadAttention(4, 2, seed=0).trace(np.eye(4, dtype=np.float32)), ax)
 
 
+@requires("matplotlib")
 def test_bad_plot_arguments_name_themselves(tmp_path):
     trace = al.MultiheadAttention(4, 2, seed=0, dtype=np.float64).trace(np.eye(4))
     with pytest.raises(TypeError, match=r"trace: expected an attnlab\.Trace or attnlab\.models\.ModelTrace, got str"):
@@ -176,6 +187,7 @@ def test_bad_plot_arguments_name_themselves(tmp_path):
     assert al.plot(trace, tmp_path / "p.png", heads=(1, 0)) is not None
 
 
+@requires("matplotlib")
 def test_weights_are_coloured_from_0_to_1_unless_relative(tmp_path):
     trace = al.SelfAttention(4, 3).trace(np.ones((4, 4)))  # equal rows: every weight is 1/4
     figure = al.plot(trace, tmp_path / "p.png")
