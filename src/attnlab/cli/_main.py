@@ -175,11 +175,12 @@ def model_trace_from_args(args: argparse.Namespace, default_layer: int | str, pa
     layer = default_layer if args.layer is None else args.layer
     layers = None if layer == "all" else layer
     c = model.config
-    count = c.num_layers if layers is None else 1
+    heads = c.num_attention_heads
+    count = c.num_hidden_layers if layers is None else 1
     fewer = "--layer N" if layers is None else ""
-    _check_size(len(ids), c.num_heads * count, MAX_SCORES, "a trace", fewer)
-    size = page_bytes(len(ids), c.num_heads, count, (c.head_dim, c.head_dim))  # its numbers rounded to fit
-    scores = len(ids) ** 2 * c.num_heads * count
+    _check_size(len(ids), heads * count, MAX_SCORES, "a trace", fewer)
+    size = page_bytes(len(ids), heads, count, (c.head_dim, c.head_dim))  # its numbers rounded to fit
+    scores = len(ids) ** 2 * heads * count
     if page and (size > MAX_PAGE_BYTES or scores > MAX_MODEL_PAGE_SCORES):
         what = (
             f"a page of about {size / 1e6:.1f} MB, at most {MAX_PAGE_BYTES / 1e6:g} MB"
@@ -187,7 +188,7 @@ def model_trace_from_args(args: argparse.Namespace, default_layer: int | str, pa
             else f"{scores:,} scores for the page to compute, at most {MAX_MODEL_PAGE_SCORES:,}"
         )
         raise InputError(
-            f"{len(ids)} tokens × {count} layer{'s' * (count > 1)} × {c.num_heads} heads: {what} (what a browser "
+            f"{len(ids)} tokens × {count} layer{'s' * (count > 1)} × {heads} heads: {what} (what a browser "
             "opens in a few seconds); " + ("use --layer N or fewer tokens" if fewer else "use fewer tokens")
         )
     return model.trace(ids, layers=layers)
