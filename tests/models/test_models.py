@@ -98,6 +98,44 @@ def test_a_single_sequence_has_no_batch_axis_and_the_weights_stay_memory_mapped(
     assert not embed.flags.writeable and not embed.flags.owndata  # a read-only view of the mapped file
 
 
+@pytest.mark.parametrize("kind", ["gpt2", "bert"])
+def test_calling_a_model_is_calling_its_forward(checkpoints, kind):
+    model = models.load(checkpoints[kind, "float32"])
+    options = {"output_hidden_states": True, "output_attentions": True}
+    called, forward = model(IDS, PADDING, **options), model.forward(IDS, PADDING, **options)
+    assert type(called) is models.ModelOutput
+    for name in ("last_hidden_state", "logits", "hidden_states", "attentions"):
+        np.testing.assert_array_equal(getattr(called, name), getattr(forward, name))
+    plain = model(IDS[0])
+    assert plain.hidden_states is None and plain.attentions is None
+    np.testing.assert_array_equal(plain.logits, model.forward(IDS[0]).logits)
+
+
+def test_the_config_has_transformers_names_and_the_old_ones_warn_for_one_release(checkpoints):
+    config = models.load(checkpoints["llama", "float32"]).config
+    raw = config.raw
+    assert (config.num_hidden_layers, config.num_attention_heads, config.num_key_value_heads) == (
+        raw["num_hidden_layers"], raw["num_attention_heads"], raw["num_key_value_heads"],
+    )  # fmt: skip
+    assert (config.max_position_embeddings, config.hidden_size) == (raw["max_position_embeddings"], raw["hidden_size"])
+    renamed = {
+        "num_layers": "num_hidden_layers",
+        "num_heads": "num_attention_heads",
+        "num_kv_heads": "num_key_value_heads",
+        "max_positions": "max_position_embeddings",
+    }
+    for old, new in renamed.items():
+        with pytest.warns(DeprecationWarning, match=f"ModelConfig.{old} is deprecated .* use {new}"):
+            assert getattr(config, old) == getattr(config, new)
+        with pytest.raises(AttributeError):
+            setattr(config, old, 1)  # read-only, as the fields are
+
+
+def test_generate_refuses_an_unknown_keyword(checkpoints):
+    with pytest.raises(TypeError, match="temprature"):
+        models.load(checkpoints["gpt2", "float32"]).generate([1, 2], 3, temprature=1.0)
+
+
 def test_bert_without_its_head_returns_hidden_states_and_token_types_count(tmp_path):
     torch.manual_seed(5)
     config = transformers.BertConfig(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
