@@ -24,7 +24,9 @@ __all__ = [
     "fail",
     "flag",
     "float_array",
+    "ids_below",
     "int_seed",
+    "is_integer",
     "layer_dtype",
     "output_path",
     "positive_int",
@@ -73,6 +75,11 @@ def _is_real(x: Any) -> bool:
     return isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(x, (bool, np.bool_))
 
 
+def is_integer(x: Any) -> bool:
+    """A Python or NumPy integer that is not a bool."""
+    return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
+
+
 def real_number(name: str, x: Any, *, minimum: float | None = None) -> float:
     """``x`` as a finite float (not a bool), at least ``minimum`` when given."""
     if not _is_real(x):
@@ -97,7 +104,7 @@ def flag(name: str, x: Any) -> bool:
 
 def positive_int(name: str, n: Any) -> int:
     """An integer >= 1 (not a bool)."""
-    if isinstance(n, (bool, np.bool_)) or not isinstance(n, (int, np.integer)):
+    if not is_integer(n):
         raise fail(name, "an integer >= 1", repr(n), TypeError)
     if n < 1:
         raise fail(name, "an integer >= 1", repr(n))
@@ -106,7 +113,7 @@ def positive_int(name: str, n: Any) -> int:
 
 def int_seed(name: str, n: Any) -> int:
     """A seed: an integer in [0, 2**63)."""
-    if isinstance(n, (bool, np.bool_)) or not isinstance(n, (int, np.integer)):
+    if not is_integer(n):
         raise fail(name, "an integer in [0, 2**63)", repr(n), TypeError)
     if not 0 <= n < SEED_LIMIT:
         raise fail(name, "an integer in [0, 2**63)", repr(n))
@@ -120,6 +127,13 @@ def probability(name: str, p: Any) -> float:
     if not 0 <= p < 1:
         raise fail(name, "a number in [0, 1)", repr(p))
     return float(p)
+
+
+def ids_below(name: str, ids: np.ndarray, count: int) -> np.ndarray:
+    """``ids``, an integer array, once every id is in 0..count − 1 (token ids, token types)."""
+    if ids.min() < 0 or ids.max() >= count:
+        raise fail(name, f"ids in 0..{count - 1}", f"{ids.min()}..{ids.max()}")
+    return ids
 
 
 def array_of(name: str, x: Any) -> np.ndarray:

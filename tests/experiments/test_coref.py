@@ -132,5 +132,5 @@ def test_the_quick_coref_experiment_writes_its_report_and_shows_the_head(tmp_pat
     assert per_head[layer, head] > 2 * others.max()  # the trained head points at the referent; the rest do not
     report = (out / "report.md").read_text(encoding="utf-8")
     assert "What it shows" in report and "结论" in report and "![loss](loss.png)" in report
-    assert models.load(out / "model").config.num_layers == 2  # the run's model, a checkpoint
+    assert models.load(out / "model").config.num_hidden_layers == 2  # the run's model, a checkpoint
     assert "coref ███" in run.stderr  # the progress bar

@@ -80,7 +80,7 @@ def test_every_hidden_state_attention_and_logit_equals_transformers(checkpoints,
 @pytest.mark.parametrize("kind", KINDS)
 def test_float64_agrees_with_transformers_in_float64(checkpoints, kind):
     path = checkpoints[kind, "float32"]
-    mine = models.load(path, dtype=np.float64)(IDS[:1])
+    mine = models.load(path, dtype=np.float64)(IDS[:1]).logits
     with torch.no_grad():
         expected = reference(path, torch.float64)(torch.tensor(IDS[:1])).logits.numpy()
     assert mine.dtype == np.float64
@@ -92,10 +92,48 @@ def test_float64_agrees_with_transformers_in_float64(checkpoints, kind):
 
 def test_a_single_sequence_has_no_batch_axis_and_the_weights_stay_memory_mapped(checkpoints):
     model = models.load(checkpoints["gpt2", "float32"])
-    assert model(IDS[0]).shape == (9, VOCAB)
-    np.testing.assert_allclose(model(IDS[0]), model(IDS)[0], atol=1e-6)
+    assert model(IDS[0]).logits.shape == (9, VOCAB)
+    np.testing.assert_allclose(model(IDS[0]).logits, model(IDS).logits[0], atol=1e-6)
     embed = model.network.embed
     assert not embed.flags.writeable and not embed.flags.owndata  # a read-only view of the mapped file
+
+
+@pytest.mark.parametrize("kind", ["gpt2", "bert"])
+def test_calling_a_model_is_calling_its_forward(checkpoints, kind):
+    model = models.load(checkpoints[kind, "float32"])
+    options = {"output_hidden_states": True, "output_attentions": True}
+    called, forward = model(IDS, PADDING, **options), model.forward(IDS, PADDING, **options)
+    assert type(called) is models.ModelOutput
+    for name in ("last_hidden_state", "logits", "hidden_states", "attentions"):
+        np.testing.assert_array_equal(getattr(called, name), getattr(forward, name))
+    plain = model(IDS[0])
+    assert plain.hidden_states is None and plain.attentions is None
+    np.testing.assert_array_equal(plain.logits, model.forward(IDS[0]).logits)
+
+
+def test_the_config_has_transformers_names_and_the_old_ones_warn_for_one_release(checkpoints):
+    config = models.load(checkpoints["llama", "float32"]).config
+    raw = config.raw
+    assert (config.num_hidden_layers, config.num_attention_heads, config.num_key_value_heads) == (
+        raw["num_hidden_layers"], raw["num_attention_heads"], raw["num_key_value_heads"],
+    )  # fmt: skip
+    assert (config.max_position_embeddings, config.hidden_size) == (raw["max_position_embeddings"], raw["hidden_size"])
+    renamed = {
+        "num_layers": "num_hidden_layers",
+        "num_heads": "num_attention_heads",
+        "num_kv_heads": "num_key_value_heads",
+        "max_positions": "max_position_embeddings",
+    }
+    for old, new in renamed.items():
+        with pytest.warns(DeprecationWarning, match=f"ModelConfig.{old} is deprecated .* use {new}"):
+            assert getattr(config, old) == getattr(config, new)
+        with pytest.raises(AttributeError):
+            setattr(config, old, 1)  # read-only, as the fields are
+
+
+def test_generate_refuses_an_unknown_keyword(checkpoints):
+    with pytest.raises(TypeError, match="temprature"):
+        models.load(checkpoints["gpt2", "float32"]).generate([1, 2], 3, temprature=1.0)
 
 
 def test_bert_without_its_head_returns_hidden_states_and_token_types_count(tmp_path):
@@ -104,7 +142,7 @@ def test_bert_without_its_head_returns_hidden_states_and_token_types_count(tmp_p
                                      intermediate_size=48, max_position_embeddings=40)  # fmt: skip
     transformers.BertModel(config, add_pooling_layer=False).eval().save_pretrained(tmp_path)
     types = np.array([[0] * 5 + [1] * 4])
-    mine = models.load(tmp_path)(IDS[:1], token_type_ids=types)
+    mine = models.load(tmp_path)(IDS[:1], token_type_ids=types).last_hidden_state
     with torch.no_grad():
         expected = (
             transformers.BertModel.from_pretrained(tmp_path, attn_implementation="eager")
@@ -122,7 +160,7 @@ def test_generation_with_the_cache_gives_full_forward_logits_and_transformers_to
     prompt = np.array([5, 17, 33, 2])
     ids, logits = model.generate(prompt, 12, output_logits=True)
     for step, row in enumerate(logits):  # the cache's logits: those of a forward over every token so far
-        np.testing.assert_allclose(row, model(ids[: len(prompt) + step])[-1], rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(row, model(ids[: len(prompt) + step]).logits[-1], rtol=1e-5, atol=1e-5)
     with torch.no_grad():
         expected = reference(path).generate(
             torch.tensor(prompt[None]), max_new_tokens=12, do_sample=False, eos_token_id=None, pad_token_id=0,

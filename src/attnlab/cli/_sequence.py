@@ -152,12 +152,10 @@ def _model_trace(args: argparse.Namespace, page: bool) -> ModelTrace:
     layer = ("all" if page else -1) if args.layer is None else args.layer
     layers = None if layer == "all" else layer
     c = model.config
-    count = c.num_layers if layers is None else 1
-    _check_trace_size(len(ids), c.num_heads * count, "--layer N" if layers is None else "")
+    heads, count = c.num_attention_heads, (c.num_hidden_layers if layers is None else 1)
+    _check_trace_size(len(ids), heads * count, "--layer N" if layers is None else "")
     if page:
-        check_page_size(
-            PageShape(len(ids), c.num_heads, count, (c.head_dim, c.head_dim), model=True), "--text", "--layer N"
-        )
+        check_page_size(PageShape(len(ids), heads, count, (c.head_dim, c.head_dim), model=True), "--text", "--layer N")
     return model.trace(ids, layers=layers)
 
 

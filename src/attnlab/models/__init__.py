@@ -4,7 +4,7 @@ attention engine, with every step of every head available::
     from attnlab import models
 
     model = models.load("gpt2")                        # a hub id or a checkpoint directory
-    logits = model(model.tokenizer.encode("Hello"))    # (L, vocab)
+    logits = model(model.tokenizer.encode("Hello")).logits  # (L, vocab)
     trace = model.trace("小明是个运动达人，他平时很爱打篮球", layers=-1)
     trace[11].weights                                  # (heads, L, L)
     model.generate(ids, 20)                            # greedy, with a KV cache
@@ -23,9 +23,10 @@ import numpy as np
 
 from .._validation import fail
 from ..trace import ModelTrace
-from ._architectures import ARCHITECTURES, ModelConfig, end_tokens, read_network
+from ._architectures import ARCHITECTURES, end_tokens, read_network
 from ._checkpoint import CheckpointError, Weights, locate, read_config
 from ._model import Model, ModelOutput
+from ._network import ModelConfig
 from ._tokenizer import Tokenizer, read_tokenizer
 
 __all__ = ["SUPPORTED", "CheckpointError", "Model", "ModelConfig", "ModelOutput", "ModelTrace", "Tokenizer", "load"]

@@ -3,85 +3,24 @@
 GPT-2, BERT, Llama and Qwen2 differ in where the norms sit, which norm, the activation,
 how positions enter and what the head is; their attention is the same. Each reader below
 turns a config.json and the weights into a :class:`Network`, with the weight names and the
-defaults of ``transformers``' configuration classes, so :mod:`._model` runs them all with one
-forward.
+defaults of ``transformers``' configuration classes, so :mod:`._network` runs them all with
+one forward.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from ._checkpoint import CheckpointError, Weights
+from ._network import Block, ModelConfig, Network
 from ._ops import ACTIVATIONS, Linear, Norm, Rope, rope_frequencies
 
-__all__ = ["ARCHITECTURES", "Block", "ModelConfig", "Network", "end_tokens", "read_network"]
+__all__ = ["ARCHITECTURES", "end_tokens", "read_network"]
 
 Array = np.ndarray
-
-
-@dataclass(frozen=True)
-class ModelConfig:
-    """What attnlab reads from config.json; the whole file is ``raw``."""
-
-    model_type: str
-    vocab_size: int
-    hidden_size: int
-    num_layers: int
-    num_heads: int
-    num_kv_heads: int
-    head_dim: int
-    max_positions: int
-    causal: bool
-    eos_token_id: tuple[int, ...] = ()
-    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
-
-
-@dataclass(frozen=True)
-class Block:
-    """One transformer layer's weights: attention (query, key, value, out), two norms and
-    the MLP down(act(gate(x))·up(x)) with a gate (Llama, Qwen2) or down(act(up(x)))."""
-
-    query: Linear
-    key: Linear
-    value: Linear
-    out: Linear
-    scale: float
-    attention_norm: Norm
-    mlp_norm: Norm
-    up: Linear
-    down: Linear
-    activation: Callable[[Array], Array]
-    gate: Linear | None = None
-
-    def mlp(self, x: Array) -> Array:
-        if self.gate is None:
-            return self.down(self.activation(self.up(x)))
-        hidden = self.activation(self.gate(x))
-        hidden *= self.up(x)
-        return self.down(hidden)
-
-
-@dataclass(frozen=True)
-class Network:
-    """A whole model: embeddings, blocks with the norms before (GPT-2, Llama) or after
-    (BERT) each sublayer, a final norm and a head to the vocabulary (None: the model
-    returns hidden states)."""
-
-    config: ModelConfig
-    embed: Array  # (vocab, D)
-    blocks: tuple[Block, ...]
-    pre_norm: bool
-    positions: Array | None = None  # (max_positions, D): learned; None with rope
-    token_types: Array | None = None  # (types, D), BERT
-    embed_norm: Norm | None = None  # BERT's LayerNorm over the summed embeddings
-    rope: Rope | None = None
-    final_norm: Norm | None = None
-    head_transform: tuple[Linear, Callable[[Array], Array], Norm] | None = None  # BERT's MLM transform
-    head: Linear | None = None  # (D, vocab)
 
 
 class _Reader:

@@ -1,0 +1,89 @@
+"""The checks of a model's arguments: token ids, padding, token types, layers, lengths.
+
+Each raises through :func:`attnlab._validation.fail` (``<argument>: expected <what>, got
+<what came>``); the generic pieces (an integer, ids below a count) are there.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .._validation import fail, ids_below, is_integer
+from ._network import ModelConfig, Network
+
+__all__ = ["check_length", "layer_indices", "model_inputs", "token_ids"]
+
+Array = np.ndarray
+
+
+def model_inputs(
+    network: Network, input_ids: Any, attention_mask: Any, token_type_ids: Any
+) -> tuple[Array, Array | None, Array | None]:
+    """A forward's arguments checked: the ids (L,) or (B, L) as int64, the padding
+    (True for a token) and the token types, both (B, L) or None.
+
+    Raises:
+        ArgumentError, ArgumentTypeError: ids that are not integers in 0..vocab − 1 or
+            longer than the model's positions, a mask of other values than 0 and 1 or
+            another shape, token types for a model without them or out of their range.
+    """
+    ids = token_ids(network.config, input_ids)
+    shape = ids.shape if ids.ndim == 2 else (1, *ids.shape)  # (L,) -> (1, L)
+    return ids, _padding(attention_mask, shape), _token_types(network, token_type_ids, shape)
+
+
+def token_ids(config: ModelConfig, input_ids: Any) -> Array:
+    """``input_ids`` (L,) or (B, L) as int64 token ids, once they are ids of the model's
+    vocabulary and within its positions."""
+    ids = np.asarray(input_ids)
+    if ids.dtype.kind not in "iu":
+        raise fail("input_ids", "integer token ids, (L,) or (B, L)", f"{ids.dtype} values", TypeError)
+    if ids.ndim not in (1, 2) or ids.size == 0:
+        raise fail("input_ids", "at least one token id, (L,) or (B, L)", f"shape {ids.shape}")
+    ids_below("input_ids", ids, config.vocab_size)
+    check_length(config, ids.shape[-1], "input_ids")
+    return ids.astype(np.int64, copy=False)
+
+
+def check_length(config: ModelConfig, length: int, what: str) -> None:
+    """Refuse ``length`` tokens (of ``what``) beyond the model's positions."""
+    if length > config.max_position_embeddings:
+        got = f"{length}" if what == "input_ids" else f"{length} ({what})"
+        raise fail("input_ids", f"at most {config.max_position_embeddings} tokens, the model's positions", got)
+
+
+def layer_indices(config: ModelConfig, layers: Any) -> list[int]:
+    """``layers`` (an index, a list of them, or None for all; negative ones count from
+    the end) as sorted distinct indices in 0..num_hidden_layers − 1."""
+    n = config.num_hidden_layers
+    chosen = list(range(n)) if layers is None else [layers] if not isinstance(layers, (list, tuple)) else layers
+    for layer in chosen:
+        if not is_integer(layer) or not -n <= layer < n:
+            raise fail("layers", f"layer indices in {-n}..{n - 1}", repr(layer))
+    return sorted({int(layer) % n for layer in chosen})
+
+
+def _padding(attention_mask: Any, shape: tuple[int, ...]) -> Array | None:
+    if attention_mask is None:
+        return None
+    mask = np.asarray(attention_mask)
+    mask = mask if mask.ndim == 2 else mask[None]  # (L,) -> (1, L)
+    if mask.shape != shape:
+        raise fail("attention_mask", f"the ids' shape {shape}", f"shape {np.shape(attention_mask)}")
+    if not np.isin(mask, (0, 1)).all():
+        raise fail("attention_mask", "1 (a token) and 0 (padding)", f"values {np.unique(mask)[:5].tolist()}")
+    return mask.astype(bool)
+
+
+def _token_types(network: Network, token_type_ids: Any, shape: tuple[int, ...]) -> Array | None:
+    if token_type_ids is None:
+        return None
+    if network.token_types is None:
+        raise fail("token_type_ids", "None: only BERT has token types", "ids")
+    types = np.asarray(token_type_ids)
+    types = types if types.ndim == 2 else types[None]  # (L,) -> (1, L)
+    if types.shape != shape or types.dtype.kind not in "iu":
+        raise fail("token_type_ids", f"integers of the ids' shape {shape}", f"{types.dtype} of shape {types.shape}")
+    return ids_below("token_type_ids", types, len(network.token_types))

@@ -1,0 +1,262 @@
+"""The network a checkpoint describes, and its forward.
+
+One :class:`Network` serves the four architectures (:mod:`._architectures` reads each): the
+embeddings, one :class:`Block` per layer and the head. Every block's attention is one call
+of :func:`attnlab.attention` (the engine behind :func:`attnlab.scaled_dot_product_attention`),
+with grouped-query attention through ``enable_gqa``, causality through ``is_causal`` and
+padding through a boolean mask. Shapes: input_ids (B, L); hidden states (B, L, D); per layer
+q (B, H, L, E), k and v (B, Hk, S, E) with S = L plus the cached positions.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+from ..engine._masks import mask_scores_
+from ..functional import attention
+from ..trace import Trace
+from ._ops import Linear, Norm, Rope, rotate
+
+__all__ = ["Block", "Cache", "ModelConfig", "Network", "Recorder", "Step"]
+
+Array = np.ndarray
+
+
+class _Renamed:
+    """A field's old name, kept one release: reading it warns (DeprecationWarning) and
+    gives the field; it cannot be set (the config is frozen)."""
+
+    def __init__(self, new_name: str) -> None:
+        self.new_name = new_name
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.old_name = f"{owner.__name__}.{name}"
+
+    def __get__(self, instance: object, owner: type | None = None) -> Any:
+        if instance is None:
+            return self
+        message = f"{self.old_name} is deprecated and will be removed in the next release: use {self.new_name}"
+        warnings.warn(message, DeprecationWarning, stacklevel=2)
+        return getattr(instance, self.new_name)
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """What attnlab reads from config.json, under the names of ``transformers``'
+    configurations; the whole file is ``raw``. ``causal``: each position sees only those
+    before it (GPT-2, Llama, Qwen2; not BERT). ``eos_token_id``: the end tokens, a tuple."""
+
+    model_type: str
+    vocab_size: int
+    hidden_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    max_position_embeddings: int
+    causal: bool
+    eos_token_id: tuple[int, ...] = ()
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    num_layers = _Renamed("num_hidden_layers")
+    num_heads = _Renamed("num_attention_heads")
+    num_kv_heads = _Renamed("num_key_value_heads")
+    max_positions = _Renamed("max_position_embeddings")
+
+
+class Cache(Protocol):
+    """The keys and values of the positions before this forward's (the KV cache of
+    :mod:`._generate`): ``length`` positions so far."""
+
+    length: int
+
+    def extend(self, layer: int, k: Array, v: Array) -> tuple[Array, Array]:
+        """Append the new positions' k and v (B, Hk, n, E); all keys and values so far."""
+        ...
+
+
+@dataclass
+class Recorder:
+    """What a forward keeps beyond its output: each layer's weights, traces of some layers."""
+
+    attentions: bool = False
+    trace_layers: frozenset[int] = frozenset()
+    weights: list[Array] = field(default_factory=list)
+    traces: dict[int, Trace] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Step:
+    """What every layer of one forward shares: the config, the attention mask (or
+    ``is_causal``), the RoPE tables of its positions, the cache and the recorder."""
+
+    config: ModelConfig
+    mask: Array | None
+    is_causal: bool
+    rope: tuple[Array, Array] | None
+    cache: Cache | None
+    record: Recorder | None
+
+
+@dataclass(frozen=True)
+class Block:
+    """One transformer layer's weights: attention (query, key, value, out), two norms and
+    the MLP down(act(gate(x))·up(x)) with a gate (Llama, Qwen2) or down(act(up(x)))."""
+
+    query: Linear
+    key: Linear
+    value: Linear
+    out: Linear
+    scale: float
+    attention_norm: Norm
+    mlp_norm: Norm
+    up: Linear
+    down: Linear
+    activation: Callable[[Array], Array]
+    gate: Linear | None = None
+
+    def forward(self, x: Array, layer: int, step: Step, pre_norm: bool) -> Array:
+        """The layer's output (B, L, D) for its input x (B, L, D): each sublayer's norm
+        before it (``pre_norm``: GPT-2, Llama, Qwen2) or after its residual sum (BERT)."""
+        if pre_norm:
+            x = x + self.attention(self.attention_norm(x), layer, step)
+            return x + self.mlp(self.mlp_norm(x))
+        x = self.attention_norm(x + self.attention(x, layer, step))
+        return self.mlp_norm(x + self.mlp(x))
+
+    def attention(self, h: Array, layer: int, step: Step) -> Array:
+        """Self-attention over h (B, L, D), the cached positions' keys first: its output
+        after the out projection (B, L, D)."""
+        c = step.config
+        B, L, _ = h.shape
+        H, Hk, E = c.num_attention_heads, c.num_key_value_heads, c.head_dim
+        q = self.query(h).reshape(B, L, H, E).transpose(0, 2, 1, 3)  # (B, L, H·E) -> (B, H, L, E)
+        k = self.key(h).reshape(B, L, Hk, E).transpose(0, 2, 1, 3)  # (B, L, Hk·E) -> (B, Hk, L, E)
+        v = self.value(h).reshape(B, L, Hk, E).transpose(0, 2, 1, 3)  # (B, L, Hk·E) -> (B, Hk, L, E)
+        if step.rope is not None:
+            q, k = rotate(q, *step.rope), rotate(k, *step.rope)
+        if step.cache is not None:
+            k, v = step.cache.extend(layer, k, v)  # (B, Hk, S, E), the past positions first
+        record = step.record
+        keep = record is not None and (record.attentions or layer in record.trace_layers)
+        result = attention(
+            q, k, v, attn_mask=step.mask, is_causal=step.is_causal, scale=self.scale, enable_gqa=Hk != H,
+            need_weights=keep,
+        )  # fmt: skip
+        out, weights = result.output.astype(h.dtype, copy=False), result.weights
+        merged = out.transpose(0, 2, 1, 3).reshape(B, L, H * E)  # (B, H, L, E) -> (B, L, H·E)
+        projected = self.out(merged)
+        if record is not None and weights is not None:
+            if record.attentions:
+                record.weights.append(weights)
+            if layer in record.trace_layers:
+                record.traces[layer] = _layer_trace((h, q, k, v, weights, out, projected), self, step)
+        return projected
+
+    def mlp(self, x: Array) -> Array:
+        if self.gate is None:
+            return self.down(self.activation(self.up(x)))
+        hidden = self.activation(self.gate(x))
+        hidden *= self.up(x)
+        return self.down(hidden)
+
+
+@dataclass(frozen=True)
+class Network:
+    """A whole model: embeddings, blocks with the norms before (GPT-2, Llama) or after
+    (BERT) each sublayer, a final norm and a head to the vocabulary (None: the model
+    returns hidden states)."""
+
+    config: ModelConfig
+    embed: Array  # (vocab, D)
+    blocks: tuple[Block, ...]
+    pre_norm: bool
+    positions: Array | None = None  # (max_position_embeddings, D): learned; None with rope
+    token_types: Array | None = None  # (types, D), BERT
+    embed_norm: Norm | None = None  # BERT's LayerNorm over the summed embeddings
+    rope: Rope | None = None
+    final_norm: Norm | None = None
+    head_transform: tuple[Linear, Callable[[Array], Array], Norm] | None = None  # BERT's MLM transform
+    head: Linear | None = None  # (D, vocab)
+
+    def forward(
+        self, ids: Array, valid: Array | None, types: Array | None, cache: Cache | None, record: Recorder | None,
+        hidden: list[Array] | None,
+    ) -> Array:  # fmt: skip
+        """The hidden state (B, L, D) after the last layer and the final norm, for ids
+        (B, L) after the ``cache``'s positions; ``valid`` (B, L): False for padding;
+        ``types`` (B, L): BERT's token types. Appends to ``hidden`` the embeddings and
+        each layer's output, the last one after the final norm (as transformers does)."""
+        past = cache.length if cache is not None else 0
+        positions = np.arange(past, past + ids.shape[1])  # (L,)
+        x = self.embed[ids]  # (B, L, D)
+        if self.positions is not None:
+            x += self.positions[positions]
+        if self.token_types is not None:
+            x += self.token_types[np.zeros_like(ids) if types is None else types]
+        if self.embed_norm is not None:
+            x = self.embed_norm(x)
+        mask, is_causal = attention_mask(self.config.causal, valid, ids.shape[1], past)
+        rope = None if self.rope is None else self.rope.tables(positions, x.dtype)
+        step = Step(self.config, mask, is_causal, rope, cache, record)
+        if hidden is not None:
+            hidden.append(x)
+        for layer, block in enumerate(self.blocks):
+            x = block.forward(x, layer, step, self.pre_norm)
+            if hidden is not None:
+                hidden.append(x)
+        if cache is not None:
+            cache.length += ids.shape[1]
+        if self.final_norm is not None:
+            x = self.final_norm(x)
+            if hidden is not None:
+                hidden[-1] = x
+        return x
+
+    def logits(self, x: Array) -> Array | None:
+        """The logits (…, vocab) of hidden states (…, D); None without a head."""
+        if self.head is None:
+            return None
+        if self.head_transform is not None:
+            dense, act, norm = self.head_transform
+            x = norm(act(dense(x)))
+        return self.head(x)
+
+
+def attention_mask(causal: bool, valid: Array | None, L: int, past: int) -> tuple[Array | None, bool]:
+    """The attention mask (B, 1, L, S) or (L, S), True where a query sees a key, or None
+    with ``is_causal``: what the engine needs and nothing more. ``valid`` (B, S): False
+    for padding; a padding query that would see no key sees itself, so no row is empty."""
+    S = past + L
+    if valid is None:
+        if not causal or L == 1:
+            return None, False  # everything, or one new query that sees every key so far
+        if past == 0:
+            return None, True
+    query_pos, key_pos = np.arange(past, S), np.arange(S)
+    allowed = key_pos[None, :] <= query_pos[:, None] if causal else np.ones((L, S), dtype=bool)  # (L, S)
+    if valid is None:
+        return allowed, False
+    allowed = allowed & valid[:, None, None, :]  # (B, 1, L, S)
+    empty = ~allowed.any(axis=-1, keepdims=True)
+    return allowed | (empty & (key_pos[None, :] == query_pos[:, None])), False
+
+
+def _layer_trace(batch: tuple[Array, ...], block: Block, step: Step) -> Trace:
+    """One layer's Trace of sequence 0 of its input h (B, L, D), q (B, H, L, E), k and v
+    (B, Hk, S, E) (repeated to H heads), weights (B, H, L, S), output (B, H, L, E) and
+    projected output (B, L, D)."""
+    h, q, k, v, weights, out, projected = (x[0] for x in batch)
+    group = q.shape[0] // k.shape[0]
+    K, V = np.repeat(k, group, axis=0), np.repeat(v, group, axis=0)  # (Hk, S, E) -> (H, S, E)
+    with np.errstate(over="ignore", invalid="ignore"):
+        scores = q @ np.swapaxes(K, -1, -2)  # (H, L, S)
+        scaled = scores * block.scale
+    mask = step.mask
+    mask_scores_(scaled, None if mask is None else mask[0] if mask.ndim == 4 else mask, step.is_causal)
+    return Trace(h, q, K, V, scores, block.scale, scaled, weights, out, None, projected)
