@@ -372,8 +372,8 @@ def _experiment(args: argparse.Namespace) -> None:
     from ..experiments._run import EXPERIMENTS, run
 
     if args.action == "list":
-        for name, (summary, _) in EXPERIMENTS.items():
-            print(f"{name:14} {summary}")
+        for name, experiment in EXPERIMENTS.items():
+            print(f"{name:14} {experiment.summary}")
         return
     if args.name is None:
         raise InputError(f"NAME: expected one of {', '.join(EXPERIMENTS)} after 'run', got nothing")
