@@ -4,6 +4,8 @@ claims, checked against hand-computed or independently computed expectations."""
 from __future__ import annotations
 
 import math
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -86,3 +88,15 @@ def test_coref_training_turns_the_answering_head_to_the_referent():
     others = np.delete(trained.per_head.ravel(), layer * trained.per_head.shape[1] + head)
     assert trained.per_head[layer, head] > 2 * others.max()  # only the head with the loss learned to point
     assert len(trained.losses) == 60 and trained.metrics()["steps"] == 60
+
+
+def test_measuring_imports_no_matplotlib():
+    code = """
+import sys
+from attnlab.experiments import _run, _normalization, _value
+_normalization.measure(True, 0, steps=2)
+_value.measure(True, 0, steps=2)
+assert "matplotlib" not in sys.modules, "matplotlib imported"
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]

@@ -72,8 +72,9 @@ class Linear(Module):
     Σ dy to b's, and returns dy·W.
 
     W is drawn as an (in_features, out_features) array and kept as its transpose: the shape
-    is torch's, the memory is laid out as x·Wᵀ multiplies it, so the products and the sums
-    over the gradients (clip_grad_norm's) run in the order builtin:coref was trained with."""
+    is torch's, the memory is laid out as x·Wᵀ multiplies it, so the products (x·Wᵀ, dy·W and
+    dW as (xᵀ·dy)ᵀ) and the sums over the gradients (clip_grad_norm's) run in the order
+    builtin:coref was trained with: the same bits."""
 
     def __init__(self, in_features: int, out_features: int, *, rng: np.random.Generator, std: float = 0.02,
                  bias: bool = True, dtype: Any = np.float64) -> None:  # fmt: skip
@@ -87,7 +88,7 @@ class Linear(Module):
 
         def backward(dy: Array) -> Array:
             flat_x, flat_dy = x.reshape(-1, x.shape[-1]), dy.reshape(-1, dy.shape[-1])  # (…, n) -> (N, n)
-            self.weight.grad += flat_dy.T @ flat_x
+            self.weight.grad += (flat_x.T @ flat_dy).T  # dyᵀ·x, multiplied in W's memory order
             if self.bias is not None:
                 self.bias.grad += flat_dy.sum(axis=0)
             return dy @ self.weight.value
