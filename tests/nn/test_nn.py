@@ -3,6 +3,8 @@ central finite differences."""
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 
@@ -32,7 +34,7 @@ def test_linear_embedding_layernorm_and_gelu_equal_torch():
     y, back = linear(x)
     dx = back(dy)
     tx, tw, tb = t(x), t(linear.weight.value), t(linear.bias.value)
-    ty = tx @ tw + tb
+    ty = torch.nn.functional.linear(tx, tw, tb)  # x·Wᵀ + b, W (out, in)
     (ty * torch.tensor(dy)).sum().backward()
     check(y, ty), check(dx, tx.grad), check(linear.weight.grad, tw.grad), check(linear.bias.grad, tb.grad)
 
@@ -64,7 +66,9 @@ def test_linear_embedding_layernorm_and_gelu_equal_torch():
     check(g, tg), check(dg, tx.grad)
 
 
-def torch_attention(x: torch.Tensor, layer: nn.SelfAttention, mask: np.ndarray | None) -> tuple[torch.Tensor, list]:
+def torch_attention(
+    x: torch.Tensor, layer: nn.MultiheadSelfAttention, mask: np.ndarray | None
+) -> tuple[torch.Tensor, list]:
     """BERT's self-attention in torch, from the layer's weights."""
     params = [t(p.value) for p in layer.parameters()]
     wq, bq, wk, bk, wv, bv, wo, bo = params
@@ -74,20 +78,21 @@ def torch_attention(x: torch.Tensor, layer: nn.SelfAttention, mask: np.ndarray |
     def heads(y: torch.Tensor) -> torch.Tensor:
         return y.reshape(B, L, H, D // H).transpose(1, 2)
 
-    q, k, v = heads(x @ wq + bq), heads(x @ wk + bk), heads(x @ wv + bv)
+    linear = torch.nn.functional.linear
+    q, k, v = heads(linear(x, wq, bq)), heads(linear(x, wk, bk)), heads(linear(x, wv, bv))
     attn_mask = None if mask is None else torch.tensor(mask)[:, None, None, :]
     o = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask)
-    return o.transpose(1, 2).reshape(B, L, D) @ wo + bo, params
+    return linear(o.transpose(1, 2).reshape(B, L, D), wo, bo), params
 
 
 def test_self_attention_and_the_transformer_block_equal_torch():
     x = rng(7).standard_normal((2, 6, 8))
     mask = np.ones((2, 6), dtype=bool)
     mask[1, 4:] = False  # padding keys
-    layer = nn.SelfAttention(8, 2, rng=rng(8))
+    layer = nn.MultiheadSelfAttention(8, 2, rng=rng(8))
     for p in layer.parameters():
         p.value[...] = rng(9).standard_normal(p.value.shape) * 0.3
-    y, back, _ = layer(x, mask)
+    y, back, _ = layer(x, key_padding_mask=~mask)
     dy = rng(10).standard_normal(y.shape)
     dx = back(dy)
     tx = t(x)
@@ -100,13 +105,15 @@ def test_self_attention_and_the_transformer_block_equal_torch():
     block = nn.TransformerBlock(8, 2, 12, rng=rng(11), eps=1e-5)
     for p in block.parameters():
         p.value[...] += rng(12).standard_normal(p.value.shape) * 0.2
-    y, back, _ = block(x, mask)
+    y, back, _ = block(x, key_padding_mask=~mask)
     dx = back(dy)
     tx = t(x)
     a, attn_params = torch_attention(tx, block.attention, mask)
     n1w, n1b, uw, ub, dw, db, n2w, n2b = (t(p.value) for p in block.parameters()[8:])
     h = torch.nn.functional.layer_norm(tx + a, (8,), n1w, n1b, eps=1e-5)
-    m = torch.nn.functional.gelu(h @ uw + ub, approximate="tanh") @ dw + db
+    m = torch.nn.functional.linear(
+        torch.nn.functional.gelu(torch.nn.functional.linear(h, uw, ub), approximate="tanh"), dw, db
+    )
     ty = torch.nn.functional.layer_norm(h + m, (8,), n2w, n2b, eps=1e-5)
     (ty * torch.tensor(dy)).sum().backward()
     check(y, ty), check(dx, tx.grad)
@@ -122,7 +129,7 @@ def test_the_rnn_backpropagates_through_time_as_torch():
     dx = back(dy)
     torch_rnn = torch.nn.RNN(4, 5, batch_first=True, nonlinearity="tanh").double()
     with torch.no_grad():
-        torch_rnn.weight_ih_l0.copy_(torch.tensor(rnn.input.weight.value.T))
+        torch_rnn.weight_ih_l0.copy_(torch.tensor(rnn.input.weight.value))  # both (out, in)
         torch_rnn.bias_ih_l0.copy_(torch.tensor(rnn.input.bias.value))
         torch_rnn.weight_hh_l0.copy_(torch.tensor(rnn.recurrent.value.T))
         torch_rnn.bias_hh_l0.zero_()
@@ -130,7 +137,7 @@ def test_the_rnn_backpropagates_through_time_as_torch():
     ty, _ = torch_rnn(tx)
     (ty * torch.tensor(dy)).sum().backward()
     check(y, ty), check(dx, tx.grad)
-    check(rnn.input.weight.grad, torch_rnn.weight_ih_l0.grad.T)
+    check(rnn.input.weight.grad, torch_rnn.weight_ih_l0.grad)
     check(rnn.recurrent.grad, torch_rnn.weight_hh_l0.grad.T)
     check(rnn.input.bias.grad, torch_rnn.bias_ih_l0.grad)
 
@@ -198,7 +205,7 @@ def test_a_small_model_matches_finite_differences():
 
 def test_a_loss_on_the_attention_weights_backpropagates_as_torch():
     x = rng(21).standard_normal((2, 5, 8))
-    layer = nn.SelfAttention(8, 2, rng=rng(22))
+    layer = nn.MultiheadSelfAttention(8, 2, rng=rng(22))
     for p in layer.parameters():
         p.value[...] = rng(23).standard_normal(p.value.shape) * 0.4
     y, back, weights = layer(x, need_weights=True)
@@ -211,10 +218,91 @@ def test_a_loss_on_the_attention_weights_backpropagates_as_torch():
     def heads(z: torch.Tensor) -> torch.Tensor:
         return z.reshape(2, 5, 2, 4).transpose(1, 2)
 
-    q, k, v = heads(tx @ wq + bq), heads(tx @ wk + bk), heads(tx @ wv + bv)
+    linear = torch.nn.functional.linear
+    q, k, v = heads(linear(tx, wq, bq)), heads(linear(tx, wk, bk)), heads(linear(tx, wv, bv))
     tp = torch.softmax(q @ k.transpose(-1, -2) / 2.0, dim=-1)
-    ty = (tp @ v).transpose(1, 2).reshape(2, 5, 8) @ wo + bo
+    ty = linear((tp @ v).transpose(1, 2).reshape(2, 5, 8), wo, bo)
     ((ty * torch.tensor(dy)).sum() + (tp * torch.tensor(dw)).sum()).backward()
     check(weights, tp), check(dx, tx.grad)
     for p, tparam in zip(layer.parameters(), params, strict=True):
         check(p.grad, tparam.grad)
+
+
+def test_linear_stores_its_weight_as_torch_does():
+    linear = nn.Linear(4, 3, rng=rng(30), bias=False)
+    assert linear.weight.value.shape == (3, 4)  # (out_features, in_features)
+    x = rng(31).standard_normal((2, 4))
+    y, _ = linear(x)
+    by_hand = [[sum(x[n, i] * linear.weight.value[o, i] for i in range(4)) for o in range(3)] for n in range(2)]
+    np.testing.assert_allclose(y, by_hand, rtol=1e-14)
+    torch_linear = torch.nn.Linear(4, 3, bias=False).double()
+    with torch.no_grad():
+        torch_linear.weight.copy_(torch.tensor(linear.weight.value))  # no transpose
+    check(y, torch_linear(torch.tensor(x)))
+
+
+def test_the_old_names_still_work_with_a_deprecation_warning():
+    with pytest.warns(DeprecationWarning, match="MultiheadSelfAttention"):
+        assert nn.SelfAttention is nn.MultiheadSelfAttention
+    with pytest.raises(AttributeError):
+        nn.NoSuchLayer  # noqa: B018
+    x = rng(32).standard_normal((2, 5, 8))
+    keep = np.ones((2, 5), dtype=bool)
+    keep[0, 3:] = False
+    for layer in (nn.MultiheadSelfAttention(8, 2, rng=rng(33)), nn.TransformerBlock(8, 2, 12, rng=rng(34))):
+        expected, _, _ = layer(x, key_padding_mask=~keep)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            assert not np.allclose(expected, layer(x)[0])  # the padding matters
+        with pytest.warns(DeprecationWarning, match="key_padding_mask"):
+            by_keyword, _, _ = layer(x, key_mask=keep)
+        with pytest.warns(DeprecationWarning, match="key_padding_mask"):
+            by_position, _, _ = layer(x, keep)
+        np.testing.assert_array_equal(by_keyword, expected)
+        np.testing.assert_array_equal(by_position, expected)
+        with pytest.raises(ValueError, match="key_mask: expected nothing when key_padding_mask is given"):
+            layer(x, key_mask=keep, key_padding_mask=~keep)
+
+
+def test_nn_exports_each_modules_names_once():
+    from attnlab.nn import _attention, _layers, _training
+
+    assert nn.__all__ == [*_layers.__all__, *_attention.__all__, *_training.__all__]
+    assert len(set(nn.__all__)) == len(nn.__all__)
+    assert all(getattr(nn, name) is not None for name in nn.__all__)
+
+
+def test_train_is_the_loop_written_out():
+    """nn.train against the same steps by hand: loss, zero, backward, clip, step."""
+
+    def model_and_optimizer() -> tuple[nn.Linear, nn.AdamW]:
+        model = nn.Linear(3, 4, rng=rng(40), std=1.0)
+        return model, nn.AdamW(model.parameters(), lr=0.05)
+
+    data = [(rng(41 + i).standard_normal((6, 3)), rng(51 + i).integers(0, 4, 6)) for i in range(5)]
+
+    def loss_fn(model: nn.Linear, batch: tuple) -> tuple:
+        logits, back = model(batch[0])
+        loss, loss_back = nn.cross_entropy(logits, batch[1])
+        return loss, lambda: back(loss_back())
+
+    model, optimizer = model_and_optimizer()
+    seen = []
+    losses = nn.train(model, data, optimizer, 5, loss_fn, max_grad_norm=0.5,
+                      learning_rate=lambda step: 0.01 * (step + 1),
+                      progress=lambda step, loss: seen.append((step, loss)))  # fmt: skip
+    by_hand, by_hand_optimizer = model_and_optimizer()
+    expected = []
+    for step, batch in enumerate(data):
+        loss, backward = loss_fn(by_hand, batch)
+        by_hand_optimizer.lr = 0.01 * (step + 1)
+        by_hand.zero_grad()
+        backward()
+        nn.clip_grad_norm(by_hand.parameters(), 0.5)
+        by_hand_optimizer.step()
+        expected.append(loss)
+    assert losses == expected and seen == list(enumerate(expected))
+    np.testing.assert_array_equal(model.weight.value, by_hand.weight.value)
+    assert losses[-1] < losses[0]
+    with pytest.raises(ValueError, match="batches: expected 6 batches, got 5"):
+        nn.train(model, data, optimizer, 6, loss_fn)

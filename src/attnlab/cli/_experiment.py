@@ -36,8 +36,8 @@ def run(args: argparse.Namespace) -> None:
     from ..experiments._run import run as run_experiment
 
     if args.action == "list":
-        for name, (summary, _) in EXPERIMENTS.items():
-            print(f"{name:14} {summary}")
+        for name, experiment in EXPERIMENTS.items():
+            print(f"{name:14} {experiment.summary}")
         return
     if args.name is None:
         raise InputError(f"NAME: expected one of {', '.join(EXPERIMENTS)} after 'run', got nothing")

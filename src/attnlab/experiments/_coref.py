@@ -15,6 +15,7 @@ vocab.txt, tokenizer_config.json, and tokenizer.json when the tokenizers package
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import time
@@ -109,13 +110,14 @@ class CorefModel(nn.Module):
         self.embed_norm = nn.LayerNorm(HIDDEN)
         self.blocks = [nn.TransformerBlock(HIDDEN, HEADS, INTERMEDIATE, rng=rng) for _ in range(LAYERS)]
 
-    def __call__(self, ids: np.ndarray, key_mask: np.ndarray) -> tuple[np.ndarray, Callable[..., None]]:
-        """The answering head's weights (B, L, L) and the backward that takes their gradient."""
+    def __call__(self, ids: np.ndarray, key_padding_mask: np.ndarray) -> tuple[np.ndarray, Callable[..., None]]:
+        """ids (B, L), key_padding_mask (B, L) True for padding; the answering head's weights
+        (B, L, L) and the backward that takes their gradient."""
         x, embed_back = self.embed(ids)
         backs = []
         weights = None
         for i, block in enumerate(self.blocks):
-            x, back, all_weights = block(x, key_mask, need_weights=i == HEAD[0])
+            x, back, all_weights = block(x, key_padding_mask=key_padding_mask, need_weights=i == HEAD[0])
             backs.append(back)
             if i == HEAD[0]:
                 weights = all_weights
@@ -155,22 +157,25 @@ def _sinusoids(positions: int, dim: int) -> np.ndarray:
     return table
 
 
-def encode(batch: list[Example], index: dict[str, int]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """ids (B, L) with [CLS] … [SEP] and padding, key mask, the pronoun's position, and
-    (B, L) the referent's characters."""
+Encoded = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]  # ids, padding, pronoun, target
+
+
+def encode(batch: list[Example], index: dict[str, int]) -> Encoded:
+    """ids (B, L) with [CLS] … [SEP] and padding, the padding mask (B, L) (True: padding),
+    the pronoun's position (B,), and (B, L) the referent's characters."""
     L = max(len(e.text) for e in batch) + 2
     ids = np.zeros((len(batch), L), dtype=np.int64)
-    mask = np.zeros((len(batch), L), dtype=bool)
+    padding = np.ones((len(batch), L), dtype=bool)
     pronoun = np.zeros(len(batch), dtype=np.int64)
     target = np.zeros((len(batch), L), dtype=bool)
     for b, e in enumerate(batch):
         tokens = ["[CLS]", *e.text, "[SEP]"]
         ids[b, : len(tokens)] = [index.get(c, index["[UNK]"]) for c in tokens]
-        mask[b, : len(tokens)] = True
+        padding[b, : len(tokens)] = False
         pronoun[b] = 1 + max(e.text.rfind("他"), e.text.rfind("她"))
         name, start = e.names[e.referent]
         target[b, 1 + start : 1 + start + len(name)] = True
-    return ids, mask, pronoun, target
+    return ids, padding, pronoun, target
 
 
 def answer(weights: np.ndarray, batch: list[Example], pronoun: np.ndarray) -> np.ndarray:
@@ -182,6 +187,20 @@ def answer(weights: np.ndarray, batch: list[Example], pronoun: np.ndarray) -> np
     return np.array(picked)
 
 
+def head_loss(model: CorefModel, batch: Encoded) -> tuple[float, Callable[[], None]]:
+    """−log Σ_j P[pronoun, j] over the referent's characters j in the answering head, the
+    mean over the batch, and its backward."""
+    ids, padding, pronoun, target = batch
+    weights, backward = model(ids, padding)
+    rows = weights[np.arange(len(ids)), pronoun]  # (B, L): the pronoun's weights
+    mass = (rows * target).sum(axis=-1)
+    loss = float(-np.log(np.maximum(mass, 1e-30)).mean())
+    d_rows = -target.astype(float) / np.maximum(mass, 1e-30)[:, None] / len(ids)
+    d_head = np.zeros_like(weights)
+    d_head[np.arange(len(ids)), pronoun] = d_rows
+    return loss, lambda: backward(d_head)
+
+
 def train(
     steps: int,
     *,
@@ -190,32 +209,20 @@ def train(
     lr: float = 3e-3,
     progress: Callable[[int, float], None] | None = None,
 ) -> tuple[CorefModel, dict[str, Any]]:
-    """Train from ``seed``; the model and its metrics (held-out accuracy, loss curve)."""
+    """Train from ``seed`` with nn.train (AdamW, clipping to 1, 100 steps of warm-up then a
+    cosine decay); the model and its metrics (held-out accuracy, loss curve)."""
     rng = np.random.default_rng(seed)
     vocab = vocabulary()
     index = {c: i for i, c in enumerate(vocab)}
     model = CorefModel(len(vocab), rng)
     optimizer = nn.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
-    losses = []
     start = time.perf_counter()
-    for step in range(steps):
-        data = examples(batch, rng, held_out=False)
-        ids, mask, pronoun, target = encode(data, index)
-        weights, backward = model(ids, mask)
-        rows = weights[np.arange(len(data)), pronoun]  # (B, L): the pronoun's weights
-        mass = (rows * target).sum(axis=-1)
-        loss = float(-np.log(np.maximum(mass, 1e-30)).mean())
-        d_rows = -target.astype(float) / np.maximum(mass, 1e-30)[:, None] / len(data)
-        d_head = np.zeros_like(weights)
-        d_head[np.arange(len(data)), pronoun] = d_rows
-        optimizer.lr = lr * min(1.0, (step + 1) / 100) * 0.5 * (1 + math.cos(math.pi * step / steps))  # warm-up, decay
-        model.zero_grad()
-        backward(d_head)
-        nn.clip_grad_norm(model.parameters(), 1.0)
-        optimizer.step()
-        losses.append(loss)
-        if progress is not None:
-            progress(step, loss)
+    batches = (encode(examples(batch, rng, held_out=False), index) for _ in itertools.count())
+
+    def learning_rate(step: int) -> float:  # warm-up, then a cosine decay
+        return lr * min(1.0, (step + 1) / 100) * 0.5 * (1 + math.cos(math.pi * step / steps))
+
+    losses = nn.train(model, batches, optimizer, steps, head_loss, learning_rate=learning_rate, progress=progress)
     held = examples(2000, np.random.default_rng(seed + 1), held_out=True)
     accuracy = evaluate(model, held, index)
     return model, {"steps": steps, "seed": seed, "held_out_accuracy": accuracy, "losses": losses,
@@ -227,8 +234,8 @@ def evaluate(model: CorefModel, data: list[Example], index: dict[str, int]) -> f
     right = 0
     for first in range(0, len(data), 256):
         chunk = data[first : first + 256]
-        ids, mask, pronoun, _ = encode(chunk, index)
-        weights, _ = model(ids, mask)
+        ids, padding, pronoun, _ = encode(chunk, index)
+        weights, _ = model(ids, padding)
         right += int((answer(weights, chunk, pronoun) == np.array([e.referent for e in chunk])).sum())
     return right / len(data)
 
@@ -252,7 +259,7 @@ def save(model: CorefModel, directory: Path) -> None:
             "intermediate.dense": block.up, "output.dense": block.down,
         }  # fmt: skip
         for name, layer in linears.items():
-            tensors[p + name + ".weight"] = layer.weight.value.T  # nn.Linear stores (out, in)
+            tensors[p + name + ".weight"] = layer.weight.value  # (out, in), as Hugging Face stores it
             assert layer.bias is not None
             tensors[p + name + ".bias"] = layer.bias.value
         for name, norm in (
@@ -287,8 +294,8 @@ def antecedent_weights(model: CorefModel, data: list[Example], index: dict[str, 
     totals = np.zeros((LAYERS, HEADS))
     for first in range(0, len(data), 256):
         chunk = data[first : first + 256]
-        ids, mask, pronoun, target = encode(chunk, index)
-        weights = _all_weights(model, ids, mask).transpose(
+        ids, padding, pronoun, target = encode(chunk, index)
+        weights = _all_weights(model, ids, padding).transpose(
             1, 3, 0, 2, 4
         )  # (layers, B, H, L, L) -> (B, L, layers, H, L)
         rows = weights[np.arange(len(chunk)), pronoun]  # (B, layers, H, L): the pronoun's rows
@@ -302,17 +309,17 @@ def sentence_weight(model: CorefModel, text: str, name: str, index: dict[str, in
         raise fail("text", f"a sentence with {name!r} and a pronoun 他 or 她", repr(text))
     start = text.index(name)
     example = Example(text, ((name, start),), 0)
-    ids, mask, pronoun, target = encode([example], index)
-    weights, _ = model(ids, mask)
+    ids, padding, pronoun, target = encode([example], index)
+    weights, _ = model(ids, padding)
     return float((weights[0, pronoun[0]] * target[0]).sum())
 
 
-def _all_weights(model: CorefModel, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
-    """Every layer's attention weights (layers, B, H, L, L)."""
+def _all_weights(model: CorefModel, ids: np.ndarray, padding: np.ndarray) -> np.ndarray:
+    """Every layer's attention weights (layers, B, H, L, L); padding (B, L) True for padding."""
     x, _ = model.embed(ids)
     weights: list[np.ndarray] = []
     for block in model.blocks:
-        x, _, w = block(x, mask, need_weights=True)
+        x, _, w = block(x, key_padding_mask=padding, need_weights=True)
         assert w is not None  # asked for
         weights.append(w)
     return np.stack(weights)

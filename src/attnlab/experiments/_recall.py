@@ -13,6 +13,7 @@ each with its own backward.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -23,7 +24,7 @@ from .. import nn
 from .._validation import fail
 from ..engine._attention import attention
 
-__all__ = ["NORMALIZATIONS", "AttentionModel", "RNNModel", "batch", "fit"]
+__all__ = ["NORMALIZATIONS", "AttentionModel", "RNNModel", "batch", "batch_maker", "fit"]
 
 Array = np.ndarray
 NORMALIZATIONS = ("softmax", "linear", "relu", "sigmoid")
@@ -49,6 +50,13 @@ def batch(rng: np.random.Generator, size: int, items: int, keys: int, values: in
     position = np.full(size, items - at) if at is not None else rng.integers(0, items, size)
     rows = np.arange(size)
     return Batch(key_ids, value_ids, key_ids[rows, position], value_ids[rows, position], position)
+
+
+def batch_maker(
+    size: int, items: int, keys: int = 64, values: int = 16, *, at: int | None = None
+) -> Callable[[np.random.Generator], Batch]:
+    """``batch`` with these sizes, as a function of the Generator alone."""
+    return lambda rng: batch(rng, size, items, keys, values, at=at)
 
 
 class AttentionModel(nn.Module):
@@ -165,27 +173,27 @@ class RNNModel(nn.Module):
         return logits, backward
 
 
+RecallModel = AttentionModel | RNNModel
+
+
+def recall_loss(model: RecallModel, data: Batch) -> tuple[float, Callable[[], None]]:
+    """The cross-entropy of the model's logits against the answers, and its backward."""
+    logits, backward = model(data)
+    loss, loss_back = nn.cross_entropy(logits, data.answers)
+    return loss, lambda: backward(loss_back())
+
+
 def fit(
-    model: nn.Module, make: Callable[[np.random.Generator], Batch], steps: int, *, seed: int, lr: float = 3e-3,
+    model: RecallModel, make: Callable[[np.random.Generator], Batch], steps: int, *, seed: int, lr: float = 3e-3,
     progress: Callable[[int, float], None] | None = None,
 ) -> dict[str, Any]:  # fmt: skip
-    """Train with AdamW and clipping on fresh batches; the loss curve and held-out accuracy."""
+    """Train with nn.train (AdamW, clipping to 1) on fresh batches drawn from ``seed``; the
+    loss curve, the accuracy and the loss on TEST_BATCHES held-out batches."""
     rng = np.random.default_rng(seed)
     optimizer = nn.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
-    losses = []
-    for step in range(steps):
-        data = make(rng)
-        logits, backward = model(data)  # type: ignore[operator]
-        loss, loss_back = nn.cross_entropy(logits, data.answers)
-        model.zero_grad()
-        backward(loss_back())
-        nn.clip_grad_norm(model.parameters(), 1.0)
-        optimizer.step()
-        losses.append(loss)
-        if progress is not None:
-            progress(step, loss)
+    losses = nn.train(model, map(make, itertools.repeat(rng)), optimizer, steps, recall_loss, progress=progress)
     tested = [make(np.random.default_rng(seed + 10_000 + n)) for n in range(TEST_BATCHES)]  # held-out sequences
-    outputs = [model(data)[0] for data in tested]  # type: ignore[operator]
+    outputs = [model(data)[0] for data in tested]
     right = sum(
         int((logits.argmax(axis=-1) == data.answers).sum()) for logits, data in zip(outputs, tested, strict=True)
     )

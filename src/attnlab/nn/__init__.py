@@ -1,33 +1,31 @@
 """A small training stack in NumPy, on attnlab's attention and its exact gradients: every
-layer's forward returns its output and a function that carries its backward (see
-:mod:`._modules`)."""
+layer's forward returns its output and a function that carries its backward.
 
-from ._modules import (
-    RNN,
-    AdamW,
-    Embedding,
-    LayerNorm,
-    Linear,
-    Module,
-    Parameter,
-    SelfAttention,
-    TransformerBlock,
-    clip_grad_norm,
-    cross_entropy,
-    gelu,
-)
+Layers (:mod:`._layers`): Linear (torch's: W (out, in)), Embedding, LayerNorm, gelu (tanh
+form), RNN (tanh, backpropagation through time). Attention (:mod:`._attention`):
+MultiheadSelfAttention (attnlab's engine forward and backward), TransformerBlock (BERT's
+order: attention, residual, LayerNorm, feed-forward, residual, LayerNorm). Training
+(:mod:`._training`): cross_entropy, AdamW, clip_grad_norm, train (the one training loop).
+``SelfAttention`` is a deprecated alias of MultiheadSelfAttention.
+"""
 
-__all__ = [
-    "RNN",
-    "AdamW",
-    "Embedding",
-    "LayerNorm",
-    "Linear",
-    "Module",
-    "Parameter",
-    "SelfAttention",
-    "TransformerBlock",
-    "clip_grad_norm",
-    "cross_entropy",
-    "gelu",
-]
+import warnings
+from typing import Any
+
+from . import _attention, _layers, _training
+from ._attention import *  # noqa: F403 (each module's __all__)
+from ._layers import *  # noqa: F403
+from ._training import *  # noqa: F403
+
+__all__ = [*_layers.__all__, *_attention.__all__, *_training.__all__]
+
+_DEPRECATED = {"SelfAttention": "MultiheadSelfAttention"}
+
+
+def __getattr__(name: str) -> Any:
+    """The deprecated aliases, each with a DeprecationWarning; AttributeError for any other name."""
+    if name in _DEPRECATED:
+        new = _DEPRECATED[name]
+        warnings.warn(f"attnlab.nn.{name} is deprecated: use attnlab.nn.{new}", DeprecationWarning, stacklevel=2)
+        return globals()[new]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

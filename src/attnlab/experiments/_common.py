@@ -1,0 +1,93 @@
+"""What the experiments share: the Experiment record (measure, figures, report), the
+progress bar, matplotlib figures (imported only when a figure is drawn) and markdown tables."""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Generic, Protocol, TypeVar
+
+import numpy as np
+
+from .._validation import MissingDependencyError
+
+__all__ = ["Experiment", "Measured", "curves_figure", "figure", "progress_bar", "table"]
+
+
+class Measured(Protocol):
+    """An experiment's numbers: ``metrics()`` gives what results.json records of them."""
+
+    def metrics(self) -> dict[str, Any]: ...
+
+
+MeasuredT = TypeVar("MeasuredT", bound=Measured)
+
+
+@dataclass(frozen=True)
+class Experiment(Generic[MeasuredT]):
+    """One experiment in three parts: ``measure(quick, seed)`` its numbers (no matplotlib),
+    ``figures(measured, out)`` the PNGs it draws from them into ``out`` (their names), and
+    ``report(measured)`` report.md, filled from them; ``save(measured, out)`` writes anything
+    else the run leaves (coref's model)."""
+
+    name: str
+    summary: str
+    measure: Callable[[bool, int], MeasuredT]
+    figures: Callable[[MeasuredT, Path], list[str]]
+    report: Callable[[MeasuredT], str]
+    save: Callable[[MeasuredT, Path], None] | None = None
+
+
+def progress_bar(name: str, total: int) -> Callable[[int, float], None]:
+    """A progress bar on standard error: the step, the loss, the seconds so far."""
+    start = time.perf_counter()
+
+    def show(step: int, loss: float) -> None:
+        if step % 10 and step != total - 1:
+            return
+        done = (step + 1) / total
+        bar = "█" * int(30 * done) + "·" * (30 - int(30 * done))
+        print(f"\r{name} {bar} {step + 1}/{total} loss {loss:.3f} {time.perf_counter() - start:.0f} s", end="",
+              file=sys.stderr, flush=True)  # fmt: skip
+        if step == total - 1:
+            print(file=sys.stderr)
+
+    return show
+
+
+def figure(panels: int = 1, size: tuple[float, float] = (6.0, 3.5)) -> tuple[Any, Any]:
+    """A figure of ``panels`` side by side, and their axes; raises MissingDependencyError
+    without matplotlib."""
+    try:
+        from matplotlib.figure import Figure
+    except ImportError:
+        raise MissingDependencyError("the experiments' figures need matplotlib: pip install 'attnlab[viz]'") from None
+    drawn = Figure(figsize=(size[0] * panels, size[1]), layout="constrained")
+    return drawn, drawn.subplots(1, panels, squeeze=False)[0]
+
+
+def curves_figure(path: Path, curves: dict[str, list[float]], title: str) -> None:
+    """Loss curves, each the mean of 10 steps, on a log scale, saved to ``path``."""
+    drawn, (ax,) = figure()
+    for label, losses in curves.items():
+        smooth = np.convolve(losses, np.ones(10) / 10, mode="valid") if len(losses) > 20 else np.asarray(losses)
+        ax.plot(smooth, label=label)
+    ax.set_xlabel("step")
+    ax.set_ylabel("loss (mean of 10 steps)")
+    ax.set_yscale("log")
+    ax.set_title(title)
+    ax.legend()
+    drawn.savefig(path, dpi=120)
+
+
+def table(header: list[str], rows: list[list[Any]]) -> str:
+    """A markdown table; floats to 4 significant digits."""
+
+    def cell(x: Any) -> str:
+        return f"{x:.4g}" if isinstance(x, float) else str(x)
+
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return "\n".join(lines + ["| " + " | ".join(cell(x) for x in row) + " |" for row in rows])

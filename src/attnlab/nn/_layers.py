@@ -1,0 +1,172 @@
+"""attnlab.nn's layers: Parameter, Module, Linear, Embedding, LayerNorm, gelu, RNN.
+
+Every layer's forward returns its output and a function that carries its backward: given
+the gradient of the loss with respect to the output, it adds the gradients of the layer's
+parameters to their ``grad`` and returns the gradient with respect to the input (None for
+integer inputs). A model calls its layers in order, keeps the backward functions and calls
+them in reverse. Shapes: x (B, L, D) for hidden states, ids (B, L) for tokens.
+
+    layer = Linear(4, 3, rng=np.random.default_rng(0))
+    y, back = layer(x)                 # y = x·Wᵀ + b, W (3, 4) as torch.nn.Linear's
+    dx = back(dy)                      # layer.weight.grad += dyᵀ·x, ...
+
+Randomness only from the Generator passed in.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+__all__ = ["RNN", "Embedding", "LayerNorm", "Linear", "Module", "Parameter", "gelu"]
+
+Array = np.ndarray
+Backward = Callable[..., Any]  # dy (and, for attention, the weights' gradient) -> dx
+
+
+@dataclass(eq=False)
+class Parameter:
+    """A trainable array and its gradient (same shape), which backward functions add to."""
+
+    value: Array
+    grad: Array = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.grad = np.zeros_like(self.value)
+
+
+class Module:
+    """Something with parameters: ``named_parameters()`` finds them in its attributes,
+    sub-modules and lists of sub-modules, with dotted names."""
+
+    def named_parameters(self, prefix: str = "") -> Iterator[tuple[str, Parameter]]:
+        for name, value in vars(self).items():
+            if isinstance(value, Parameter):
+                yield prefix + name, value
+            elif isinstance(value, Module):
+                yield from value.named_parameters(f"{prefix}{name}.")
+            elif isinstance(value, list):
+                for i, item in enumerate(value):
+                    if isinstance(item, Module):
+                        yield from item.named_parameters(f"{prefix}{name}.{i}.")
+
+    def parameters(self) -> list[Parameter]:
+        return [p for _, p in self.named_parameters()]
+
+    def zero_grad(self) -> None:
+        for p in self.parameters():
+            p.grad[...] = 0
+
+
+def _normal(rng: np.random.Generator, shape: tuple[int, ...], std: float, dtype: Any) -> Array:
+    return (rng.standard_normal(shape) * std).astype(dtype)
+
+
+class Linear(Module):
+    """y = x·Wᵀ + b, as torch.nn.Linear: W (out_features, in_features), b (out_features,);
+    x (…, in_features) -> y (…, out_features). Its backward adds dyᵀ·x to W's gradient and
+    Σ dy to b's, and returns dy·W.
+
+    W is drawn as an (in_features, out_features) array and kept as its transpose: the shape
+    is torch's, the memory is laid out as x·Wᵀ multiplies it, so the products (x·Wᵀ, dy·W and
+    dW as (xᵀ·dy)ᵀ) and the sums over the gradients (clip_grad_norm's) run in the order
+    builtin:coref was trained with: the same bits."""
+
+    def __init__(self, in_features: int, out_features: int, *, rng: np.random.Generator, std: float = 0.02,
+                 bias: bool = True, dtype: Any = np.float64) -> None:  # fmt: skip
+        self.weight = Parameter(_normal(rng, (in_features, out_features), std, dtype).T)  # (out, in)
+        self.bias = Parameter(np.zeros(out_features, dtype)) if bias else None
+
+    def __call__(self, x: Array) -> tuple[Array, Backward]:
+        y = x @ self.weight.value.T
+        if self.bias is not None:
+            y = y + self.bias.value
+
+        def backward(dy: Array) -> Array:
+            flat_x, flat_dy = x.reshape(-1, x.shape[-1]), dy.reshape(-1, dy.shape[-1])  # (…, n) -> (N, n)
+            self.weight.grad += (flat_x.T @ flat_dy).T  # dyᵀ·x, multiplied in W's memory order
+            if self.bias is not None:
+                self.bias.grad += flat_dy.sum(axis=0)
+            return dy @ self.weight.value
+
+        return y, backward
+
+
+class Embedding(Module):
+    """Row ``ids`` of a (n, D) table."""
+
+    def __init__(self, n: int, dim: int, *, rng: np.random.Generator, std: float = 0.02,
+                 dtype: Any = np.float64) -> None:  # fmt: skip
+        self.weight = Parameter(_normal(rng, (n, dim), std, dtype))
+
+    def __call__(self, ids: Array) -> tuple[Array, Backward]:
+        def backward(dy: Array) -> None:
+            np.add.at(self.weight.grad, ids, dy)  # a row used twice gets both gradients
+
+        return self.weight.value[ids], backward
+
+
+class LayerNorm(Module):
+    """(x − mean)/√(var + eps)·γ + β over the last axis."""
+
+    def __init__(self, dim: int, *, eps: float = 1e-12, dtype: Any = np.float64) -> None:
+        self.weight = Parameter(np.ones(dim, dtype))
+        self.bias = Parameter(np.zeros(dim, dtype))
+        self.eps = eps
+
+    def __call__(self, x: Array) -> tuple[Array, Backward]:
+        centred = x - x.mean(axis=-1, keepdims=True)
+        inv = 1.0 / np.sqrt(np.mean(centred**2, axis=-1, keepdims=True) + self.eps)
+        normed = centred * inv
+
+        def backward(dy: Array) -> Array:
+            axes = tuple(range(dy.ndim - 1))
+            self.weight.grad += (dy * normed).sum(axis=axes)
+            self.bias.grad += dy.sum(axis=axes)
+            g = dy * self.weight.value
+            return inv * (g - g.mean(axis=-1, keepdims=True) - normed * (g * normed).mean(axis=-1, keepdims=True))
+
+        return normed * self.weight.value + self.bias.value, backward
+
+
+def gelu(x: Array) -> tuple[Array, Backward]:
+    """0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))), transformers' ``gelu_new``."""
+    c = math.sqrt(2.0 / math.pi)
+    t = np.tanh(c * (x + 0.044715 * x * x * x))
+
+    def backward(dy: Array) -> Array:
+        return dy * (0.5 * (1 + t) + 0.5 * x * (1 - t**2) * c * (1 + 3 * 0.044715 * x**2))
+
+    return 0.5 * x * (1 + t), backward
+
+
+class RNN(Module):
+    """hₜ = tanh(xₜ·Wᵀ + hₜ₋₁·U + b), h₀ = 0, W (H, n_in) and U (H, H); the outputs (B, L, H),
+    backward through time."""
+
+    def __init__(self, n_in: int, n_hidden: int, *, rng: np.random.Generator, dtype: Any = np.float64) -> None:
+        self.input = Linear(n_in, n_hidden, rng=rng, std=1 / math.sqrt(n_in), dtype=dtype)
+        self.recurrent = Parameter(_normal(rng, (n_hidden, n_hidden), 1 / math.sqrt(n_hidden), dtype))
+
+    def __call__(self, x: Array) -> tuple[Array, Backward]:
+        B, L, _ = x.shape
+        inputs, input_back = self.input(x)  # (B, L, H): xₜ·Wᵀ + b for every t at once
+        states = np.zeros((B, L + 1, inputs.shape[-1]), dtype=inputs.dtype)  # h₀ … h_L
+        for t in range(L):
+            states[:, t + 1] = np.tanh(inputs[:, t] + states[:, t] @ self.recurrent.value)
+
+        def backward(dy: Array) -> Array:
+            d_inputs = np.zeros_like(inputs)
+            carried = np.zeros_like(states[:, 0])  # ∂loss/∂hₜ from the steps after t
+            for t in reversed(range(L)):
+                d_pre = (dy[:, t] + carried) * (1 - states[:, t + 1] ** 2)  # through tanh
+                d_inputs[:, t] = d_pre
+                self.recurrent.grad += states[:, t].T @ d_pre
+                carried = d_pre @ self.recurrent.value.T
+            return input_back(d_inputs)
+
+        return states[:, 1:], backward

@@ -1,0 +1,109 @@
+"""attnlab.nn's training: cross_entropy, clip_grad_norm (torch's), AdamW (torch's arithmetic)
+and ``train``, the one training loop the experiments and builtin:coref's model use."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar
+
+import numpy as np
+
+from .._validation import fail
+from ._layers import Array, Backward, Module, Parameter
+
+__all__ = ["AdamW", "clip_grad_norm", "cross_entropy", "train"]
+
+BatchT = TypeVar("BatchT")
+ModuleT = TypeVar("ModuleT", bound=Module)
+
+
+def cross_entropy(logits: Array, targets: Array) -> tuple[float, Backward]:
+    """The mean of −log softmax(logits)[target] over the rows (…, C); targets (…,) ints,
+    −1 for rows that do not count."""
+    flat, labels = logits.reshape(-1, logits.shape[-1]), targets.reshape(-1)  # (…, C) -> (N, C)
+    counted = labels >= 0
+    shifted = flat - flat.max(axis=-1, keepdims=True)
+    log_p = shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
+    n = max(int(counted.sum()), 1)
+    loss = -float(log_p[counted, labels[counted]].sum()) / n
+
+    def backward(scale: Any = 1.0) -> Array:
+        grad = np.exp(log_p)
+        grad[counted, labels[counted]] -= 1.0
+        grad[~counted] = 0.0
+        return (grad * (scale / n)).reshape(logits.shape)
+
+    return loss, backward
+
+
+def clip_grad_norm(parameters: list[Parameter], max_norm: float) -> float:
+    """Scale every gradient by min(1, max_norm / (‖all gradients‖ + 1e-6)), as
+    torch.nn.utils.clip_grad_norm_; returns the norm before."""
+    total = math.sqrt(sum(float(np.sum(p.grad**2)) for p in parameters))
+    factor = max_norm / (total + 1e-6)
+    if factor < 1:
+        for p in parameters:
+            p.grad *= factor
+    return total
+
+
+class AdamW:
+    """Adam with decoupled weight decay (Loshchilov & Hutter), as torch.optim.AdamW:
+    θ ← θ − lr·(m̂/(√v̂ + eps) + weight_decay·θ)."""
+
+    def __init__(self, parameters: list[Parameter], *, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
+                 eps: float = 1e-8, weight_decay: float = 0.01) -> None:  # fmt: skip
+        self.parameters, self.lr, self.betas, self.eps, self.weight_decay = parameters, lr, betas, eps, weight_decay
+        self.moments = [(np.zeros_like(p.value), np.zeros_like(p.value)) for p in parameters]
+        self.steps = 0
+
+    def step(self) -> None:
+        self.steps += 1
+        b1, b2 = self.betas
+        for p, (m, v) in zip(self.parameters, self.moments, strict=True):
+            p.value *= 1 - self.lr * self.weight_decay
+            m *= b1
+            m += (1 - b1) * p.grad
+            v *= b2
+            v += (1 - b2) * p.grad**2
+            m_hat, v_hat = m / (1 - b1**self.steps), v / (1 - b2**self.steps)
+            p.value -= self.lr * m_hat / (np.sqrt(v_hat) + self.eps)
+
+
+def train(
+    model: ModuleT,
+    batches: Iterable[BatchT],
+    optimizer: AdamW,
+    steps: int,
+    loss_fn: Callable[[ModuleT, BatchT], tuple[float, Callable[[], object]]],
+    *,
+    max_grad_norm: float = 1.0,
+    learning_rate: Callable[[int], float] | None = None,
+    progress: Callable[[int, float], None] | None = None,
+) -> list[float]:
+    """``steps`` steps of gradient descent, one batch each; the loss of every step.
+
+    A step: ``loss, backward = loss_fn(model, batch)`` (the forward and the loss), the
+    optimizer's learning rate set to ``learning_rate(step)`` when given, the gradients
+    zeroed, ``backward()`` (which adds the model's gradients), clip_grad_norm to
+    ``max_grad_norm``, ``optimizer.step()``, then ``progress(step, loss)`` when given.
+    Raises ArgumentError when ``batches`` runs out before ``steps``."""
+    losses: list[float] = []
+    batch_iterator = iter(batches)
+    for step in range(steps):
+        try:
+            batch = next(batch_iterator)
+        except StopIteration:
+            raise fail("batches", f"{steps} batches", f"{step}") from None
+        loss, backward = loss_fn(model, batch)
+        if learning_rate is not None:
+            optimizer.lr = learning_rate(step)
+        model.zero_grad()
+        backward()
+        clip_grad_norm(model.parameters(), max_grad_norm)
+        optimizer.step()
+        losses.append(loss)
+        if progress is not None:
+            progress(step, loss)
+    return losses
