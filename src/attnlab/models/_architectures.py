@@ -72,8 +72,8 @@ class _Reader:
         return (self.prefix + name if not name.startswith("/") else name[1:]) in self.weights
 
     def linear(self, name: str, n_in: int, n_out: int, bias: bool = True) -> Linear:
-        """An nn.Linear, stored (out, in), as x·Wᵀ: a transposed view."""
-        return Linear(self.get(f"{name}.weight", n_out, n_in).T, self.get(f"{name}.bias", n_out) if bias else None)
+        """An nn.Linear, stored (out, in)."""
+        return Linear(self.get(f"{name}.weight", n_out, n_in), self.get(f"{name}.bias", n_out) if bias else None)
 
     def norm(self, name: str, width: int, eps: float, rms: bool = False) -> Norm:
         return Norm(self.get(f"{name}.weight", width), None if rms else self.get(f"{name}.bias", width), eps, rms)
@@ -104,19 +104,19 @@ def _gpt2(config: dict[str, Any], weights: Weights, dtype: np.dtype) -> Network:
     for i in range(layers):
         p = f"h.{i}."
         fused_w, fused_b = r.get(p + "attn.c_attn.weight", D, 3 * D), r.get(p + "attn.c_attn.bias", 3 * D)
-        q, k, v = (Linear(fused_w[:, j * D : (j + 1) * D], fused_b[j * D : (j + 1) * D]) for j in range(3))
+        q, k, v = (Linear(fused_w[:, j * D : (j + 1) * D].T, fused_b[j * D : (j + 1) * D]) for j in range(3))
         scale = (D // H) ** -0.5 if r.flag("scale_attn_weights", True) else 1.0
         if r.flag("scale_attn_by_inverse_layer_idx", False):
             scale /= i + 1
         blocks.append(
             Block(
                 q, k, v,
-                Linear(r.get(p + "attn.c_proj.weight", D, D), r.get(p + "attn.c_proj.bias", D)),
+                Linear(r.get(p + "attn.c_proj.weight", D, D).T, r.get(p + "attn.c_proj.bias", D)),
                 scale,
                 r.norm(p + "ln_1", D, eps),
                 r.norm(p + "ln_2", D, eps),
-                up=Linear(r.get(p + "mlp.c_fc.weight", D, inner), r.get(p + "mlp.c_fc.bias", inner)),
-                down=Linear(r.get(p + "mlp.c_proj.weight", inner, D), r.get(p + "mlp.c_proj.bias", D)),
+                up=Linear(r.get(p + "mlp.c_fc.weight", D, inner).T, r.get(p + "mlp.c_fc.bias", inner)),
+                down=Linear(r.get(p + "mlp.c_proj.weight", inner, D).T, r.get(p + "mlp.c_proj.bias", D)),
                 activation=act,
             )
         )  # fmt: skip
@@ -125,7 +125,7 @@ def _gpt2(config: dict[str, Any], weights: Weights, dtype: np.dtype) -> Network:
     cfg = ModelConfig("gpt2", V, D, layers, H, H, D // H, P, True, r.eos(), config)
     return Network(
         cfg, embed, tuple(blocks), pre_norm=True, positions=r.get("wpe.weight", P, D),
-        final_norm=r.norm("ln_f", D, eps), head=Linear(head.T),
+        final_norm=r.norm("ln_f", D, eps), head=Linear(head),
     )  # fmt: skip
 
 
@@ -173,7 +173,7 @@ def _bert(config: dict[str, Any], weights: Weights, dtype: np.dtype) -> Network:
         tied = r.flag("tie_word_embeddings", True) or not r.has("/cls.predictions.decoder.weight")
         decoder = embed if tied else r.get("/cls.predictions.decoder.weight", V, D)
         bias_name = "/cls.predictions.bias" if r.has("/cls.predictions.bias") else "/cls.predictions.decoder.bias"
-        head = Linear(decoder.T, r.get(bias_name, V))
+        head = Linear(decoder, r.get(bias_name, V))
     cfg = ModelConfig("bert", V, D, layers, H, H, D // H, P, False, (), config)
     types = r.get("embeddings.token_type_embeddings.weight", r.integer("type_vocab_size", default=2), D)
     return Network(
@@ -226,7 +226,7 @@ def _llama(config: dict[str, Any], weights: Weights, dtype: np.dtype) -> Network
     cfg = ModelConfig("qwen2" if qwen2 else "llama", V, D, layers, H, Hk, E, P, True, r.eos(), config)
     return Network(
         cfg, embed, tuple(blocks), pre_norm=True, rope=Rope(rope_frequencies(config, E)),
-        final_norm=r.norm("norm", D, eps, rms=True), head=Linear(head.T),
+        final_norm=r.norm("norm", D, eps, rms=True), head=Linear(head),
     )  # fmt: skip
 
 

@@ -182,7 +182,7 @@ class Network:
     rope: Rope | None = None
     final_norm: Norm | None = None
     head_transform: tuple[Linear, Callable[[Array], Array], Norm] | None = None  # BERT's MLM transform
-    head: Linear | None = None  # (D, vocab)
+    head: Linear | None = None  # (vocab, D)
 
     def forward(
         self, ids: Array, valid: Array | None, types: Array | None, cache: Cache | None, record: Recorder | None,

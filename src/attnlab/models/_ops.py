@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from .._validation import MissingDependencyError
+from ..layers import linear
 
 __all__ = ["ACTIVATIONS", "Linear", "Norm", "Rope", "rope_frequencies", "rotate"]
 
@@ -22,17 +23,15 @@ Array = np.ndarray
 
 @dataclass(frozen=True)
 class Linear:
-    """y = x·W + b with W (in, out): an ``nn.Linear`` weight transposed (a view, no copy)
-    or a GPT-2 ``Conv1D`` weight as stored."""
+    """y = x·Wᵀ + b with W (out, in), as torch's ``nn.Linear`` stores it (the
+    memory-mapped weight itself); a GPT-2 ``Conv1D`` weight, stored (in, out), is read
+    through its transpose, a view."""
 
     weight: Array
     bias: Array | None = None
 
     def __call__(self, x: Array) -> Array:
-        y = x @ self.weight
-        if self.bias is not None:
-            y += self.bias
-        return y
+        return linear(x, self.weight, self.bias)
 
 
 @dataclass(frozen=True)
