@@ -16,6 +16,7 @@ __all__ = [
     "FLOAT_DTYPES",
     "ArgumentError",
     "ArgumentTypeError",
+    "Array",
     "AttnlabError",
     "MissingDependencyError",
     "array_of",
@@ -34,6 +35,8 @@ __all__ = [
     "real_number",
     "same_dtype",
 ]
+
+Array = np.ndarray  # the one alias for what attnlab computes and returns; inputs are numpy.typing.ArrayLike
 
 FLOAT_DTYPES = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
 SEED_LIMIT = 2**63  # seeds are ints in [0, 2**63): what a Philox key and numpy's SeedSequence take

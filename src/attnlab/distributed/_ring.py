@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from .._validation import ArgumentError, AttnlabError, MissingDependencyError, fail, flag
+from .._validation import ArgumentError, Array, AttnlabError, MissingDependencyError, fail, flag
 from ..engine._attention import Engine, Gradients, attention, backward
 from ..engine._problem import make_problem
 from ..engine.fused import _engine as _fused
@@ -43,8 +43,6 @@ __all__ = ["BLOCK", "LAYOUTS", "Ring", "ring_backward", "ring_forward", "runs_of
 
 LAYOUTS = ("contiguous", "zigzag")
 BLOCK = 2048  # rows of keys and values a message carries, and of queries an engine call takes
-
-Array = np.ndarray
 
 
 def runs_of(lengths: list[int], layout: str) -> list[list[tuple[int, int, int]]]:

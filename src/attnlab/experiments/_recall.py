@@ -21,12 +21,11 @@ from typing import Any
 import numpy as np
 
 from .. import nn
-from .._validation import fail
+from .._validation import Array, fail
 from ..engine._attention import attention
 
 __all__ = ["NORMALIZATIONS", "AttentionModel", "RNNModel", "batch", "batch_maker", "fit"]
 
-Array = np.ndarray
 NORMALIZATIONS = ("softmax", "linear", "relu", "sigmoid")
 TEST_BATCHES = 32  # held-out batches a model is scored on (32 of 32 sequences: 1,024)
 

@@ -14,13 +14,12 @@ from typing import Any
 
 import numpy as np
 
+from .._validation import Array
 from ._checkpoint import CheckpointError, Weights
 from ._network import Block, ModelConfig, Network
 from ._ops import ACTIVATIONS, Linear, Norm, Rope, rope_frequencies
 
 __all__ = ["ARCHITECTURES", "end_tokens", "read_network"]
-
-Array = np.ndarray
 
 
 class _Reader:

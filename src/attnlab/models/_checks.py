@@ -10,12 +10,10 @@ from typing import Any
 
 import numpy as np
 
-from .._validation import fail, ids_below, is_integer
+from .._validation import Array, fail, ids_below, is_integer
 from ._network import ModelConfig, Network
 
 __all__ = ["check_length", "layer_indices", "model_inputs", "token_ids"]
-
-Array = np.ndarray
 
 
 def model_inputs(

@@ -10,14 +10,12 @@ from typing import Any, TypedDict
 
 import numpy as np
 
-from .._validation import ArgumentError, fail, flag, is_integer, real_number
+from .._validation import ArgumentError, Array, fail, flag, is_integer, real_number
 from ..engine._masks import check_rng
 from ._checks import check_length, token_ids
 from ._network import ModelConfig, Network
 
 __all__ = ["Sampling", "generate"]
-
-Array = np.ndarray
 
 
 class Sampling(TypedDict, total=False):

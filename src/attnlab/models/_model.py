@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Literal, overload
 
 import numpy as np
 
-from .._validation import fail, flag
+from .._validation import Array, fail, flag
 from ..trace import ModelTrace
 from ._checks import layer_indices, model_inputs, token_ids
 from ._generate import Sampling, generate
@@ -21,8 +21,6 @@ if TYPE_CHECKING:
     from typing_extensions import Unpack
 
 __all__ = ["Model", "ModelOutput"]
-
-Array = np.ndarray
 
 
 @dataclass(frozen=True)

@@ -17,14 +17,13 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from .._validation import Array
 from ..engine._masks import mask_scores_
 from ..functional import attention
 from ..trace import Trace
 from ._ops import Linear, Norm, Rope, rotate
 
 __all__ = ["Block", "Cache", "ModelConfig", "Network", "Recorder", "Step"]
-
-Array = np.ndarray
 
 
 class _Renamed:

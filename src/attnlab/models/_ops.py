@@ -13,12 +13,10 @@ from typing import Any
 
 import numpy as np
 
-from .._validation import MissingDependencyError
+from .._validation import Array, MissingDependencyError
 from ..layers import linear
 
 __all__ = ["ACTIVATIONS", "Linear", "Norm", "Rope", "rope_frequencies", "rotate"]
-
-Array = np.ndarray
 
 
 @dataclass(frozen=True)

@@ -22,9 +22,10 @@ from typing import Any
 
 import numpy as np
 
+from .._validation import Array
+
 __all__ = ["RNN", "Embedding", "LayerNorm", "Linear", "Module", "Parameter", "gelu"]
 
-Array = np.ndarray
 Backward = Callable[..., Any]  # dy (and, for attention, the weights' gradient) -> dx
 
 

@@ -9,13 +9,11 @@ from typing import Any
 
 import numpy as np
 
-from .._validation import ArgumentError, fail
+from .._validation import ArgumentError, Array, fail
 from ._display import notebook_html
 from ._trace import Trace
 
 __all__ = ["ModelTrace"]
-
-Array = np.ndarray
 
 
 @dataclass
