@@ -14,6 +14,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 import attnlab as al
 from attnlab.engine import _tiled
 from attnlab.engine.fused import _engine as _fused
+from attnlab.engine.fused import _tasks
 
 PLACES = ["query", "key", "value", "mask"]
 VALUES = [np.nan, np.inf, -np.inf]
@@ -37,7 +38,7 @@ def torch_math(q, k, v, mask, is_causal):
 @pytest.fixture(autouse=True)
 def small_blocks(monkeypatch):
     monkeypatch.setattr(_tiled, "BLOCK_Q", 2)
-    monkeypatch.setattr(_tiled, "CAUSAL_BLOCK_Q", 1)
+    monkeypatch.setattr(_tasks, "CAUSAL_BLOCK_Q", 1)
     monkeypatch.setattr(_tiled, "BLOCK_K", 3)
 
 

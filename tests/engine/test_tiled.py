@@ -15,13 +15,14 @@ from hypothesis import given, settings
 import attnlab as al
 from attnlab.engine import _threads, _tiled
 from attnlab.engine.fused import _engine as _fused
+from attnlab.engine.fused import _tasks
 from oracles import assert_close
 
 
 @pytest.fixture(autouse=True)
 def small_blocks(monkeypatch):
     monkeypatch.setattr(_tiled, "BLOCK_Q", 16)
-    monkeypatch.setattr(_tiled, "CAUSAL_BLOCK_Q", 8)
+    monkeypatch.setattr(_tasks, "CAUSAL_BLOCK_Q", 8)
     monkeypatch.setattr(_tiled, "BLOCK_K", 24)
 
 
