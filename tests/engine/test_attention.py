@@ -58,7 +58,7 @@ def test_the_wrappers_are_the_result():
     q, k, v = (rng.standard_normal((3, 7, 4)) for _ in range(3))
     grad = rng.standard_normal((3, 7, 4))
     result = al.attention(q, k, v, need_weights=True)
-    out, weights, lse = al.scaled_dot_product_attention(q, k, v, return_weights=True, return_lse=True)
+    out, weights, lse = al.scaled_dot_product_attention(q, k, v, need_weights=True, return_lse=True)
     assert np.array_equal(out, result.output) and np.array_equal(weights, result.weights)
     assert np.array_equal(lse, result.lse)
     wrapped = al.scaled_dot_product_attention_backward(grad, q, k, v)
@@ -138,7 +138,7 @@ def test_errors_are_attnlabs_and_the_builtin_kind():
     "make, error, message",
     [
         (lambda x: al.scaled_dot_product_attention(x, x, x, is_causal="False"), TypeError, "is_causal: expected True"),
-        (lambda x: al.scaled_dot_product_attention(x, x, x, return_weights=1), TypeError, "return_weights: expected"),
+        (lambda x: al.scaled_dot_product_attention(x, x, x, need_weights=1), TypeError, "need_weights: expected"),
         (
             lambda x: al.scaled_dot_product_attention(x, x, x, dropout_p=0.5, rng=2**200),
             ValueError,

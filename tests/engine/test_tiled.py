@@ -137,8 +137,8 @@ def test_the_thread_count_comes_from_the_environment(monkeypatch):
 
 def test_weights_need_the_naive_engine():
     x = np.ones((4, 2))
-    with pytest.raises(ValueError, match="return_weights: expected False with engine='tiled'"):
-        al.scaled_dot_product_attention(x, x, x, engine="tiled", return_weights=True)
+    with pytest.raises(ValueError, match="need_weights: expected False with engine='tiled'"):
+        al.scaled_dot_product_attention(x, x, x, engine="tiled", need_weights=True)
 
 
 def test_engine_none_picks_by_size(monkeypatch):
