@@ -90,6 +90,7 @@ class NaiveEngine:
     requirement: str | None = None
 
     def available(self) -> bool:
+        """True: NumPy is all it needs."""
         return True
 
     def forward(self, pb: Problem, threads: int | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -374,6 +374,7 @@ class BlockedEngine:
 
     @property
     def blocked(self) -> bool:
+        """True: it runs by blocks of keys."""
         return True
 
     @property
@@ -382,6 +383,7 @@ class BlockedEngine:
         return self.kernels.forward_tasks is not None
 
     def available(self) -> bool:
+        """True: NumPy is all it needs (the fused engine says otherwise)."""
         return True
 
     def forward(self, pb: Problem, threads: int | None) -> tuple[np.ndarray, np.ndarray, None]:

@@ -90,6 +90,7 @@ class FusedEngine(BlockedEngine):
     """The tiled engine with these kernels, there when they load (:func:`available`)."""
 
     def available(self) -> bool:
+        """Whether numba's kernels load (:func:`available`)."""
         return available()
 
 
