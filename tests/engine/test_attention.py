@@ -254,3 +254,21 @@ def test_the_fused_engine_without_its_extra_names_the_extra(monkeypatch):
     with pytest.raises(al.MissingDependencyError, match=r"needs numba and SciPy: pip install 'attnlab\[fast\]'"):
         al.attention(x, x, x, engine="fused")
     assert al.attention(np.ones((8, 1024, 2)), np.ones((8, 1024, 2)), np.ones((8, 1024, 2))).engine == "tiled"
+
+
+def test_the_engines_are_looked_up_in_one_registry():
+    from attnlab.engine import ENGINES
+
+    assert list(ENGINES) == ["naive", "tiled", "fused"]
+    assert all(name == engine.name for name, engine in ENGINES.items())
+    assert [engine.blocked for engine in ENGINES.values()] == [False, True, True]
+    x = np.ones((4, 2))
+    with pytest.raises(ValueError, match=r"engine: expected one of \('naive', 'tiled', 'fused'\) or None, got 'fast'"):
+        al.attention(x, x, x, engine="fast")
+    with pytest.raises(ValueError, match=r"engine: expected one of .* got \['tiled'\]"):
+        al.attention(x, x, x, engine=["tiled"])  # unhashable: refused as before, not a TypeError of the dict
+    for name, engine in ENGINES.items():
+        if engine.available():
+            result = al.attention(x, x, x, engine=name)
+            assert result.engine == name
+            assert (engine.forward(result.problem, None)[2] is None) == engine.blocked  # the naive one holds P
