@@ -10,12 +10,14 @@ dimensions broadcast as in NumPy.
 
 from __future__ import annotations
 
+import enum
+import warnings
 from typing import Any, Literal, overload
 
 import numpy as np
 
 from ._validation import fail, flag, float_array, probability
-from .engine._attention import ENGINES, Attention, Engine, Gradients, attention, backward, choose_engine
+from .engine._attention import Attention, Engine, Gradients, attention, backward, choose_engine
 from .engine._problem import make_problem
 from .engine._softmax import softmax
 
@@ -31,34 +33,53 @@ __all__ = [
 Array = np.ndarray
 
 
+class _Unset(enum.Enum):
+    """The default of an argument whose absence must be told from every value, None included."""
+
+    UNSET = "unset"
+
+    def __repr__(self) -> str:
+        return self.value
+
+
+_UNSET = _Unset.UNSET
+
+
 @overload
 def scaled_dot_product_attention(
     query: Any, key: Any, value: Any, attn_mask: Any = ..., dropout_p: float = ..., is_causal: bool = ...,
-    scale: float | None = ..., enable_gqa: bool = ..., *, return_weights: Literal[False] = ...,
+    scale: float | None = ..., enable_gqa: bool = ..., *, need_weights: Literal[False] | _Unset = ...,
     return_lse: Literal[False] = ..., rng: int | np.random.Generator | None = ..., engine: Engine | None = ...,
-    num_threads: int | None = ...,
+    num_threads: int | None = ..., return_weights: _Unset = ...,
 ) -> Array: ...  # fmt: skip
 @overload
 def scaled_dot_product_attention(
     query: Any, key: Any, value: Any, attn_mask: Any = ..., dropout_p: float = ..., is_causal: bool = ...,
-    scale: float | None = ..., enable_gqa: bool = ..., *, return_weights: Literal[True],
+    scale: float | None = ..., enable_gqa: bool = ..., *, need_weights: Literal[True],
     return_lse: Literal[False] = ..., rng: int | np.random.Generator | None = ..., engine: Engine | None = ...,
-    num_threads: int | None = ...,
+    num_threads: int | None = ..., return_weights: _Unset = ...,
 ) -> tuple[Array, Array]: ...  # fmt: skip
 @overload
 def scaled_dot_product_attention(
     query: Any, key: Any, value: Any, attn_mask: Any = ..., dropout_p: float = ..., is_causal: bool = ...,
-    scale: float | None = ..., enable_gqa: bool = ..., *, return_weights: Literal[False] = ...,
+    scale: float | None = ..., enable_gqa: bool = ..., *, need_weights: Literal[False] | _Unset = ...,
     return_lse: Literal[True], rng: int | np.random.Generator | None = ..., engine: Engine | None = ...,
-    num_threads: int | None = ...,
+    num_threads: int | None = ..., return_weights: _Unset = ...,
 ) -> tuple[Array, Array]: ...  # fmt: skip
 @overload
 def scaled_dot_product_attention(
     query: Any, key: Any, value: Any, attn_mask: Any = ..., dropout_p: float = ..., is_causal: bool = ...,
-    scale: float | None = ..., enable_gqa: bool = ..., *, return_weights: Literal[True],
+    scale: float | None = ..., enable_gqa: bool = ..., *, need_weights: Literal[True],
     return_lse: Literal[True], rng: int | np.random.Generator | None = ..., engine: Engine | None = ...,
-    num_threads: int | None = ...,
+    num_threads: int | None = ..., return_weights: _Unset = ...,
 ) -> tuple[Array, Array, Array]: ...  # fmt: skip
+@overload
+def scaled_dot_product_attention(
+    query: Any, key: Any, value: Any, attn_mask: Any = ..., dropout_p: float = ..., is_causal: bool = ...,
+    scale: float | None = ..., enable_gqa: bool = ..., *, need_weights: _Unset = ...,
+    return_lse: bool = ..., rng: int | np.random.Generator | None = ..., engine: Engine | None = ...,
+    num_threads: int | None = ..., return_weights: bool,
+) -> Array | tuple[Array, ...]: ...  # fmt: skip
 def scaled_dot_product_attention(
     query: Any,
     key: Any,
@@ -69,11 +90,12 @@ def scaled_dot_product_attention(
     scale: float | None = None,
     enable_gqa: bool = False,
     *,
-    return_weights: bool = False,
+    need_weights: bool | _Unset = _UNSET,
     return_lse: bool = False,
     rng: int | np.random.Generator | None = None,
     engine: Engine | None = None,
     num_threads: int | None = None,
+    return_weights: bool | _Unset = _UNSET,
 ) -> Array | tuple[Array, ...]:
     """softmax(scale · Q·Kᵀ + mask) · V, as ``torch.nn.functional.scaled_dot_product_attention``.
 
@@ -91,8 +113,8 @@ def scaled_dot_product_attention(
         scale: multiplies Q·Kᵀ; default 1/√E.
         enable_gqa: grouped-query attention: query has H heads (dimension −3), key and
             value Hk heads with H a multiple of Hk; query head h uses key head h // (H/Hk).
-        return_weights: also return the weights that multiplied V, (B…, L, S) (after
-            dropout, as torch's MultiheadAttention returns them).
+        need_weights: also return the weights that multiplied V, (B…, L, S) (after
+            dropout, as torch's MultiheadAttention returns them); default False.
         return_lse: also return log Σ_j exp(scores_ij) of each row, (B…, L), in the
             compute dtype (float32 for float16 inputs).
         rng: dropout randomness: a ``numpy.random.Generator``, or an int seed that gives
@@ -105,6 +127,8 @@ def scaled_dot_product_attention(
         num_threads: threads of the blocked engines; default the ``ATTNLAB_NUM_THREADS``
             environment variable, else the machine's cores. Results are the same bits
             for any number.
+        return_weights: the deprecated name of ``need_weights`` (a DeprecationWarning;
+            removed in the next release).
 
     Returns:
         output (B…, L, Ev), followed by the weights and/or the lse when asked for, in
@@ -113,16 +137,11 @@ def scaled_dot_product_attention(
 
     Raises:
         ValueError: shapes that do not fit together, a probability outside [0, 1), an
-            unknown engine, weights asked of the tiled engine.
-        TypeError: an argument of the wrong type or dtype (flags must be bools).
+            unknown engine, weights asked of a blocked engine (tiled or fused).
+        TypeError: an argument of the wrong type or dtype (flags must be bools), both
+            ``need_weights`` and ``return_weights``.
     """
-    return_weights, return_lse = flag("return_weights", return_weights), flag("return_lse", return_lse)
-    if return_weights and engine in ENGINES and engine != "naive":  # said here, to name return_weights
-        raise fail(
-            "return_weights",
-            f"False with engine={engine!r} (it never holds the (L, S) weights; use engine='naive' or None)",
-            True,
-        )
+    need_weights, return_lse = _need_weights(need_weights, return_weights), flag("return_lse", return_lse)
     result = attention(
         query,
         key,
@@ -132,7 +151,7 @@ def scaled_dot_product_attention(
         is_causal=is_causal,
         scale=scale,
         enable_gqa=enable_gqa,
-        need_weights=return_weights,
+        need_weights=need_weights,
         rng=rng,
         engine=engine,
         num_threads=num_threads,
@@ -143,6 +162,27 @@ def scaled_dot_product_attention(
     if return_lse:
         results.append(result.lse.copy())  # the result keeps its own, read-only
     return results[0] if len(results) == 1 else tuple(results)
+
+
+def _need_weights(need_weights: Any, return_weights: Any) -> bool:
+    """``need_weights`` (default False), or in its place ``return_weights``, its name until
+    this release, with a DeprecationWarning. Both given is a TypeError naming both."""
+    if return_weights is _UNSET:
+        return flag("need_weights", False if need_weights is _UNSET else need_weights)
+    if need_weights is not _UNSET:
+        raise fail(
+            "need_weights, return_weights",
+            "one of them (return_weights is need_weights' deprecated name)",
+            "both",
+            TypeError,
+        )
+    warnings.warn(
+        "scaled_dot_product_attention: return_weights is deprecated and will be removed in the next release;"
+        " use need_weights (torch's name)",
+        DeprecationWarning,
+        stacklevel=3,
+    )
+    return flag("return_weights", return_weights)
 
 
 def scaled_dot_product_attention_backward(

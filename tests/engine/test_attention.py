@@ -60,7 +60,7 @@ def test_the_wrappers_are_the_result():
     q, k, v = (rng.standard_normal((3, 7, 4)) for _ in range(3))
     grad = rng.standard_normal((3, 7, 4))
     result = al.attention(q, k, v, need_weights=True)
-    out, weights, lse = al.scaled_dot_product_attention(q, k, v, return_weights=True, return_lse=True)
+    out, weights, lse = al.scaled_dot_product_attention(q, k, v, need_weights=True, return_lse=True)
     assert np.array_equal(out, result.output) and np.array_equal(weights, result.weights)
     assert np.array_equal(lse, result.lse)
     wrapped = al.scaled_dot_product_attention_backward(grad, q, k, v)
@@ -141,7 +141,7 @@ def test_errors_are_attnlabs_and_the_builtin_kind():
     "make, error, message",
     [
         (lambda x: al.scaled_dot_product_attention(x, x, x, is_causal="False"), TypeError, "is_causal: expected True"),
-        (lambda x: al.scaled_dot_product_attention(x, x, x, return_weights=1), TypeError, "return_weights: expected"),
+        (lambda x: al.scaled_dot_product_attention(x, x, x, need_weights=1), TypeError, "need_weights: expected"),
         (
             lambda x: al.scaled_dot_product_attention(x, x, x, dropout_p=0.5, rng=2**200),
             ValueError,
@@ -257,3 +257,21 @@ def test_the_fused_engine_without_its_extra_names_the_extra(monkeypatch):
     with pytest.raises(al.MissingDependencyError, match=r"needs numba and SciPy: pip install 'attnlab\[fast\]'"):
         al.attention(x, x, x, engine="fused")
     assert al.attention(np.ones((8, 1024, 2)), np.ones((8, 1024, 2)), np.ones((8, 1024, 2))).engine == "tiled"
+
+
+def test_the_engines_are_looked_up_in_one_registry():
+    from attnlab.engine import ENGINES
+
+    assert list(ENGINES) == ["naive", "tiled", "fused"]
+    assert all(name == engine.name for name, engine in ENGINES.items())
+    assert [engine.blocked for engine in ENGINES.values()] == [False, True, True]
+    x = np.ones((4, 2))
+    with pytest.raises(ValueError, match=r"engine: expected one of \('naive', 'tiled', 'fused'\) or None, got 'fast'"):
+        al.attention(x, x, x, engine="fast")
+    with pytest.raises(ValueError, match=r"engine: expected one of .* got \['tiled'\]"):
+        al.attention(x, x, x, engine=["tiled"])  # unhashable: refused as before, not a TypeError of the dict
+    for name, engine in ENGINES.items():
+        if engine.available():
+            result = al.attention(x, x, x, engine=name)
+            assert result.engine == name
+            assert (engine.forward(result.problem, None)[2] is None) == engine.blocked  # the naive one holds P

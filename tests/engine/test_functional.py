@@ -76,7 +76,7 @@ def test_forward_and_gradients_match_torch(dtype, mask_kind, is_causal, lengths,
     mask = mask_for(mask_kind, rng, L, S, dtype)
     scale = 0.3 if mask_kind == "float-3d" else None
     out, weights, lse = al.scaled_dot_product_attention(
-        q, k, v, mask, is_causal=is_causal, scale=scale, enable_gqa=gqa, return_weights=True, return_lse=True
+        q, k, v, mask, is_causal=is_causal, scale=scale, enable_gqa=gqa, need_weights=True, return_lse=True
     )
     tq, tk, tv, t_out, t_weights, t_lse = torch_reference(q, k, v, mask, is_causal, scale, gqa)
     assert out.dtype == weights.dtype == lse.dtype == dtype and out.shape == (2, 4, L, 3)
@@ -100,8 +100,8 @@ def test_mask_and_causal_combine():
     q, k, v = make(rng, (3, 4), np.float64), make(rng, (6, 4), np.float64), make(rng, (6, 2), np.float64)
     mask = rng.random((3, 6)) > 0.4
     both = np.tril(np.ones((3, 6), dtype=bool)) & mask
-    out, weights = al.scaled_dot_product_attention(q, k, v, mask, is_causal=True, return_weights=True)
-    expected_out, expected_weights = al.scaled_dot_product_attention(q, k, v, both, return_weights=True)
+    out, weights = al.scaled_dot_product_attention(q, k, v, mask, is_causal=True, need_weights=True)
+    expected_out, expected_weights = al.scaled_dot_product_attention(q, k, v, both, need_weights=True)
     assert np.array_equal(out, expected_out) and np.array_equal(weights, expected_weights)
 
 
@@ -161,7 +161,7 @@ def test_fully_masked_rows_give_zero_output_weights_and_gradients():
     rng = np.random.default_rng(5)
     q, k, v = make(rng, (3, 4), np.float64), make(rng, (5, 4), np.float64), make(rng, (5, 2), np.float64)
     for mask in (np.zeros((3, 5), dtype=bool), np.full((3, 5), -np.inf)):
-        out, weights, lse = al.scaled_dot_product_attention(q, k, v, mask, return_weights=True, return_lse=True)
+        out, weights, lse = al.scaled_dot_product_attention(q, k, v, mask, need_weights=True, return_lse=True)
         assert np.array_equal(out, np.zeros_like(out)) and np.array_equal(weights, np.zeros_like(weights))
         assert np.all(np.isneginf(lse))
         grads = al.scaled_dot_product_attention_backward(np.ones_like(out), q, k, v, mask)
@@ -187,11 +187,11 @@ class TestDropout:
         assert np.array_equal(al.scaled_dot_product_attention(self.q, self.k, self.v, dropout_p=0.0, rng=1), plain)
 
     def test_the_same_seed_gives_the_same_output_and_weights_are_zero_or_scaled(self):
-        a, wa = al.scaled_dot_product_attention(self.q, self.k, self.v, dropout_p=0.5, rng=7, return_weights=True)
+        a, wa = al.scaled_dot_product_attention(self.q, self.k, self.v, dropout_p=0.5, rng=7, need_weights=True)
         b = al.scaled_dot_product_attention(self.q, self.k, self.v, dropout_p=0.5, rng=7)
         c = al.scaled_dot_product_attention(self.q, self.k, self.v, dropout_p=0.5, rng=8)
         assert np.array_equal(a, b) and not np.array_equal(a, c)
-        _, plain = al.scaled_dot_product_attention(self.q, self.k, self.v, return_weights=True)
+        _, plain = al.scaled_dot_product_attention(self.q, self.k, self.v, need_weights=True)
         kept = wa != 0
         np.testing.assert_allclose(wa[kept], plain[kept] * 2, rtol=1e-15)
         assert 0.4 < kept.mean() < 0.6
@@ -209,7 +209,7 @@ class TestDropout:
 
     def test_backward_uses_the_forwards_mask(self):
         grad = np.ones((2, 3, 6, 4))
-        _, weights = al.scaled_dot_product_attention(self.q, self.k, self.v, dropout_p=0.5, rng=9, return_weights=True)
+        _, weights = al.scaled_dot_product_attention(self.q, self.k, self.v, dropout_p=0.5, rng=9, need_weights=True)
         _, _, grad_v = al.scaled_dot_product_attention_backward(grad, self.q, self.k, self.v, dropout_p=0.5, rng=9)
         np.testing.assert_allclose(grad_v, np.swapaxes(weights, -1, -2) @ grad, atol=1e-14)
 
@@ -258,6 +258,28 @@ def test_bad_gqa_and_batch_shapes():
         al.scaled_dot_product_attention(q, np.ones((2, 5, 3, 4)), np.ones((2, 5, 3, 4)))
     with pytest.raises(ValueError, match=r"grad_output: expected the output's shape \(1, 6, 2, 4\)"):
         al.scaled_dot_product_attention_backward(np.ones((6, 2, 4)), q, q, q)
+
+
+def test_return_weights_is_need_weights_deprecated_name():
+    q = np.random.default_rng(0).standard_normal((2, 3, 4))
+    expected = al.scaled_dot_product_attention(q, q, q, need_weights=True)
+    with pytest.warns(DeprecationWarning, match="return_weights is deprecated.*use need_weights") as caught:
+        deprecated = al.scaled_dot_product_attention(q, q, q, return_weights=True)
+    assert caught[0].filename == __file__  # the warning points at the caller
+    for new, old in zip(expected, deprecated, strict=True):
+        np.testing.assert_array_equal(new, old)
+    with pytest.warns(DeprecationWarning):
+        assert isinstance(al.scaled_dot_product_attention(q, q, q, return_weights=False), np.ndarray)
+    with pytest.warns(DeprecationWarning), pytest.raises(TypeError, match="return_weights: expected True or False"):
+        al.scaled_dot_product_attention(q, q, q, return_weights=1)
+    for need_weights in (True, False):
+        with pytest.raises(TypeError, match="need_weights, return_weights: expected one of them"):
+            al.scaled_dot_product_attention(q, q, q, need_weights=need_weights, return_weights=True)
+    with pytest.raises(TypeError, match="need_weights: expected True or False, got None"):
+        al.scaled_dot_product_attention(q, q, q, need_weights=None)  # flags are bools, as before
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # need_weights itself warns nothing
+        al.scaled_dot_product_attention(q, q, q, need_weights=False)
 
 
 def test_softmax_public():

@@ -17,6 +17,7 @@ from hypothesis import given, settings
 import attnlab as al
 from attnlab.engine import _tiled
 from attnlab.engine.fused import _engine as _fused
+from attnlab.engine.fused import _tasks
 
 pytestmark = pytest.mark.skipif(not _fused.available(), reason="numba is not installed (attnlab[fast])")
 RTOL = {np.dtype(np.float32): 4e-7, np.dtype(np.float64): 1e-15}
@@ -26,7 +27,7 @@ GRAD_RTOL = {np.dtype(np.float32): 2e-6, np.dtype(np.float64): 1e-14}
 @pytest.fixture(autouse=True)
 def small_blocks(monkeypatch):
     monkeypatch.setattr(_tiled, "BLOCK_Q", 16)
-    monkeypatch.setattr(_tiled, "CAUSAL_BLOCK_Q", 8)
+    monkeypatch.setattr(_tasks, "CAUSAL_BLOCK_Q", 8)
     monkeypatch.setattr(_tiled, "BLOCK_K", 24)
 
 
@@ -93,7 +94,7 @@ def test_the_compiled_forward_gives_the_same_bits_however_it_is_split(monkeypatc
     k, v = (rng.standard_normal((1, 2, 50, 8), dtype=np.float32) for _ in range(2))
     kwargs = dict(is_causal=True, enable_gqa=True, engine="fused")
     expected = al.attention(q, k, v, **kwargs)
-    monkeypatch.setattr(_tiled, "TASK_SCORES", task_scores)
+    monkeypatch.setattr(_tasks, "TASK_SCORES", task_scores)
     for threads in (1, 3):
         result = al.attention(q, k, v, num_threads=threads, **kwargs)
         assert np.array_equal(result.output, expected.output) and np.array_equal(result.lse, expected.lse)

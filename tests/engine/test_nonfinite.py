@@ -12,6 +12,7 @@ import pytest
 import attnlab as al
 from attnlab.engine import _tiled
 from attnlab.engine.fused import _engine as _fused
+from attnlab.engine.fused import _tasks
 from oracles import optional_module, requires
 
 torch = optional_module("torch")
@@ -40,7 +41,7 @@ def torch_math(q, k, v, mask, is_causal):
 @pytest.fixture(autouse=True)
 def small_blocks(monkeypatch):
     monkeypatch.setattr(_tiled, "BLOCK_Q", 2)
-    monkeypatch.setattr(_tiled, "CAUSAL_BLOCK_Q", 1)
+    monkeypatch.setattr(_tasks, "CAUSAL_BLOCK_Q", 1)
     monkeypatch.setattr(_tiled, "BLOCK_K", 3)
 
 

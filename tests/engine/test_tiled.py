@@ -14,6 +14,7 @@ from hypothesis import given, settings
 import attnlab as al
 from attnlab.engine import _threads, _tiled
 from attnlab.engine.fused import _engine as _fused
+from attnlab.engine.fused import _tasks
 from oracles import assert_close, optional_module, requires
 
 torch = optional_module("torch")
@@ -22,7 +23,7 @@ torch = optional_module("torch")
 @pytest.fixture(autouse=True)
 def small_blocks(monkeypatch):
     monkeypatch.setattr(_tiled, "BLOCK_Q", 16)
-    monkeypatch.setattr(_tiled, "CAUSAL_BLOCK_Q", 8)
+    monkeypatch.setattr(_tasks, "CAUSAL_BLOCK_Q", 8)
     monkeypatch.setattr(_tiled, "BLOCK_K", 24)
 
 
@@ -138,8 +139,8 @@ def test_the_thread_count_comes_from_the_environment(monkeypatch):
 
 def test_weights_need_the_naive_engine():
     x = np.ones((4, 2))
-    with pytest.raises(ValueError, match="return_weights: expected False with engine='tiled'"):
-        al.scaled_dot_product_attention(x, x, x, engine="tiled", return_weights=True)
+    with pytest.raises(ValueError, match="need_weights: expected False with engine='tiled'"):
+        al.scaled_dot_product_attention(x, x, x, engine="tiled", need_weights=True)
 
 
 def test_engine_none_picks_by_size(monkeypatch):

@@ -35,9 +35,8 @@ from typing import Any
 import numpy as np
 
 from .._validation import ArgumentError, Array, AttnlabError, MissingDependencyError, fail, flag
-from ..engine._attention import Engine, Gradients, attention, backward
+from ..engine._attention import ENGINES, Engine, Gradients, attention, backward, blocked_engine
 from ..engine._problem import make_problem
-from ..engine.fused import _engine as _fused
 
 __all__ = ["BLOCK", "LAYOUTS", "Ring", "ring_backward", "ring_forward", "runs_of", "shard", "unshard"]
 
@@ -336,7 +335,7 @@ def ring_backward(
     """dQ, dK and dV of this rank's shards. Each block's dK and dV travel with it, and one
     step more, back to its owner. Every product recomputes its weights from the whole
     sequence's lse and δ = rowsum(dO∘O), so only a blocked engine will do."""
-    blocked: Engine = engine if engine in ("tiled", "fused") else "fused" if _fused.available() else "tiled"
+    blocked: Engine = engine if engine is not None and ENGINES[engine].blocked else blocked_engine().name
     pb = _local(ring, query, key, value)
     work = pb.compute_dtype
     # float16 inputs: every product in float32, rounded once at the end (not once a block)

@@ -1,11 +1,12 @@
 """The attention engine: one call's arguments checked once (a :class:`Problem`), the
-masks, the stable softmax, and three engines behind one interface (``naive``, ``tiled``,
-``fused``) that compute the output, the log-sum-exp and the exact gradients.
+masks, the stable softmax, and three engines behind one interface (:class:`EngineImpl`,
+registered by name in ``ENGINES``: ``naive``, ``tiled``, ``fused``) that compute the
+output, the log-sum-exp and the exact gradients.
 
 :func:`attention` is the entry point; :mod:`attnlab.functional` gives it torch's shape.
 """
 
-from ._attention import ENGINES, Attention, Engine, Gradients, attention, backward, choose_engine
+from ._attention import ENGINES, Attention, Engine, EngineImpl, Gradients, attention, backward, choose_engine
 from ._problem import Problem, make_problem
 from ._softmax import softmax
 
@@ -13,6 +14,7 @@ __all__ = [
     "ENGINES",
     "Attention",
     "Engine",
+    "EngineImpl",
     "Gradients",
     "Problem",
     "attention",

@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, field
-from typing import Any, Literal, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 from numpy.typing import ArrayLike
 
 from .._validation import MissingDependencyError, fail, flag, float_array, positive_int
 from . import _naive, _tiled
-from ._problem import Problem, make_problem
+from ._problem import Engine, Problem, make_problem
 from .fused import _engine as _fused
 
 __all__ = [
@@ -31,14 +31,59 @@ __all__ = [
     "TILED_TASK_FROM",
     "Attention",
     "Engine",
+    "EngineImpl",
     "Gradients",
     "attention",
     "backward",
+    "blocked_engine",
     "choose_engine",
 ]
 
-Engine = Literal["naive", "tiled", "fused"]
-ENGINES: tuple[Engine, ...] = ("naive", "tiled", "fused")
+
+class EngineImpl(Protocol):
+    """One engine behind :func:`attention` and :func:`backward`, which look it up by name
+    in ``ENGINES`` (one signature, many backends, as transformers' attention functions).
+    Results are in the compute dtype over the broadcast batch shape, with the key and
+    value heads expanded for GQA; letters as in ``_problem``."""
+
+    @property
+    def name(self) -> Engine:
+        """The ``engine=`` value that asks for it."""
+        ...
+
+    @property
+    def blocked(self) -> bool:
+        """Whether it runs by blocks of keys: it never holds the (L, S) weights, and its
+        backward starts from the forward's O and lse."""
+        ...
+
+    @property
+    def requirement(self) -> str | None:
+        """What it needs installed, said when it is not available (None: nothing)."""
+        ...
+
+    def available(self) -> bool:
+        """Whether it can run here (its optional dependencies load)."""
+        ...
+
+    def forward(self, pb: Problem, threads: int | None) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        """(O (B…, L, Ev), lse (B…, L), the weights (B…, L, S), None if it never holds them)."""
+        ...
+
+    def backward(
+        self, pb: Problem, grad_output: np.ndarray, saved: tuple[np.ndarray, np.ndarray] | None, threads: int | None
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(dQ (B…, L, E), dK (B…, S, E), dV (B…, S, Ev)) from dO (B…, L, Ev), given the
+        forward's (O, lse) as ``saved`` or None (recomputed where the engine needs them)."""
+        ...
+
+
+def _registry(*engines: EngineImpl) -> dict[Engine, EngineImpl]:
+    return {engine.name: engine for engine in engines}
+
+
+ENGINES = _registry(_naive.NAIVE, _tiled.TILED, _fused.FUSED)
+_BLOCKED_FASTEST_FIRST: tuple[_tiled.BlockedEngine, ...] = (_fused.FUSED, _tiled.TILED)
 # engine=None's cost model, fitted to the table of `attnlab bench --engine-table`
 # (docs/engine-choice.json). The naive engine pays nothing per slice but holds every score;
 # a blocked engine computes faster (its exponentials run on every core, in cache) once
@@ -111,36 +156,50 @@ class Attention:
         return f"Attention(output {shape} {self.problem.result_dtype}, engine={self.engine!r})"
 
 
+def blocked_engine() -> _tiled.BlockedEngine:
+    """The fastest blocked engine that is available here: fused, else tiled."""
+    return next(engine for engine in _BLOCKED_FASTEST_FIRST if engine.available())
+
+
+def _fastest(pb: Problem) -> Engine:
+    """The cost model above, for a call that does not need the weights."""
+    L, S = pb.lengths
+    scores = pb.slices * L * S
+    if scores < FUSED_FROM:
+        return "naive"  # without asking whether numba loads: its import takes 0.2 s
+    blocked = blocked_engine()
+    if scores * pb.compute_dtype.itemsize > NAIVE_MAX_BYTES:
+        return blocked.name
+    queries = min(L, _tiled.BLOCK_Q)  # per task
+    if blocked.compiled and pb.plain:  # tasks compiled whole
+        return blocked.name if queries * FUSED_KEYS_PER_QUERY >= S else "naive"
+    # the tiled engine, or the fused one running the tiled engine's loop in Python
+    work = scores * 64 / max(min(pb.query.shape[-1], 64), 1) * (2 if pb.is_causal else 1)
+    return blocked.name if work >= TILED_FROM and queries * S >= TILED_TASK_FROM else "naive"
+
+
 def choose_engine(engine: Any, pb: Problem, need_weights: bool) -> Engine:
     """The engine asked for, or the faster one for these shapes (the cost model above;
-    docs/design.md, "Engines")."""
+    docs/design.md, "Engines"), by its name in ``ENGINES``.
+
+    Raises:
+        ValueError: an engine not in ``ENGINES``, or a blocked one with ``need_weights``.
+        MissingDependencyError: an engine whose dependencies are not installed.
+    """
     if engine is None:
-        if need_weights:
-            return "naive"
-        L, S = pb.lengths
-        scores = pb.slices * L * S
-        if scores < FUSED_FROM:
-            return "naive"  # without asking whether numba loads: its import takes 0.2 s
-        blocked: Engine = "fused" if _fused.available() else "tiled"
-        if scores * pb.compute_dtype.itemsize > NAIVE_MAX_BYTES:
-            return blocked
-        queries = min(L, _tiled.BLOCK_Q)  # per task
-        if blocked == "fused" and pb.plain:  # tasks compiled whole
-            return blocked if queries * FUSED_KEYS_PER_QUERY >= S else "naive"
-        # the tiled engine, or the fused one running the tiled engine's loop in Python
-        work = scores * 64 / max(min(pb.query.shape[-1], 64), 1) * (2 if pb.is_causal else 1)
-        return blocked if work >= TILED_FROM and queries * S >= TILED_TASK_FROM else "naive"
-    if engine not in ENGINES:
-        raise fail("engine", f"one of {ENGINES} or None", repr(engine))
-    if engine != "naive" and need_weights:
+        return "naive" if need_weights else _fastest(pb)
+    if not isinstance(engine, str) or engine not in ENGINES:  # a str: the registry is a dict
+        raise fail("engine", f"one of {tuple(ENGINES)} or None", repr(engine))
+    asked = ENGINES[engine]
+    if asked.blocked and need_weights:
         raise fail(
             "need_weights",
             f"False with engine={engine!r} (it never holds the (L, S) weights; use engine='naive' or None)",
             True,
         )
-    if engine == "fused" and not _fused.available():
-        raise MissingDependencyError("engine='fused' needs numba and SciPy: pip install 'attnlab[fast]'")
-    return engine
+    if not asked.available():
+        raise MissingDependencyError(f"engine={engine!r} needs {asked.requirement}")
+    return asked.name
 
 
 def _threads(num_threads: Any) -> int | None:
@@ -178,21 +237,10 @@ def attention(
     need_weights = flag("need_weights", need_weights)
     threads = _threads(num_threads)
     chosen = choose_engine(engine, pb, need_weights)
-    weights = None
-    if chosen == "naive":
-        with np.errstate(all="ignore"):  # non-finite inputs give NaN, never a warning
-            output, all_weights, lse = _naive.forward(pb)
-        if need_weights:
-            weights = all_weights.astype(pb.result_dtype, copy=False)
-    else:
-        output, lse = _tiled.forward(pb, threads, _kernels(chosen))
+    output, lse, all_weights = ENGINES[chosen].forward(pb, threads)
+    weights = all_weights.astype(pb.result_dtype, copy=False) if need_weights and all_weights is not None else None
     output.flags.writeable = lse.flags.writeable = False  # the backward's: see Attention.output
     return Attention(pb, chosen, lse, weights, threads, exact_output=output)
-
-
-def _kernels(engine: Engine) -> _tiled.Kernels:
-    """The blocked engines differ only in their elementwise kernels."""
-    return _fused.KERNELS if engine == "fused" else _tiled.NUMPY
 
 
 def _sum_to_shape(grad: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
@@ -219,13 +267,7 @@ def backward(
     if grad_output.dtype != pb.result_dtype:
         raise fail("grad_output", f"dtype {pb.result_dtype} as the inputs", f"dtype {grad_output.dtype}", TypeError)
     grad_output = grad_output.astype(pb.compute_dtype, copy=False)
-    if engine == "naive":
-        with np.errstate(all="ignore"):
-            grad_query, grad_key, grad_value = _naive.backward(pb, grad_output)
-    else:
-        kernels = _kernels(engine)
-        output, lse = _tiled.forward(pb, threads, kernels) if saved is None else saved
-        grad_query, grad_key, grad_value = _tiled.backward(pb, grad_output, output, lse, threads, kernels)
+    grad_query, grad_key, grad_value = ENGINES[engine].backward(pb, grad_output, saved, threads)
     if pb.groups > 1:  # sum each group of G query heads back onto its key/value head
         *batch, H, S, E = grad_key.shape
         grad_key = grad_key.reshape(*batch, H // pb.groups, pb.groups, S, E).sum(axis=-3)  # (B…, Hk, S, E)

@@ -13,13 +13,15 @@ shape, with the key and value heads expanded for GQA.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from ._masks import mask_scores_
-from ._problem import Problem
+from ._problem import Engine, Problem
 from ._softmax import softmax_lse_
 
-__all__ = ["backward", "forward"]
+__all__ = ["NAIVE", "NaiveEngine", "backward", "forward"]
 
 
 def _dropout(pb: Problem) -> np.ndarray | None:
@@ -75,3 +77,34 @@ def backward(pb: Problem, grad_output: np.ndarray) -> tuple[np.ndarray, np.ndarr
     grad_query = grad_scores @ key  # dQ, (B…, L, E)
     grad_key = np.swapaxes(grad_scores, -1, -2) @ pb.query  # dK, (B…, S, E)
     return grad_query, grad_key, grad_value
+
+
+@dataclass(frozen=True)
+class NaiveEngine:
+    """The naive engine behind ``attnlab.engine.EngineImpl``: it holds the weights, and
+    its backward recomputes them (it reads no saved O or lse). Non-finite inputs give NaN,
+    never a NumPy warning."""
+
+    name: Engine = "naive"
+    blocked: bool = False
+    requirement: str | None = None
+
+    def available(self) -> bool:
+        """True: NumPy is all it needs."""
+        return True
+
+    def forward(self, pb: Problem, threads: int | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(O (B…, L, Ev), lse (B…, L), the weights (B…, L, S)), in the compute dtype, on one thread."""
+        with np.errstate(all="ignore"):
+            output, weights, lse = forward(pb)
+        return output, lse, weights
+
+    def backward(
+        self, pb: Problem, grad_output: np.ndarray, saved: tuple[np.ndarray, np.ndarray] | None, threads: int | None
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """:func:`backward`; ``saved`` and ``threads`` are not used."""
+        with np.errstate(all="ignore"):
+            return backward(pb, grad_output)
+
+
+NAIVE = NaiveEngine()

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -32,7 +32,9 @@ from .._validation import (
 )
 from ._masks import check_rng, dropout_factor, dropout_seed
 
-__all__ = ["Problem", "make_problem"]
+__all__ = ["Engine", "Problem", "make_problem"]
+
+Engine = Literal["naive", "tiled", "fused"]  # the engines' names, the values of engine=
 
 
 @dataclass(frozen=True)

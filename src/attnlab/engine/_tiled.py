@@ -22,11 +22,11 @@ each slice is split: tasks over key blocks make dK_j and dV_j, tasks over query 
 make dQ_i (P_ij computed twice). Either way no two tasks write the same rows.
 
 The elementwise work on each block goes through ``Kernels``: NumPy's here, numba's in
-``_fused`` (engine="fused"), which also compiles whole tasks for attention with no mask
-and no dropout (several small slices to a task; causal forward blocks of CAUSAL_BLOCK_Q
-queries). Tasks run on the thread pool of ``_threads``. A task's arithmetic depends only on the
-block sizes, not on which thread runs it or how many there are, so the results are the
-same bits for any thread count. Letters as in ``_problem``.
+``fused`` (engine="fused"), whose kernels also schedule whole compiled tasks for
+attention with no mask and no dropout (``fused._tasks``). Tasks run on the thread pool of
+``_threads``. A task's arithmetic depends only on the block sizes, not on which thread
+runs it or how many there are, so the results are the same bits for any thread count.
+Letters as in ``_problem``.
 """
 
 from __future__ import annotations
@@ -38,10 +38,25 @@ from dataclasses import dataclass
 import numpy as np
 
 from ._masks import mask_scores_
-from ._problem import Problem
-from ._threads import run, thread_count
+from ._problem import Engine, Problem
+from ._threads import run
 
-__all__ = ["BLOCK_K", "BLOCK_Q", "CAUSAL_BLOCK_Q", "NUMPY", "ONE_PASS_BACKWARD_FROM", "Kernels", "backward", "forward"]
+__all__ = [
+    "BLOCK_K",
+    "BLOCK_Q",
+    "NUMPY",
+    "ONE_PASS_BACKWARD_FROM",
+    "TILED",
+    "BackwardPass",
+    "BlockedEngine",
+    "ForwardPass",
+    "Kernels",
+    "Task",
+    "backward",
+    "blocks",
+    "forward",
+    "kv_batch_shape",
+]
 
 # Block sizes: 512 queries × 512 keys of float32 scores is 1 MiB, which stays in a
 # core's L2 cache with its Q and K rows, and makes each block's products large enough
@@ -50,37 +65,58 @@ __all__ = ["BLOCK_K", "BLOCK_Q", "CAUSAL_BLOCK_Q", "NUMPY", "ONE_PASS_BACKWARD_F
 # changes the last bits of the results (never the dropout masks: see ``_masks``).
 BLOCK_Q = 512
 BLOCK_K = 512
-# The compiled forward's query blocks when causal: a block on the diagonal computes a
-# triangle of scores that the mask then removes, and smaller blocks waste less (256 measured
-# 1-7 % faster than 512 on causal shapes from 14 heads of 512 to 8 of 4096).
-CAUSAL_BLOCK_Q = 256
 # From this many slices on, the backward gives each thread whole slices (one pass, less
 # work); below it, it splits slices into blocks to keep every thread busy. A constant,
 # not the thread count, decides, so the bits never depend on the thread count.
 ONE_PASS_BACKWARD_FROM = 8
-# The compiled tasks hold about this many scores (a forward slice of more is split into
-# blocks of queries; smaller slices go several to a task, in the forward and the one-pass
-# backward): enough to make a call's few µs of Python negligible.
-TASK_SCORES = 2**18
+
+Task = Callable[[], None]
+
+
+@dataclass(frozen=True)
+class ForwardPass:
+    """What every forward task reads, and the results they write (no two the same rows),
+    over the n = B·H slices."""
+
+    pb: Problem
+    value: np.ndarray  # V·2⁻ᵏ, (B…, S, Ev)
+    exponent: int  # k, undone on the output
+    skip_causal: bool  # causal, and no block above the diagonal could make a NaN
+    output: np.ndarray  # O, (n, L, Ev)
+    lse: np.ndarray  # (n, L)
+
+
+@dataclass(frozen=True)
+class BackwardPass:
+    """What every backward task reads, and the gradients they write (no two the same
+    rows), over the n = B·H slices."""
+
+    pb: Problem
+    grad_output: np.ndarray  # dO, (n, L, Ev)
+    lse: np.ndarray  # (n, L), +∞ where every key is masked (P = 0 there)
+    delta: np.ndarray  # δ, (n, L)
+    skip_causal: bool  # causal, and no block above the diagonal could make a NaN
+    scale: np.ndarray  # 0-d, in the compute dtype
+    grad_query: np.ndarray  # dQ, (n, L, E)
+    grad_key: np.ndarray  # dK, (n, S, E), one key head per query head
+    grad_value: np.ndarray  # dV, (n, S, Ev)
 
 
 @dataclass(frozen=True)
 class Kernels:
     """The elementwise work on one block of scores Z (l, s), in place, and optionally
     whole tasks compiled. ``NUMPY`` is the oracle; ``attnlab.engine.fused`` compiles the same
-    two block kernels (row by row, in cache) and the three tasks."""
+    two block kernels (row by row, in cache) and schedules its compiled tasks."""
 
     # m' = max(m, rowmax Z); Z ← exp(Z − m'[:, None]); l ← α·l + rowsum Z; m ← m'; returns
     # α = e^(m − m'), (l,); arguments Z, m, l, with m and l (l,) updated in place
     online_softmax_: Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]
     # Z ← P = exp(Z − lse[:, None]);  dP ← dZ = P∘(dP − δ[:, None]);  arguments Z, lse, dP, δ
     softmax_backward_: Callable[[np.ndarray, np.ndarray, np.ndarray, np.ndarray], None]
-    # Whole tasks compiled, for attention with no mask and no dropout (None: the loops below,
-    # in Python), with the arguments that ``_fused_kernels`` documents: the forward of some
-    # slices and rows; the backward's dK, dV (and dQ) over blocks of keys; its dQ over blocks of queries.
-    attend_: Callable[..., None] | None = None
-    backward_keys_: Callable[..., None] | None = None
-    backward_queries_: Callable[..., None] | None = None
+    # The tasks of a whole forward or backward, compiled, for attention with no mask and no
+    # dropout, given the pass and the thread count (None: the loops below, in Python).
+    forward_tasks: Callable[[ForwardPass, int | None], list[Task]] | None = None
+    backward_tasks: Callable[[BackwardPass, int | None], list[Task]] | None = None
 
 
 def _online_softmax_numpy(scores: np.ndarray, row_max: np.ndarray, row_sum: np.ndarray) -> np.ndarray:
@@ -116,7 +152,7 @@ class _Slice:
     mask: np.ndarray | None
 
 
-def _kv_batch(pb: Problem) -> tuple[int, ...]:
+def kv_batch_shape(pb: Problem) -> tuple[int, ...]:
     """The batch shape of keys and values: B… with Hk = H / groups heads last."""
     batch = pb.batch_shape
     return (*batch[:-1], batch[-1] // pb.groups) if pb.groups > 1 else batch
@@ -124,7 +160,7 @@ def _kv_batch(pb: Problem) -> tuple[int, ...]:
 
 def _slices(pb: Problem, value: np.ndarray) -> list[_Slice]:
     """One entry per (batch, head) slice, as views (broadcast dimensions are not copied)."""
-    batch, kv_batch = pb.batch_shape, _kv_batch(pb)
+    batch, kv_batch = pb.batch_shape, kv_batch_shape(pb)
     L, S = pb.lengths
     E, Ev = pb.query.shape[-1], value.shape[-1]
     q = np.broadcast_to(pb.query, (*batch, L, E))
@@ -138,20 +174,8 @@ def _slices(pb: Problem, value: np.ndarray) -> list[_Slice]:
     return slices
 
 
-def _stacked(pb: Problem, value: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """q (B·H, L, E), k (B·Hk, S, E) and v (B·Hk, S, Ev) as C-contiguous stacks of slices
-    (broadcast dimensions copied), the compiled kernels' layout: slice n reads key and
-    value head n // groups."""
-    L, S = pb.lengths
-    E, Ev = pb.query.shape[-1], value.shape[-1]
-    heads, kv_batch = pb.slices // pb.groups, _kv_batch(pb)
-    q = np.ascontiguousarray(np.broadcast_to(pb.query, (*pb.batch_shape, L, E))).reshape(pb.slices, L, E)
-    k = np.ascontiguousarray(np.broadcast_to(pb.key, (*kv_batch, S, E))).reshape(heads, S, E)
-    v = np.ascontiguousarray(np.broadcast_to(value, (*kv_batch, S, Ev))).reshape(heads, S, Ev)
-    return q, k, v  # (B·H, L, E), (B·Hk, S, E), (B·Hk, S, Ev)
-
-
-def _blocks(length: int, size: int) -> list[slice]:
+def blocks(length: int, size: int) -> list[slice]:
+    """[0, length) cut into consecutive slices of ``size`` (the last one shorter)."""
     return [slice(start, min(start + size, length)) for start in range(0, length, size)]
 
 
@@ -159,7 +183,7 @@ def _key_blocks(pb: Problem, rows: slice, skip_causal: bool) -> list[slice]:
     """The blocks of keys that query rows ``rows`` read; with ``skip_causal`` the last
     one ends at the diagonal (row i sees keys 0..i)."""
     S = pb.lengths[1]
-    return _blocks(min(S, rows.stop) if skip_causal else S, BLOCK_K)
+    return blocks(min(S, rows.stop) if skip_causal else S, BLOCK_K)
 
 
 def _value_exponent(value: np.ndarray, length: int) -> tuple[int, bool]:
@@ -182,22 +206,14 @@ def _scores(pb: Problem, s: _Slice, q_scaled: np.ndarray, rows: slice, cols: sli
     return scores
 
 
-def _forward_block(
-    pb: Problem,
-    s: _Slice,
-    rows: slice,
-    out: np.ndarray,
-    lse: np.ndarray,
-    skip_causal: bool,
-    exponent: int,
-    kernels: Kernels,
-) -> None:
+def _forward_block(fp: ForwardPass, s: _Slice, rows: slice, kernels: Kernels) -> None:
     """Output rows and lse of one block of queries, by online softmax."""
+    pb, out, lse = fp.pb, fp.output[s.n], fp.lse[s.n]
     q_scaled = s.q[rows] * np.asarray(pb.scale, dtype=s.q.dtype)  # (block_q, E)
     row_max = np.full(q_scaled.shape[0], -np.inf, dtype=q_scaled.dtype)  # m, (block_q,)
     row_sum = np.zeros(q_scaled.shape[0], dtype=q_scaled.dtype)  # l, before dropout, (block_q,)
     acc = np.zeros((q_scaled.shape[0], s.v.shape[1]), dtype=q_scaled.dtype)  # Σ P·V, (block_q, Ev)
-    for cols in _key_blocks(pb, rows, skip_causal):
+    for cols in _key_blocks(pb, rows, fp.skip_causal):
         weights = _scores(pb, s, q_scaled, rows, cols)
         rescale = kernels.online_softmax_(weights, row_max, row_sum)  # P_j = exp(Z_j − m'); m, l updated
         acc *= rescale[:, None]  # e^(m − m'), 0 on the first block
@@ -205,62 +221,103 @@ def _forward_block(
         if dropout is not None:
             weights *= dropout
         acc += weights @ s.v[cols]
-    np.ldexp(acc / row_sum[:, None], exponent, out=out[rows])  # undo the values' 2⁻ᵏ
+    np.ldexp(acc / row_sum[:, None], fp.exponent, out=out[rows])  # undo the values' 2⁻ᵏ
     out[rows][row_sum == 0] = 0.0  # a row whose keys are all masked is 0, whatever the values
     lse[rows] = row_max + np.log(row_sum)
-
-
-def _slice_groups(slices: int, scores: int, threads: int) -> list[tuple[int, int]]:
-    """Consecutive slices, as (first, stop), several to a group where each has few
-    ``scores``: about TASK_SCORES in each, and at least 4 groups per thread when there
-    are that many slices."""
-    per_task = max(1, min(-(-TASK_SCORES // max(scores, 1)), slices // (4 * threads)))
-    return [(n, min(n + per_task, slices)) for n in range(0, slices, per_task)]
-
-
-def _compiled_tasks(
-    slices: int, L: int, S: int, block_q: int, threads: int
-) -> list[tuple[tuple[int, int], tuple[int, int]]]:
-    """How ``Kernels.attend_`` splits the forward: (slices, rows) ranges, largest first. A
-    slice of TASK_SCORES scores or more is split into its blocks of ``block_q`` queries;
-    smaller ones go several to a task. Either way a task's blocks are the slice's own, so
-    the split never changes a bit of the results."""
-    if L * S >= TASK_SCORES:
-        return [((n, n + 1), (r.start, r.stop)) for r in reversed(_blocks(L, block_q)) for n in range(slices)]
-    return [(group, (0, L)) for group in _slice_groups(slices, L * S, threads)]
 
 
 def forward(pb: Problem, threads: int | None = None, kernels: Kernels = NUMPY) -> tuple[np.ndarray, np.ndarray]:
     """Return (O (B…, L, Ev), lse (B…, L))."""
     L, S = pb.lengths
-    Ev = pb.value.shape[-1]
-    exponent, finite = _value_exponent(pb.value, S)
-    value = np.ldexp(pb.value, -exponent) if exponent else pb.value
-    # Blocks above the diagonal are skipped only when no value there could make a NaN
-    # (0·NaN): the result is then the same as reading them.
-    skip_causal = pb.is_causal and finite
     n = pb.slices
-    out = np.empty((n, L, Ev), dtype=pb.compute_dtype)  # (B·H, L, Ev)
-    lse = np.empty((n, L), dtype=pb.compute_dtype)  # (B·H, L)
-    tasks: list[Callable[[], None]]
-    if kernels.attend_ is not None and pb.plain:
-        scale, unscale = (np.asarray(x, dtype=pb.compute_dtype)[()] for x in (pb.scale, 2.0**exponent))
-        block_q = CAUSAL_BLOCK_Q if pb.is_causal else BLOCK_Q
-        options = ((pb.is_causal, skip_causal), scale, unscale, (block_q, BLOCK_K), out, lse)
-        arrays = _stacked(pb, value)
-        tasks = [
-            functools.partial(kernels.attend_, arrays, pb.groups, slices, rows, *options)
-            for slices, rows in _compiled_tasks(n, L, S, block_q, thread_count(threads))
-        ]
+    exponent, finite = _value_exponent(pb.value, S)
+    fp = ForwardPass(
+        pb,
+        np.ldexp(pb.value, -exponent) if exponent else pb.value,
+        exponent,
+        # Blocks above the diagonal are skipped only when no value there could make a NaN
+        # (0·NaN): the result is then the same as reading them.
+        pb.is_causal and finite,
+        np.empty((n, L, pb.value.shape[-1]), dtype=pb.compute_dtype),  # (B·H, L, Ev)
+        np.empty((n, L), dtype=pb.compute_dtype),  # (B·H, L)
+    )
+    if kernels.forward_tasks is not None and pb.plain:
+        tasks = kernels.forward_tasks(fp, threads)
     else:
-        slices = _slices(pb, value)
+        slices = _slices(pb, fp.value)
         tasks = [
-            functools.partial(_forward_block, pb, s, rows, out[s.n], lse[s.n], skip_causal, exponent, kernels)
-            for rows in reversed(_blocks(L, BLOCK_Q))  # causal: the last rows see the most keys
+            functools.partial(_forward_block, fp, s, rows, kernels)
+            for rows in reversed(blocks(L, BLOCK_Q))  # causal: the last rows see the most keys
             for s in slices
         ]
     run(tasks, threads)
-    return out.reshape(pb.output_shape), lse.reshape(*pb.batch_shape, L)  # (B…, L, Ev), (B…, L)
+    return fp.output.reshape(pb.output_shape), fp.lse.reshape(*pb.batch_shape, L)  # (B…, L, Ev), (B…, L)
+
+
+def _backward_block(
+    bp: BackwardPass, s: _Slice, rows: slice, cols: slice, kernels: Kernels
+) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
+    """P_ij, the dropout factor and dZ_ij of one block."""
+    weights = _scores(bp.pb, s, s.q[rows] * bp.scale, rows, cols)  # Z_ij
+    dropout = bp.pb.dropout(s.n, rows, cols)
+    grad_scores = bp.grad_output[s.n, rows] @ s.v[cols].T  # dP_ij, (block_q, block_k)
+    if dropout is not None:
+        grad_scores *= dropout
+    kernels.softmax_backward_(weights, bp.lse[s.n, rows], grad_scores, bp.delta[s.n, rows])  # P_ij, dZ = P∘(dP − δ)
+    return weights, dropout, grad_scores
+
+
+def _keys_task(bp: BackwardPass, s: _Slice, cols: slice, kernels: Kernels, with_queries: bool = False) -> None:
+    """dK_j and dV_j of one block of keys. ``with_queries`` also adds dZ_ij·K_j into
+    dQ_i, which only a task that owns the whole slice may do."""
+    grad_key = np.zeros((cols.stop - cols.start, bp.grad_key.shape[-1]), dtype=bp.grad_key.dtype)  # (block_k, E)
+    grad_value = np.zeros((cols.stop - cols.start, bp.grad_value.shape[-1]), dtype=bp.grad_value.dtype)
+    first = cols.start if bp.skip_causal else 0  # causal: keys j are seen by queries i >= j
+    for rows in blocks(bp.pb.lengths[0], BLOCK_Q):
+        if rows.stop <= first:
+            continue
+        weights, dropout, grad_scores = _backward_block(bp, s, rows, cols, kernels)
+        if with_queries:
+            bp.grad_query[s.n, rows] += grad_scores @ s.k[cols]
+        if dropout is not None:
+            weights *= dropout
+        grad_value += weights.T @ bp.grad_output[s.n, rows]
+        grad_key += grad_scores.T @ s.q[rows]
+    bp.grad_key[s.n, cols] = grad_key * bp.scale
+    bp.grad_value[s.n, cols] = grad_value
+
+
+def _queries_task(bp: BackwardPass, s: _Slice, rows: slice, kernels: Kernels) -> None:
+    """dQ_i of one block of queries."""
+    grad_query = np.zeros((rows.stop - rows.start, bp.grad_query.shape[-1]), dtype=bp.grad_query.dtype)
+    for cols in _key_blocks(bp.pb, rows, bp.skip_causal):
+        grad_query += _backward_block(bp, s, rows, cols, kernels)[2] @ s.k[cols]
+    bp.grad_query[s.n, rows] = grad_query * bp.scale
+
+
+def _slice_task(bp: BackwardPass, s: _Slice, kernels: Kernels) -> None:
+    """The whole backward of one slice in one pass over its key blocks."""
+    bp.grad_query[s.n] = 0.0
+    for cols in blocks(bp.pb.lengths[1], BLOCK_K):
+        _keys_task(bp, s, cols, kernels, with_queries=True)
+    bp.grad_query[s.n] *= bp.scale
+
+
+def _backward_tasks(bp: BackwardPass, kernels: Kernels) -> list[Task]:
+    """The backward's tasks in Python, largest first: with causal masking the first keys
+    and the last queries have the most work."""
+    L, S = bp.pb.lengths
+    slices = _slices(bp.pb, bp.pb.value)
+    if bp.pb.slices >= ONE_PASS_BACKWARD_FROM:  # one task per slice: 5 products and one exp per block
+        return [functools.partial(_slice_task, bp, s, kernels) for s in slices]
+    # few slices: split each in two passes, 7 products and two exps per block
+    tasks: list[Task] = [
+        functools.partial(_keys_task, bp, s, cols, kernels) for cols in blocks(S, BLOCK_K) for s in slices
+    ]
+    tasks += [
+        functools.partial(_queries_task, bp, s, rows, kernels) for rows in reversed(blocks(L, BLOCK_Q)) for s in slices
+    ]
+    return tasks
 
 
 def backward(
@@ -278,92 +335,67 @@ def backward(
     n = pb.slices
     dtype = pb.compute_dtype
     grad_output = np.broadcast_to(grad_output, pb.output_shape).reshape(n, L, Ev)  # dO, (B·H, L, Ev)
-    lse = np.where(np.isneginf(lse), np.inf, lse).reshape(n, L)  # fully masked rows: P = exp(−inf) = 0, (B·H, L)
     delta = np.einsum("nle,nle->nl", grad_output, output.reshape(n, L, Ev))  # δ, (B·H, L)
     # as in the forward: skip blocks above the diagonal only when they could add no NaN
     finite = (np.isfinite(x).all() for x in (pb.query, pb.key, pb.value, grad_output, delta))
-    skip_causal = pb.is_causal and all(finite)
-    grad_q = np.empty((n, L, E), dtype=dtype)
-    grad_k = np.empty((n, S, E), dtype=dtype)
-    grad_v = np.empty((n, S, Ev), dtype=dtype)
-    scale = np.asarray(pb.scale, dtype=dtype)
-
-    def block(s: _Slice, rows: slice, cols: slice) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
-        """P_ij, the dropout factor and dZ_ij of one block."""
-        weights = _scores(pb, s, s.q[rows] * scale, rows, cols)  # Z_ij
-        dropout = pb.dropout(s.n, rows, cols)
-        grad_scores = grad_output[s.n, rows] @ s.v[cols].T  # dP_ij, (block_q, block_k)
-        if dropout is not None:
-            grad_scores *= dropout
-        kernels.softmax_backward_(weights, lse[s.n, rows], grad_scores, delta[s.n, rows])  # P_ij, dZ = P∘(dP − δ)
-        return weights, dropout, grad_scores
-
-    def keys_task(s: _Slice, cols: slice, with_queries: bool = False) -> None:
-        """dK_j and dV_j of one block of keys. ``with_queries`` also adds dZ_ij·K_j into
-        dQ_i, which only a task that owns the whole slice may do."""
-        gk = np.zeros((cols.stop - cols.start, E), dtype=dtype)
-        gv = np.zeros((cols.stop - cols.start, Ev), dtype=dtype)
-        first = cols.start if skip_causal else 0  # causal: keys j are seen by queries i >= j
-        for rows in _blocks(L, BLOCK_Q):
-            if rows.stop <= first:
-                continue
-            weights, dropout, grad_scores = block(s, rows, cols)
-            if with_queries:
-                grad_q[s.n, rows] += grad_scores @ s.k[cols]
-            if dropout is not None:
-                weights *= dropout
-            gv += weights.T @ grad_output[s.n, rows]
-            gk += grad_scores.T @ s.q[rows]
-        grad_k[s.n, cols] = gk * scale
-        grad_v[s.n, cols] = gv
-
-    def queries_task(s: _Slice, rows: slice) -> None:
-        gq = np.zeros((rows.stop - rows.start, E), dtype=dtype)
-        for cols in _key_blocks(pb, rows, skip_causal):
-            gq += block(s, rows, cols)[2] @ s.k[cols]
-        grad_q[s.n, rows] = gq * scale
-
-    def slice_task(s: _Slice) -> None:
-        """The whole backward of one slice in one pass over its key blocks."""
-        grad_q[s.n] = 0.0
-        for cols in _blocks(S, BLOCK_K):
-            keys_task(s, cols, with_queries=True)
-        grad_q[s.n] *= scale
-
-    tasks: list[Callable[[], None]]
-    if kernels.backward_keys_ and kernels.backward_queries_ and pb.plain:
-        arrays = (*_stacked(pb, pb.value), np.ascontiguousarray(grad_output), lse, delta)
-        options = ((pb.is_causal, skip_causal), scale[()], (BLOCK_Q, BLOCK_K))
-        keys, queries = (
-            functools.partial(kernel, arrays, pb.groups)
-            for kernel in (kernels.backward_keys_, kernels.backward_queries_)
-        )
-        grads = (grad_q, grad_k, grad_v)
-        if n >= ONE_PASS_BACKWARD_FROM:  # as slice_task, several small slices to a task
-            ranges = _slice_groups(n, L * S, thread_count(threads))
-            tasks = [functools.partial(keys, m, (0, S), True, *options, grads) for m in ranges]
-        else:  # as keys_task and queries_task
-            tasks = [
-                functools.partial(keys, (m, m + 1), (c.start, c.stop), False, *options, grads)
-                for c in _blocks(S, BLOCK_K)
-                for m in range(n)
-            ]
-            tasks += [
-                functools.partial(queries, (m, m + 1), (r.start, r.stop), *options, grad_q)
-                for r in reversed(_blocks(L, BLOCK_Q))
-                for m in range(n)
-            ]
-    elif n >= ONE_PASS_BACKWARD_FROM:  # one task per slice: 5 products and one exp per block
-        tasks = [functools.partial(slice_task, s) for s in _slices(pb, pb.value)]
-    else:  # few slices: split each in two passes, 7 products and two exps per block
-        # largest first: with causal masking the first keys and the last queries have the most work
-        slices = _slices(pb, pb.value)
-        tasks = [functools.partial(keys_task, s, cols) for cols in _blocks(S, BLOCK_K) for s in slices]
-        tasks += [functools.partial(queries_task, s, rows) for rows in reversed(_blocks(L, BLOCK_Q)) for s in slices]
+    bp = BackwardPass(
+        pb,
+        grad_output,
+        np.where(np.isneginf(lse), np.inf, lse).reshape(n, L),  # fully masked rows: P = exp(−inf) = 0, (B·H, L)
+        delta,
+        pb.is_causal and all(finite),
+        np.asarray(pb.scale, dtype=dtype),
+        np.empty((n, L, E), dtype=dtype),  # (B·H, L, E)
+        np.empty((n, S, E), dtype=dtype),  # (B·H, S, E)
+        np.empty((n, S, Ev), dtype=dtype),  # (B·H, S, Ev)
+    )
+    if kernels.backward_tasks is not None and pb.plain:
+        tasks = kernels.backward_tasks(bp, threads)
+    else:
+        tasks = _backward_tasks(bp, kernels)
     run(tasks, threads)
     batch = pb.batch_shape
     return (
-        grad_q.reshape(*batch, L, E),  # (B…, L, E)
-        grad_k.reshape(*batch, S, E),  # (B…, S, E), one key head per query head
-        grad_v.reshape(*batch, S, Ev),  # (B…, S, Ev)
+        bp.grad_query.reshape(*batch, L, E),  # (B…, L, E)
+        bp.grad_key.reshape(*batch, S, E),  # (B…, S, E), one key head per query head
+        bp.grad_value.reshape(*batch, S, Ev),  # (B…, S, Ev)
     )
+
+
+@dataclass(frozen=True)
+class BlockedEngine:
+    """An engine that runs by blocks of keys, :func:`forward` and :func:`backward` with its
+    ``kernels``: O(L·Ev) extra memory, so it never holds the (L, S) weights, and its
+    backward starts from the forward's O and lse (``attnlab.engine.EngineImpl``)."""
+
+    name: Engine
+    kernels: Kernels
+    requirement: str | None = None  # what it needs installed, for the error when it is not available
+
+    @property
+    def blocked(self) -> bool:
+        """True: it runs by blocks of keys."""
+        return True
+
+    @property
+    def compiled(self) -> bool:
+        """Whether its tasks are compiled whole when there is no mask and no dropout."""
+        return self.kernels.forward_tasks is not None
+
+    def available(self) -> bool:
+        """True: NumPy is all it needs (the fused engine says otherwise)."""
+        return True
+
+    def forward(self, pb: Problem, threads: int | None) -> tuple[np.ndarray, np.ndarray, None]:
+        """(O (B…, L, Ev), lse (B…, L), no weights), in the compute dtype."""
+        return (*forward(pb, threads, self.kernels), None)
+
+    def backward(
+        self, pb: Problem, grad_output: np.ndarray, saved: tuple[np.ndarray, np.ndarray] | None, threads: int | None
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """:func:`backward` from the forward's (O, lse), recomputed when ``saved`` is None."""
+        output, lse = forward(pb, threads, self.kernels) if saved is None else saved
+        return backward(pb, grad_output, output, lse, threads, self.kernels)
+
+
+TILED = BlockedEngine("tiled", NUMPY)

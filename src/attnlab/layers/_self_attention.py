@@ -70,7 +70,7 @@ class SelfAttention:
         """Return ``(output, weights)``: (…, L, d_k) and (…, L, L). ``scale`` defaults
         to 1/√d_k; ``is_causal`` lets token i attend to tokens 0..i only."""
         _, Q, K, V = self._project(X)
-        return scaled_dot_product_attention(Q, K, V, is_causal=is_causal, scale=scale, return_weights=True)
+        return scaled_dot_product_attention(Q, K, V, is_causal=is_causal, scale=scale, need_weights=True)
 
     __call__ = forward
 

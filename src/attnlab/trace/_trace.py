@@ -340,7 +340,7 @@ def build_trace(
         raise fail("tokens", f"{L} labels, one per row of the input", "a string", TypeError)
     if tokens is not None and len(tokens) != L:
         raise fail("tokens", f"{L} labels, one per row of the input", f"{len(tokens)} labels")
-    output, weights = scaled_dot_product_attention(Q, K, V, is_causal=is_causal, scale=scale, return_weights=True)
+    output, weights = scaled_dot_product_attention(Q, K, V, is_causal=is_causal, scale=scale, need_weights=True)
     with np.errstate(over="ignore", invalid="ignore"):  # overflowing scores are shown as ±inf or NaN
         scores = Q @ np.swapaxes(K, -1, -2)  # (…, L, L)
         scaled = scores * scale

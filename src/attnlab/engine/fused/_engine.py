@@ -13,7 +13,8 @@ products still by BLAS. ``KERNELS`` gives ``_tiled`` two layers of kernels:
 - Whole tasks, for attention with no mask and no dropout: the forward of some slices and
   rows, the backward over blocks of keys and over blocks of queries, each one compiled
   call with its products through numba's np.dot (SciPy's BLAS) and no Python between
-  blocks (``_fused_kernels.attend``, ``backward_keys``, ``backward_queries``).
+  blocks (``_fused_kernels.attend``, ``backward_keys``, ``backward_queries``), scheduled
+  by :mod:`._tasks`.
 
 NumPy's exp is vectorised with AVX-512 but falls back to slow code on AVX2 machines, and
 the SVML library that numba could use instead is not in its pip builds, so the
@@ -36,16 +37,15 @@ compiled in memory in each process.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
-from typing import Any
 
 import numpy as np
 
 from ..._validation import fail
 from .._threads import rescan_blas
-from .._tiled import Kernels
+from .._tiled import BlockedEngine, Kernels
+from ._tasks import backward_tasks, forward_tasks
 
-__all__ = ["KERNELS", "available", "online_softmax_", "softmax_backward_"]
+__all__ = ["FUSED", "KERNELS", "FusedEngine", "available", "online_softmax_", "softmax_backward_"]
 
 
 @functools.cache
@@ -86,23 +86,13 @@ def softmax_backward_(scores: np.ndarray, lse: np.ndarray, grad: np.ndarray, del
     softmax_backward(scores, _rows("lse", lse, scores), grad, _rows("delta", delta, scores))
 
 
-def _compiled(name: str) -> Callable[..., None]:
-    """A whole-task kernel of ``_fused_kernels`` (``_tiled.Kernels``; arguments as that
-    module documents), imported on its first call."""
+class FusedEngine(BlockedEngine):
+    """The tiled engine with these kernels, there when they load (:func:`available`)."""
 
-    def call(*arguments: Any) -> None:
-        from . import _kernels as _fused_kernels
-
-        getattr(_fused_kernels, name)(*arguments)
-
-    call.__name__ = call.__qualname__ = name
-    return call
+    def available(self) -> bool:
+        """Whether numba's kernels load (:func:`available`)."""
+        return available()
 
 
-KERNELS = Kernels(
-    online_softmax_,
-    softmax_backward_,
-    _compiled("attend"),
-    _compiled("backward_keys"),
-    _compiled("backward_queries"),
-)
+KERNELS = Kernels(online_softmax_, softmax_backward_, forward_tasks, backward_tasks)
+FUSED = FusedEngine("fused", KERNELS, "numba and SciPy: pip install 'attnlab[fast]'")
