@@ -1,4 +1,19 @@
-"""``attnlab bench``: attnlab's engines timed against NumPy and torch."""
+r"""attnlab bench: time attnlab's engines against NumPy and torch, side by side.
+
+Time attnlab's engines against torch's SDPA in one run: shape classes from many short
+heads to decoding one token against 65,536 keys, forward and forward+backward; then a
+length sweep (float32, B=1, H=8, E=64, L = S from 256 to 4096) with textbook NumPy
+attention too.
+
+Examples::
+
+  attnlab bench --quick
+  attnlab bench --json bench.json
+  env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE attnlab bench   # let OpenBLAS pick its fastest kernels
+  OPENBLAS_CORETYPE=Haswell NPY_DISABLE_CPU_FEATURES='X86_V4 AVX512_ICL AVX512_SPR' \
+  NUMBA_CPU_NAME=haswell NUMBA_CPU_FEATURES=+avx2,+fma ATEN_CPU_CAPABILITY=avx2 \
+  MKL_ENABLE_INSTRUCTIONS=AVX2 ONEDNN_MAX_CPU_ISA=AVX2 attnlab bench   # AVX2 kernels only
+"""
 
 from __future__ import annotations
 
@@ -6,45 +21,34 @@ import argparse
 import json
 
 from .._validation import output_path
-from ._options import add_command, at_least
+from ._options import at_least
 
-__all__ = ["add_parser", "run"]
+__all__ = ["OPTIONS", "add_options", "run"]
 
 
-def add_parser(commands: argparse._SubParsersAction) -> None:
-    """Add ``bench``: --quick, --json, --repeat, and the two other runs, --models and --engine-table."""
-    bench = add_command(
-        commands,
-        "bench",
-        run,
-        "time attnlab's engines against NumPy and torch, side by side",
-        "Time attnlab's engines against torch's SDPA in one run: shape classes from many short heads to "
-        "decoding one token against 65,536 keys, forward and forward+backward; then a length sweep "
-        "(float32, B=1, H=8, E=64, L = S from 256 to 4096) with textbook NumPy attention too.",
-        "  attnlab bench --quick\n  attnlab bench --json bench.json\n"
-        "  env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE attnlab bench   # let OpenBLAS pick its fastest kernels\n"
-        "  OPENBLAS_CORETYPE=Haswell NPY_DISABLE_CPU_FEATURES='X86_V4 AVX512_ICL AVX512_SPR' \\\n"
-        "  NUMBA_CPU_NAME=haswell NUMBA_CPU_FEATURES=+avx2,+fma ATEN_CPU_CAPABILITY=avx2 \\\n"
-        "  MKL_ENABLE_INSTRUCTIONS=AVX2 ONEDNN_MAX_CPU_ISA=AVX2 attnlab bench   # AVX2 kernels only",
-    )
-    bench.add_argument(
+def add_options(parser: argparse.ArgumentParser) -> None:
+    """bench's own options."""
+    parser.add_argument(
         "--quick", action="store_true", help="the shape classes only, attnlab's choice against torch: under a minute"
     )
-    bench.add_argument("--json", metavar="PATH", help="also write every figure to this JSON file")
-    bench.add_argument("--repeat", type=at_least(1), help="timed runs per figure, best kept (default 3, quick 1)")
-    bench.add_argument(
+    parser.add_argument("--json", metavar="PATH", help="also write every figure to this JSON file")
+    parser.add_argument("--repeat", type=at_least(1), help="timed runs per figure, best kept (default 3, quick 1)")
+    parser.add_argument(
         "--models",
         action="store_true",
         help="instead: a model with Qwen2.5-0.5B's shapes (random weights) against transformers' eager and sdpa "
         "attention: forward over 32 and 512 tokens, 64 generated tokens, attnlab's peak memory (needs "
         "attnlab[test]; a few minutes and 2 GiB of disk)",
     )
-    bench.add_argument(
+    parser.add_argument(
         "--engine-table",
         metavar="PATH",
         help="instead: time every engine on shapes from many tiny heads to one long one, causal ones and "
         "decoding, and write the table engine=None is fitted to (docs/engine-choice.json) to PATH",
     )
+
+
+OPTIONS = (add_options,)  # the option groups, in --help's order
 
 
 def run(args: argparse.Namespace) -> None:

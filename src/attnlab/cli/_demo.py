@@ -1,4 +1,11 @@
-"""``attnlab demo``: the seed article's demonstration, every step."""
+"""attnlab demo: the article's demonstration, every step.
+
+Print the seed article's demo: 4 one-hot tokens, d_model=8, d_k=6, seed 42.
+
+Examples::
+
+  attnlab demo --lang en
+"""
 
 from __future__ import annotations
 
@@ -6,26 +13,16 @@ import argparse
 
 from ..reference import SelfAttention as ReferenceSelfAttention
 from ..trace._trace import Trace
-from ._options import add_command, add_output_options, print_trace
+from ._options import add_output_options, print_trace
 
-__all__ = ["add_parser", "run"]
+__all__ = ["OPTIONS", "run"]
 
 # The seed article's demonstration: four one-hot tokens of width 8, d_k = 6.
 DEMO_D_MODEL, DEMO_D_K = 8, 6
 DEMO_X = [[1.0 if j == i else 0.0 for j in range(DEMO_D_MODEL)] for i in range(4)]
 
 
-def add_parser(commands: argparse._SubParsersAction) -> None:
-    """Add ``demo`` and its output options."""
-    add_command(
-        commands,
-        "demo",
-        run,
-        "the article's demonstration, every step",
-        "Print the seed article's demo: 4 one-hot tokens, d_model=8, d_k=6, seed 42.",
-        "  attnlab demo --lang en",
-        [add_output_options],
-    )
+OPTIONS = (add_output_options,)  # the option groups, in --help's order
 
 
 def run(args: argparse.Namespace) -> None:

@@ -1,30 +1,35 @@
-"""``attnlab experiment``: list the experiments, or rerun one."""
+"""attnlab experiment: rerun the experiments that answer the article's questions.
+
+List the experiments, or run one: it writes report.md, results.json and PNG figures to
+--out.
+
+Examples::
+
+  attnlab experiment list
+  attnlab experiment run coref --quick
+  attnlab experiment run coref --seed 1
+"""
 
 from __future__ import annotations
 
 import argparse
 
 from ._inputs import InputError
-from ._options import add_command, at_least
+from ._options import at_least
 
-__all__ = ["add_parser", "run"]
+__all__ = ["OPTIONS", "add_options", "run"]
 
 
-def add_parser(commands: argparse._SubParsersAction) -> None:
-    """Add ``experiment``: list or run, the experiment's name, --quick, --seed and --out."""
-    experiment = add_command(
-        commands,
-        "experiment",
-        run,
-        "rerun the experiments that answer the article's questions",
-        "List the experiments, or run one: it writes report.md, results.json and PNG figures to --out.",
-        "  attnlab experiment list\n  attnlab experiment run coref --quick\n  attnlab experiment run coref --seed 1",
-    )
-    experiment.add_argument("action", choices=("list", "run"), help="list the experiments, or run one")
-    experiment.add_argument("name", nargs="?", metavar="NAME", help="the experiment to run")
-    experiment.add_argument("--quick", action="store_true", help="a short run (under a minute on 2 cores)")
-    experiment.add_argument("--seed", type=at_least(0, 2**32 - 1), default=0, help="the seed (default 0)")
-    experiment.add_argument("--out", metavar="DIR", help="where to write (default experiments/NAME)")
+def add_options(parser: argparse.ArgumentParser) -> None:
+    """experiment's own options."""
+    parser.add_argument("action", choices=("list", "run"), help="list the experiments, or run one")
+    parser.add_argument("name", nargs="?", metavar="NAME", help="the experiment to run")
+    parser.add_argument("--quick", action="store_true", help="a short run (under a minute on 2 cores)")
+    parser.add_argument("--seed", type=at_least(0, 2**32 - 1), default=0, help="the seed (default 0)")
+    parser.add_argument("--out", metavar="DIR", help="where to write (default experiments/NAME)")
+
+
+OPTIONS = (add_options,)  # the option groups, in --help's order
 
 
 def run(args: argparse.Namespace) -> None:

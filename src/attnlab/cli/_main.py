@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from .. import __version__
 from .._validation import AttnlabError
 from . import _bench, _demo, _experiment, _plot, _ring, _trace, _view
-from ._options import Parser
+from ._options import Parser, add_command
 
 __all__ = ["build_parser", "main"]
 
@@ -36,7 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"attnlab {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=Parser)
     for command in COMMANDS:
-        command.add_parser(commands)
+        add_command(commands, command)
     return parser
 
 

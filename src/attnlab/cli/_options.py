@@ -4,7 +4,8 @@ help layout, and the output options of demo and trace."""
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
+from types import ModuleType
 from typing import NoReturn
 
 from ..trace import ModelTrace
@@ -37,27 +38,23 @@ def at_least(minimum: int, maximum: int | None = None) -> Callable[[str], int]:
     return parse
 
 
-def add_command(
-    commands: argparse._SubParsersAction,
-    name: str,
-    run: Callable[[argparse.Namespace], None],
-    summary: str,
-    description: str,
-    examples: str,
-    options: Sequence[Callable[[argparse.ArgumentParser], None]] = (),
-) -> argparse.ArgumentParser:
-    """Add subcommand ``name``: its help, its examples below the options, the shared option groups."""
+def add_command(commands: argparse._SubParsersAction, command: ModuleType) -> None:
+    """Add the command that module ``command`` is (``cli._plot`` is ``plot``): its help
+    from the module's docstring, whose first line reads ``attnlab NAME: summary.``, then a
+    paragraph of description (one line in --help) and the examples after ``Examples::``;
+    then the option groups of its ``OPTIONS`` and its ``run``."""
+    name = command.__name__.rpartition("._")[2]
+    heading, description, examples = (command.__doc__ or "").strip().split("\n\n", 2)
     parser: argparse.ArgumentParser = commands.add_parser(
         name,
-        help=summary,
-        description=description,
-        epilog=f"examples:\n{examples}",
+        help=heading.removeprefix(f"attnlab {name}: ").removesuffix("."),
+        description=" ".join(description.split("\n")),
+        epilog="examples:\n" + examples.removeprefix("Examples::\n\n"),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    for add_options in options:
+    for add_options in command.OPTIONS:
         add_options(parser)
-    parser.set_defaults(run=run)
-    return parser
+    parser.set_defaults(run=command.run)
 
 
 def add_output_options(parser: argparse.ArgumentParser) -> None:

@@ -1,4 +1,13 @@
-"""``attnlab plot``: the attention weights (or scores) as a heatmap, PNG, SVG or PDF."""
+"""attnlab plot: draw the attention weights as a heatmap (PNG, SVG or PDF).
+
+Draw a heatmap of a trace: token labels on both axes, one panel per head. INPUT is what
+'attnlab trace' takes, or a trace saved with 'attnlab trace --format json'.
+
+Examples::
+
+  attnlab plot --text "小明是个运动达人，他平时很爱打篮球" -o weights.png
+  attnlab plot trace.json --stage scaled --heads 0,2 -o scaled.svg
+"""
 
 from __future__ import annotations
 
@@ -7,29 +16,20 @@ import sys
 import time
 import warnings
 
-from ._options import add_command
 from ._sequence import add_input_options, trace_from_args
 
-__all__ = ["add_parser", "run"]
+__all__ = ["OPTIONS", "add_options", "run"]
 
 
-def add_parser(commands: argparse._SubParsersAction) -> None:
-    """Add ``plot``: the input options, then -o, --stage, --heads and --relative."""
-    plot = add_command(
-        commands,
-        "plot",
-        run,
-        "draw the attention weights as a heatmap (PNG, SVG or PDF)",
-        "Draw a heatmap of a trace: token labels on both axes, one panel per head. "
-        "INPUT is what 'attnlab trace' takes, or a trace saved with 'attnlab trace --format json'.",
-        '  attnlab plot --text "小明是个运动达人，他平时很爱打篮球" -o weights.png\n'
-        "  attnlab plot trace.json --stage scaled --heads 0,2 -o scaled.svg",
-        [add_input_options],
-    )
-    plot.add_argument("-o", "--output", required=True, help="the picture to write: .png, .svg or .pdf")
-    plot.add_argument("--stage", choices=("weights", "scaled", "scores"), default="weights", help="what to draw")
-    plot.add_argument("--heads", default="all", help="'all' (default) or head indices such as 0,2,5")
-    plot.add_argument("--relative", action="store_true", help="colour weights from 0 to the largest, not from 0 to 1")
+def add_options(parser: argparse.ArgumentParser) -> None:
+    """plot's own options."""
+    parser.add_argument("-o", "--output", required=True, help="the picture to write: .png, .svg or .pdf")
+    parser.add_argument("--stage", choices=("weights", "scaled", "scores"), default="weights", help="what to draw")
+    parser.add_argument("--heads", default="all", help="'all' (default) or head indices such as 0,2,5")
+    parser.add_argument("--relative", action="store_true", help="colour weights from 0 to the largest, not from 0 to 1")
+
+
+OPTIONS = (add_input_options, add_options)  # the option groups, in --help's order
 
 
 def run(args: argparse.Namespace) -> None:
