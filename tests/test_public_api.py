@@ -1,0 +1,59 @@
+"""The public names, written out: what users import from where they always have. A name
+that moves, disappears or appears without this list changing is a failure."""
+
+from __future__ import annotations
+
+import importlib
+import warnings
+
+import pytest
+
+PUBLIC = {
+    "attnlab": [
+        "ArgumentError", "ArgumentTypeError", "Attention", "AttnlabError", "Gradients", "MissingDependencyError",
+        "MissingFontWarning", "MultiheadAttention", "SelfAttention", "Trace", "__version__", "attention",
+        "distributed", "functional", "interop", "models", "nn", "plot", "reference", "scaled_dot_product_attention",
+        "scaled_dot_product_attention_backward", "show", "softmax", "view",
+    ],
+    "attnlab.functional": [
+        "Attention", "Gradients", "attention", "scaled_dot_product_attention", "scaled_dot_product_attention_backward",
+        "softmax",
+    ],
+    "attnlab.reference": ["AttentionSteps", "SelfAttention", "matmul", "softmax", "transpose"],
+    "attnlab.interop": ["from_torch", "to_torch"],
+    "attnlab.models": [
+        "CheckpointError", "Model", "ModelConfig", "ModelOutput", "ModelTrace", "SUPPORTED", "Tokenizer", "load",
+    ],
+    "attnlab.nn": [
+        "AdamW", "Embedding", "LayerNorm", "Linear", "Module", "MultiheadSelfAttention", "Parameter", "RNN",
+        "TransformerBlock", "clip_grad_norm", "cross_entropy", "gelu", "train",
+    ],
+    "attnlab.distributed": ["LAYOUTS", "ring_attention", "ring_attention_backward", "shard", "unshard"],
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("module", sorted(PUBLIC))
+def test_each_public_module_exports_exactly_its_names(module):
+    imported = importlib.import_module(module)
+    assert sorted(imported.__all__) == sorted(PUBLIC[module])
+    for name in imported.__all__:
+        assert getattr(imported, name) is not None, f"{module}.{name}"
+
+
+def test_the_same_objects_under_both_names():
+    import attnlab as al
+
+    assert al.attention is al.functional.attention
+    assert al.models.ModelTrace is importlib.import_module("attnlab.trace").ModelTrace
+    assert al.MultiheadAttention is importlib.import_module("attnlab.layers").MultiheadAttention
+
+
+def test_a_renamed_name_is_a_deprecated_alias_of_the_new_one():
+    from attnlab import nn
+
+    with pytest.warns(DeprecationWarning, match="MultiheadSelfAttention"):
+        old = nn.SelfAttention
+    assert old is nn.MultiheadSelfAttention
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert nn.MultiheadSelfAttention is not None  # the new name does not warn
