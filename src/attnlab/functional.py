@@ -15,6 +15,7 @@ import warnings
 from typing import Any, Literal, overload
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from ._validation import fail, flag, float_array, probability
 from .engine._attention import Attention, Engine, Gradients, attention, backward, choose_engine
@@ -47,44 +48,46 @@ _UNSET = _Unset.UNSET
 
 @overload
 def scaled_dot_product_attention(
-    query: Any, key: Any, value: Any, attn_mask: Any = ..., dropout_p: float = ..., is_causal: bool = ...,
-    scale: float | None = ..., enable_gqa: bool = ..., *, need_weights: Literal[False] | _Unset = ...,
-    return_lse: Literal[False] = ..., rng: int | np.random.Generator | None = ..., engine: Engine | None = ...,
+    query: ArrayLike, key: ArrayLike, value: ArrayLike, attn_mask: ArrayLike | None = ..., dropout_p: float = ...,
+    is_causal: bool = ..., scale: float | None = ..., enable_gqa: bool = ..., *,
+    need_weights: Literal[False] | _Unset = ..., return_lse: Literal[False] = ...,
+    rng: int | np.random.Generator | None = ..., engine: Engine | None = ...,
     num_threads: int | None = ..., return_weights: _Unset = ...,
 ) -> Array: ...  # fmt: skip
 @overload
 def scaled_dot_product_attention(
-    query: Any, key: Any, value: Any, attn_mask: Any = ..., dropout_p: float = ..., is_causal: bool = ...,
-    scale: float | None = ..., enable_gqa: bool = ..., *, need_weights: Literal[True],
+    query: ArrayLike, key: ArrayLike, value: ArrayLike, attn_mask: ArrayLike | None = ..., dropout_p: float = ...,
+    is_causal: bool = ..., scale: float | None = ..., enable_gqa: bool = ..., *, need_weights: Literal[True],
     return_lse: Literal[False] = ..., rng: int | np.random.Generator | None = ..., engine: Engine | None = ...,
     num_threads: int | None = ..., return_weights: _Unset = ...,
 ) -> tuple[Array, Array]: ...  # fmt: skip
 @overload
 def scaled_dot_product_attention(
-    query: Any, key: Any, value: Any, attn_mask: Any = ..., dropout_p: float = ..., is_causal: bool = ...,
-    scale: float | None = ..., enable_gqa: bool = ..., *, need_weights: Literal[False] | _Unset = ...,
-    return_lse: Literal[True], rng: int | np.random.Generator | None = ..., engine: Engine | None = ...,
+    query: ArrayLike, key: ArrayLike, value: ArrayLike, attn_mask: ArrayLike | None = ..., dropout_p: float = ...,
+    is_causal: bool = ..., scale: float | None = ..., enable_gqa: bool = ..., *,
+    need_weights: Literal[False] | _Unset = ..., return_lse: Literal[True],
+    rng: int | np.random.Generator | None = ..., engine: Engine | None = ...,
     num_threads: int | None = ..., return_weights: _Unset = ...,
 ) -> tuple[Array, Array]: ...  # fmt: skip
 @overload
 def scaled_dot_product_attention(
-    query: Any, key: Any, value: Any, attn_mask: Any = ..., dropout_p: float = ..., is_causal: bool = ...,
-    scale: float | None = ..., enable_gqa: bool = ..., *, need_weights: Literal[True],
+    query: ArrayLike, key: ArrayLike, value: ArrayLike, attn_mask: ArrayLike | None = ..., dropout_p: float = ...,
+    is_causal: bool = ..., scale: float | None = ..., enable_gqa: bool = ..., *, need_weights: Literal[True],
     return_lse: Literal[True], rng: int | np.random.Generator | None = ..., engine: Engine | None = ...,
     num_threads: int | None = ..., return_weights: _Unset = ...,
 ) -> tuple[Array, Array, Array]: ...  # fmt: skip
 @overload
 def scaled_dot_product_attention(
-    query: Any, key: Any, value: Any, attn_mask: Any = ..., dropout_p: float = ..., is_causal: bool = ...,
-    scale: float | None = ..., enable_gqa: bool = ..., *, need_weights: _Unset = ...,
+    query: ArrayLike, key: ArrayLike, value: ArrayLike, attn_mask: ArrayLike | None = ..., dropout_p: float = ...,
+    is_causal: bool = ..., scale: float | None = ..., enable_gqa: bool = ..., *, need_weights: _Unset = ...,
     return_lse: bool = ..., rng: int | np.random.Generator | None = ..., engine: Engine | None = ...,
     num_threads: int | None = ..., return_weights: bool,
 ) -> Array | tuple[Array, ...]: ...  # fmt: skip
 def scaled_dot_product_attention(
-    query: Any,
-    key: Any,
-    value: Any,
-    attn_mask: Any = None,
+    query: ArrayLike,
+    key: ArrayLike,
+    value: ArrayLike,
+    attn_mask: ArrayLike | None = None,
     dropout_p: float = 0.0,
     is_causal: bool = False,
     scale: float | None = None,
@@ -186,22 +189,11 @@ def _need_weights(need_weights: Any, return_weights: Any) -> bool:
 
 
 def scaled_dot_product_attention_backward(
-    grad_output: Any,
-    query: Any,
-    key: Any,
-    value: Any,
-    attn_mask: Any = None,
-    is_causal: bool = False,
-    scale: float | None = None,
-    enable_gqa: bool = False,
-    *,
-    dropout_p: float = 0.0,
-    rng: int | None = None,
-    engine: Engine | None = None,
-    num_threads: int | None = None,
-    output: Any = None,
-    lse: Any = None,
-) -> Gradients:
+    grad_output: ArrayLike, query: ArrayLike, key: ArrayLike, value: ArrayLike, attn_mask: ArrayLike | None = None,
+    is_causal: bool = False, scale: float | None = None, enable_gqa: bool = False, *, dropout_p: float = 0.0,
+    rng: int | None = None, engine: Engine | None = None, num_threads: int | None = None,
+    output: ArrayLike | None = None, lse: ArrayLike | None = None,
+) -> Gradients:  # fmt: skip
     """Gradients of ``scaled_dot_product_attention`` for query, key and value.
 
     With P = softmax(Z), Z = scale · Q·Kᵀ + mask, O = P·V (dropout aside):

@@ -23,8 +23,9 @@ from collections.abc import Sequence
 from typing import Any, Literal, overload
 
 import numpy as np
+from numpy.typing import ArrayLike
 
-from .._validation import fail, float_array
+from .._validation import Array, fail, float_array
 from ..engine._attention import ENGINES, Engine, Gradients
 from . import _ring
 
@@ -36,18 +37,21 @@ Layout = Literal["contiguous", "zigzag"]
 
 @overload
 def ring_attention(
-    query: Any, key: Any, value: Any, *, is_causal: bool = ..., scale: float | None = ..., enable_gqa: bool = ...,
-    group: Any = ..., layout: Layout = ..., return_lse: Literal[False] = ..., engine: Engine | None = ...,
-) -> np.ndarray: ...  # fmt: skip
+    query: ArrayLike, key: ArrayLike, value: ArrayLike, *, is_causal: bool = ..., scale: float | None = ...,
+    enable_gqa: bool = ..., group: Any = ..., layout: Layout = ..., return_lse: Literal[False] = ...,
+    engine: Engine | None = ...,
+) -> Array: ...  # fmt: skip
 @overload
 def ring_attention(
-    query: Any, key: Any, value: Any, *, is_causal: bool = ..., scale: float | None = ..., enable_gqa: bool = ...,
-    group: Any = ..., layout: Layout = ..., return_lse: Literal[True], engine: Engine | None = ...,
-) -> tuple[np.ndarray, np.ndarray]: ...  # fmt: skip
+    query: ArrayLike, key: ArrayLike, value: ArrayLike, *, is_causal: bool = ..., scale: float | None = ...,
+    enable_gqa: bool = ..., group: Any = ..., layout: Layout = ..., return_lse: Literal[True],
+    engine: Engine | None = ...,
+) -> tuple[Array, Array]: ...  # fmt: skip
 def ring_attention(
-    query: Any, key: Any, value: Any, *, is_causal: bool = False, scale: float | None = None, enable_gqa: bool = False,
-    group: Any = None, layout: Layout = "contiguous", return_lse: bool = False, engine: Engine | None = None,
-) -> np.ndarray | tuple[np.ndarray, np.ndarray]:  # fmt: skip
+    query: ArrayLike, key: ArrayLike, value: ArrayLike, *, is_causal: bool = False, scale: float | None = None,
+    enable_gqa: bool = False, group: Any = None, layout: Layout = "contiguous", return_lse: bool = False,
+    engine: Engine | None = None,
+) -> Array | tuple[Array, Array]:  # fmt: skip
     """This rank's shard of softmax(scale · Q·Kᵀ) · V over the whole sequence.
 
     Args:
@@ -81,12 +85,12 @@ def ring_attention(
 
 
 def ring_attention_backward(
-    grad_output: Any,
-    query: Any,
-    key: Any,
-    value: Any,
-    output: Any,
-    lse: Any,
+    grad_output: ArrayLike,
+    query: ArrayLike,
+    key: ArrayLike,
+    value: ArrayLike,
+    output: ArrayLike,
+    lse: ArrayLike,
     *,
     is_causal: bool = False,
     scale: float | None = None,
@@ -143,7 +147,7 @@ def _check_saved(query: Any, key: Any, value: Any, grad_output: Any, output: Any
         raise fail("lse", f"shape {pb.output_shape[:-1]} (one per output row)", f"shape {np.shape(lse)}")
 
 
-def shard(x: Any, world_size: int, rank: int, layout: Layout = "contiguous", axis: int = -2) -> np.ndarray:
+def shard(x: ArrayLike, world_size: int, rank: int, layout: Layout = "contiguous", axis: int = -2) -> Array:
     """Rank ``rank``'s rows of the whole sequence ``x`` along ``axis`` (the sequence axis
     of (B…, L, E)): the r-th of P near-equal runs ("contiguous"), or chunks r and
     2P − 1 − r of 2P ("zigzag")."""
@@ -157,7 +161,7 @@ def shard(x: Any, world_size: int, rank: int, layout: Layout = "contiguous", axi
     return _ring.shard(x, int(world_size), int(rank), layout, axis)
 
 
-def unshard(shards: Sequence[Any], layout: Layout = "contiguous", axis: int = -2) -> np.ndarray:
+def unshard(shards: Sequence[ArrayLike], layout: Layout = "contiguous", axis: int = -2) -> Array:
     """The whole sequence from every rank's shard, in rank order: the inverse of :func:`shard`."""
     if layout not in LAYOUTS:
         raise fail("layout", f"one of {', '.join(LAYOUTS)}", repr(layout))

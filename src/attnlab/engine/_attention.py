@@ -17,7 +17,7 @@ from typing import Any, NamedTuple, Protocol
 import numpy as np
 from numpy.typing import ArrayLike
 
-from .._validation import MissingDependencyError, fail, flag, float_array, positive_int
+from .._validation import Array, MissingDependencyError, fail, flag, float_array, positive_int
 from . import _naive, _tiled
 from ._problem import Engine, Problem, make_problem
 from .fused import _engine as _fused
@@ -72,7 +72,7 @@ class EngineImpl(Protocol):
 
     def backward(
         self, pb: Problem, grad_output: np.ndarray, saved: tuple[np.ndarray, np.ndarray] | None, threads: int | None
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    ) -> tuple[Array, Array, Array]:
         """(dQ (B…, L, E), dK (B…, S, E), dV (B…, S, Ev)) from dO (B…, L, Ev), given the
         forward's (O, lse) as ``saved`` or None (recomputed where the engine needs them)."""
         ...
@@ -141,7 +141,7 @@ class Attention:
         """O in the inputs' dtype: the caller's own copy, which the backward never reads."""
         return self.exact_output.astype(self.problem.result_dtype, copy=True)
 
-    def backward(self, grad_output: Any) -> Gradients:
+    def backward(self, grad_output: ArrayLike) -> Gradients:
         """dQ, dK, dV of Σ grad_output∘O, each in the shape and dtype of its input
         (broadcast dimensions summed, GQA groups summed onto their shared head).
 
@@ -253,7 +253,7 @@ def _sum_to_shape(grad: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
 def backward(
     pb: Problem,
     engine: Engine,
-    grad_output: Any,
+    grad_output: ArrayLike,
     saved: tuple[np.ndarray, np.ndarray] | None,
     num_threads: Any = None,
 ) -> Gradients:

@@ -7,11 +7,10 @@ of it is −inf (every key masked) gives all zeros and log-sum-exp −inf, never
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
+from numpy.typing import ArrayLike
 
-from .._validation import compute_dtype, fail, float_array
+from .._validation import Array, compute_dtype, fail, float_array
 
 __all__ = ["softmax"]
 
@@ -30,7 +29,7 @@ def softmax_lse_(scores: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return scores, lse
 
 
-def softmax(x: Any, axis: int = -1) -> np.ndarray:
+def softmax(x: ArrayLike, axis: int = -1) -> Array:
     """Softmax of ``x`` along ``axis`` (default the last), same shape and dtype.
 
     Each slice along ``axis`` sums to 1, except a slice that is all −inf, which gives

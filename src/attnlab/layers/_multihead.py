@@ -25,8 +25,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
-from .._validation import array_of, fail, flag, float_array, int_seed, layer_dtype, positive_int, probability
+from .._validation import Array, array_of, fail, flag, float_array, int_seed, layer_dtype, positive_int, probability
 from ..engine._attention import Attention, attention
 from ..trace._trace import Trace, build_trace
 from ._linear import linear, linear_backward, merge_heads, split_heads
@@ -181,16 +182,10 @@ class MultiheadAttention:
         return self.train(False)
 
     def __call__(
-        self,
-        query: Any,
-        key: Any,
-        value: Any,
-        key_padding_mask: Any = None,
-        need_weights: bool = True,
-        attn_mask: Any = None,
-        average_attn_weights: bool = True,
+        self, query: ArrayLike, key: ArrayLike, value: ArrayLike, key_padding_mask: ArrayLike | None = None,
+        need_weights: bool = True, attn_mask: ArrayLike | None = None, average_attn_weights: bool = True,
         is_causal: bool = False,
-    ) -> tuple[np.ndarray, np.ndarray | None]:
+    ) -> tuple[Array, Array | None]:  # fmt: skip
         """Return ``(output, weights)``: output like query; weights (N, L, S') averaged
         over heads or (N, H, L, S') per head (without N when unbatched), None unless
         ``need_weights``. The forward is kept for :meth:`backward`."""
@@ -205,7 +200,7 @@ class MultiheadAttention:
 
     forward = __call__
 
-    def backward(self, grad_output: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def backward(self, grad_output: ArrayLike) -> tuple[Array, Array, Array]:
         """Gradients of the last forward's output for query, key and value (in their
         layouts); fills ``self.grads`` with one gradient per ``state_dict`` entry.
 

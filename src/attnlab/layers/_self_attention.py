@@ -66,7 +66,9 @@ class SelfAttention:
         X = X.astype(self.dtype, copy=False)
         return X, X @ self.Wq, X @ self.Wk, X @ self.Wv  # (…, L, d_k) each
 
-    def forward(self, X: Any, *, is_causal: bool = False, scale: float | None = None) -> tuple[np.ndarray, np.ndarray]:
+    def forward(
+        self, X: ArrayLike, *, is_causal: bool = False, scale: float | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
         """Return ``(output, weights)``: (…, L, d_k) and (…, L, L). ``scale`` defaults
         to 1/√d_k; ``is_causal`` lets token i attend to tokens 0..i only."""
         _, Q, K, V = self._project(X)
@@ -75,7 +77,7 @@ class SelfAttention:
     __call__ = forward
 
     def trace(
-        self, X: Any, *, is_causal: bool = False, scale: float | None = None, tokens: Sequence[str] | None = None
+        self, X: ArrayLike, *, is_causal: bool = False, scale: float | None = None, tokens: Sequence[str] | None = None
     ) -> Trace:
         """Every intermediate of one forward pass of a (L, d_model) input, as a Trace."""
         X, Q, K, V = self._project(X)

@@ -12,8 +12,9 @@ import numpy as np
 
 from .._validation import Array, fail, ids_below, is_integer
 from ._network import ModelConfig, Network
+from ._tokenizer import Tokenizer
 
-__all__ = ["check_length", "layer_indices", "model_inputs", "token_ids"]
+__all__ = ["check_length", "layer_indices", "model_inputs", "sequence_ids", "token_ids"]
 
 
 def model_inputs(
@@ -43,6 +44,26 @@ def token_ids(config: ModelConfig, input_ids: Any) -> Array:
     ids_below("input_ids", ids, config.vocab_size)
     check_length(config, ids.shape[-1], "input_ids")
     return ids.astype(np.int64, copy=False)
+
+
+def sequence_ids(config: ModelConfig, tokenizer: Tokenizer | None, text_or_ids: Any) -> Array:
+    """One sequence's ids (L,): a text tokenized with the model's tokenizer (and its
+    special tokens), or ids checked as :func:`token_ids` checks them.
+
+    Raises:
+        ArgumentError: a text and no tokenizer, a text of no token, ids that are not one
+            sequence of the vocabulary's ids.
+    """
+    if isinstance(text_or_ids, str):
+        if tokenizer is None:
+            raise fail("text_or_ids", "token ids: this checkpoint has no tokenizer", "a text")
+        text, text_or_ids = text_or_ids, tokenizer.encode(text_or_ids)
+        if len(text_or_ids) == 0:
+            raise fail("text_or_ids", "a text of at least one token", repr(text))
+    ids = token_ids(config, text_or_ids)
+    if ids.ndim != 1:
+        raise fail("text_or_ids", "one sequence: a text or ids of shape (L,)", f"ids of shape {ids.shape}")
+    return ids
 
 
 def check_length(config: ModelConfig, length: int, what: str) -> None:

@@ -6,7 +6,7 @@ keys and values (1, Hk, S, E) of every position before it, with no mask.
 
 from __future__ import annotations
 
-from typing import Any, TypedDict
+from typing import Any
 
 import numpy as np
 
@@ -15,15 +15,7 @@ from ..engine._masks import check_rng
 from ._checks import check_length, token_ids
 from ._network import ModelConfig, Network
 
-__all__ = ["Sampling", "generate"]
-
-
-class Sampling(TypedDict, total=False):
-    """How :meth:`Model.generate` picks each token: ``temperature`` (0, the default: the
-    most likely token) and ``rng`` (a Generator or an int seed) for the draws."""
-
-    temperature: float
-    rng: Any
+__all__ = ["generate"]
 
 
 class _KVCache:

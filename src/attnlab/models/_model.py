@@ -6,19 +6,17 @@ generation in :mod:`._generate`, the argument checks in :mod:`._checks`.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, overload
+from typing import Any, Literal, overload
 
 import numpy as np
+from numpy.typing import ArrayLike
 
-from .._validation import Array, fail, flag
+from .._validation import Array, flag
 from ..trace import ModelTrace
-from ._checks import layer_indices, model_inputs, token_ids
-from ._generate import Sampling, generate
+from ._checks import layer_indices, model_inputs, sequence_ids
+from ._generate import generate
 from ._network import ModelConfig, Network, Recorder
 from ._tokenizer import Tokenizer
-
-if TYPE_CHECKING:
-    from typing_extensions import Unpack
 
 __all__ = ["Model", "ModelOutput"]
 
@@ -67,14 +65,9 @@ class Model:
         )
 
     def forward(
-        self,
-        input_ids: Any,
-        attention_mask: Any = None,
-        token_type_ids: Any = None,
-        *,
-        output_hidden_states: bool = False,
-        output_attentions: bool = False,
-    ) -> ModelOutput:
+        self, input_ids: ArrayLike, attention_mask: ArrayLike | None = None, token_type_ids: ArrayLike | None = None,
+        *, output_hidden_states: bool = False, output_attentions: bool = False,
+    ) -> ModelOutput:  # fmt: skip
         """Run the model on ``input_ids`` (B, L) or (L,) (the outputs then have no batch
         axis). ``attention_mask`` (same shape, 1 for a token and 0 for padding) hides the
         padding's keys; a padding query that would see no key sees itself, so no row is
@@ -104,20 +97,12 @@ class Model:
 
     __call__ = forward
 
-    def trace(self, text_or_ids: Any, layers: Any = None) -> ModelTrace:
+    def trace(self, text_or_ids: ArrayLike | str, layers: Any = None) -> ModelTrace:
         """Every step of attention for one sequence (a text, tokenized with the model's
         tokenizer and its special tokens, or ids (L,)) in ``layers`` (an index, a list of
         them, or None for all; negative indices count from the end)."""
         tokenizer = self.tokenizer
-        if isinstance(text_or_ids, str):
-            if tokenizer is None:
-                raise fail("text_or_ids", "token ids: this checkpoint has no tokenizer", "a text")
-            text, text_or_ids = text_or_ids, tokenizer.encode(text_or_ids)
-            if len(text_or_ids) == 0:
-                raise fail("text_or_ids", "a text of at least one token", repr(text))
-        ids = token_ids(self.config, text_or_ids)
-        if ids.ndim != 1:
-            raise fail("text_or_ids", "one sequence: a text or ids of shape (L,)", f"ids of shape {ids.shape}")
+        ids = sequence_ids(self.config, tokenizer, text_or_ids)
         chosen = layer_indices(self.config, layers)
         record = Recorder(trace_layers=frozenset(chosen))
         self.network.forward(ids[None], None, None, None, record, None)  # (L,) -> (1, L)
@@ -131,13 +116,18 @@ class Model:
 
     @overload
     def generate(
-        self, input_ids: Any, max_new_tokens: int, *, output_logits: Literal[False] = ..., **sampling: Unpack[Sampling]
-    ) -> Array: ...
+        self, input_ids: ArrayLike, max_new_tokens: int, *, temperature: float = ...,
+        rng: int | np.random.Generator | None = ..., output_logits: Literal[False] = ...,
+    ) -> Array: ...  # fmt: skip
     @overload
     def generate(
-        self, input_ids: Any, max_new_tokens: int, *, output_logits: Literal[True], **sampling: Unpack[Sampling]
-    ) -> tuple[Array, Array]: ...
-    def generate(self, input_ids: Any, max_new_tokens: int, **options: Any) -> Array | tuple[Array, Array]:
+        self, input_ids: ArrayLike, max_new_tokens: int, *, temperature: float = ...,
+        rng: int | np.random.Generator | None = ..., output_logits: Literal[True],
+    ) -> tuple[Array, Array]: ...  # fmt: skip
+    def generate(
+        self, input_ids: ArrayLike, max_new_tokens: int, *, temperature: float = 0.0,
+        rng: int | np.random.Generator | None = None, output_logits: bool = False,
+    ) -> Array | tuple[Array, Array]:  # fmt: skip
         """``input_ids`` (L,) followed by up to ``max_new_tokens`` tokens: the most likely
         each time (``temperature`` 0, the default) or drawn from softmax(logits /
         temperature) with ``rng`` (a Generator or an int seed). Stops after an
@@ -151,4 +141,6 @@ class Model:
             ArgumentError, ArgumentTypeError: a model that is not causal (BERT), not one
                 sequence of ids, more tokens than the model's positions, a bad argument.
         """
-        return generate(self.network, input_ids, max_new_tokens, **options)
+        return generate(
+            self.network, input_ids, max_new_tokens, temperature=temperature, rng=rng, output_logits=output_logits
+        )
