@@ -8,13 +8,13 @@ docs/benchmarks.md, "What limits the remaining gaps", quotes its output.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 
 import numpy as np
 import torch
 from threadpoolctl import threadpool_limits
 
+from attnlab._timer import best_times
 from attnlab.engine.fused import _kernels as kernels
 
 BLOCK = 512
@@ -22,19 +22,12 @@ KEYS = 16 * BLOCK  # the pieces are timed over 16 blocks of keys
 
 
 def best_seconds(run: Callable[[], object], repeat: int = 7) -> float:
-    run()
-    return min(_timed(run) for _ in range(repeat))
-
-
-def _timed(run: Callable[[], object]) -> float:
-    start = time.perf_counter()
-    run()
-    return time.perf_counter() - start
+    return best_times({"run": run}, repeat, settle=True)["run"]
 
 
 @kernels.compile_
 def pieces(q, k, v, acc, part, scores, row_max, row_sum, rescale, which):  # type: ignore[no-untyped-def]
-    """The forward's loop over blocks of keys (``_fused_kernels.attend``), with only the
+    """The forward's loop over blocks of keys (``attnlab.engine.fused._kernels.attend``), with only the
     pieces in ``which`` (1: Q·Kᵀ, 2: the softmax step, 4: P·V, 8: the accumulation)."""
     rows, width = q.shape[0], v.shape[1]
     for start in range(0, k.shape[0], BLOCK):

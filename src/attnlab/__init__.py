@@ -56,6 +56,13 @@ __all__ = [
     "view",
 ]
 
+
+def __dir__() -> list[str]:
+    """The public API only: the layer packages (engine, layers, trace, viz, …) stay
+    importable but out of ``dir(attnlab)`` and tab completion."""
+    return sorted(__all__)
+
+
 # Public classes report where users find them: attnlab.Trace, not attnlab.trace._trace.Trace.
 for _public in (
     ArgumentError,

@@ -17,7 +17,7 @@ from typing import Any, Literal, overload
 import numpy as np
 from numpy.typing import ArrayLike
 
-from ._validation import fail, flag, float_array, probability
+from ._validation import Array, fail, flag, float_array, probability
 from .engine._attention import Attention, Engine, Gradients, attention, backward, choose_engine
 from .engine._problem import make_problem
 from .engine._softmax import softmax
@@ -30,8 +30,6 @@ __all__ = [
     "scaled_dot_product_attention_backward",
     "softmax",
 ]
-
-Array = np.ndarray
 
 
 class _Unset(enum.Enum):

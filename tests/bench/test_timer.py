@@ -9,7 +9,7 @@ import math
 import pytest
 
 from attnlab import ArgumentError, ArgumentTypeError
-from attnlab.bench._timer import best_times, time_once
+from attnlab._timer import best_times, time_once
 
 
 def recorder(calls: list[tuple[str, bool]], name: str):

@@ -1,4 +1,4 @@
-"""One rank of a ring-attention test, run as its own process by tests/test_distributed.py:
+"""One rank of a ring-attention test, run as its own process by tests/distributed/test_distributed.py:
 
     python tests/distributed/ring_worker.py SPEC.json RANK WORLD_SIZE PORT OUT_DIR
 

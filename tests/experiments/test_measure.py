@@ -90,7 +90,7 @@ def test_coref_training_turns_the_answering_head_to_the_referent():
     assert len(trained.losses) == 60 and trained.metrics()["steps"] == 60
 
 
-def test_measuring_imports_no_matplotlib():
+def test_measuring_normalization_and_value_imports_no_matplotlib():
     code = """
 import sys
 from attnlab.experiments import _run, _normalization, _value

@@ -2,7 +2,7 @@
 the machine's limits beside them; a long sequence's memory, the first call's compile time,
 a model against transformers, and the ring. Each measurement that needs a fresh process
 has a module of its own run with ``python -m``; every time goes through one timer
-(``_timer.best_times``).
+(``attnlab._timer.best_times``).
 
 The command line's entry points: :func:`main` (``attnlab bench``), :func:`engine_report`
 (``--engine-table``), :func:`run_models` and :func:`format_models` (``--models``),

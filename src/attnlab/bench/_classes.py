@@ -7,11 +7,11 @@ from typing import Any
 
 import numpy as np
 
+from .._timer import PAUSE_SECONDS, best_times
 from ..engine._attention import Engine, choose_engine
 from ..engine._problem import make_problem
 from ._shapes import Shape, available_engines, timed_runs
 from ._table import cell, markdown_table, ratio
-from ._timer import PAUSE_SECONDS, best_times
 
 __all__ = ["CASES", "chosen_engine", "format_classes", "shape_classes"]
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from .._timer import PAUSE_SECONDS, best_times
 from ._machine import machine
 from ._shapes import Shape, available_engines, timed_runs
 from ._table import markdown_table
-from ._timer import PAUSE_SECONDS, best_times
 
 __all__ = ["ENGINE_GRID", "engine_report", "engine_table"]
 

@@ -18,9 +18,9 @@ from collections.abc import Callable
 
 import numpy as np
 
+from .._timer import best_times
 from ..engine._attention import attention
 from ..engine.fused import _engine as _fused
-from ._timer import best_times
 
 __all__ = ["first_call_seconds", "main"]
 

@@ -14,9 +14,9 @@ import sys
 
 import numpy as np
 
+from .._timer import time_once
 from ..functional import scaled_dot_product_attention
 from ._memory import peak_rss_mib
-from ._timer import time_once
 
 __all__ = ["LONG_LENGTH", "long_sequence", "main"]
 

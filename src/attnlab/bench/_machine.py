@@ -9,9 +9,9 @@ from typing import Any
 
 import numpy as np
 
+from .._timer import best_times
 from ..engine._threads import default_threads
 from ..engine.fused import _engine as _fused
-from ._timer import best_times
 
 __all__ = ["blas_info", "gemm_gflops", "machine"]
 

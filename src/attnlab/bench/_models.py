@@ -22,10 +22,10 @@ from typing import Any
 
 import numpy as np
 
-from .._validation import MissingDependencyError
+from .._timer import best_times
+from .._validation import Array, MissingDependencyError
 from ._memory import peak_rss_mib
 from ._table import markdown_table
-from ._timer import best_times
 
 __all__ = ["QWEN2_5_0_5B", "format_models", "main", "memory", "run_models"]
 
@@ -90,7 +90,7 @@ def run_models(
     return results
 
 
-def _forward_row(ours: Any, reference: Any, ids: np.ndarray, repeat: int) -> dict[str, Any]:
+def _forward_row(ours: Any, reference: Any, ids: Array, repeat: int) -> dict[str, Any]:
     """One forward over ``ids`` by each library, seconds, the best of ``repeat`` one after
     the other (not settled: as the model comes), and the largest logit difference."""
     import torch
@@ -109,12 +109,12 @@ def _forward_row(ours: Any, reference: Any, ids: np.ndarray, repeat: int) -> dic
     return row
 
 
-def _generation(ours: Any, reference: Any, prompt: np.ndarray, new_tokens: int) -> dict[str, Any]:
+def _generation(ours: Any, reference: Any, prompt: Array, new_tokens: int) -> dict[str, Any]:
     """``new_tokens`` greedy tokens after ``prompt`` by each library, one timed generation
     each, seconds; and whether attnlab's tokens are sdpa's."""
     import torch
 
-    tokens: dict[str, np.ndarray] = {}
+    tokens: dict[str, Array] = {}
 
     def generate(name: str, implementation: str | None) -> Callable[[], object]:
         def run() -> None:

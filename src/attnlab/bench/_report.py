@@ -2,7 +2,7 @@
 the length sweep, reference vs seed, a long sequence and the fused engine's first call,
 with the machine's limits beside them (float32, B=1, H=8, E=64 unless named).
 
-Times are the best of ``repeat`` runs taken in turns (see :func:`._timer.best_times`);
+Times are the best of ``repeat`` runs taken in turns (see :func:`attnlab._timer.best_times`);
 memory is the peak of NumPy's allocations during one run (tracemalloc), which torch's
 allocations are not part of, or a fresh process's peak resident memory.
 """

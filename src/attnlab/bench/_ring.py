@@ -21,10 +21,10 @@ from typing import Any, TypeVar
 import numpy as np
 
 from .. import distributed
+from .._timer import time_once
 from ..distributed import _attention as _ring_api
 from ..distributed import _ring
 from ._memory import peak_rss_mib
-from ._timer import time_once
 
 __all__ = ["main"]
 

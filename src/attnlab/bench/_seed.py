@@ -9,7 +9,7 @@ import random
 from collections.abc import Callable
 
 from .. import reference
-from ._timer import best_times
+from .._timer import best_times
 
 __all__ = ["reference_vs_seed"]
 

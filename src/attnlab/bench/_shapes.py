@@ -10,6 +10,7 @@ from typing import Literal
 
 import numpy as np
 
+from .._validation import Array
 from ..engine._attention import ENGINES, Engine, attention
 from ..engine.fused import _engine as _fused
 
@@ -57,7 +58,7 @@ def available_engines() -> list[Engine]:
     return [name for name in ENGINES if name != "fused" or _fused.available()]
 
 
-def textbook_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool) -> np.ndarray:
+def textbook_attention(q: Array, k: Array, v: Array, causal: bool) -> Array:
     """The three lines every tutorial writes (plus the causal mask): softmax(q·kᵀ/√E)·v,
     q (B…, L, E), k and v (B…, S, E), the (B…, L, S) scores whole in memory."""
     scores = q @ k.swapaxes(-1, -2) / np.sqrt(q.shape[-1])  # (B…, L, S)

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .._timer import PAUSE_SECONDS, best_times
 from ._memory import traced_peak_mib
 from ._shapes import Shape, timed_runs
 from ._table import cell, markdown_table, ratio
-from ._timer import PAUSE_SECONDS, best_times
 
 __all__ = ["IMPLEMENTATIONS", "SIZES", "Row", "format_sweep", "length_sweep"]
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from .._validation import ArgumentError
+from .._validation import ArgumentError, Array
 
 __all__ = [
     "InputError",
@@ -36,7 +36,7 @@ class InputError(ArgumentError):
     """The user's input cannot be used; the message says why."""
 
 
-def _numeric_rows(rows: Any, source: str) -> np.ndarray:
+def _numeric_rows(rows: Any, source: str) -> Array:
     """A list of equally long rows of finite numbers as a (L, d_model) float64 array."""
     if not isinstance(rows, list) or not all(isinstance(r, list) for r in rows):
         raise InputError(f"{source}: expected a list of rows (a list of lists of numbers)")
@@ -56,7 +56,7 @@ def _numeric_rows(rows: Any, source: str) -> np.ndarray:
     return _finite(matrix, source)
 
 
-def _finite(x: np.ndarray, source: str) -> np.ndarray:
+def _finite(x: Array, source: str) -> Array:
     if x.ndim != 2 or 0 in x.shape:
         raise InputError(f"{source}: expected a non-empty (length, width) matrix, got shape {x.shape}")
     bad = np.argwhere(~np.isfinite(x))
@@ -77,7 +77,7 @@ def _parse_json(text: str, source: str) -> Any:
         raise InputError(f"{source}: cannot use this JSON ({e})") from None
 
 
-def _read_csv(text: str, source: str) -> tuple[np.ndarray, list[str] | None]:
+def _read_csv(text: str, source: str) -> tuple[Array, list[str] | None]:
     """The numbers of a CSV file, and the tokens it names. A first column that is not
     numbers (below a header, if any) holds the tokens, one per row; a first row whose
     other fields are not all numbers is a header, such as "token,x0,x1", and is skipped."""
@@ -156,7 +156,7 @@ def source_name(path: str) -> str:
     return "standard input" if path == "-" else path
 
 
-def as_sequence(data: Any, path: str) -> tuple[np.ndarray, list[str] | None]:
+def as_sequence(data: Any, path: str) -> tuple[Array, list[str] | None]:
     """What :func:`read_json_or_matrix` read, as a (L, d_model) sequence and the tokens
     the file named (a CSV's first column), if any."""
     if isinstance(data, tuple):
@@ -174,7 +174,7 @@ def split_text(text: str) -> list[str]:
     return tokens
 
 
-def embed_tokens(tokens: list[str], embed: str, d_model: int, seed: int) -> np.ndarray:
+def embed_tokens(tokens: list[str], embed: str, d_model: int, seed: int) -> Array:
     """(L, d_model) vectors: one-hot over the distinct tokens in order of first appearance
     (d_model = their count), or seeded N(0, 1) vectors of width ``d_model``, one per
     distinct token."""

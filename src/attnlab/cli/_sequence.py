@@ -10,6 +10,7 @@ import math
 
 import numpy as np
 
+from .._validation import Array
 from ..layers._multihead import MultiheadAttention
 from ..layers._self_attention import SelfAttention
 from ..trace import ModelTrace
@@ -197,7 +198,7 @@ def _check_trace_size(length: int, heads: int, fewer: str = "") -> None:
         )
 
 
-def _run_layer(X: np.ndarray, tokens: list[str] | None, args: argparse.Namespace) -> Trace:
+def _run_layer(X: Array, tokens: list[str] | None, args: argparse.Namespace) -> Trace:
     """The trace of the seed's layer (one head) or a MultiheadAttention on X (L, d_model)."""
     scale = {"sqrt": None, "none": 1.0}.get(args.scale, args.scale)
     if args.num_heads == 1:

@@ -66,12 +66,12 @@ class EngineImpl(Protocol):
         """Whether it can run here (its optional dependencies load)."""
         ...
 
-    def forward(self, pb: Problem, threads: int | None) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    def forward(self, pb: Problem, threads: int | None) -> tuple[Array, Array, Array | None]:
         """(O (B…, L, Ev), lse (B…, L), the weights (B…, L, S), None if it never holds them)."""
         ...
 
     def backward(
-        self, pb: Problem, grad_output: np.ndarray, saved: tuple[np.ndarray, np.ndarray] | None, threads: int | None
+        self, pb: Problem, grad_output: Array, saved: tuple[Array, Array] | None, threads: int | None
     ) -> tuple[Array, Array, Array]:
         """(dQ (B…, L, E), dK (B…, S, E), dV (B…, S, Ev)) from dO (B…, L, Ev), given the
         forward's (O, lse) as ``saved`` or None (recomputed where the engine needs them)."""
@@ -106,9 +106,9 @@ NAIVE_MAX_BYTES = 2**31  # the naive engine's score matrix
 class Gradients(NamedTuple):
     """dQ, dK and dV, each in the shape and dtype of its input."""
 
-    query: np.ndarray
-    key: np.ndarray
-    value: np.ndarray
+    query: Array
+    key: Array
+    value: Array
 
 
 @dataclass(frozen=True, repr=False)
@@ -131,13 +131,13 @@ class Attention:
 
     problem: Problem
     engine: Engine
-    lse: np.ndarray
-    weights: np.ndarray | None
+    lse: Array
+    weights: Array | None
     num_threads: int | None
-    exact_output: np.ndarray = field(repr=False)  # O in the compute dtype, read-only: what the backward's δ needs
+    exact_output: Array = field(repr=False)  # O in the compute dtype, read-only: what the backward's δ needs
 
     @functools.cached_property
-    def output(self) -> np.ndarray:
+    def output(self) -> Array:
         """O in the inputs' dtype: the caller's own copy, which the backward never reads."""
         return self.exact_output.astype(self.problem.result_dtype, copy=True)
 
@@ -243,7 +243,7 @@ def attention(
     return Attention(pb, chosen, lse, weights, threads, exact_output=output)
 
 
-def _sum_to_shape(grad: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+def _sum_to_shape(grad: Array, shape: tuple[int, ...]) -> Array:
     """Undo broadcasting: sum ``grad`` over the dimensions that ``shape`` broadcast along."""
     grad = grad.sum(axis=tuple(range(grad.ndim - len(shape))))
     stretched = tuple(i for i, n in enumerate(shape) if n == 1 and grad.shape[i] != 1)
@@ -254,7 +254,7 @@ def backward(
     pb: Problem,
     engine: Engine,
     grad_output: ArrayLike,
-    saved: tuple[np.ndarray, np.ndarray] | None,
+    saved: tuple[Array, Array] | None,
     num_threads: Any = None,
 ) -> Gradients:
     """The gradients of attention over ``pb``; see :meth:`Attention.backward`. ``saved`` is

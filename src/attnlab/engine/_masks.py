@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from .._validation import fail, int_seed
+from .._validation import Array, fail, int_seed
 
 __all__ = ["TILE_COLS", "TILE_ROWS", "check_rng", "dropout_factor", "dropout_seed", "keep_mask", "mask_scores_"]
 
@@ -28,7 +28,7 @@ TILE_ROWS = 64
 TILE_COLS = 256
 
 
-def mask_scores_(scores: np.ndarray, mask: np.ndarray | None, is_causal: bool, row0: int = 0, col0: int = 0) -> None:
+def mask_scores_(scores: Array, mask: Array | None, is_causal: bool, row0: int = 0, col0: int = 0) -> None:
     """Mask a block of scores (…, l, s) in place; the block starts at row ``row0`` and
     column ``col0`` of the full matrix."""
     if mask is not None:
@@ -63,7 +63,7 @@ def dropout_seed(rng: int | np.random.Generator | None) -> int:
     return rng
 
 
-def keep_mask(key: int, n: int, rows: slice, cols: slice, p: float) -> np.ndarray:
+def keep_mask(key: int, n: int, rows: slice, cols: slice, p: float) -> Array:
     """Bool (rows, cols) block of the keep mask of slice ``n``; True = kept."""
     r0, r1, c0, c1 = rows.start, rows.stop, cols.start, cols.stop
     mask = np.empty((r1 - r0, c1 - c0), dtype=bool)
@@ -80,6 +80,6 @@ def keep_mask(key: int, n: int, rows: slice, cols: slice, p: float) -> np.ndarra
     return mask
 
 
-def dropout_factor(key: int, p: float, n: int, rows: slice, cols: slice, dtype: np.dtype) -> np.ndarray:
+def dropout_factor(key: int, p: float, n: int, rows: slice, cols: slice, dtype: np.dtype) -> Array:
     """keep / (1 − p) over one block (rows, cols) of slice ``n``: what multiplies the weights."""
     return keep_mask(key, n, rows, cols, p) * np.asarray(1.0 / (1.0 - p), dtype=dtype)

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .._validation import Array
 from ._masks import mask_scores_
 from ._problem import Engine, Problem
 from ._softmax import softmax_lse_
@@ -24,7 +25,7 @@ from ._softmax import softmax_lse_
 __all__ = ["NAIVE", "NaiveEngine", "backward", "forward"]
 
 
-def _dropout(pb: Problem) -> np.ndarray | None:
+def _dropout(pb: Problem) -> Array | None:
     """keep / (1 − p) over (B…, L, S), or None without dropout."""
     if pb.dropout_seed is None:
         return None
@@ -35,21 +36,21 @@ def _dropout(pb: Problem) -> np.ndarray | None:
     return factor
 
 
-def _expand_heads(pb: Problem) -> tuple[np.ndarray, np.ndarray]:
+def _expand_heads(pb: Problem) -> tuple[Array, Array]:
     """Key and value with each of their Hk heads repeated for its G query heads."""
     if pb.groups == 1:
         return pb.key, pb.value
     return np.repeat(pb.key, pb.groups, axis=-3), np.repeat(pb.value, pb.groups, axis=-3)
 
 
-def _weights(pb: Problem, key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _weights(pb: Problem, key: Array) -> tuple[Array, Array]:
     """P = softmax(scale · Q·Kᵀ + mask), (B…, L, S), and its rows' lse, (B…, L)."""
     scores = (pb.query * np.asarray(pb.scale, pb.compute_dtype)) @ np.swapaxes(key, -1, -2)  # Z, (B…, L, S)
     mask_scores_(scores, pb.mask, pb.is_causal)
     return softmax_lse_(scores)
 
 
-def forward(pb: Problem) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def forward(pb: Problem) -> tuple[Array, Array, Array]:
     """Return (O (B…, L, Ev), the weights that multiplied V (B…, L, S), lse (B…, L))."""
     key, value = _expand_heads(pb)
     weights, lse = _weights(pb, key)
@@ -61,7 +62,7 @@ def forward(pb: Problem) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return output, weights, lse
 
 
-def backward(pb: Problem, grad_output: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def backward(pb: Problem, grad_output: Array) -> tuple[Array, Array, Array]:
     """(dQ (B…, L, E), dK (B…, S, E), dV (B…, S, Ev)) from dO (B…, L, Ev)."""
     key, value = _expand_heads(pb)
     weights, _ = _weights(pb, key)
@@ -93,15 +94,15 @@ class NaiveEngine:
         """True: NumPy is all it needs."""
         return True
 
-    def forward(self, pb: Problem, threads: int | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def forward(self, pb: Problem, threads: int | None) -> tuple[Array, Array, Array]:
         """(O (B…, L, Ev), lse (B…, L), the weights (B…, L, S)), in the compute dtype, on one thread."""
         with np.errstate(all="ignore"):
             output, weights, lse = forward(pb)
         return output, lse, weights
 
     def backward(
-        self, pb: Problem, grad_output: np.ndarray, saved: tuple[np.ndarray, np.ndarray] | None, threads: int | None
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        self, pb: Problem, grad_output: Array, saved: tuple[Array, Array] | None, threads: int | None
+    ) -> tuple[Array, Array, Array]:
         """:func:`backward`; ``saved`` and ``threads`` are not used."""
         with np.errstate(all="ignore"):
             return backward(pb, grad_output)

@@ -20,6 +20,7 @@ from typing import Any, Literal
 import numpy as np
 
 from .._validation import (
+    Array,
     array_of,
     broadcasts_to,
     compute_dtype,
@@ -41,10 +42,10 @@ Engine = Literal["naive", "tiled", "fused"]  # the engines' names, the values of
 class Problem:
     """Validated inputs of scaled dot-product attention, in the compute dtype."""
 
-    query: np.ndarray  # (B…, L, E)
-    key: np.ndarray  # (B…, S, E), Hk heads
-    value: np.ndarray  # (B…, S, Ev), Hk heads
-    mask: np.ndarray | None  # bool (True = may attend) or float (added), broadcasts to (B…, L, S)
+    query: Array  # (B…, L, E)
+    key: Array  # (B…, S, E), Hk heads
+    value: Array  # (B…, S, Ev), Hk heads
+    mask: Array | None  # bool (True = may attend) or float (added), broadcasts to (B…, L, S)
     is_causal: bool  # keys j > i are masked for query i (top-left aligned)
     scale: float  # multiplies Q·Kᵀ
     groups: int  # G (1 without GQA)
@@ -79,7 +80,7 @@ class Problem:
         """(B…, L, Ev)."""
         return (*self.batch_shape, self.query.shape[-2], self.value.shape[-1])
 
-    def dropout(self, n: int, rows: slice, cols: slice) -> np.ndarray | None:
+    def dropout(self, n: int, rows: slice, cols: slice) -> Array | None:
         """keep / (1 − p) over block (rows, cols) of slice n, or None without dropout."""
         if self.dropout_seed is None:
             return None
@@ -140,7 +141,7 @@ def make_problem(
     )
 
 
-def _groups(query: np.ndarray, key: np.ndarray, value: np.ndarray) -> int:
+def _groups(query: Array, key: Array, value: Array) -> int:
     """G for grouped-query attention: query heads (dimension −3) per key/value head."""
     if min(query.ndim, key.ndim, value.ndim) < 3:
         raise fail(
@@ -163,7 +164,7 @@ def _scale(scale: Any, E: int) -> float:
     return 1.0 / math.sqrt(E) if E else 1.0
 
 
-def _mask(attn_mask: Any, full: tuple[int, ...], work: np.dtype) -> np.ndarray | None:
+def _mask(attn_mask: Any, full: tuple[int, ...], work: np.dtype) -> Array | None:
     """The attention mask, checked against the attention shape (B…, L, S); a float mask in ``work``."""
     if attn_mask is None:
         return None

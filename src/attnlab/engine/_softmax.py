@@ -15,7 +15,7 @@ from .._validation import Array, compute_dtype, fail, float_array
 __all__ = ["softmax"]
 
 
-def softmax_lse_(scores: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def softmax_lse_(scores: Array) -> tuple[Array, Array]:
     """Softmax over the last axis, written into ``scores``; also returns the rows'
     log-sum-exp (shape ``scores.shape[:-1]``)."""
     row_max = scores.max(axis=-1, keepdims=True, initial=-np.inf)  # an empty row (S = 0) counts as masked

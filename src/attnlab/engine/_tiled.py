@@ -37,6 +37,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .._validation import Array
 from ._masks import mask_scores_
 from ._problem import Engine, Problem
 from ._threads import run
@@ -79,11 +80,11 @@ class ForwardPass:
     over the n = B·H slices."""
 
     pb: Problem
-    value: np.ndarray  # V·2⁻ᵏ, (B…, S, Ev)
+    value: Array  # V·2⁻ᵏ, (B…, S, Ev)
     exponent: int  # k, undone on the output
     skip_causal: bool  # causal, and no block above the diagonal could make a NaN
-    output: np.ndarray  # O, (n, L, Ev)
-    lse: np.ndarray  # (n, L)
+    output: Array  # O, (n, L, Ev)
+    lse: Array  # (n, L)
 
 
 @dataclass(frozen=True)
@@ -92,14 +93,14 @@ class BackwardPass:
     rows), over the n = B·H slices."""
 
     pb: Problem
-    grad_output: np.ndarray  # dO, (n, L, Ev)
-    lse: np.ndarray  # (n, L), +∞ where every key is masked (P = 0 there)
-    delta: np.ndarray  # δ, (n, L)
+    grad_output: Array  # dO, (n, L, Ev)
+    lse: Array  # (n, L), +∞ where every key is masked (P = 0 there)
+    delta: Array  # δ, (n, L)
     skip_causal: bool  # causal, and no block above the diagonal could make a NaN
-    scale: np.ndarray  # 0-d, in the compute dtype
-    grad_query: np.ndarray  # dQ, (n, L, E)
-    grad_key: np.ndarray  # dK, (n, S, E), one key head per query head
-    grad_value: np.ndarray  # dV, (n, S, Ev)
+    scale: Array  # 0-d, in the compute dtype
+    grad_query: Array  # dQ, (n, L, E)
+    grad_key: Array  # dK, (n, S, E), one key head per query head
+    grad_value: Array  # dV, (n, S, Ev)
 
 
 @dataclass(frozen=True)
@@ -110,16 +111,16 @@ class Kernels:
 
     # m' = max(m, rowmax Z); Z ← exp(Z − m'[:, None]); l ← α·l + rowsum Z; m ← m'; returns
     # α = e^(m − m'), (l,); arguments Z, m, l, with m and l (l,) updated in place
-    online_softmax_: Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]
+    online_softmax_: Callable[[Array, Array, Array], Array]
     # Z ← P = exp(Z − lse[:, None]);  dP ← dZ = P∘(dP − δ[:, None]);  arguments Z, lse, dP, δ
-    softmax_backward_: Callable[[np.ndarray, np.ndarray, np.ndarray, np.ndarray], None]
+    softmax_backward_: Callable[[Array, Array, Array, Array], None]
     # The tasks of a whole forward or backward, compiled, for attention with no mask and no
     # dropout, given the pass and the thread count (None: the loops below, in Python).
     forward_tasks: Callable[[ForwardPass, int | None], list[Task]] | None = None
     backward_tasks: Callable[[BackwardPass, int | None], list[Task]] | None = None
 
 
-def _online_softmax_numpy(scores: np.ndarray, row_max: np.ndarray, row_sum: np.ndarray) -> np.ndarray:
+def _online_softmax_numpy(scores: Array, row_max: Array, row_sum: Array) -> Array:
     new_max = np.maximum(row_max, scores.max(axis=1))
     shift = np.where(np.isneginf(new_max), 0.0, new_max)  # rows with no key visible yet: exp(−∞ − 0) = 0
     scores -= shift[:, None]
@@ -131,7 +132,7 @@ def _online_softmax_numpy(scores: np.ndarray, row_max: np.ndarray, row_sum: np.n
     return rescale
 
 
-def _softmax_backward_numpy(scores: np.ndarray, lse: np.ndarray, grad: np.ndarray, delta: np.ndarray) -> None:
+def _softmax_backward_numpy(scores: Array, lse: Array, grad: Array, delta: Array) -> None:
     scores -= lse[:, None]
     np.exp(scores, out=scores)
     grad -= delta[:, None]
@@ -146,10 +147,10 @@ class _Slice:
     """Views of one (batch, head) slice n: q (L, E), k (S, E), v (S, Ev), mask (L, S) or None."""
 
     n: int
-    q: np.ndarray
-    k: np.ndarray
-    v: np.ndarray
-    mask: np.ndarray | None
+    q: Array
+    k: Array
+    v: Array
+    mask: Array | None
 
 
 def kv_batch_shape(pb: Problem) -> tuple[int, ...]:
@@ -158,7 +159,7 @@ def kv_batch_shape(pb: Problem) -> tuple[int, ...]:
     return (*batch[:-1], batch[-1] // pb.groups) if pb.groups > 1 else batch
 
 
-def _slices(pb: Problem, value: np.ndarray) -> list[_Slice]:
+def _slices(pb: Problem, value: Array) -> list[_Slice]:
     """One entry per (batch, head) slice, as views (broadcast dimensions are not copied)."""
     batch, kv_batch = pb.batch_shape, kv_batch_shape(pb)
     L, S = pb.lengths
@@ -186,7 +187,7 @@ def _key_blocks(pb: Problem, rows: slice, skip_causal: bool) -> list[slice]:
     return blocks(min(S, rows.stop) if skip_causal else S, BLOCK_K)
 
 
-def _value_exponent(value: np.ndarray, length: int) -> tuple[int, bool]:
+def _value_exponent(value: Array, length: int) -> tuple[int, bool]:
     """(k, whether every value is finite), k such that Σ over ``length`` rows of the finite
     values scaled by 2⁻ᵏ cannot overflow: 0 unless they are within a factor ``length`` of
     the dtype's largest number. Scaling by a power of two is exact, so the results keep their bits."""
@@ -197,7 +198,7 @@ def _value_exponent(value: np.ndarray, length: int) -> tuple[int, bool]:
     return (max(0, int(np.ceil(np.log2(largest / headroom)))) if largest > headroom else 0), finite
 
 
-def _scores(pb: Problem, s: _Slice, q_scaled: np.ndarray, rows: slice, cols: slice) -> np.ndarray:
+def _scores(pb: Problem, s: _Slice, q_scaled: Array, rows: slice, cols: slice) -> Array:
     """Z = scale · Q_i·K_jᵀ + mask for one block, (rows, cols)."""
     scores = q_scaled @ s.k[cols].T  # (block_q, block_k)
     needs_causal = pb.is_causal and cols.stop - 1 > rows.start  # some key in the block is later than some query
@@ -226,7 +227,7 @@ def _forward_block(fp: ForwardPass, s: _Slice, rows: slice, kernels: Kernels) ->
     lse[rows] = row_max + np.log(row_sum)
 
 
-def forward(pb: Problem, threads: int | None = None, kernels: Kernels = NUMPY) -> tuple[np.ndarray, np.ndarray]:
+def forward(pb: Problem, threads: int | None = None, kernels: Kernels = NUMPY) -> tuple[Array, Array]:
     """Return (O (B…, L, Ev), lse (B…, L))."""
     L, S = pb.lengths
     n = pb.slices
@@ -256,7 +257,7 @@ def forward(pb: Problem, threads: int | None = None, kernels: Kernels = NUMPY) -
 
 def _backward_block(
     bp: BackwardPass, s: _Slice, rows: slice, cols: slice, kernels: Kernels
-) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
+) -> tuple[Array, Array | None, Array]:
     """P_ij, the dropout factor and dZ_ij of one block."""
     weights = _scores(bp.pb, s, s.q[rows] * bp.scale, rows, cols)  # Z_ij
     dropout = bp.pb.dropout(s.n, rows, cols)
@@ -322,12 +323,12 @@ def _backward_tasks(bp: BackwardPass, kernels: Kernels) -> list[Task]:
 
 def backward(
     pb: Problem,
-    grad_output: np.ndarray,
-    output: np.ndarray,
-    lse: np.ndarray,
+    grad_output: Array,
+    output: Array,
+    lse: Array,
     threads: int | None = None,
     kernels: Kernels = NUMPY,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+) -> tuple[Array, Array, Array]:
     """(dQ (B…, L, E), dK (B…, S, E), dV (B…, S, Ev)) from dO (B…, L, Ev) and the
     forward's O and lse; key and value heads expanded for GQA, as the naive engine gives them."""
     L, S = pb.lengths
@@ -386,13 +387,13 @@ class BlockedEngine:
         """True: NumPy is all it needs (the fused engine says otherwise)."""
         return True
 
-    def forward(self, pb: Problem, threads: int | None) -> tuple[np.ndarray, np.ndarray, None]:
+    def forward(self, pb: Problem, threads: int | None) -> tuple[Array, Array, None]:
         """(O (B…, L, Ev), lse (B…, L), no weights), in the compute dtype."""
         return (*forward(pb, threads, self.kernels), None)
 
     def backward(
-        self, pb: Problem, grad_output: np.ndarray, saved: tuple[np.ndarray, np.ndarray] | None, threads: int | None
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        self, pb: Problem, grad_output: Array, saved: tuple[Array, Array] | None, threads: int | None
+    ) -> tuple[Array, Array, Array]:
         """:func:`backward` from the forward's (O, lse), recomputed when ``saved`` is None."""
         output, lse = forward(pb, threads, self.kernels) if saved is None else saved
         return backward(pb, grad_output, output, lse, threads, self.kernels)

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from .. import nn
-from .._validation import fail
+from .._validation import Array, fail
 from ..models._checkpoint import write_safetensors
 
 __all__ = ["HEAD", "TASK", "CorefModel", "Example", "examples", "train"]
@@ -110,7 +110,7 @@ class CorefModel(nn.Module):
         self.embed_norm = nn.LayerNorm(HIDDEN)
         self.blocks = [nn.TransformerBlock(HIDDEN, HEADS, INTERMEDIATE, rng=rng) for _ in range(LAYERS)]
 
-    def __call__(self, ids: np.ndarray, key_padding_mask: np.ndarray) -> tuple[np.ndarray, Callable[..., None]]:
+    def __call__(self, ids: Array, key_padding_mask: Array) -> tuple[Array, Callable[..., None]]:
         """ids (B, L), key_padding_mask (B, L) True for padding; the answering head's weights
         (B, L, L) and the backward that takes their gradient."""
         x, embed_back = self.embed(ids)
@@ -123,7 +123,7 @@ class CorefModel(nn.Module):
                 weights = all_weights
         assert weights is not None
 
-        def backward(d_head: np.ndarray) -> None:
+        def backward(d_head: Array) -> None:
             d_weights = np.zeros_like(weights)
             d_weights[:, HEAD[1]] = d_head
             dx = np.zeros_like(x)
@@ -133,7 +133,7 @@ class CorefModel(nn.Module):
 
         return weights[:, HEAD[1]], backward
 
-    def embed(self, ids: np.ndarray) -> tuple[np.ndarray, Callable[[np.ndarray], None]]:
+    def embed(self, ids: Array) -> tuple[Array, Callable[[Array], None]]:
         """LayerNorm(word + position + token type) (B, L, D), and its backward."""
         B, L = ids.shape
         w, w_back = self.word(ids)
@@ -141,14 +141,14 @@ class CorefModel(nn.Module):
         t, t_back = self.token_type(np.zeros_like(ids))
         x, norm_back = self.embed_norm(w + p + t)
 
-        def backward(dx: np.ndarray) -> None:
+        def backward(dx: Array) -> None:
             de = norm_back(dx)
             w_back(de), p_back(de), t_back(de)
 
         return x, backward
 
 
-def _sinusoids(positions: int, dim: int) -> np.ndarray:
+def _sinusoids(positions: int, dim: int) -> Array:
     """The Transformer's sinusoidal positions (Vaswani et al. 2017), a start from which
     attention can find "the characters just after me" at any absolute position."""
     angles = np.arange(positions)[:, None] / 10000 ** (np.arange(0, dim, 2) / dim)  # (positions, dim/2)
@@ -157,7 +157,7 @@ def _sinusoids(positions: int, dim: int) -> np.ndarray:
     return table
 
 
-Encoded = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]  # ids, padding, pronoun, target
+Encoded = tuple[Array, Array, Array, Array]  # ids, padding, pronoun, target
 
 
 def encode(batch: list[Example], index: dict[str, int]) -> Encoded:
@@ -178,7 +178,7 @@ def encode(batch: list[Example], index: dict[str, int]) -> Encoded:
     return ids, padding, pronoun, target
 
 
-def answer(weights: np.ndarray, batch: list[Example], pronoun: np.ndarray) -> np.ndarray:
+def answer(weights: Array, batch: list[Example], pronoun: Array) -> Array:
     """Which person each pronoun's weights (in the answering head) pick: the most weight on a name."""
     picked = []
     for b, e in enumerate(batch):
@@ -244,7 +244,7 @@ def save(model: CorefModel, directory: Path) -> None:
     """A Hugging Face BERT checkpoint of the model, float32, with its character vocabulary."""
     directory.mkdir(parents=True, exist_ok=True)
     vocab = vocabulary()
-    tensors: dict[str, np.ndarray] = {
+    tensors: dict[str, Array] = {
         "embeddings.word_embeddings.weight": model.word.weight.value,
         "embeddings.position_embeddings.weight": model.position.weight.value,
         "embeddings.token_type_embeddings.weight": model.token_type.weight.value,
@@ -288,7 +288,7 @@ def save(model: CorefModel, directory: Path) -> None:
     BertWordPieceTokenizer(str(directory / "vocab.txt"), lowercase=True).save(str(directory / "tokenizer.json"))
 
 
-def antecedent_weights(model: CorefModel, data: list[Example], index: dict[str, int]) -> np.ndarray:
+def antecedent_weights(model: CorefModel, data: list[Example], index: dict[str, int]) -> Array:
     """The mean weight from the pronoun to its referent's characters, per layer and head
     (layers, heads), over ``data``: which heads point at the antecedent."""
     totals = np.zeros((LAYERS, HEADS))
@@ -314,10 +314,10 @@ def sentence_weight(model: CorefModel, text: str, name: str, index: dict[str, in
     return float((weights[0, pronoun[0]] * target[0]).sum())
 
 
-def _all_weights(model: CorefModel, ids: np.ndarray, padding: np.ndarray) -> np.ndarray:
+def _all_weights(model: CorefModel, ids: Array, padding: Array) -> Array:
     """Every layer's attention weights (layers, B, H, L, L); padding (B, L) True for padding."""
     x, _ = model.embed(ids)
-    weights: list[np.ndarray] = []
+    weights: list[Array] = []
     for block in model.blocks:
         x, _, w = block(x, key_padding_mask=padding, need_weights=True)
         assert w is not None  # asked for

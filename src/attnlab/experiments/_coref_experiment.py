@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from .._validation import Array
 from . import _coref
 from ._common import Experiment, figure, progress_bar
 
@@ -28,7 +29,7 @@ class Coreference:
     held_out_accuracy: float  # on 2000 held-out sentences
     losses: list[float]  # the training loss of every step
     train_seconds: float
-    per_head: np.ndarray  # (layers, heads): the mean weight pronoun → referent on 500 held-out sentences
+    per_head: Array  # (layers, heads): the mean weight pronoun → referent on 500 held-out sentences
     article_weight: float  # 他 → 小明 in the answering head, on the article's sentence
 
     def metrics(self) -> dict[str, Any]:

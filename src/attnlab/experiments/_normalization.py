@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from .._validation import Array
 from . import _recall
 from ._common import Experiment, curves_figure, progress_bar, table
 
@@ -22,8 +23,8 @@ ARTICLE_SCORES = ([1.0, 2.0, 3.0], [-1.0, 2.0, -0.5])  # the article's two rows
 @dataclass(frozen=True)
 class Normalization:
     steps: int  # training steps per normalisation
-    softmax: list[np.ndarray]  # per article row: softmax(x)
-    linear: list[np.ndarray]  # per article row: x / Σx
+    softmax: list[Array]  # per article row: softmax(x)
+    linear: list[Array]  # per article row: x / Σx
     base_gap: dict[str, float]  # largest |base-b softmax − base-e softmax at T = 1/ln b| over 100 rows
     curves: dict[str, list[float]]  # per normalisation: the training loss of every step
     accuracy: dict[str, float]  # per normalisation: held-out recall accuracy
@@ -32,7 +33,7 @@ class Normalization:
         return {"base_gap": self.base_gap, "accuracy": self.accuracy}
 
 
-def softmax_base(z: np.ndarray, base: float, temperature: float = 1.0) -> np.ndarray:
+def softmax_base(z: Array, base: float, temperature: float = 1.0) -> Array:
     """base^(z/T) / Σ base^(z/T) along the last axis (shifted by the row maximum)."""
     powers = base ** ((z - z.max(axis=-1, keepdims=True)) / temperature)
     return powers / powers.sum(axis=-1, keepdims=True)
@@ -70,7 +71,7 @@ def figures(measured: Normalization, out: Path) -> list[str]:
 def report(measured: Normalization) -> str:
     """report.md: the article's tables, the base gaps, the trained accuracies, what they show."""
 
-    def weights(row: np.ndarray) -> str:
+    def weights(row: Array) -> str:
         return "[" + ", ".join(f"{v:.4f}" for v in row) + "]"
 
     rows = [[str(x), weights(s), weights(n)] for x, s, n in zip(ARTICLE_SCORES, measured.softmax, measured.linear,

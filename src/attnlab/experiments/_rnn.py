@@ -5,7 +5,6 @@ gradient reaching each input and the time of a forward and backward."""
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -13,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from .. import nn
+from .._timer import best_times
 from . import _recall
 from ._common import Experiment, figure, progress_bar, table
 
@@ -42,15 +42,15 @@ def _model(name: str, keys: int, seed: int) -> _recall.RecallModel:
 
 
 def _fastest_step(model: _recall.RecallModel, probe: _recall.Batch) -> float:
-    """The seconds of one forward and backward, the best of three (the first warms caches)."""
-    times = []
-    for _ in range(3):
-        begin = time.perf_counter()
+    """The seconds of one forward and backward, the best of three as they come (the first
+    warms caches)."""
+
+    def step() -> None:
         logits, backward = model(probe)
         _, loss_back = nn.cross_entropy(logits, probe.answers)
         backward(loss_back())
-        times.append(time.perf_counter() - begin)
-    return min(times)
+
+    return best_times({"step": step}, 3, settle=False)["step"]
 
 
 def measure(quick: bool, seed: int, *, items: int | None = None, steps: int | None = None) -> Recurrence:

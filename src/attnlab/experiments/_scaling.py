@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from .._validation import Array
 from . import _recall
 from ._common import Experiment, curves_figure, figure, progress_bar, table
 
@@ -38,7 +39,7 @@ class Scaling:
                 "max_weight_scaled": {str(r[0]): r[4] for r in self.sharpness}, "accuracy": self.accuracy}  # fmt: skip
 
 
-def softmax_sharpness(scores: np.ndarray) -> list[float]:
+def softmax_sharpness(scores: Array) -> list[float]:
     """For scores (N, K): the mean over rows of the largest softmax weight, the entropy of
     the weights and the Frobenius norm of softmax's Jacobian diag(p) − p·pᵀ."""
     p = np.exp(scores - scores.max(axis=-1, keepdims=True))

@@ -37,15 +37,15 @@ __all__ = ["MultiheadAttention"]
 
 def _initial_parameters(
     rng: np.random.Generator, D: int, Dk: int, Dv: int, bias: bool, add_bias_kv: bool
-) -> dict[str, np.ndarray]:
+) -> dict[str, Array]:
     """torch's initialisation, drawn from ``rng``: Xavier-uniform projections, zero
     biases, Xavier-normal bias_k and bias_v, and out_proj as torch.nn.Linear."""
 
-    def xavier_uniform(fan_out: int, fan_in: int) -> np.ndarray:  # U(−a, a), a = √(6 / (fan_in + fan_out))
+    def xavier_uniform(fan_out: int, fan_in: int) -> Array:  # U(−a, a), a = √(6 / (fan_in + fan_out))
         bound = np.sqrt(6.0 / (fan_in + fan_out))
         return rng.uniform(-bound, bound, size=(fan_out, fan_in))
 
-    params: dict[str, np.ndarray] = {}
+    params: dict[str, Array] = {}
     if Dk == D and Dv == D:
         params["in_proj_weight"] = xavier_uniform(3 * D, D)
     else:
@@ -64,7 +64,7 @@ def _initial_parameters(
     return params
 
 
-def _additive(name: str, mask: Any, dtype: np.dtype) -> np.ndarray:
+def _additive(name: str, mask: Any, dtype: np.dtype) -> Array:
     """A MultiheadAttention mask as scores to add: bool True (= ignore) becomes −inf."""
     mask = array_of(name, mask)
     if mask.dtype == bool:
@@ -76,7 +76,7 @@ def _additive(name: str, mask: Any, dtype: np.dtype) -> np.ndarray:
 
 def _combined_mask(
     attn_mask: Any, key_padding_mask: Any, is_causal: bool, shape: tuple[int, int, int, int], extra: int, dtype: Any
-) -> np.ndarray | None:
+) -> Array | None:
     """All masks as one additive mask (N or 1, H or 1, L, S + extra) for attention of
     ``shape`` (N, H, L, S); the ``extra`` appended key columns are never masked."""
     N, H, L, S = shape
@@ -104,10 +104,10 @@ def _combined_mask(
 class _Forward:
     """One forward of the layer: what it returned and what its backward needs."""
 
-    inputs: tuple[np.ndarray, np.ndarray, np.ndarray]  # query (N, L, D), key (N, S, Dk), value (N, S, Dv)
+    inputs: tuple[Array, Array, Array]  # query (N, L, D), key (N, S, Dk), value (N, S, Dv)
     attention: Attention  # over heads q (N, H, L, E), k and v (N, H, S', E)
-    merged: np.ndarray  # the heads' outputs side by side, (N, L, D)
-    output: np.ndarray  # (N, L, D)
+    merged: Array  # the heads' outputs side by side, (N, L, D)
+    output: Array  # (N, L, D)
     batched: bool
 
 
@@ -156,17 +156,17 @@ class MultiheadAttention:
         self.generator = np.random.default_rng(None if seed is None else int_seed("seed", seed))
         params = _initial_parameters(self.generator, embed_dim, self.kdim, self.vdim, self.bias, self.add_bias_kv)
         self._params = {k: v.astype(self.dtype) for k, v in params.items()}
-        self.grads: dict[str, np.ndarray] = {}
+        self.grads: dict[str, Array] = {}
         self._last: _Forward | None = None
 
     def __repr__(self) -> str:
         return f"MultiheadAttention(embed_dim={self.embed_dim}, num_heads={self.num_heads}, dtype={self.dtype})"
 
-    def named_parameters(self) -> Iterator[tuple[str, np.ndarray]]:
+    def named_parameters(self) -> Iterator[tuple[str, Array]]:
         """(name, array) of every parameter, the live arrays (as torch's ``named_parameters``)."""
         return iter(self._params.items())
 
-    def state_dict(self) -> dict[str, np.ndarray]:
+    def state_dict(self) -> dict[str, Array]:
         """Copies of the parameters under torch's names and shapes."""
         return {k: v.copy() for k, v in self._params.items()}
 
@@ -236,7 +236,7 @@ def _trace(
     return trace
 
 
-def _projections(layer: MultiheadAttention) -> list[tuple[np.ndarray, np.ndarray | None]]:
+def _projections(layer: MultiheadAttention) -> list[tuple[Array, Array | None]]:
     """(weight, bias) of the query, key and value projections."""
     D, p = layer.embed_dim, layer._params
     if "in_proj_weight" in p:
@@ -247,12 +247,12 @@ def _projections(layer: MultiheadAttention) -> list[tuple[np.ndarray, np.ndarray
     return [(w, None if bias is None else bias[i * D : (i + 1) * D]) for i, w in enumerate(weights)]
 
 
-def _out_proj(layer: MultiheadAttention, merged: np.ndarray) -> np.ndarray:
+def _out_proj(layer: MultiheadAttention, merged: Array) -> Array:
     """The heads side by side (…, D) through the output projection."""
     return linear(merged, layer._params["out_proj.weight"], layer._params.get("out_proj.bias"))
 
 
-def _batch_first(layer: MultiheadAttention, name: str, x: Any, width: int, batched: bool) -> np.ndarray:
+def _batch_first(layer: MultiheadAttention, name: str, x: Any, width: int, batched: bool) -> Array:
     """``x`` as (N, L, width) in the layer's dtype, from the caller's layout."""
     x = float_array(name, x)
     expected = f"(N, L, {width})" if layer.batch_first else f"(L, N, {width})"
@@ -265,12 +265,12 @@ def _batch_first(layer: MultiheadAttention, name: str, x: Any, width: int, batch
     return x if layer.batch_first else x.swapaxes(0, 1)  # (N, L, width)
 
 
-def _layout(layer: MultiheadAttention, x: np.ndarray, batched: bool) -> np.ndarray:
+def _layout(layer: MultiheadAttention, x: Array, batched: bool) -> Array:
     """Batch-first (N, L, ·) back to the caller's layout."""
     return (x if layer.batch_first else x.swapaxes(0, 1)) if batched else x[0]
 
 
-def _checked_state(state: Any, current: dict[str, np.ndarray], dtype: np.dtype) -> dict[str, np.ndarray]:
+def _checked_state(state: Any, current: dict[str, Array], dtype: np.dtype) -> dict[str, Array]:
     """Copies of ``state``'s arrays, once its names, shapes and dtypes match ``current``."""
     if not isinstance(state, dict):
         raise fail("state", "a dict of arrays (from state_dict())", type(state).__name__, TypeError)
@@ -329,7 +329,7 @@ def _forward(
 
 def _backward(
     layer: MultiheadAttention, forward: _Forward, grad_output: Any
-) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray], dict[str, np.ndarray]]:
+) -> tuple[tuple[Array, Array, Array], dict[str, Array]]:
     """The input gradients (in the caller's layout) and one gradient per parameter."""
     N, L, D = forward.output.shape
     grad_out = _batch_first(layer, "grad_output", grad_output, D, forward.batched)  # (N, L, D)

@@ -9,7 +9,7 @@ import numpy as np
 from numpy.typing import ArrayLike, DTypeLike
 
 from .. import reference
-from .._validation import fail, float_array, int_seed, layer_dtype, positive_int, real_number
+from .._validation import Array, fail, float_array, int_seed, layer_dtype, positive_int, real_number
 from ..functional import scaled_dot_product_attention
 from ..trace._trace import Trace, build_trace
 
@@ -59,16 +59,14 @@ class SelfAttention:
                 raise fail(f"weights[{i}]", f"shape ({d_model}, {d_k})", f"shape {w.shape}")
         self.Wq, self.Wk, self.Wv = (w.astype(self.dtype) for w in arrays)
 
-    def _project(self, X: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    def _project(self, X: Any) -> tuple[Array, Array, Array, Array]:
         X = float_array("X", X)
         if X.ndim > 3 or X.shape[-1] != self.d_model:
             raise fail("X", f"shape (L, {self.d_model}) or (B, L, {self.d_model})", f"shape {X.shape}")
         X = X.astype(self.dtype, copy=False)
         return X, X @ self.Wq, X @ self.Wk, X @ self.Wv  # (…, L, d_k) each
 
-    def forward(
-        self, X: ArrayLike, *, is_causal: bool = False, scale: float | None = None
-    ) -> tuple[np.ndarray, np.ndarray]:
+    def forward(self, X: ArrayLike, *, is_causal: bool = False, scale: float | None = None) -> tuple[Array, Array]:
         """Return ``(output, weights)``: (…, L, d_k) and (…, L, L). ``scale`` defaults
         to 1/√d_k; ``is_causal`` lets token i attend to tokens 0..i only."""
         _, Q, K, V = self._project(X)

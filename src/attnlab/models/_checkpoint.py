@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from .._validation import ArgumentError, MissingDependencyError, fail
+from .._validation import ArgumentError, Array, MissingDependencyError, fail
 
 __all__ = ["Weights", "locate", "read_config", "write_safetensors"]
 
@@ -142,13 +142,13 @@ def read_config(directory: Path, name: str = CONFIG) -> dict[str, Any]:
     return config
 
 
-class Weights(Mapping[str, np.ndarray]):
+class Weights(Mapping[str, Array]):
     """A checkpoint's tensors by name, each a read-only view of a memory-mapped file
     (bfloat16 as its raw uint16 bits: :meth:`get` converts)."""
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory
-        self._tensors: dict[str, np.ndarray] = {}
+        self._tensors: dict[str, Array] = {}
         self._bf16: set[str] = set()
         for file in _weight_files(directory):
             for name, (tensor, is_bf16) in _read_safetensors(file).items():
@@ -156,7 +156,7 @@ class Weights(Mapping[str, np.ndarray]):
                 if is_bf16:
                     self._bf16.add(name)
 
-    def __getitem__(self, name: str) -> np.ndarray:
+    def __getitem__(self, name: str) -> Array:
         return self._tensors[name]
 
     def __iter__(self) -> Iterator[str]:
@@ -165,7 +165,7 @@ class Weights(Mapping[str, np.ndarray]):
     def __len__(self) -> int:
         return len(self._tensors)
 
-    def get_as(self, name: str, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+    def get_as(self, name: str, shape: tuple[int, ...], dtype: np.dtype) -> Array:
         """Tensor ``name`` of the expected ``shape`` as ``dtype``: the mapped bytes
         themselves when the dtypes agree, else a converted copy."""
         if name not in self._tensors:
@@ -206,7 +206,7 @@ def _weight_files(directory: Path) -> list[Path]:
     raise CheckpointError(f"{directory}: no {SINGLE} and no {INDEX}")
 
 
-def _read_safetensors(path: Path) -> dict[str, tuple[np.ndarray, bool]]:
+def _read_safetensors(path: Path) -> dict[str, tuple[Array, bool]]:
     """Every tensor of one safetensors file, as read-only views of one memory map."""
     size = path.stat().st_size
     with path.open("rb") as file:
@@ -253,7 +253,7 @@ def _read_safetensors(path: Path) -> dict[str, tuple[np.ndarray, bool]]:
     return tensors
 
 
-def write_safetensors(path: Path, tensors: dict[str, np.ndarray]) -> None:
+def write_safetensors(path: Path, tensors: dict[str, Array]) -> None:
     """``tensors`` as one safetensors file: the header (names, dtypes, shapes, offsets), then
     the bytes, little-endian, in the header's order."""
     names = {dtype: name for name, dtype in _DTYPES.items() if name != "BF16"}

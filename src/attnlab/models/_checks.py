@@ -10,11 +10,11 @@ from typing import Any
 
 import numpy as np
 
-from .._validation import Array, fail, ids_below, is_integer
+from .._validation import ArgumentError, Array, fail, ids_below, is_integer, real_number
 from ._network import ModelConfig, Network
 from ._tokenizer import Tokenizer
 
-__all__ = ["check_length", "layer_indices", "model_inputs", "sequence_ids", "token_ids"]
+__all__ = ["check_length", "generation_inputs", "layer_indices", "model_inputs", "sequence_ids", "token_ids"]
 
 
 def model_inputs(
@@ -64,6 +64,27 @@ def sequence_ids(config: ModelConfig, tokenizer: Tokenizer | None, text_or_ids: 
     if ids.ndim != 1:
         raise fail("text_or_ids", "one sequence: a text or ids of shape (L,)", f"ids of shape {ids.shape}")
     return ids
+
+
+def generation_inputs(config: ModelConfig, ids: Any, steps: Any, temperature: Any) -> tuple[Array, int, float]:
+    """:meth:`Model.generate`'s prompt (L,), its number of new tokens and its temperature,
+    checked.
+
+    Raises:
+        ArgumentError, ArgumentTypeError: a model that is not causal, ids that are not one
+            sequence of the vocabulary's ids, a negative ``max_new_tokens`` or
+            ``temperature``, more tokens than the model's positions.
+    """
+    if not config.causal:
+        raise ArgumentError(f"generate: {config.model_type} is not a causal model; GPT-2, Llama and Qwen2 are")
+    prompt = token_ids(config, ids)
+    if prompt.ndim != 1:
+        raise fail("input_ids", "one sequence of ids (L,)", f"shape {prompt.shape}")
+    if not is_integer(steps) or steps < 0:
+        raise fail("max_new_tokens", "an integer >= 0", repr(steps))
+    temperature = real_number("temperature", temperature, minimum=0.0)
+    check_length(config, len(prompt) + int(steps), "input_ids with max_new_tokens")
+    return prompt, int(steps), temperature
 
 
 def check_length(config: ModelConfig, length: int, what: str) -> None:

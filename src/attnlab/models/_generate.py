@@ -10,9 +10,9 @@ from typing import Any
 
 import numpy as np
 
-from .._validation import ArgumentError, Array, fail, flag, is_integer, real_number
+from .._validation import Array, flag
 from ..engine._masks import check_rng
-from ._checks import check_length, token_ids
+from ._checks import generation_inputs
 from ._network import ModelConfig, Network
 
 __all__ = ["generate"]
@@ -47,17 +47,8 @@ def generate(
             ``temperature``, a bad ``rng``, more tokens than the model's positions.
     """
     config = network.config
-    if not config.causal:
-        raise ArgumentError(f"generate: {config.model_type} is not a causal model; GPT-2, Llama and Qwen2 are")
-    prompt = token_ids(config, ids)
-    if prompt.ndim != 1:
-        raise fail("input_ids", "one sequence of ids (L,)", f"shape {prompt.shape}")
-    if not is_integer(steps) or steps < 0:
-        raise fail("max_new_tokens", "an integer >= 0", repr(steps))
-    steps = int(steps)
-    temperature = real_number("temperature", temperature, minimum=0.0)
+    prompt, steps, temperature = generation_inputs(config, ids, steps, temperature)
     generator = np.random.default_rng(check_rng(rng)) if temperature > 0 else None
-    check_length(config, len(prompt) + steps, "input_ids with max_new_tokens")
     cache = _KVCache(config, 1, len(prompt) + steps, network.embed.dtype)
     tokens, step_input, chosen_from = list(prompt), prompt, []
     for _ in range(steps):

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from .._validation import MissingDependencyError, fail
+from .._validation import Array, MissingDependencyError, fail
 from ._checkpoint import CheckpointError
 
 __all__ = ["Tokenizer", "read_tokenizer"]
@@ -37,7 +37,7 @@ class Tokenizer:
     def vocab_size(self) -> int:
         return int(self.backend.get_vocab_size())
 
-    def encode(self, text: str, *, add_special_tokens: bool = True) -> np.ndarray:
+    def encode(self, text: str, *, add_special_tokens: bool = True) -> Array:
         """The ids of ``text`` (L,), int64, with the model's special tokens ([CLS] … [SEP],
         a BOS) where its tokenizer adds them."""
         if not isinstance(text, str):

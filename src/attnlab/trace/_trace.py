@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from .._validation import ArgumentError, fail, real_number
+from .._validation import ArgumentError, Array, fail, real_number
 from ..engine._masks import mask_scores_
 from ..functional import scaled_dot_product_attention
 from ..reference import AttentionSteps
@@ -96,7 +96,7 @@ def _number(value: Any) -> Any:
 _decode = np.frompyfunc(_number, 1, 1)
 
 
-def _from_json(value: Any) -> np.ndarray:
+def _from_json(value: Any) -> Array:
     """Inverse of :func:`json_ready`, as a float array (NumPy refuses nesting past 64
     levels and ragged rows, so a hostile document never recurses deeply)."""
     raw = np.array(value, dtype=object)
@@ -115,17 +115,17 @@ class Trace:
     the layer's output after out_proj (None for a single head).
     """
 
-    inputs: np.ndarray
-    Q: np.ndarray
-    K: np.ndarray
-    V: np.ndarray
-    scores: np.ndarray
+    inputs: Array
+    Q: Array
+    K: Array
+    V: Array
+    scores: Array
     scale: float
-    scaled_scores: np.ndarray
-    weights: np.ndarray
-    output: np.ndarray
+    scaled_scores: Array
+    weights: Array
+    output: Array
     tokens: list[str] | None = None
-    layer_output: np.ndarray | None = None
+    layer_output: Array | None = None
 
     @property
     def num_heads(self) -> int:
@@ -191,7 +191,7 @@ class Trace:
         return f"Trace(L={L}, d_model={d_model}, heads={self.num_heads}, scale={self.scale:.4g})"
 
 
-def _decoded(data: dict[str, Any], name: str, source: str) -> np.ndarray:
+def _decoded(data: dict[str, Any], name: str, source: str) -> Array:
     """Field ``name`` of a saved trace as a float array, or an error naming it."""
     try:
         return _from_json(data[name])
@@ -267,7 +267,7 @@ def _render(trace: Trace, lang: str, precision: int, title: str | None) -> str:
     def label(key: str, i: int) -> str:
         return t[key].format(i=i, tok="" if names is None else f" ({names[i]})")
 
-    def rows(key: str, matrix: np.ndarray, header: bool = False) -> list[str]:
+    def rows(key: str, matrix: Array, header: bool = False) -> list[str]:
         cells = [[f"{x:.{precision}f}" for x in row] for row in matrix]
         width = max(len(c) for row in cells for c in row)
         # a column is as wide as its widest number, or its key's token when there is a header
@@ -284,7 +284,7 @@ def _render(trace: Trace, lang: str, precision: int, title: str | None) -> str:
             lines.insert(0, f"{_pad(t['keys'], label_width)}   {keys}")
         return lines
 
-    def section(heading: str, matrix: np.ndarray) -> list[str]:
+    def section(heading: str, matrix: Array) -> list[str]:
         return [f"\n  {heading}:"] + [f"    {line}" for line in rows("row", matrix, header=True)]
 
     L, d_model = trace.inputs.shape
@@ -322,10 +322,10 @@ def _pad(text: str, width: int, left: bool = True) -> str:
 
 
 def build_trace(
-    inputs: np.ndarray,
-    Q: np.ndarray,
-    K: np.ndarray,
-    V: np.ndarray,
+    inputs: Array,
+    Q: Array,
+    K: Array,
+    V: Array,
     *,
     scale: float | None,
     is_causal: bool,

@@ -18,7 +18,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .._validation import MissingDependencyError, fail, output_path
+from .._validation import Array, MissingDependencyError, fail, output_path
 from ..trace import ModelTrace
 from ..trace._trace import Trace
 
@@ -66,12 +66,12 @@ class PageShape(NamedTuple):
         )
 
 
-def _with_heads(x: np.ndarray) -> np.ndarray:
+def _with_heads(x: Array) -> Array:
     """A trace's array with its head axis, (H, L, ·), one head or many."""
     return x if x.ndim == 3 else x[None]
 
 
-def _binary(x: np.ndarray, dtype: str) -> str:
+def _binary(x: Array, dtype: str) -> str:
     """A float array as base64 of its little-endian bytes, row-major: float64 and float32
     exact (NaN and ±∞ included); "float24" is float32 rounded to nearest with 16 mantissa
     bits (2⁻¹⁷ relative), its top three bytes, for pages that would not fit otherwise."""

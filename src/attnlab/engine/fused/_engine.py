@@ -13,7 +13,7 @@ products still by BLAS. ``KERNELS`` gives ``_tiled`` two layers of kernels:
 - Whole tasks, for attention with no mask and no dropout: the forward of some slices and
   rows, the backward over blocks of keys and over blocks of queries, each one compiled
   call with its products through numba's np.dot (SciPy's BLAS) and no Python between
-  blocks (``_fused_kernels.attend``, ``backward_keys``, ``backward_queries``), scheduled
+  blocks (``_kernels.attend``, ``backward_keys``, ``backward_queries``), scheduled
   by :mod:`._tasks`.
 
 NumPy's exp is vectorised with AVX-512 but falls back to slow code on AVX2 machines, and
@@ -40,7 +40,7 @@ import functools
 
 import numpy as np
 
-from ..._validation import fail
+from ..._validation import Array, fail
 from .._threads import rescan_blas
 from .._tiled import BlockedEngine, Kernels
 from ._tasks import backward_tasks, forward_tasks
@@ -60,14 +60,14 @@ def available() -> bool:
     return True
 
 
-def _rows(name: str, x: np.ndarray, scores: np.ndarray) -> np.ndarray:
+def _rows(name: str, x: Array, scores: Array) -> Array:
     """A per-row vector, checked against the block (the kernels do not check bounds)."""
     if x.shape != scores.shape[:1] or x.dtype != scores.dtype:
         raise fail(name, f"({scores.shape[0]},) {scores.dtype} as the block's rows", f"{x.shape} {x.dtype}")
     return x
 
 
-def online_softmax_(scores: np.ndarray, row_max: np.ndarray, row_sum: np.ndarray) -> np.ndarray:
+def online_softmax_(scores: Array, row_max: Array, row_sum: Array) -> Array:
     """One online-softmax step on a block of scores (l, s), in place (``_tiled.Kernels``);
     returns the rescale factors e^(m − m'), (l,)."""
     from ._kernels import online_softmax
@@ -77,7 +77,7 @@ def online_softmax_(scores: np.ndarray, row_max: np.ndarray, row_sum: np.ndarray
     return rescale
 
 
-def softmax_backward_(scores: np.ndarray, lse: np.ndarray, grad: np.ndarray, delta: np.ndarray) -> None:
+def softmax_backward_(scores: Array, lse: Array, grad: Array, delta: Array) -> None:
     """scores (l, s) ← P = exp(scores − lse[:, None]); grad (l, s) ← P∘(grad − delta[:, None])."""
     from ._kernels import softmax_backward
 

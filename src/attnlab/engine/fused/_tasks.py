@@ -1,5 +1,5 @@
 """The fused engine's compiled tasks, scheduled: which slices and rows each call of
-``_fused_kernels.attend``, ``backward_keys`` and ``backward_queries`` covers, for attention
+``_kernels.attend``, ``backward_keys`` and ``backward_queries`` covers, for attention
 with no mask and no dropout (``_tiled.Kernels.forward_tasks``, ``backward_tasks``).
 
 The tasks follow the tiled engine's loops (``_tiled``): its block sizes, so the same sums
@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from ..._validation import Array
 from .. import _tiled
 from .._problem import Problem
 from .._threads import thread_count
@@ -35,7 +36,7 @@ TASK_SCORES = 2**18
 
 
 def _compiled(name: str) -> Callable[..., None]:
-    """A whole-task kernel of ``_fused_kernels`` (arguments as that module documents),
+    """A whole-task kernel of ``_kernels`` (arguments as that module documents),
     imported on its first call."""
 
     def call(*arguments: Any) -> None:
@@ -50,7 +51,7 @@ def _compiled(name: str) -> Callable[..., None]:
 _attend, _backward_keys, _backward_queries = map(_compiled, ("attend", "backward_keys", "backward_queries"))
 
 
-def _stacked(pb: Problem, value: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _stacked(pb: Problem, value: Array) -> tuple[Array, Array, Array]:
     """q (B·H, L, E), k (B·Hk, S, E) and v (B·Hk, S, Ev) as C-contiguous stacks of slices
     (broadcast dimensions copied), the compiled kernels' layout: slice n reads key and
     value head n // groups."""

@@ -1,5 +1,5 @@
-"""The one timer of ``attnlab bench``: every figure of time that it prints comes from
-:func:`best_times`."""
+"""The one timer: every figure of time that ``attnlab bench`` prints, and the step time
+an experiment reports, comes from :func:`best_times`."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import timeit
 from collections.abc import Callable, Mapping
 from typing import TypeVar
 
-from .._validation import positive_int, real_number
+from ._validation import positive_int, real_number
 
 __all__ = ["PAUSE_SECONDS", "best_times", "time_once"]
 

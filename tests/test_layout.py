@@ -1,0 +1,28 @@
+"""The layout's rules that no linter checks: small units (no function or class in src/
+of 120 lines or more) and a test tree laid out like the package's."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+SRC = Path(__file__).parents[1] / "src" / "attnlab"
+TESTS = Path(__file__).parent
+MAX_LINES = 120
+
+
+def test_no_function_or_class_reaches_120_lines():
+    sizes = {}
+    for path in SRC.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                first = min([node.lineno] + [d.lineno for d in node.decorator_list])
+                sizes[f"{path.relative_to(SRC)}:{node.lineno} {node.name}"] = node.end_lineno - first + 1
+    too_long = {name: lines for name, lines in sizes.items() if lines >= MAX_LINES}
+    assert len(sizes) > 500 and not too_long  # hundreds of units read, none too long
+
+
+def test_every_test_folder_is_a_package_folder_of_src():
+    folders = {p.name for p in TESTS.iterdir() if p.is_dir() and p.name not in ("seed", "__pycache__")}
+    packages = {p.parent.name for p in SRC.glob("*/__init__.py")}
+    assert folders and folders <= packages, folders - packages
