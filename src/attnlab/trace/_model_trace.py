@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -109,13 +109,33 @@ class ModelTrace:
         layers = dict(sorted(layers.items()))
         return cls(str(data.get("model")), ids, tokens, layers, num_layers, num_heads, special, parts)
 
+    def labels(self) -> list[str]:
+        """The tokens as the text trace and the page label them: a byte-level piece that
+        shows nothing by itself (an earlier byte of 篮) reads ``‹piece of 篮›``."""
+        return [
+            f"{token}‹piece of {part}›" if part and not token.strip() else token
+            for token, part in zip(self.tokens, self.parts, strict=True)
+        ]
+
     def render(self, *, lang: str = "zh", precision: int = 4) -> str:
-        """Each traced layer's text (:meth:`attnlab.Trace.render`) under a title naming it."""
+        """Each traced layer's text (:meth:`attnlab.Trace.render`) under a title naming it,
+        its rows labelled by :meth:`labels` (byte-level pieces marked).
+
+        Args:
+            lang: the labels' language, ``"zh"`` or ``"en"``.
+            precision: decimals of every number, 0..17.
+
+        Raises:
+            ArgumentError: ``lang`` or ``precision`` out of range.
+        """
         name = {"zh": "{model} 第 {i} 层（共 {n} 层）", "en": "{model}, layer {i} of {n}"}.get(lang)
         if name is None:
             raise fail("lang", "one of zh, en", repr(lang))
+        labels = self.labels()
         return "\n\n".join(
-            trace.render(lang=lang, precision=precision, title=name.format(model=self.model, i=i, n=self.num_layers))
+            replace(trace, tokens=labels).render(
+                lang=lang, precision=precision, title=name.format(model=self.model, i=i, n=self.num_layers)
+            )
             for i, trace in self.layers.items()
         )
 
