@@ -189,6 +189,9 @@ def test_the_ring_command_runs_torchrun_and_reports_every_rank():
     assert "| 0 | 48 |" in run.stdout and "| 1 | 48 |" in run.stdout, run.stdout
     error = float(run.stdout.split("differs by at most ")[1].split()[0])
     assert error < 1e-5
+    grads = run.stdout.split("the ring's gradients differ by at most ")[1].split("\n")[0]  # --backward: checked too
+    assert [name for name, _ in map(str.split, grads.split(", "))] == ["dQ", "dK", "dV"], grads
+    assert all(float(value) < 1e-5 for _, value in map(str.split, grads.split(", "))), grads
     bad = subprocess.run([sys.executable, "-m", "attnlab", "ring", "--nproc", "4", "--length", "3"],
                          capture_output=True, text=True, timeout=60)  # fmt: skip
     assert bad.returncode == 2 and bad.stderr.strip() == (
