@@ -466,9 +466,10 @@ def test_a_saved_trace_refuses_embedding_options(tmp_path, monkeypatch, capsys):
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["trace", "--text", "ab", "--casual"], "attnlab trace: error: unrecognized arguments: --casual; did you mean --causal?"),
+        (["trace", "--text", "ab", "--casual"], "error: unrecognized arguments: --casual; did you mean --causal?"),
         (["trace", "--text", "ab", "--casual=1"], "unrecognized arguments: --casual=1; did you mean --causal?"),
-        (["trce"], "invalid choice: 'trce' (choose from 'demo', 'trace', 'plot', 'view', 'bench', 'experiment', 'ring'); did you mean 'trace'?"),
+        (["trce"], "invalid choice: 'trce' (choose from 'demo', 'trace', 'plot', 'view', 'bench', 'experiment', "
+                   "'ring'); did you mean 'trace'?"),
         (["trace", "--text", "ab", "--format", "jsn"], "did you mean 'json'?"),
     ],
 )  # fmt: skip
@@ -509,7 +510,8 @@ def on_a_terminal(*argv: str) -> tuple[int, bytes, str]:
 def test_a_trace_over_1_mb_is_refused_on_a_terminal_and_says_how_to_keep_it():
     status, shown, stderr = on_a_terminal("trace", "--text", LONG_TEXT)
     assert status == 2 and shown == b""
-    assert stderr.count("\n") == 1 and stderr.startswith("attnlab trace: error: output: expected at most 1 MB on a terminal")
+    assert stderr.count("\n") == 1
+    assert stderr.startswith("attnlab trace: error: output: expected at most 1 MB on a terminal")
     assert "> trace.txt" in stderr and "--format json > trace.json" in stderr and "| less" in stderr
     size = float(stderr.rsplit("got ", 1)[1].split()[0])
     piped = attnlab("trace", "--text", LONG_TEXT)  # a pipe gets everything, the size the message gave

@@ -506,7 +506,7 @@ def checkpoint_with_tokenizer(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def run_cli(*argv: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     command = [sys.executable, "-m", "attnlab", *argv]
-    return subprocess.run(command, capture_output=True, text=True, timeout=120, env={**os.environ, **(env or {})})
+    return subprocess.run(command, capture_output=True, text=True, timeout=600, env={**os.environ, **(env or {})})
 
 
 def test_cli_trace_of_a_model_is_its_last_layer_or_all(checkpoint_with_tokenizer):

@@ -14,7 +14,7 @@ from .._validation import fail
 from ..trace import ModelTrace
 from ..trace._trace import LANGUAGES, Trace
 
-__all__ = ["Parser", "add_command", "nearest", "add_output_options", "at_least", "print_trace"]
+__all__ = ["Parser", "add_command", "add_output_options", "at_least", "nearest", "print_trace"]
 
 
 def nearest(word: str, candidates: Iterable[str]) -> str | None:
@@ -43,8 +43,8 @@ class Parser(argparse.ArgumentParser):
             raise argparse.ArgumentError(action, f"{e.message}; did you mean {match!r}?") from None
 
     def parse_known_args(  # type: ignore[override]
-        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
-    ) -> tuple[argparse.Namespace, list[str]]:
+        self, args: Sequence[str] | None = None, namespace: Any = None
+    ) -> tuple[Any, list[str]]:
         """argparse's, but an unrecognized argument is an error here, in the parser that
         knows the options (a command's), with the nearest of them when one is close."""
         namespace, extras = super().parse_known_args(args, namespace)
