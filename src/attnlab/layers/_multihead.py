@@ -171,10 +171,22 @@ class MultiheadAttention:
         return {k: v.copy() for k, v in self._params.items()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Replace every parameter; names and shapes must be exactly this layer's."""
+        """Replace every parameter; names and shapes must be exactly this layer's.
+
+        Args:
+            state: torch's names to arrays, as :meth:`state_dict` gives them.
+
+        Raises:
+            ValueError: a name missing or unknown, or a shape that is not this layer's.
+        """
         self._params = _checked_state(state, self._params, self.dtype)
 
     def train(self, mode: bool = True) -> MultiheadAttention:
+        """Training mode (dropout on) or not, as torch's; returns the layer.
+
+        Args:
+            mode: True for training, False for evaluation (:meth:`eval`).
+        """
         self.training = flag("mode", mode)
         return self
 
@@ -188,7 +200,22 @@ class MultiheadAttention:
     ) -> tuple[Array, Array | None]:  # fmt: skip
         """Return ``(output, weights)``: output like query; weights (N, L, S') averaged
         over heads or (N, H, L, S') per head (without N when unbatched), None unless
-        ``need_weights``. The forward is kept for :meth:`backward`."""
+        ``need_weights``. The forward is kept for :meth:`backward`.
+
+        Args:
+            query: (N, L, E) (batch_first), (L, N, E), or (L, E) unbatched.
+            key: (N, S, kdim) in the same layout.
+            value: (N, S, vdim) in the same layout.
+            key_padding_mask: None, or (N, S): bool True (or float −inf) ignores that key.
+            need_weights: also return the attention weights.
+            attn_mask: None, or (L, S) or (N·H, L, S): bool True masks, float is added
+                (torch's MultiheadAttention polarity).
+            average_attn_weights: average the returned weights over the heads.
+            is_causal: query i attends to keys 0..i only.
+
+        Raises:
+            ValueError, TypeError: shapes, masks or dtypes that do not fit the layer.
+        """
         average = flag("average_attn_weights", average_attn_weights)
         masks = (key_padding_mask, attn_mask, flag("is_causal", is_causal))
         self._last = forward = _forward(self, (query, key, value), *masks, flag("need_weights", need_weights))
@@ -219,7 +246,17 @@ class MultiheadAttention:
         """Self-attention of one sequence x (L, D), every head's intermediates kept:
         Q, K, V (H, L, E) after the in-projection, weights (H, L, L), each head's output
         (H, L, E) before the out-projection, and the layer's output (L, D) after it.
-        No dropout; no appended keys."""
+        No dropout; no appended keys.
+
+        Args:
+            x: one sequence, (L, D).
+            is_causal: token i attends to tokens 0..i only.
+            scale: multiplies Q·Kᵀ; default 1/√E.
+            tokens: L labels of the rows (None: positions).
+
+        Raises:
+            ValueError: a layer with add_bias_kv, add_zero_attn, kdim or vdim, or x not (L, D).
+        """
         return _trace(self, x, is_causal, scale, tokens)
 
 

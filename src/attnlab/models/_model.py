@@ -40,7 +40,13 @@ class Model:
     ``model(input_ids, ...)``, as ``model.forward``, gives a :class:`ModelOutput`: the
     logits (B, L, vocab) (None for a BERT without its masked-LM head), the last hidden
     state and, when asked for, every hidden state and attention matrix; ``trace`` every
-    step of attention; ``generate`` continues a causal model's text with a KV cache."""
+    step of attention; ``generate`` continues a causal model's text with a KV cache.
+
+    Args:
+        network: the checkpoint's weights read into one :class:`Network` (as :func:`load` builds it).
+        tokenizer: its tokenizer, or None (ids only).
+        name: the checkpoint's name, as a trace and a page show it.
+    """
 
     def __init__(self, network: Network, tokenizer: Tokenizer | None, name: str) -> None:
         self.network = network
@@ -74,6 +80,13 @@ class Model:
         empty, and its outputs mean nothing, as in ``transformers``. ``token_type_ids``:
         BERT's segments (default 0). Calling the model is calling ``forward``.
 
+        Args:
+            input_ids: (B, L) or (L,) token ids.
+            attention_mask: None, or of input_ids' shape: 1 for a token, 0 for padding.
+            token_type_ids: None, or of input_ids' shape: BERT's segments.
+            output_hidden_states: also return every layer's hidden state (B, L, D).
+            output_attentions: also return every layer's weights (B, H, L, L).
+
         Raises:
             ArgumentError, ArgumentTypeError: see :func:`._checks.model_inputs`; flags
                 that are not bools.
@@ -98,9 +111,18 @@ class Model:
     __call__ = forward
 
     def trace(self, text_or_ids: ArrayLike | str, layers: Any = None) -> ModelTrace:
-        """Every step of attention for one sequence (a text, tokenized with the model's
-        tokenizer and its special tokens, or ids (L,)) in ``layers`` (an index, a list of
-        them, or None for all; negative indices count from the end)."""
+        """Every step of attention for one sequence in the chosen layers.
+
+        Args:
+            text_or_ids: a text (tokenized with the model's tokenizer and its special
+                tokens) or ids (L,).
+            layers: an index, a list of them, or None for all; negative indices count
+                from the end.
+
+        Raises:
+            ArgumentError: a text without a tokenizer, ids out of the vocabulary, too many
+                tokens for the positions, or a layer the model does not have.
+        """
         tokenizer = self.tokenizer
         ids = sequence_ids(self.config, tokenizer, text_or_ids)
         chosen = layer_indices(self.config, layers)

@@ -39,7 +39,12 @@ def cross_entropy(logits: Array, targets: Array) -> tuple[float, Backward]:
 
 def clip_grad_norm(parameters: list[Parameter], max_norm: float) -> float:
     """Scale every gradient by min(1, max_norm / (‖all gradients‖ + 1e-6)), as
-    torch.nn.utils.clip_grad_norm_; returns the norm before."""
+    torch.nn.utils.clip_grad_norm_; returns the norm before.
+
+    Args:
+        parameters: the parameters whose gradients are scaled, in place.
+        max_norm: the largest norm of all the gradients together.
+    """
     total = math.sqrt(sum(float(np.sum(p.grad**2)) for p in parameters))
     factor = max_norm / (total + 1e-6)
     if factor < 1:
@@ -50,7 +55,15 @@ def clip_grad_norm(parameters: list[Parameter], max_norm: float) -> float:
 
 class AdamW:
     """Adam with decoupled weight decay (Loshchilov & Hutter), as torch.optim.AdamW:
-    θ ← θ − lr·(m̂/(√v̂ + eps) + weight_decay·θ)."""
+    θ ← θ − lr·(m̂/(√v̂ + eps) + weight_decay·θ).
+
+    Args:
+        parameters: what it trains.
+        lr: the learning rate (default 1e-3).
+        betas: the moments' decays (β₁, β₂) (default (0.9, 0.999)).
+        eps: added to √v̂ (default 1e-8).
+        weight_decay: the decoupled decay (default 0.01).
+    """
 
     def __init__(self, parameters: list[Parameter], *, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
                  eps: float = 1e-8, weight_decay: float = 0.01) -> None:  # fmt: skip

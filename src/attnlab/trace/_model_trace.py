@@ -24,7 +24,18 @@ class ModelTrace:
     after the norm where the norm comes first), per head Q (H, L, E) after RoPE where the
     model rotates, K and V (H, L, E) (a key/value head repeated for each of its query
     heads), scores, scaled scores, weights (H, L, L), outputs (H, L, E) and the layer's
-    attention output after its out projection (L, D)."""
+    attention output after its out projection (L, D).
+
+    Args:
+        model: the checkpoint's name.
+        ids: the L token ids.
+        tokens: the L tokens as text (:meth:`Tokenizer.readable`).
+        layers: the traced layers' :class:`attnlab.Trace`, by index.
+        num_layers: the model's layers (traced or not).
+        num_heads: heads per layer.
+        special: per token, whether it is a special token ([CLS]).
+        parts: per token, the characters split over several tokens that it holds bytes of.
+    """
 
     model: str
     ids: list[int]
@@ -75,6 +86,10 @@ class ModelTrace:
     def from_dict(cls, data: Any, source: str = "trace") -> ModelTrace:
         """Inverse of :meth:`to_dict`, checked: each layer as :meth:`attnlab.Trace.from_dict`
         checks it, and every layer over the same tokens.
+
+        Args:
+            data: what :meth:`to_dict` gave (JSON-decoded).
+            source: the name the errors give it (a file's name).
 
         Raises:
             ArgumentError: naming ``source`` and what is missing or does not fit.
