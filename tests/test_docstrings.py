@@ -4,6 +4,7 @@ docstring (the class's or ``__init__``'s for a constructor)."""
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import re
 from collections.abc import Callable, Iterator
@@ -74,3 +75,17 @@ def test_every_parameter_is_named_in_the_docstring(name, thing, doc):
 
 def test_the_list_is_not_empty():
     assert len(CASES) > 50 and any(name == "attnlab.attention" for name, _, _ in CASES)
+
+
+# attnlab.view and attnlab.show gain layer, head and query in issue 23's part 1 (another
+# branch), which writes their Args; plot's arguments are named in its prose. The check above
+# covers their names; remove them from here once their docstrings have Args sections.
+WITHOUT_ARGS_YET = {"attnlab.plot", "attnlab.show", "attnlab.view"}
+
+
+@pytest.mark.parametrize(("name", "thing", "doc"), CASES, ids=[case[0] for case in CASES])
+def test_every_function_with_arguments_has_an_args_section(name, thing, doc):
+    """Records (dataclasses: Trace, ModelOutput) name their fields in prose or Attributes."""
+    if not parameters(thing) or dataclasses.is_dataclass(thing) or name in WITHOUT_ARGS_YET:
+        return
+    assert re.search(r"^\s*Args:\s*$", doc, re.MULTILINE), f"{name}'s docstring has no Args section"

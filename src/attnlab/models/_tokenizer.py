@@ -89,7 +89,11 @@ class Tokenizer:
         return self.pieces(ids)[1]
 
     def pieces(self, ids: Any) -> tuple[list[str], list[str]]:
-        """:meth:`readable` and :meth:`parts` of ``ids`` from one decoding."""
+        """:meth:`readable` and :meth:`parts` of ``ids`` from one decoding.
+
+        Args:
+            ids: token ids (L,).
+        """
         ids = [int(i) for i in ids]
         texts, unfinished = self._decode_each(ids)
         parts = [""] * len(ids)

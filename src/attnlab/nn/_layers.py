@@ -167,7 +167,11 @@ class LayerNorm(Module):
 
 
 def gelu(x: Array) -> tuple[Array, Backward]:
-    """0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))), transformers' ``gelu_new``."""
+    """0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))), transformers' ``gelu_new``, and its backward.
+
+    Args:
+        x: any shape.
+    """
     c = math.sqrt(2.0 / math.pi)
     t = np.tanh(c * (x + 0.044715 * x * x * x))
 

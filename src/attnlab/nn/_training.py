@@ -19,8 +19,15 @@ ModuleT = TypeVar("ModuleT", bound=Module)
 
 
 def cross_entropy(logits: Array, targets: Array) -> tuple[float, Backward]:
-    """The mean of −log softmax(logits)[target] over the rows (…, C); targets (…,) ints,
-    −1 for rows that do not count."""
+    """The mean of −log softmax(logits)[target] over the rows, and its backward.
+
+    Args:
+        logits: (…, C).
+        targets: (…,) ints in 0..C − 1, −1 for rows that do not count.
+
+    Returns:
+        (loss, backward): backward() gives d loss / d logits, (…, C).
+    """
     flat, labels = logits.reshape(-1, logits.shape[-1]), targets.reshape(-1)  # (…, C) -> (N, C)
     counted = labels >= 0
     shifted = flat - flat.max(axis=-1, keepdims=True)
@@ -101,7 +108,20 @@ def train(
     optimizer's learning rate set to ``learning_rate(step)`` when given, the gradients
     zeroed, ``backward()`` (which adds the model's gradients), clip_grad_norm to
     ``max_grad_norm``, ``optimizer.step()``, then ``progress(step, loss)`` when given.
-    Raises ArgumentError when ``batches`` runs out before ``steps``."""
+
+    Args:
+        model: the module trained.
+        batches: one batch a step.
+        optimizer: an :class:`AdamW` over the model's parameters.
+        steps: the number of steps.
+        loss_fn: (model, batch) -> (loss, backward).
+        max_grad_norm: the gradients' norm is clipped to it (default 1).
+        learning_rate: step -> the learning rate of that step (None: the optimizer's).
+        progress: called as progress(step, loss) after each step.
+
+    Raises:
+        ArgumentError: ``batches`` runs out before ``steps``.
+    """
     losses: list[float] = []
     batch_iterator = iter(batches)
     for step in range(steps):

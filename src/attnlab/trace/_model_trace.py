@@ -94,35 +94,7 @@ class ModelTrace:
         Raises:
             ArgumentError: naming ``source`` and what is missing or does not fit.
         """
-        if not isinstance(data, dict) or not isinstance(data.get("layers"), dict) or not data["layers"]:
-            raise ArgumentError(f"{source}: expected a model's trace, with its layers (as ModelTrace.to_dict gives)")
-        tokens, ids = data.get("tokens"), data.get("ids")
-        if not isinstance(tokens, list) or not all(isinstance(t, str) for t in tokens):
-            raise ArgumentError(f"{source}: tokens: expected a list of strings")
-        if not isinstance(ids, list) or len(ids) != len(tokens) or not all(type(i) is int for i in ids):
-            raise ArgumentError(f"{source}: ids: expected {len(tokens)} integers, one per token")
-        num_layers, num_heads = data.get("num_layers"), data.get("num_heads")
-        if not (type(num_layers) is int and type(num_heads) is int and num_layers > 0 and num_heads > 0):
-            got = f"{num_layers!r} and {num_heads!r}"
-            raise ArgumentError(f"{source}: num_layers and num_heads: expected positive integers, got {got}")
-        layers = {}
-        for key, layer in data["layers"].items():
-            if not key.isdigit() or not int(key) < num_layers:
-                raise ArgumentError(f"{source}: layers: expected indices in 0..{num_layers - 1}, got {key!r}")
-            trace = Trace.from_dict(layer, f"{source}, layer {key}")
-            if trace.tokens != tokens or trace.num_heads != num_heads:
-                raise ArgumentError(
-                    f"{source}, layer {key}: expected the trace's {len(tokens)} tokens and "
-                    f"{num_heads} heads, got {len(trace.labels)} tokens and {trace.num_heads} heads"
-                )
-            layers[int(key)] = trace
-        special, parts = data.get("special", [False] * len(tokens)), data.get("parts", [""] * len(tokens))
-        if not (isinstance(special, list) and len(special) == len(tokens) and all(type(x) is bool for x in special)):
-            raise ArgumentError(f"{source}: special: expected {len(tokens)} booleans, one per token")
-        if not (isinstance(parts, list) and len(parts) == len(tokens) and all(isinstance(x, str) for x in parts)):
-            raise ArgumentError(f"{source}: parts: expected {len(tokens)} strings, one per token")
-        layers = dict(sorted(layers.items()))
-        return cls(str(data.get("model")), ids, tokens, layers, num_layers, num_heads, special, parts)
+        return _from_dict(cls, data, source)
 
     def labels(self) -> list[str]:
         """The tokens as the text trace and the page label them: a byte-level piece that
@@ -159,3 +131,36 @@ class ModelTrace:
             f"ModelTrace(model={self.model!r}, tokens={len(self.tokens)}, layers={sorted(self.layers)} "
             f"of {self.num_layers}, heads={self.num_heads})"
         )
+
+
+def _from_dict(cls: type[ModelTrace], data: Any, source: str) -> ModelTrace:
+    """See :meth:`ModelTrace.from_dict`."""
+    if not isinstance(data, dict) or not isinstance(data.get("layers"), dict) or not data["layers"]:
+        raise ArgumentError(f"{source}: expected a model's trace, with its layers (as ModelTrace.to_dict gives)")
+    tokens, ids = data.get("tokens"), data.get("ids")
+    if not isinstance(tokens, list) or not all(isinstance(t, str) for t in tokens):
+        raise ArgumentError(f"{source}: tokens: expected a list of strings")
+    if not isinstance(ids, list) or len(ids) != len(tokens) or not all(type(i) is int for i in ids):
+        raise ArgumentError(f"{source}: ids: expected {len(tokens)} integers, one per token")
+    num_layers, num_heads = data.get("num_layers"), data.get("num_heads")
+    if not (type(num_layers) is int and type(num_heads) is int and num_layers > 0 and num_heads > 0):
+        got = f"{num_layers!r} and {num_heads!r}"
+        raise ArgumentError(f"{source}: num_layers and num_heads: expected positive integers, got {got}")
+    layers = {}
+    for key, layer in data["layers"].items():
+        if not key.isdigit() or not int(key) < num_layers:
+            raise ArgumentError(f"{source}: layers: expected indices in 0..{num_layers - 1}, got {key!r}")
+        trace = Trace.from_dict(layer, f"{source}, layer {key}")
+        if trace.tokens != tokens or trace.num_heads != num_heads:
+            raise ArgumentError(
+                f"{source}, layer {key}: expected the trace's {len(tokens)} tokens and "
+                f"{num_heads} heads, got {len(trace.labels)} tokens and {trace.num_heads} heads"
+            )
+        layers[int(key)] = trace
+    special, parts = data.get("special", [False] * len(tokens)), data.get("parts", [""] * len(tokens))
+    if not (isinstance(special, list) and len(special) == len(tokens) and all(type(x) is bool for x in special)):
+        raise ArgumentError(f"{source}: special: expected {len(tokens)} booleans, one per token")
+    if not (isinstance(parts, list) and len(parts) == len(tokens) and all(isinstance(x, str) for x in parts)):
+        raise ArgumentError(f"{source}: parts: expected {len(tokens)} strings, one per token")
+    layers = dict(sorted(layers.items()))
+    return cls(str(data.get("model")), ids, tokens, layers, num_layers, num_heads, special, parts)

@@ -132,7 +132,14 @@ class Trace:
         return 1 if self.weights.ndim == 2 else self.weights.shape[0]
 
     def head(self, h: int) -> Trace:
-        """The single-head trace of head ``h``."""
+        """The single-head trace of head ``h``.
+
+        Args:
+            h: the head, in 0..H − 1.
+
+        Raises:
+            ArgumentError: ``h`` is not a head of the trace.
+        """
         if isinstance(h, bool) or not isinstance(h, (int, np.integer)) or not 0 <= h < self.num_heads:
             raise fail("h", f"a head index in 0..{self.num_heads - 1}", repr(h))
         if self.weights.ndim == 2:
