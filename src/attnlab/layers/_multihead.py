@@ -269,9 +269,10 @@ class MultiheadAttention(_Parameters):
         No dropout; no appended keys.
 
         Args:
-            x: one sequence, (L, D).
+            x: one sequence, (L, D), unbatched whatever ``batch_first`` says.
             is_causal: token i attends to tokens 0..i only.
-            scale: multiplies Q·Kᵀ; default 1/√E.
+            scale: multiplies each head's Q·Kᵀ; default 1/√E, E = D / H the width of
+                one head.
             tokens: L labels of the rows (None: positions).
 
         Raises:

@@ -93,6 +93,9 @@ class SelfAttention:
             scale: multiplies Q·Kᵀ; default 1/√d_k.
             tokens: L labels of the rows (None: positions).
 
+        Returns:
+            The :class:`Trace`: X, Q, K, V, scores, scaled scores, weights and output.
+
         Raises:
             ValueError: X is not one sequence (L, d_model), or tokens not L labels.
         """
