@@ -8,8 +8,14 @@ import runpy
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from oracles import SEED_PROGRAM
+
+# No property test fails for the machine being busy: no per-example deadline (hypothesis's
+# default is 200 ms) and no "too slow" health check; a test's own @settings keeps the rest.
+settings.register_profile("busy-machine", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("busy-machine")
 
 
 @pytest.fixture(scope="session")

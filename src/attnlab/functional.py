@@ -199,12 +199,27 @@ def scaled_dot_product_attention_backward(
         dV = Pᵀ·dO,   dP = dO·Vᵀ,   dZ = P∘(dP − rowsum(dO∘O)),
         dQ = scale · dZ·K,   dK = scale · dZᵀ·Q.
 
-    Arguments are those of the forward; ``grad_output`` has the output's shape
-    (B…, L, Ev). With dropout, pass the forward's ``dropout_p`` and the same int seed
-    as ``rng``: the mask is redrawn bit for bit (``attention(...).backward`` needs no
-    seed and takes any rng). The tiled and fused engines start from the forward's
-    ``output`` and ``lse`` (from ``return_lse=True``): pass both, or neither and they
-    are recomputed (always for float16, whose results were rounded).
+    With dropout, pass the forward's ``dropout_p`` and the same int seed as ``rng``: the
+    mask is redrawn bit for bit (``attention(...).backward`` needs no seed and takes any
+    rng).
+
+    Args:
+        grad_output: dO, of the output's shape (B…, L, Ev).
+        query: (B…, L, E), as given to the forward.
+        key: (B…, S, E), as given to the forward.
+        value: (B…, S, Ev), as given to the forward.
+        attn_mask: the forward's mask (None, bool: True may attend, or float, added).
+        is_causal: the forward's causal flag.
+        scale: the forward's scale; default 1/√E.
+        enable_gqa: the forward's grouped-query flag.
+        dropout_p: the forward's dropout probability (keyword-only from here on).
+        rng: the int seed the forward's dropout used (a Generator cannot replay its draw).
+        engine: "naive", "tiled" or "fused"; None picks one.
+        num_threads: threads of the blocked engines (default as the forward).
+        output: the forward's output (B…, L, Ev); with ``lse``, what the tiled and fused
+            engines start from (pass both, or neither and they are recomputed; always
+            recomputed for float16, whose results were rounded).
+        lse: the forward's log-sum-exp (B…, L), from ``return_lse=True``.
 
     Returns:
         (grad_query, grad_key, grad_value), each in the shape of its input (broadcast

@@ -42,7 +42,15 @@ def _config(module: Any) -> dict[str, Any]:
 
 def from_torch(module: Any) -> MultiheadAttention:
     """A ``MultiheadAttention`` with the torch module's configuration, parameters,
-    dtype and training mode."""
+    dtype and training mode.
+
+    Args:
+        module: a ``torch.nn.MultiheadAttention``.
+
+    Raises:
+        ArgumentTypeError: ``module`` is something else.
+        MissingDependencyError: torch is not installed.
+    """
     torch = _torch()
     if not isinstance(module, torch.nn.MultiheadAttention):
         raise fail("module", "a torch.nn.MultiheadAttention", type(module).__name__, TypeError)
@@ -54,7 +62,15 @@ def from_torch(module: Any) -> MultiheadAttention:
 
 def to_torch(layer: MultiheadAttention) -> Any:
     """A ``torch.nn.MultiheadAttention`` with the layer's configuration, parameters,
-    dtype and training mode."""
+    dtype and training mode.
+
+    Args:
+        layer: an :class:`attnlab.MultiheadAttention`.
+
+    Raises:
+        ArgumentTypeError: ``layer`` is something else.
+        MissingDependencyError: torch is not installed.
+    """
     torch = _torch()
     if not isinstance(layer, MultiheadAttention):
         raise fail("layer", "an attnlab.MultiheadAttention", type(layer).__name__, TypeError)

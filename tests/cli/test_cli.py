@@ -12,6 +12,7 @@ import pytest
 
 import attnlab as al
 from attnlab.cli import _demo, main
+from attnlab.trace import ModelTrace
 from oracles import requires
 
 NUMBER = re.compile(r"-?\d+\.\d+|-?\d+")
@@ -457,3 +458,85 @@ def test_a_saved_trace_refuses_embedding_options(tmp_path, monkeypatch, capsys):
     (tmp_path / "t.json").write_text(out)
     code, _, err = run(capsys, "trace", "t.json", "--embed", "random")
     assert code == 2 and "--embed: t.json is a saved trace" in err
+
+
+# --- suggestions, the terminal, byte-level pieces (issue 23) ------------------------------
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["trace", "--text", "ab", "--casual"], "error: unrecognized arguments: --casual; did you mean --causal?"),
+        (["trace", "--text", "ab", "--casual=1"], "unrecognized arguments: --casual=1; did you mean --causal?"),
+        (["trce"], "invalid choice: 'trce' (choose from 'demo', 'trace', 'plot', 'view', 'bench', 'experiment', "
+                   "'ring'); did you mean 'trace'?"),
+        (["trace", "--text", "ab", "--format", "jsn"], "did you mean 'json'?"),
+    ],
+)  # fmt: skip
+def test_a_mistyped_option_or_command_names_the_nearest(argv, message):
+    run = attnlab(*argv)
+    assert run.returncode == 2 and run.stdout == ""
+    assert run.stderr.count("\n") == 1 and message in run.stderr, run.stderr
+
+
+def test_nothing_near_suggests_nothing():
+    run = attnlab("trace", "--text", "ab", "--zzzzzz")
+    assert run.returncode == 2 and run.stderr == "attnlab trace: error: unrecognized arguments: --zzzzzz\n"
+
+
+LONG_TEXT = "小明是个运动达人，他平时很爱打篮球。" * 34  # 612 characters: about 10 MB of text trace
+
+
+def on_a_terminal(*argv: str) -> tuple[int, bytes, str]:
+    """attnlab with standard output on a pseudo-terminal: status, what reached the terminal, stderr."""
+    import os
+    import pty
+
+    master, slave = pty.openpty()
+    try:
+        run = subprocess.run([sys.executable, "-m", "attnlab", *argv], stdout=slave, stderr=subprocess.PIPE,
+                             text=True, timeout=600)  # fmt: skip
+        os.set_blocking(master, False)
+        try:
+            shown = os.read(master, 1 << 16)
+        except (BlockingIOError, OSError):
+            shown = b""
+    finally:
+        os.close(slave)
+        os.close(master)
+    return run.returncode, shown, run.stderr
+
+
+def test_a_trace_over_1_mb_is_refused_on_a_terminal_and_says_how_to_keep_it():
+    status, shown, stderr = on_a_terminal("trace", "--text", LONG_TEXT)
+    assert status == 2 and shown == b""
+    assert stderr.count("\n") == 1
+    assert stderr.startswith("attnlab trace: error: output: expected at most 1 MB on a terminal")
+    assert "> trace.txt" in stderr and "--format json > trace.json" in stderr and "| less" in stderr
+    size = float(stderr.rsplit("got ", 1)[1].split()[0])
+    piped = attnlab("trace", "--text", LONG_TEXT)  # a pipe gets everything, the size the message gave
+    assert piped.returncode == 0 and round(len(piped.stdout.encode()) / 1e6, 1) == size > 1
+
+
+def test_a_small_trace_reaches_the_terminal():
+    status, shown, stderr = on_a_terminal("trace", "--text", "ab", "--lang", "en")
+    assert status == 0 and stderr == "" and b"Self-attention trace" in shown
+
+
+def byte_level_trace() -> ModelTrace:
+    """A model's trace over a, then 篮 in three byte-level pieces (the first two show nothing)."""
+    tokens, parts = ["a", "", "", "篮"], ["", "篮", "篮", "篮"]
+    x = np.random.default_rng(0).standard_normal((4, 4))
+    layer = al.SelfAttention(4, 2, seed=0).trace(x, tokens=tokens)
+    return ModelTrace("tiny", [1, 2, 3, 4], tokens, {0: layer}, 1, 1, parts=parts)
+
+
+def test_byte_level_pieces_are_labelled_in_the_text_trace(tmp_path):
+    trace = byte_level_trace()
+    assert trace.labels() == ["a", "‹piece of 篮›", "‹piece of 篮›", "篮"]
+    text = trace.render(lang="en")
+    assert "()" not in text and "row 1 (‹piece of 篮›)" in text and "row 3 (篮)" in text, text
+    saved = tmp_path / "trace.json"
+    saved.write_text(trace.to_json(), encoding="utf-8")
+    run = attnlab("trace", str(saved), "--lang", "en")
+    assert run.returncode == 0 and run.stdout.strip() == text

@@ -46,7 +46,7 @@ def cut(x: np.ndarray, case: dict, world: int, rank: int) -> np.ndarray:
 def main() -> None:
     spec, rank, world, port, out = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5]
     dist.init_process_group(
-        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world, timeout=timedelta(seconds=60)
+        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world, timeout=timedelta(seconds=300)
     )
     with open(spec, encoding="utf-8") as file:
         cases = json.load(file)

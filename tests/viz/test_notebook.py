@@ -31,7 +31,7 @@ def iframe_page(markup: str) -> str:
 
 def test_show_and_the_trace_display_the_page_in_a_notebook():
     notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(source) for source in CELLS])
-    NotebookClient(notebook, timeout=120, kernel_name="python3").execute()
+    NotebookClient(notebook, timeout=600, kernel_name="python3").execute()
     shown = []
     for cell in notebook.cells[1:]:
         (display,) = [o for o in cell.outputs if "text/html" in o.get("data", {})]
@@ -54,7 +54,7 @@ def test_a_models_trace_shows_in_a_notebook(tmp_path):
         "trace",
     ]
     notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(source) for source in cells])
-    NotebookClient(notebook, timeout=120, kernel_name="python3").execute()
+    NotebookClient(notebook, timeout=600, kernel_name="python3").execute()
     for cell in notebook.cells[1:]:
         (display,) = [o for o in cell.outputs if "text/html" in o.get("data", {})]
         page = iframe_page(display["data"]["text/html"])

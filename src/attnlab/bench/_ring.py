@@ -6,8 +6,8 @@ Every rank builds the whole sequence from one seed (float32 unless --float64, on
 width 64 unless told), runs ring attention on its shard (and the backward with
 --backward), and measures its time, its extra memory (tracemalloc: NumPy's allocations,
 the blocks in flight included) and the bytes it sent. Rank 0 gathers the figures and, when
---check is given, compares the output with the single-process engine's over the whole
-sequence; it prints one JSON object.
+--check is given, compares the output (and with --backward dQ, dK and dV) with the
+single-process engine's over the whole sequence; it prints one JSON object.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import argparse
 import json
 import tracemalloc
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import numpy as np
 
@@ -60,9 +60,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
     tracemalloc.start()
     (output, lse), forward, forward_extra = _measured(lambda: _ring.ring_forward(ring, query, key, value, None))
     forward_sent = list(ring.sent)
-    backward = backward_extra = None
+    backward = backward_extra = grads = None
     if args.backward:
-        _, backward, backward_extra = _measured(
+        grads, backward, backward_extra = _measured(
             lambda: _ring.ring_backward(ring, grad_output, query, key, value, output, lse, None)
         )
     tracemalloc.stop()
@@ -73,10 +73,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
         "backward_bytes": ring.sent[1] - forward_sent[1], "peak_rss_mib": peak_rss_mib(),
     }  # fmt: skip
     every = _ring._all_gather_json(dist, None, size, mine)
-    gathered = [np.zeros(0)] * size
-    if args.check:
-        pieces = _ring._all_gather_json(dist, None, size, output.astype(np.float64).tolist() if size > 1 else [])
-        gathered = [np.asarray(p) for p in pieces] if size > 1 else [output]
+    mine_out = [output, *(grads if grads is not None else ())]  # O, then dQ, dK, dV with --backward
+    whole = [_gathered(dist, size, x, args.layout) for x in mine_out] if args.check else []
     dist.destroy_process_group()
     if rank != 0:
         return None
@@ -84,15 +82,36 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
                               "causal": args.causal, "layout": args.layout, "dtype": np.dtype(dtype).name,
                               "ranks": every}  # fmt: skip
     if args.check:
-        from ..functional import scaled_dot_product_attention
-
-        whole = distributed.unshard(gathered, args.layout)
-        expected, report["single_process_s"] = time_once(
-            lambda: scaled_dot_product_attention(q, k, v, is_causal=args.causal)
-        )
-        report["max_abs_error"] = float(np.abs(whole - expected).max())
+        report.update(_checked(whole, q, k, v, d, args.causal))
     print(json.dumps(report))
     return report
+
+
+def _gathered(dist: Any, size: int, shard: np.ndarray, layout: Literal["contiguous", "zigzag"]) -> np.ndarray:
+    """The whole sequence's array (…, L, E) from every rank's ``shard`` of it (float64)."""
+    if size == 1:
+        return shard.astype(np.float64)
+    pieces = _ring._all_gather_json(dist, None, size, shard.astype(np.float64).tolist())
+    return distributed.unshard([np.asarray(p) for p in pieces], layout)
+
+
+def _checked(
+    whole: list[np.ndarray], q: np.ndarray, k: np.ndarray, v: np.ndarray, d: np.ndarray, causal: bool
+) -> dict[str, Any]:
+    """The single-process engine's time and the ring's largest error against it: of the
+    output (``whole[0]``) and, when ``whole`` holds them, of dQ, dK and dV (the backward
+    of Σ d∘O, the same ``d`` the ranks used)."""
+    from ..engine._attention import attention
+
+    result, seconds = time_once(lambda: attention(q, k, v, is_causal=causal))
+    checked: dict[str, Any] = {"single_process_s": seconds}
+    checked["max_abs_error"] = float(np.abs(whole[0] - result.output).max())
+    if len(whole) == 4:
+        expected, checked["single_process_backward_s"] = time_once(lambda: result.backward(d))
+        checked["max_abs_grad_error"] = {
+            name: float(np.abs(got - want).max()) for name, got, want in zip("QKV", whole[1:], expected, strict=True)
+        }
+    return checked
 
 
 def _measured(run: Callable[[], T]) -> tuple[T, float, int]:

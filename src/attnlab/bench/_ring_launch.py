@@ -93,4 +93,8 @@ def format_ring(report: dict[str, Any]) -> str:
     if "max_abs_error" in report:
         lines += ["", f"single-process engine: {report['single_process_s']:.2f} s; the ring's output differs by at "
                   f"most {report['max_abs_error']:.1e}"]  # fmt: skip
+    if "max_abs_grad_error" in report:
+        grads = ", ".join(f"d{name} {error:.1e}" for name, error in report["max_abs_grad_error"].items())
+        lines.append(f"its backward: {report['single_process_backward_s']:.2f} s; the ring's gradients differ by at "
+                     f"most {grads}")  # fmt: skip
     return "\n".join(lines)

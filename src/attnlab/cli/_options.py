@@ -4,21 +4,57 @@ help layout, and the output options of demo and trace."""
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
+import difflib
+import sys
+from collections.abc import Callable, Iterable, Sequence
 from types import ModuleType
-from typing import NoReturn
+from typing import Any, NoReturn
 
+from .._validation import fail
 from ..trace import ModelTrace
 from ..trace._trace import LANGUAGES, Trace
 
-__all__ = ["Parser", "add_command", "add_output_options", "at_least", "print_trace"]
+__all__ = ["Parser", "add_command", "add_output_options", "at_least", "nearest", "print_trace"]
+
+
+def nearest(word: str, candidates: Iterable[str]) -> str | None:
+    """The candidate closest to ``word`` (difflib's ratio, at least 0.6), or None."""
+    matches = difflib.get_close_matches(word, list(candidates), n=1, cutoff=0.6)
+    return matches[0] if matches else None
 
 
 class Parser(argparse.ArgumentParser):
-    """argparse that reports a usage error in one line (exit status 2)."""
+    """argparse that reports a usage error in one line (exit status 2) and names the
+    nearest choice or option to a mistyped one ("did you mean --causal?"), as Python
+    3.14's ``suggest_on_error`` does, on every Python we support."""
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message}\n")
+
+    def _check_value(self, action: argparse.Action, value: Any) -> None:
+        """argparse's check of a choice (a command, --format's value), with the nearest one."""
+        try:
+            super()._check_value(action, value)
+        except argparse.ArgumentError as e:
+            choices = [str(choice) for choice in action.choices or ()]
+            match = nearest(str(value), choices) if choices else None
+            if match is None:
+                raise
+            raise argparse.ArgumentError(action, f"{e.message}; did you mean {match!r}?") from None
+
+    def parse_known_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: Any = None
+    ) -> tuple[Any, list[str]]:
+        """argparse's, but an unrecognized argument is an error here, in the parser that
+        knows the options (a command's), with the nearest of them when one is close."""
+        namespace, extras = super().parse_known_args(args, namespace)
+        if extras:
+            options = [option for action in self._actions for option in action.option_strings]
+            unknown = next((word for word in extras if word.startswith("-") and len(word) > 1), None)
+            match = nearest(unknown.partition("=")[0], options) if unknown else None
+            hint = f"; did you mean {match}?" if match else ""
+            self.error(f"unrecognized arguments: {' '.join(extras)}{hint}")
+        return namespace, extras
 
 
 def at_least(minimum: int, maximum: int | None = None) -> Callable[[str], int]:
@@ -66,11 +102,34 @@ def add_output_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--lang", choices=LANGUAGES, default="zh", help="labels: zh (default, as the article) or en")
 
 
+TERMINAL_LIMIT = 10**6  # bytes: more than this on a terminal is refused (see print_trace)
+
+
 def print_trace(trace: Trace | ModelTrace, args: argparse.Namespace, title: str | None = None) -> None:
-    """Print ``trace`` as the output options ask: JSON, or text in --lang with --precision decimals."""
+    """Print ``trace`` as the output options ask: JSON, or text in --lang with --precision decimals.
+
+    More than :data:`TERMINAL_LIMIT` bytes onto a terminal is refused, nothing printed:
+    megabytes of numbers scroll past unread, and a note beside them would scroll away with
+    them; the error says how to keep the output instead (a file, a pager). A pipe or a
+    file gets everything.
+
+    Raises:
+        ArgumentError: the output is over the limit and standard output is a terminal.
+    """
     if args.format == "json":
-        print(trace.to_json())
+        text = trace.to_json()
     elif isinstance(trace, ModelTrace):
-        print(trace.render(lang=args.lang, precision=args.precision))
+        text = trace.render(lang=args.lang, precision=args.precision)
     else:
-        print(trace.render(lang=args.lang, precision=args.precision, title=title))
+        text = trace.render(lang=args.lang, precision=args.precision, title=title)
+    size = len(text.encode("utf-8", "backslashreplace"))
+    if size > TERMINAL_LIMIT and sys.stdout.isatty():
+        what = "json" if args.format == "json" else "txt"
+        raise fail(
+            "output",
+            f"at most 1 MB on a terminal: write it to a file (add `> trace.{what}`"
+            + ("" if what == "json" else ", or `--format json > trace.json`")
+            + ") or page it (`| less`)",
+            f"{size / 1e6:.1f} MB",
+        )
+    print(text)

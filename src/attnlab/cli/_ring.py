@@ -2,7 +2,8 @@
 
 Split one sequence over N processes on this machine (torchrun, the gloo backend) and run
 ring attention on it: time, each rank's extra memory and the bytes it sent, and the
-error against the single-process engine (--check). Across machines, see README.
+error against the single-process engine, of the gradients too with --backward (--check).
+Across machines, see README.
 
 Examples::
 
@@ -29,7 +30,11 @@ def add_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--backward", action="store_true", help="also run and time the backward")
     parser.add_argument("--layout", choices=("zigzag", "contiguous"), default="zigzag", help="how the rows are shared")
     parser.add_argument("--float64", action="store_true", help="float64 instead of float32")
-    parser.add_argument("--check", action="store_true", help="compare with the single-process engine (slow)")
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="compare with the single-process engine, the gradients too with --backward (slow)",
+    )
 
 
 OPTIONS = (add_options,)  # the option groups, in --help's order

@@ -100,9 +100,22 @@ def ring_attention_backward(
     engine: Engine | None = None,
 ) -> Gradients:
     """dQ, dK and dV of this rank's shards, from the gradient of its output shard and the
-    forward's output and lse (:func:`ring_attention` with ``return_lse=True``); the other
-    arguments as the forward's. dK and dV travel around the ring with their blocks and come
-    back to the rank that holds them.
+    forward's output and lse (:func:`ring_attention` with ``return_lse=True``). dK and dV
+    travel around the ring with their blocks and come back to the rank that holds them.
+
+    Args:
+        grad_output: dO of this rank's output shard, (B…, l, Ev).
+        query: this rank's query shard, (B…, l, E), as given to the forward.
+        key: this rank's key shard, (B…, l, E).
+        value: this rank's value shard, (B…, l, Ev).
+        output: the forward's output shard.
+        lse: the forward's lse shard, (B…, l).
+        is_causal: the forward's causal flag (over the whole sequence's positions).
+        scale: the forward's scale; default 1/√E.
+        enable_gqa: the forward's grouped-query flag.
+        group: the torch.distributed process group (None: the default group).
+        layout: "contiguous" or "zigzag", how the rows were shared (:func:`shard`).
+        engine: a blocked engine ("tiled" or "fused"); None picks one.
 
     Raises:
         ArgumentError: as :func:`ring_attention`, and when grad_output, output or lse do not
@@ -150,7 +163,18 @@ def _check_saved(query: Any, key: Any, value: Any, grad_output: Any, output: Any
 def shard(x: ArrayLike, world_size: int, rank: int, layout: Layout = "contiguous", axis: int = -2) -> Array:
     """Rank ``rank``'s rows of the whole sequence ``x`` along ``axis`` (the sequence axis
     of (B…, L, E)): the r-th of P near-equal runs ("contiguous"), or chunks r and
-    2P − 1 − r of 2P ("zigzag")."""
+    2P − 1 − r of 2P ("zigzag").
+
+    Args:
+        x: the whole sequence, (B…, L, E).
+        world_size: P, the number of ranks.
+        rank: r, in 0..P − 1.
+        layout: "contiguous" or "zigzag".
+        axis: the sequence axis (default −2).
+
+    Raises:
+        ArgumentError: world_size, rank or layout out of range.
+    """
     x = np.asarray(x)
     if isinstance(world_size, bool) or not isinstance(world_size, (int, np.integer)) or world_size < 1:
         raise fail("world_size", "a positive integer", repr(world_size))
@@ -162,7 +186,16 @@ def shard(x: ArrayLike, world_size: int, rank: int, layout: Layout = "contiguous
 
 
 def unshard(shards: Sequence[ArrayLike], layout: Layout = "contiguous", axis: int = -2) -> Array:
-    """The whole sequence from every rank's shard, in rank order: the inverse of :func:`shard`."""
+    """The whole sequence from every rank's shard, in rank order: the inverse of :func:`shard`.
+
+    Args:
+        shards: every rank's shard, in rank order.
+        layout: the layout :func:`shard` used, "contiguous" or "zigzag".
+        axis: the sequence axis (default −2).
+
+    Raises:
+        ArgumentError: an unknown layout, or no shards.
+    """
     if layout not in LAYOUTS:
         raise fail("layout", f"one of {', '.join(LAYOUTS)}", repr(layout))
     if not len(shards):

@@ -127,6 +127,8 @@ class Attention:
         problem: the validated arguments, including the dropout seed drawn for this call.
         engine: "naive", "tiled" or "fused", the engine that ran.
         num_threads: the blocked engines' thread count (None: the default).
+        exact_output: O in the compute dtype, read-only: what the backward starts from
+            (``output`` is its copy in the inputs' dtype).
     """
 
     problem: Problem
@@ -144,6 +146,9 @@ class Attention:
     def backward(self, grad_output: ArrayLike) -> Gradients:
         """dQ, dK, dV of Σ grad_output∘O, each in the shape and dtype of its input
         (broadcast dimensions summed, GQA groups summed onto their shared head).
+
+        Args:
+            grad_output: dO, of the output's shape (B…, L, Ev) and dtype.
 
         Raises:
             ValueError: ``grad_output`` is not of the output's shape.
@@ -224,10 +229,31 @@ def attention(
     """O = dropout(softmax(scale · Q·Kᵀ + mask))·V, as an :class:`Attention` result that
     can give its own gradients.
 
-    The arguments are those of :func:`attnlab.scaled_dot_product_attention`, keyword-only
-    after the three arrays; ``need_weights`` keeps the (B…, L, S) weights. The dropout
-    mask is drawn once from ``rng`` (a Generator, an int seed or None) and replayed by
-    :meth:`Attention.backward`.
+    The dropout mask is drawn once and replayed by :meth:`Attention.backward`.
+
+    Args:
+        query: Q, (B…, L, E).
+        key: K, (B…, S, E).
+        value: V, (B…, S, Ev); the batch dimensions of the three broadcast together.
+        attn_mask: None, or an array that broadcasts to (B…, L, S): bool (True: may
+            attend, torch's polarity) or float (added to the scores). Keyword-only, as
+            every argument after the three arrays.
+        is_causal: query i attends to keys 0..i only (top-left aligned, as torch);
+            combined with ``attn_mask`` when both are given.
+        scale: multiplies Q·Kᵀ; default 1/√E.
+        enable_gqa: grouped-query attention: H query heads over Hk key/value heads, H a
+            multiple of Hk.
+        dropout_p: probability of zeroing each weight (kept ones scaled by 1/(1 − p)); default 0.
+        rng: the dropout's randomness: a ``numpy.random.Generator``, an int seed, or None
+            (fresh entropy).
+        need_weights: keep the (B…, L, S) weights that multiplied V (``result.weights``).
+        engine: "naive", "tiled" or "fused"; None picks the faster for the shapes.
+        num_threads: threads of the blocked engines; default ``ATTNLAB_NUM_THREADS``, else
+            the machine's cores (the same bits for any number).
+
+    Returns:
+        An :class:`Attention`: ``output`` (B…, L, Ev), ``lse`` (B…, L), ``weights``, and
+        ``backward(grad_output)``.
 
     Raises:
         ValueError: a shape, length, probability or engine that cannot be used.

@@ -36,6 +36,10 @@ def softmax(x: ArrayLike, axis: int = -1) -> Array:
     zeros (the convention for fully-masked attention rows). float16 is computed in
     float32 and returned as float16.
 
+    Args:
+        x: a float array, at least 1-D.
+        axis: the axis each softmax runs along (default −1).
+
     Raises:
         TypeError: ``x`` is not a float array, or ``axis`` not an integer.
         ValueError: ``axis`` is not one of x's axes.

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -111,16 +111,77 @@ class _Forward:
     batched: bool
 
 
-class MultiheadAttention:
+LayerT = TypeVar("LayerT", bound="_Parameters")
+
+
+class _Parameters:
+    """What MultiheadAttention shares with torch's nn.Module: its parameters under torch's
+    names (``_params``, in ``dtype``) and its training mode; and the attributes that
+    ``_configure`` sets from the constructor's arguments."""
+
+    embed_dim: int
+    num_heads: int
+    head_dim: int
+    kdim: int
+    vdim: int
+    dropout: float
+    bias: bool
+    add_bias_kv: bool
+    add_zero_attn: bool
+    batch_first: bool
+
+    _params: dict[str, Array]
+    dtype: np.dtype
+    training: bool
+
+    def named_parameters(self) -> Iterator[tuple[str, Array]]:
+        """(name, array) of every parameter, the live arrays (as torch's ``named_parameters``)."""
+        return iter(self._params.items())
+
+    def state_dict(self) -> dict[str, Array]:
+        """Copies of the parameters under torch's names and shapes."""
+        return {k: v.copy() for k, v in self._params.items()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Replace every parameter; names and shapes must be exactly this layer's.
+
+        Args:
+            state: torch's names to arrays, as :meth:`state_dict` gives them.
+
+        Raises:
+            ValueError: a name missing or unknown, or a shape that is not this layer's.
+        """
+        self._params = _checked_state(state, self._params, self.dtype)
+
+    def train(self: LayerT, mode: bool = True) -> LayerT:
+        """Training mode (dropout on) or not, as torch's; returns the layer.
+
+        Args:
+            mode: True for training, False for evaluation (:meth:`eval`).
+        """
+        self.training = flag("mode", mode)
+        return self
+
+    def eval(self: LayerT) -> LayerT:
+        return self.train(False)
+
+
+class MultiheadAttention(_Parameters):
     """torch.nn.MultiheadAttention in NumPy, with ``backward``; masks as in the module's docstring.
 
-    Args (torch's, plus two keyword-only): embed_dim D; num_heads H, a divisor of D;
-    dropout on the attention weights, in training only; bias of the input and output
-    projections; add_bias_kv, a learned row appended to the keys and values;
-    add_zero_attn, a zero row appended after the heads split; kdim, vdim, the widths of
-    key and value (default D); batch_first, (N, L, D) instead of (L, N, D); seed of
-    ``generator``, which draws the initial weights and then the dropout masks; dtype,
-    float32 (default) or float64.
+    Args:
+        embed_dim: D.
+        num_heads: H, a divisor of D.
+        dropout: the probability of zeroing an attention weight, in training only.
+        bias: biases in the input and output projections.
+        add_bias_kv: a learned row appended to the keys and values.
+        add_zero_attn: a zero row appended after the heads split.
+        kdim: the width of key (default D).
+        vdim: the width of value (default D).
+        batch_first: (N, L, D) instead of (L, N, D).
+        seed: keyword-only, not torch's: the seed of ``generator``, which draws the
+            initial weights and then the dropout masks.
+        dtype: keyword-only, not torch's: float32 (default) or float64.
 
     Raises:
         ValueError, TypeError: an argument that cannot be used, named in the message.
@@ -141,16 +202,7 @@ class MultiheadAttention:
         seed: int | None = None,
         dtype: Any = np.float32,
     ) -> None:
-        self.embed_dim = positive_int("embed_dim", embed_dim)
-        self.num_heads = positive_int("num_heads", num_heads)
-        if embed_dim % num_heads:
-            raise fail("num_heads", f"a divisor of embed_dim={embed_dim}", num_heads)
-        self.head_dim = embed_dim // num_heads
-        self.kdim = embed_dim if kdim is None else positive_int("kdim", kdim)
-        self.vdim = embed_dim if vdim is None else positive_int("vdim", vdim)
-        self.dropout = probability("dropout", dropout)
-        self.bias, self.add_bias_kv = flag("bias", bias), flag("add_bias_kv", add_bias_kv)
-        self.add_zero_attn, self.batch_first = flag("add_zero_attn", add_zero_attn), flag("batch_first", batch_first)
+        _configure(self, embed_dim, num_heads, dropout, (bias, add_bias_kv, add_zero_attn, batch_first), kdim, vdim)
         self.dtype = layer_dtype(dtype)
         self.training = True
         self.generator = np.random.default_rng(None if seed is None else int_seed("seed", seed))
@@ -162,25 +214,6 @@ class MultiheadAttention:
     def __repr__(self) -> str:
         return f"MultiheadAttention(embed_dim={self.embed_dim}, num_heads={self.num_heads}, dtype={self.dtype})"
 
-    def named_parameters(self) -> Iterator[tuple[str, Array]]:
-        """(name, array) of every parameter, the live arrays (as torch's ``named_parameters``)."""
-        return iter(self._params.items())
-
-    def state_dict(self) -> dict[str, Array]:
-        """Copies of the parameters under torch's names and shapes."""
-        return {k: v.copy() for k, v in self._params.items()}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Replace every parameter; names and shapes must be exactly this layer's."""
-        self._params = _checked_state(state, self._params, self.dtype)
-
-    def train(self, mode: bool = True) -> MultiheadAttention:
-        self.training = flag("mode", mode)
-        return self
-
-    def eval(self) -> MultiheadAttention:
-        return self.train(False)
-
     def __call__(
         self, query: ArrayLike, key: ArrayLike, value: ArrayLike, key_padding_mask: ArrayLike | None = None,
         need_weights: bool = True, attn_mask: ArrayLike | None = None, average_attn_weights: bool = True,
@@ -188,21 +221,35 @@ class MultiheadAttention:
     ) -> tuple[Array, Array | None]:  # fmt: skip
         """Return ``(output, weights)``: output like query; weights (N, L, S') averaged
         over heads or (N, H, L, S') per head (without N when unbatched), None unless
-        ``need_weights``. The forward is kept for :meth:`backward`."""
+        ``need_weights``. The forward is kept for :meth:`backward`.
+
+        Args:
+            query: (N, L, E) (batch_first), (L, N, E), or (L, E) unbatched.
+            key: (N, S, kdim) in the same layout.
+            value: (N, S, vdim) in the same layout.
+            key_padding_mask: None, or (N, S): bool True (or float −inf) ignores that key.
+            need_weights: also return the attention weights.
+            attn_mask: None, or (L, S) or (N·H, L, S): bool True masks, float is added
+                (torch's MultiheadAttention polarity).
+            average_attn_weights: average the returned weights over the heads.
+            is_causal: query i attends to keys 0..i only.
+
+        Raises:
+            ValueError, TypeError: shapes, masks or dtypes that do not fit the layer.
+        """
         average = flag("average_attn_weights", average_attn_weights)
         masks = (key_padding_mask, attn_mask, flag("is_causal", is_causal))
         self._last = forward = _forward(self, (query, key, value), *masks, flag("need_weights", need_weights))
-        output, weights = _layout(self, forward.output, forward.batched), forward.attention.weights  # (N, H, L, S')
-        if weights is None:
-            return output, None
-        weights = weights.mean(axis=1) if average else weights  # (N, L, S') or (N, H, L, S')
-        return output, weights if forward.batched else weights[0]
+        return _returned(self, forward, average)
 
     forward = __call__
 
     def backward(self, grad_output: ArrayLike) -> tuple[Array, Array, Array]:
         """Gradients of the last forward's output for query, key and value (in their
         layouts); fills ``self.grads`` with one gradient per ``state_dict`` entry.
+
+        Args:
+            grad_output: the gradient of the last forward's output, of its shape and dtype.
 
         Raises:
             RuntimeError: no forward yet.
@@ -219,8 +266,51 @@ class MultiheadAttention:
         """Self-attention of one sequence x (L, D), every head's intermediates kept:
         Q, K, V (H, L, E) after the in-projection, weights (H, L, L), each head's output
         (H, L, E) before the out-projection, and the layer's output (L, D) after it.
-        No dropout; no appended keys."""
+        No dropout; no appended keys.
+
+        Args:
+            x: one sequence, (L, D), unbatched whatever ``batch_first`` says.
+            is_causal: token i attends to tokens 0..i only.
+            scale: multiplies each head's Q·Kᵀ; default 1/√E, E = D / H the width of
+                one head.
+            tokens: L labels of the rows (None: positions).
+
+        Raises:
+            ValueError: a layer with add_bias_kv, add_zero_attn, kdim or vdim, or x not (L, D).
+        """
         return _trace(self, x, is_causal, scale, tokens)
+
+
+def _returned(layer: MultiheadAttention, forward: _Forward, average: bool) -> tuple[Array, Array | None]:
+    """What the layer's call returns: the output in the layer's layout, and the weights
+    (N, L, S') averaged over heads or (N, H, L, S'), unbatched as the input was."""
+    output, weights = _layout(layer, forward.output, forward.batched), forward.attention.weights  # (N, H, L, S')
+    if weights is None:
+        return output, None
+    weights = weights.mean(axis=1) if average else weights  # (N, L, S') or (N, H, L, S')
+    return output, weights if forward.batched else weights[0]
+
+
+def _configure(
+    layer: MultiheadAttention, embed_dim: int, num_heads: int, dropout: float, flags: tuple[Any, Any, Any, Any],
+    kdim: int | None, vdim: int | None,
+) -> None:  # fmt: skip
+    """Check and set the layer's sizes, dropout and flags (bias, add_bias_kv, add_zero_attn, batch_first).
+
+    Raises:
+        ValueError, TypeError: an argument that cannot be used, named in the message.
+    """
+    bias, add_bias_kv, add_zero_attn, batch_first = flags
+    layer.embed_dim = positive_int("embed_dim", embed_dim)
+    layer.num_heads = positive_int("num_heads", num_heads)
+    if embed_dim % num_heads:
+        raise fail("num_heads", f"a divisor of embed_dim={embed_dim}", num_heads)
+    layer.head_dim = embed_dim // num_heads
+    layer.kdim = embed_dim if kdim is None else positive_int("kdim", kdim)
+    layer.vdim = embed_dim if vdim is None else positive_int("vdim", vdim)
+    layer.dropout = probability("dropout", dropout)
+    layer.bias, layer.add_bias_kv = flag("bias", bias), flag("add_bias_kv", add_bias_kv)
+    layer.add_zero_attn, layer.batch_first = flag("add_zero_attn", add_zero_attn), flag("batch_first", batch_first)
 
 
 def _trace(

@@ -67,8 +67,16 @@ class SelfAttention:
         return X, X @ self.Wq, X @ self.Wk, X @ self.Wv  # (…, L, d_k) each
 
     def forward(self, X: ArrayLike, *, is_causal: bool = False, scale: float | None = None) -> tuple[Array, Array]:
-        """Return ``(output, weights)``: (…, L, d_k) and (…, L, L). ``scale`` defaults
-        to 1/√d_k; ``is_causal`` lets token i attend to tokens 0..i only."""
+        """Return ``(output, weights)``: (…, L, d_k) and (…, L, L).
+
+        Args:
+            X: the input, (…, L, d_model).
+            is_causal: token i attends to tokens 0..i only.
+            scale: multiplies Q·Kᵀ; default 1/√d_k.
+
+        Raises:
+            ValueError: X's last dimension is not d_model.
+        """
         _, Q, K, V = self._project(X)
         return scaled_dot_product_attention(Q, K, V, is_causal=is_causal, scale=scale, need_weights=True)
 
@@ -77,7 +85,20 @@ class SelfAttention:
     def trace(
         self, X: ArrayLike, *, is_causal: bool = False, scale: float | None = None, tokens: Sequence[str] | None = None
     ) -> Trace:
-        """Every intermediate of one forward pass of a (L, d_model) input, as a Trace."""
+        """Every intermediate of one forward pass of a (L, d_model) input, as a Trace.
+
+        Args:
+            X: one sequence, (L, d_model).
+            is_causal: token i attends to tokens 0..i only.
+            scale: multiplies Q·Kᵀ; default 1/√d_k.
+            tokens: L labels of the rows (None: positions).
+
+        Returns:
+            The :class:`Trace`: X, Q, K, V, scores, scaled scores, weights and output.
+
+        Raises:
+            ValueError: X is not one sequence (L, d_model), or tokens not L labels.
+        """
         X, Q, K, V = self._project(X)
         if X.ndim != 2:
             raise fail("X", f"one sequence of shape (L, {self.d_model}) to trace", f"shape {X.shape}")

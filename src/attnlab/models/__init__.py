@@ -38,8 +38,11 @@ def load(name_or_dir: str | os.PathLike[str], *, dtype: Any = np.float32) -> Mod
     """The model in a checkpoint directory, or of a hub id (the local Hugging Face cache
     first; a download only when online and ``HF_HUB_OFFLINE`` is not set).
 
-    ``dtype``: float32 (default) or float64, what the model computes in; float16 and
-    bfloat16 weights are widened to it. Weights already in ``dtype`` stay memory-mapped.
+    Args:
+        name_or_dir: a checkpoint directory (config.json and safetensors weights), a hub id
+            (``gpt2``, ``Qwen/Qwen2.5-0.5B``) or ``builtin:coref``, the model shipped with attnlab.
+        dtype: float32 (default) or float64, what the model computes in; float16 and
+            bfloat16 weights are widened to it. Weights already in ``dtype`` stay memory-mapped.
 
     Raises:
         ArgumentError: no such directory or hub id, no config.json, an unsupported

@@ -116,7 +116,7 @@ def _from_hub(repo_id: str) -> Path:
         if constants.HF_HUB_OFFLINE:
             raise CheckpointError(
                 f"name_or_dir: {repo_id!r} is not in the Hugging Face cache ({constants.HF_HUB_CACHE}) and "
-                "HF_HUB_OFFLINE is set; download it once online, or pass a directory"
+                f"HF_HUB_OFFLINE is set; {_what_works_offline(repo_id)}"
             ) from cached_error
     try:
         return Path(huggingface_hub.snapshot_download(repo_id, allow_patterns=WANTED, etag_timeout=5))
@@ -124,8 +124,19 @@ def _from_hub(repo_id: str) -> Path:
         reason = (str(error).strip().splitlines() or [""])[0]
         raise CheckpointError(
             f"name_or_dir: {repo_id!r} is neither a directory nor in the Hugging Face cache "
-            f"({constants.HF_HUB_CACHE}), and downloading it failed ({type(error).__name__}: {reason})"
+            f"({constants.HF_HUB_CACHE}), and downloading it failed ({type(error).__name__}: {reason}); "
+            f"{_what_works_offline(repo_id)}"
         ) from error
+
+
+def _what_works_offline(repo_id: str) -> str:
+    """The end of a missed hub id's error: what loads without a network, and how to get
+    ``repo_id`` into the cache."""
+    return (
+        f"without a network, builtin:coref loads (it ships with attnlab); to get {repo_id} into the cache, run "
+        f"`hf download {repo_id}` (or `huggingface-cli download {repo_id}`) on a machine with a network and copy "
+        "the cache here, or pass the checkpoint's local directory"
+    )
 
 
 def read_config(directory: Path, name: str = CONFIG) -> dict[str, Any]:

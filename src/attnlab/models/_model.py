@@ -40,7 +40,13 @@ class Model:
     ``model(input_ids, ...)``, as ``model.forward``, gives a :class:`ModelOutput`: the
     logits (B, L, vocab) (None for a BERT without its masked-LM head), the last hidden
     state and, when asked for, every hidden state and attention matrix; ``trace`` every
-    step of attention; ``generate`` continues a causal model's text with a KV cache."""
+    step of attention; ``generate`` continues a causal model's text with a KV cache.
+
+    Args:
+        network: the checkpoint's weights read into one :class:`Network` (as :func:`load` builds it).
+        tokenizer: its tokenizer, or None (ids only).
+        name: the checkpoint's name, as a trace and a page show it.
+    """
 
     def __init__(self, network: Network, tokenizer: Tokenizer | None, name: str) -> None:
         self.network = network
@@ -74,45 +80,35 @@ class Model:
         empty, and its outputs mean nothing, as in ``transformers``. ``token_type_ids``:
         BERT's segments (default 0). Calling the model is calling ``forward``.
 
+        Args:
+            input_ids: (B, L) or (L,) token ids.
+            attention_mask: None, or of input_ids' shape: 1 for a token, 0 for padding.
+            token_type_ids: None, or of input_ids' shape: BERT's segments.
+            output_hidden_states: also return every layer's hidden state (B, L, D).
+            output_attentions: also return every layer's weights (B, H, L, L).
+
         Raises:
             ArgumentError, ArgumentTypeError: see :func:`._checks.model_inputs`; flags
                 that are not bools.
         """
-        ids, valid, types = model_inputs(self.network, input_ids, attention_mask, token_type_ids)
-        batched = ids.ndim == 2
-        record = Recorder(attentions=flag("output_attentions", output_attentions))
-        hidden: list[Array] | None = [] if flag("output_hidden_states", output_hidden_states) else None
-        last = self.network.forward(ids if batched else ids[None], valid, types, None, record, hidden)  # (B, L, D)
-        logits = self.network.logits(last)
-
-        def unbatch(x: Array) -> Array:
-            return x if batched else x[0]
-
-        return ModelOutput(
-            last_hidden_state=unbatch(last),
-            logits=None if logits is None else unbatch(logits),
-            hidden_states=None if hidden is None else tuple(unbatch(h) for h in hidden),
-            attentions=tuple(unbatch(w) for w in record.weights) if output_attentions else None,
-        )
+        return _forward(self, input_ids, attention_mask, token_type_ids, output_hidden_states, output_attentions)
 
     __call__ = forward
 
     def trace(self, text_or_ids: ArrayLike | str, layers: Any = None) -> ModelTrace:
-        """Every step of attention for one sequence (a text, tokenized with the model's
-        tokenizer and its special tokens, or ids (L,)) in ``layers`` (an index, a list of
-        them, or None for all; negative indices count from the end)."""
-        tokenizer = self.tokenizer
-        ids = sequence_ids(self.config, tokenizer, text_or_ids)
-        chosen = layer_indices(self.config, layers)
-        record = Recorder(trace_layers=frozenset(chosen))
-        self.network.forward(ids[None], None, None, None, record, None)  # (L,) -> (1, L)
-        tokens, parts = tokenizer.pieces(ids) if tokenizer is not None else ([str(i) for i in ids], [])
-        special = [tokenizer.is_special(i) for i in ids] if tokenizer is not None else []
-        for trace in record.traces.values():
-            trace.tokens = tokens
-        c, traces = self.config, {i: record.traces[i] for i in chosen}
-        counts = (c.num_hidden_layers, c.num_attention_heads)
-        return ModelTrace(self.name, [int(i) for i in ids], tokens, traces, *counts, special, parts)
+        """Every step of attention for one sequence in the chosen layers.
+
+        Args:
+            text_or_ids: a text (tokenized with the model's tokenizer and its special
+                tokens) or ids (L,).
+            layers: an index, a list of them, or None for all; negative indices count
+                from the end.
+
+        Raises:
+            ArgumentError: a text without a tokenizer, ids out of the vocabulary, too many
+                tokens for the positions, or a layer the model does not have.
+        """
+        return _trace(self, text_or_ids, layers)
 
     @overload
     def generate(
@@ -137,6 +133,14 @@ class Model:
         The prompt runs once; each new token is one query against the cached keys and
         values of every position before it.
 
+        Args:
+            input_ids: the prompt, (L,) ids.
+            max_new_tokens: the most tokens to add.
+            temperature: 0 (default): the most likely token; above 0: drawn from
+                softmax(logits / temperature).
+            rng: the draws' randomness, a Generator or an int seed (with a temperature).
+            output_logits: also return the logits of each new token, (new, vocab).
+
         Raises:
             ArgumentError, ArgumentTypeError: a model that is not causal (BERT), not one
                 sequence of ids, more tokens than the model's positions, a bad argument.
@@ -144,3 +148,42 @@ class Model:
         return generate(
             self.network, input_ids, max_new_tokens, temperature=temperature, rng=rng, output_logits=output_logits
         )
+
+
+def _forward(
+    model: Model, input_ids: ArrayLike, attention_mask: ArrayLike | None, token_type_ids: ArrayLike | None,
+    output_hidden_states: bool, output_attentions: bool,
+) -> ModelOutput:  # fmt: skip
+    """See :meth:`Model.forward`."""
+    ids, valid, types = model_inputs(model.network, input_ids, attention_mask, token_type_ids)
+    batched = ids.ndim == 2
+    record = Recorder(attentions=flag("output_attentions", output_attentions))
+    hidden: list[Array] | None = [] if flag("output_hidden_states", output_hidden_states) else None
+    last = model.network.forward(ids if batched else ids[None], valid, types, None, record, hidden)  # (B, L, D)
+    logits = model.network.logits(last)
+
+    def unbatch(x: Array) -> Array:
+        return x if batched else x[0]
+
+    return ModelOutput(
+        last_hidden_state=unbatch(last),
+        logits=None if logits is None else unbatch(logits),
+        hidden_states=None if hidden is None else tuple(unbatch(h) for h in hidden),
+        attentions=tuple(unbatch(w) for w in record.weights) if output_attentions else None,
+    )
+
+
+def _trace(model: Model, text_or_ids: ArrayLike | str, layers: Any) -> ModelTrace:
+    """See :meth:`Model.trace`."""
+    tokenizer = model.tokenizer
+    ids = sequence_ids(model.config, tokenizer, text_or_ids)
+    chosen = layer_indices(model.config, layers)
+    record = Recorder(trace_layers=frozenset(chosen))
+    model.network.forward(ids[None], None, None, None, record, None)  # (L,) -> (1, L)
+    tokens, parts = tokenizer.pieces(ids) if tokenizer is not None else ([str(i) for i in ids], [])
+    special = [tokenizer.is_special(i) for i in ids] if tokenizer is not None else []
+    for trace in record.traces.values():
+        trace.tokens = tokens
+    c, traces = model.config, {i: record.traces[i] for i in chosen}
+    counts = (c.num_hidden_layers, c.num_attention_heads)
+    return ModelTrace(model.name, [int(i) for i in ids], tokens, traces, *counts, special, parts)

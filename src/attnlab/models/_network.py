@@ -47,8 +47,21 @@ class _Renamed:
 @dataclass(frozen=True)
 class ModelConfig:
     """What attnlab reads from config.json, under the names of ``transformers``'
-    configurations; the whole file is ``raw``. ``causal``: each position sees only those
-    before it (GPT-2, Llama, Qwen2; not BERT). ``eos_token_id``: the end tokens, a tuple."""
+    configurations.
+
+    Args:
+        model_type: "gpt2", "bert", "llama" or "qwen2".
+        vocab_size: the number of token ids.
+        hidden_size: D, the width of the hidden state.
+        num_hidden_layers: the layers.
+        num_attention_heads: H, the query heads of a layer.
+        num_key_value_heads: Hk, its key/value heads (H for plain multi-head attention).
+        head_dim: E, the width of one head.
+        max_position_embeddings: the longest sequence the positions allow.
+        causal: each position sees only those before it (GPT-2, Llama, Qwen2; not BERT).
+        eos_token_id: the end tokens, a tuple.
+        raw: the whole config.json.
+    """
 
     model_type: str
     vocab_size: int

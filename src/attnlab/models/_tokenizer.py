@@ -26,7 +26,14 @@ GPT2_END = "<|endoftext|>"
 
 
 class Tokenizer:
-    """Text to ids and back, and each id as readable text (:meth:`readable`)."""
+    """Text to ids and back, and each id as readable text (:meth:`readable`).
+
+    Args:
+        backend: a ``tokenizers.Tokenizer`` (the checkpoint's tokenizer.json, or its
+            vocabulary files read into one).
+        word_piece: its decoder joins tokens with spaces that are not in the text (BERT's
+            WordPiece): :meth:`readable` leaves them out.
+    """
 
     def __init__(self, backend: Any, word_piece: bool = False) -> None:
         self.backend = backend  # a tokenizers.Tokenizer
@@ -39,28 +46,54 @@ class Tokenizer:
 
     def encode(self, text: str, *, add_special_tokens: bool = True) -> Array:
         """The ids of ``text`` (L,), int64, with the model's special tokens ([CLS] … [SEP],
-        a BOS) where its tokenizer adds them."""
+        a BOS) where its tokenizer adds them.
+
+        Args:
+            text: the text.
+            add_special_tokens: add them (default); False gives the text's tokens only.
+
+        Raises:
+            ArgumentTypeError: ``text`` is not a string.
+        """
         if not isinstance(text, str):
             raise fail("text", "a string", type(text).__name__, TypeError)
         return np.asarray(self.backend.encode(text, add_special_tokens=add_special_tokens).ids, dtype=np.int64)
 
     def decode(self, ids: Any, *, skip_special_tokens: bool = False) -> str:
+        """The text of ``ids``.
+
+        Args:
+            ids: token ids (L,).
+            skip_special_tokens: leave [CLS], <|endoftext|> and the like out.
+        """
         return str(self.backend.decode([int(i) for i in ids], skip_special_tokens=skip_special_tokens))
 
     def readable(self, ids: Any) -> list[str]:
         """Each token as the text it adds, not as its vocabulary entry: GPT-2's ``Ġ`` is a
         space and a Chinese character split over byte-level pieces is shown whole on the
-        piece that completes it, its earlier pieces as ''. Special tokens keep their names."""
+        piece that completes it, its earlier pieces as ''. Special tokens keep their names.
+
+        Args:
+            ids: token ids (L,).
+        """
         return self.pieces(ids)[0]
 
     def parts(self, ids: Any) -> list[str]:
         """For each token, the characters split over several tokens that it holds bytes
         of ('' for most tokens): both the earlier pieces of 篮 and the piece that completes
-        it give '篮'."""
+        it give '篮'.
+
+        Args:
+            ids: token ids (L,).
+        """
         return self.pieces(ids)[1]
 
     def pieces(self, ids: Any) -> tuple[list[str], list[str]]:
-        """:meth:`readable` and :meth:`parts` of ``ids`` from one decoding."""
+        """:meth:`readable` and :meth:`parts` of ``ids`` from one decoding.
+
+        Args:
+            ids: token ids (L,).
+        """
         ids = [int(i) for i in ids]
         texts, unfinished = self._decode_each(ids)
         parts = [""] * len(ids)
@@ -99,6 +132,11 @@ class Tokenizer:
         return texts, unfinished
 
     def is_special(self, token_id: int) -> bool:
+        """Whether ``token_id`` is a special token ([CLS], <|endoftext|>): not text.
+
+        Args:
+            token_id: one token id.
+        """
         return int(token_id) in self.special_ids
 
 

@@ -46,7 +46,14 @@ class MultiheadSelfAttention(Module):
     dK += scale·dZᵀ·Q. Raises ArgumentError when ``heads`` does not divide ``dim``.
 
     Not ``attnlab.SelfAttention`` (the seed's single head) nor ``attnlab.MultiheadAttention``
-    (torch's module, with separate query, key and value inputs)."""
+    (torch's module, with separate query, key and value inputs).
+
+    Args:
+        dim: D, the width of x.
+        heads: H, a divisor of D.
+        rng: draws the four projections (:class:`Linear`).
+        dtype: the parameters' dtype (default float64).
+    """
 
     def __init__(self, dim: int, heads: int, *, rng: np.random.Generator, dtype: Any = np.float64) -> None:
         if dim % heads:
@@ -88,7 +95,16 @@ class MultiheadSelfAttention(Module):
 
 
 class TransformerBlock(Module):
-    """BERT's layer: h = LN(x + Attn(x)); y = LN(h + W₂·gelu(W₁·h)), x and y (B, L, D)."""
+    """BERT's layer: h = LN(x + Attn(x)); y = LN(h + W₂·gelu(W₁·h)), x and y (B, L, D).
+
+    Args:
+        dim: D, the width of x.
+        heads: H, the attention's heads (a divisor of D).
+        hidden: the width of the feed-forward layer (W₁'s output).
+        rng: draws every weight.
+        dtype: the parameters' dtype (default float64).
+        eps: the layer norms' eps (default 1e-12).
+    """
 
     def __init__(self, dim: int, heads: int, hidden: int, *, rng: np.random.Generator, dtype: Any = np.float64,
                  eps: float = 1e-12) -> None:  # fmt: skip

@@ -31,7 +31,11 @@ Backward = Callable[..., Any]  # dy (and, for attention, the weights' gradient) 
 
 @dataclass(eq=False)
 class Parameter:
-    """A trainable array and its gradient (same shape), which backward functions add to."""
+    """A trainable array and its gradient (same shape), which backward functions add to.
+
+    Args:
+        value: the array; its gradient starts as zeros of its shape and dtype.
+    """
 
     value: Array
     grad: Array = field(init=False)
@@ -45,6 +49,11 @@ class Module:
     sub-modules and lists of sub-modules, with dotted names."""
 
     def named_parameters(self, prefix: str = "") -> Iterator[tuple[str, Parameter]]:
+        """Every parameter of this module and its sub-modules, as (dotted name, parameter).
+
+        Args:
+            prefix: put before every name ("block." gives "block.weight").
+        """
         for name, value in vars(self).items():
             if isinstance(value, Parameter):
                 yield prefix + name, value
@@ -75,7 +84,16 @@ class Linear(Module):
     W is drawn as an (in_features, out_features) array and kept as its transpose: the shape
     is torch's, the memory is laid out as x·Wᵀ multiplies it, so the products (x·Wᵀ, dy·W and
     dW as (xᵀ·dy)ᵀ) and the sums over the gradients (clip_grad_norm's) run in the order
-    builtin:coref was trained with: the same bits."""
+    builtin:coref was trained with: the same bits.
+
+    Args:
+        in_features: the width of x.
+        out_features: the width of y.
+        rng: draws W ~ N(0, std²).
+        std: W's standard deviation (default 0.02, BERT's).
+        bias: add b (zeros at first); False: no b.
+        dtype: the parameters' dtype (default float64).
+    """
 
     def __init__(self, in_features: int, out_features: int, *, rng: np.random.Generator, std: float = 0.02,
                  bias: bool = True, dtype: Any = np.float64) -> None:  # fmt: skip
@@ -98,7 +116,15 @@ class Linear(Module):
 
 
 class Embedding(Module):
-    """Row ``ids`` of a (n, D) table."""
+    """Row ``ids`` of a (n, D) table.
+
+    Args:
+        n: the table's rows (the vocabulary).
+        dim: D, the width of a row.
+        rng: draws the table ~ N(0, std²).
+        std: its standard deviation (default 0.02).
+        dtype: the table's dtype (default float64).
+    """
 
     def __init__(self, n: int, dim: int, *, rng: np.random.Generator, std: float = 0.02,
                  dtype: Any = np.float64) -> None:  # fmt: skip
@@ -112,7 +138,13 @@ class Embedding(Module):
 
 
 class LayerNorm(Module):
-    """(x − mean)/√(var + eps)·γ + β over the last axis."""
+    """(x − mean)/√(var + eps)·γ + β over the last axis.
+
+    Args:
+        dim: the width of the last axis (γ ones and β zeros of it).
+        eps: added to the variance (default 1e-12, BERT's).
+        dtype: γ's and β's dtype (default float64).
+    """
 
     def __init__(self, dim: int, *, eps: float = 1e-12, dtype: Any = np.float64) -> None:
         self.weight = Parameter(np.ones(dim, dtype))
@@ -135,7 +167,11 @@ class LayerNorm(Module):
 
 
 def gelu(x: Array) -> tuple[Array, Backward]:
-    """0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))), transformers' ``gelu_new``."""
+    """0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))), transformers' ``gelu_new``, and its backward.
+
+    Args:
+        x: any shape.
+    """
     c = math.sqrt(2.0 / math.pi)
     t = np.tanh(c * (x + 0.044715 * x * x * x))
 
@@ -147,7 +183,14 @@ def gelu(x: Array) -> tuple[Array, Backward]:
 
 class RNN(Module):
     """hₜ = tanh(xₜ·Wᵀ + hₜ₋₁·U + b), h₀ = 0, W (H, n_in) and U (H, H); the outputs (B, L, H),
-    backward through time."""
+    backward through time.
+
+    Args:
+        n_in: the width of xₜ.
+        n_hidden: H, the width of hₜ.
+        rng: draws W ~ N(0, 1/n_in) and U ~ N(0, 1/H).
+        dtype: the parameters' dtype (default float64).
+    """
 
     def __init__(self, n_in: int, n_hidden: int, *, rng: np.random.Generator, dtype: Any = np.float64) -> None:
         self.input = Linear(n_in, n_hidden, rng=rng, std=1 / math.sqrt(n_in), dtype=dtype)

@@ -19,8 +19,15 @@ ModuleT = TypeVar("ModuleT", bound=Module)
 
 
 def cross_entropy(logits: Array, targets: Array) -> tuple[float, Backward]:
-    """The mean of −log softmax(logits)[target] over the rows (…, C); targets (…,) ints,
-    −1 for rows that do not count."""
+    """The mean of −log softmax(logits)[target] over the rows, and its backward.
+
+    Args:
+        logits: (…, C).
+        targets: (…,) ints in 0..C − 1, −1 for rows that do not count.
+
+    Returns:
+        (loss, backward): backward() gives d loss / d logits, (…, C).
+    """
     flat, labels = logits.reshape(-1, logits.shape[-1]), targets.reshape(-1)  # (…, C) -> (N, C)
     counted = labels >= 0
     shifted = flat - flat.max(axis=-1, keepdims=True)
@@ -39,7 +46,12 @@ def cross_entropy(logits: Array, targets: Array) -> tuple[float, Backward]:
 
 def clip_grad_norm(parameters: list[Parameter], max_norm: float) -> float:
     """Scale every gradient by min(1, max_norm / (‖all gradients‖ + 1e-6)), as
-    torch.nn.utils.clip_grad_norm_; returns the norm before."""
+    torch.nn.utils.clip_grad_norm_; returns the norm before.
+
+    Args:
+        parameters: the parameters whose gradients are scaled, in place.
+        max_norm: the largest norm of all the gradients together.
+    """
     total = math.sqrt(sum(float(np.sum(p.grad**2)) for p in parameters))
     factor = max_norm / (total + 1e-6)
     if factor < 1:
@@ -50,7 +62,15 @@ def clip_grad_norm(parameters: list[Parameter], max_norm: float) -> float:
 
 class AdamW:
     """Adam with decoupled weight decay (Loshchilov & Hutter), as torch.optim.AdamW:
-    θ ← θ − lr·(m̂/(√v̂ + eps) + weight_decay·θ)."""
+    θ ← θ − lr·(m̂/(√v̂ + eps) + weight_decay·θ).
+
+    Args:
+        parameters: what it trains.
+        lr: the learning rate (default 1e-3).
+        betas: the moments' decays (β₁, β₂) (default (0.9, 0.999)).
+        eps: added to √v̂ (default 1e-8).
+        weight_decay: the decoupled decay (default 0.01).
+    """
 
     def __init__(self, parameters: list[Parameter], *, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
                  eps: float = 1e-8, weight_decay: float = 0.01) -> None:  # fmt: skip
@@ -88,7 +108,20 @@ def train(
     optimizer's learning rate set to ``learning_rate(step)`` when given, the gradients
     zeroed, ``backward()`` (which adds the model's gradients), clip_grad_norm to
     ``max_grad_norm``, ``optimizer.step()``, then ``progress(step, loss)`` when given.
-    Raises ArgumentError when ``batches`` runs out before ``steps``."""
+
+    Args:
+        model: the module trained.
+        batches: one batch a step.
+        optimizer: an :class:`AdamW` over the model's parameters.
+        steps: the number of steps.
+        loss_fn: (model, batch) -> (loss, backward).
+        max_grad_norm: the gradients' norm is clipped to it (default 1).
+        learning_rate: step -> the learning rate of that step (None: the optimizer's).
+        progress: called as progress(step, loss) after each step.
+
+    Raises:
+        ArgumentError: ``batches`` runs out before ``steps``.
+    """
     losses: list[float] = []
     batch_iterator = iter(batches)
     for step in range(steps):

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -24,7 +24,18 @@ class ModelTrace:
     after the norm where the norm comes first), per head Q (H, L, E) after RoPE where the
     model rotates, K and V (H, L, E) (a key/value head repeated for each of its query
     heads), scores, scaled scores, weights (H, L, L), outputs (H, L, E) and the layer's
-    attention output after its out projection (L, D)."""
+    attention output after its out projection (L, D).
+
+    Args:
+        model: the checkpoint's name.
+        ids: the L token ids.
+        tokens: the L tokens as text (:meth:`Tokenizer.readable`).
+        layers: the traced layers' :class:`attnlab.Trace`, by index.
+        num_layers: the model's layers (traced or not).
+        num_heads: heads per layer.
+        special: per token, whether it is a special token ([CLS]).
+        parts: per token, the characters split over several tokens that it holds bytes of.
+    """
 
     model: str
     ids: list[int]
@@ -76,46 +87,42 @@ class ModelTrace:
         """Inverse of :meth:`to_dict`, checked: each layer as :meth:`attnlab.Trace.from_dict`
         checks it, and every layer over the same tokens.
 
+        Args:
+            data: what :meth:`to_dict` gave (JSON-decoded).
+            source: the name the errors give it (a file's name).
+
         Raises:
             ArgumentError: naming ``source`` and what is missing or does not fit.
         """
-        if not isinstance(data, dict) or not isinstance(data.get("layers"), dict) or not data["layers"]:
-            raise ArgumentError(f"{source}: expected a model's trace, with its layers (as ModelTrace.to_dict gives)")
-        tokens, ids = data.get("tokens"), data.get("ids")
-        if not isinstance(tokens, list) or not all(isinstance(t, str) for t in tokens):
-            raise ArgumentError(f"{source}: tokens: expected a list of strings")
-        if not isinstance(ids, list) or len(ids) != len(tokens) or not all(type(i) is int for i in ids):
-            raise ArgumentError(f"{source}: ids: expected {len(tokens)} integers, one per token")
-        num_layers, num_heads = data.get("num_layers"), data.get("num_heads")
-        if not (type(num_layers) is int and type(num_heads) is int and num_layers > 0 and num_heads > 0):
-            got = f"{num_layers!r} and {num_heads!r}"
-            raise ArgumentError(f"{source}: num_layers and num_heads: expected positive integers, got {got}")
-        layers = {}
-        for key, layer in data["layers"].items():
-            if not key.isdigit() or not int(key) < num_layers:
-                raise ArgumentError(f"{source}: layers: expected indices in 0..{num_layers - 1}, got {key!r}")
-            trace = Trace.from_dict(layer, f"{source}, layer {key}")
-            if trace.tokens != tokens or trace.num_heads != num_heads:
-                raise ArgumentError(
-                    f"{source}, layer {key}: expected the trace's {len(tokens)} tokens and "
-                    f"{num_heads} heads, got {len(trace.labels)} tokens and {trace.num_heads} heads"
-                )
-            layers[int(key)] = trace
-        special, parts = data.get("special", [False] * len(tokens)), data.get("parts", [""] * len(tokens))
-        if not (isinstance(special, list) and len(special) == len(tokens) and all(type(x) is bool for x in special)):
-            raise ArgumentError(f"{source}: special: expected {len(tokens)} booleans, one per token")
-        if not (isinstance(parts, list) and len(parts) == len(tokens) and all(isinstance(x, str) for x in parts)):
-            raise ArgumentError(f"{source}: parts: expected {len(tokens)} strings, one per token")
-        layers = dict(sorted(layers.items()))
-        return cls(str(data.get("model")), ids, tokens, layers, num_layers, num_heads, special, parts)
+        return _from_dict(cls, data, source)
+
+    def labels(self) -> list[str]:
+        """The tokens as the text trace and the page label them: a byte-level piece that
+        shows nothing by itself (an earlier byte of 篮) reads ``‹piece of 篮›``."""
+        return [
+            f"{token}‹piece of {part}›" if part and not token.strip() else token
+            for token, part in zip(self.tokens, self.parts, strict=True)
+        ]
 
     def render(self, *, lang: str = "zh", precision: int = 4) -> str:
-        """Each traced layer's text (:meth:`attnlab.Trace.render`) under a title naming it."""
+        """Each traced layer's text (:meth:`attnlab.Trace.render`) under a title naming it,
+        its rows labelled by :meth:`labels` (byte-level pieces marked).
+
+        Args:
+            lang: the labels' language, ``"zh"`` or ``"en"``.
+            precision: decimals of every number, 0..17.
+
+        Raises:
+            ArgumentError: ``lang`` or ``precision`` out of range.
+        """
         name = {"zh": "{model} 第 {i} 层（共 {n} 层）", "en": "{model}, layer {i} of {n}"}.get(lang)
         if name is None:
             raise fail("lang", "one of zh, en", repr(lang))
+        labels = self.labels()
         return "\n\n".join(
-            trace.render(lang=lang, precision=precision, title=name.format(model=self.model, i=i, n=self.num_layers))
+            replace(trace, tokens=labels).render(
+                lang=lang, precision=precision, title=name.format(model=self.model, i=i, n=self.num_layers)
+            )
             for i, trace in self.layers.items()
         )
 
@@ -124,3 +131,36 @@ class ModelTrace:
             f"ModelTrace(model={self.model!r}, tokens={len(self.tokens)}, layers={sorted(self.layers)} "
             f"of {self.num_layers}, heads={self.num_heads})"
         )
+
+
+def _from_dict(cls: type[ModelTrace], data: Any, source: str) -> ModelTrace:
+    """See :meth:`ModelTrace.from_dict`."""
+    if not isinstance(data, dict) or not isinstance(data.get("layers"), dict) or not data["layers"]:
+        raise ArgumentError(f"{source}: expected a model's trace, with its layers (as ModelTrace.to_dict gives)")
+    tokens, ids = data.get("tokens"), data.get("ids")
+    if not isinstance(tokens, list) or not all(isinstance(t, str) for t in tokens):
+        raise ArgumentError(f"{source}: tokens: expected a list of strings")
+    if not isinstance(ids, list) or len(ids) != len(tokens) or not all(type(i) is int for i in ids):
+        raise ArgumentError(f"{source}: ids: expected {len(tokens)} integers, one per token")
+    num_layers, num_heads = data.get("num_layers"), data.get("num_heads")
+    if not (type(num_layers) is int and type(num_heads) is int and num_layers > 0 and num_heads > 0):
+        got = f"{num_layers!r} and {num_heads!r}"
+        raise ArgumentError(f"{source}: num_layers and num_heads: expected positive integers, got {got}")
+    layers = {}
+    for key, layer in data["layers"].items():
+        if not key.isdigit() or not int(key) < num_layers:
+            raise ArgumentError(f"{source}: layers: expected indices in 0..{num_layers - 1}, got {key!r}")
+        trace = Trace.from_dict(layer, f"{source}, layer {key}")
+        if trace.tokens != tokens or trace.num_heads != num_heads:
+            raise ArgumentError(
+                f"{source}, layer {key}: expected the trace's {len(tokens)} tokens and "
+                f"{num_heads} heads, got {len(trace.labels)} tokens and {trace.num_heads} heads"
+            )
+        layers[int(key)] = trace
+    special, parts = data.get("special", [False] * len(tokens)), data.get("parts", [""] * len(tokens))
+    if not (isinstance(special, list) and len(special) == len(tokens) and all(type(x) is bool for x in special)):
+        raise ArgumentError(f"{source}: special: expected {len(tokens)} booleans, one per token")
+    if not (isinstance(parts, list) and len(parts) == len(tokens) and all(isinstance(x, str) for x in parts)):
+        raise ArgumentError(f"{source}: parts: expected {len(tokens)} strings, one per token")
+    layers = dict(sorted(layers.items()))
+    return cls(str(data.get("model")), ids, tokens, layers, num_layers, num_heads, special, parts)

@@ -132,7 +132,14 @@ class Trace:
         return 1 if self.weights.ndim == 2 else self.weights.shape[0]
 
     def head(self, h: int) -> Trace:
-        """The single-head trace of head ``h``."""
+        """The single-head trace of head ``h``.
+
+        Args:
+            h: the head, in 0..H − 1.
+
+        Raises:
+            ArgumentError: ``h`` is not a head of the trace.
+        """
         if isinstance(h, bool) or not isinstance(h, (int, np.integer)) or not 0 <= h < self.num_heads:
             raise fail("h", f"a head index in 0..{self.num_heads - 1}", repr(h))
         if self.weights.ndim == 2:
@@ -162,13 +169,23 @@ class Trace:
 
     @classmethod
     def from_reference(cls, inputs: Any, steps: AttentionSteps, tokens: list[str] | None = None) -> Trace:
-        """The trace of ``attnlab.reference.SelfAttention``, bit for bit."""
+        """The trace of ``attnlab.reference.SelfAttention``, bit for bit.
+
+        Args:
+            inputs: the reference's input X, (L, d_model) as nested lists.
+            steps: the reference's ``AttentionSteps`` of that input.
+            tokens: L labels of the rows (None: positions).
+        """
         arrays = {name: np.array(getattr(steps, name)) for name in ARRAYS if name != "inputs"}
         return cls(inputs=np.array(inputs, dtype=float), scale=1.0 / steps.scale_factor, tokens=tokens, **arrays)
 
     @classmethod
     def from_dict(cls, data: Any, source: str = "trace") -> Trace:
         """Inverse of :meth:`to_dict`, checked.
+
+        Args:
+            data: what :meth:`to_dict` gave (JSON-decoded).
+            source: the name the errors give it (a file's name).
 
         Raises:
             ArgumentError: naming ``source`` and the problem, when a field is missing or
@@ -178,7 +195,16 @@ class Trace:
 
     def render(self, *, lang: str = "zh", precision: int = 4, title: str | None = None) -> str:
         """The seed demo's text, in Chinese (default) or English labels; a multi-head
-        trace shows each head's steps in turn."""
+        trace shows each head's steps in turn.
+
+        Args:
+            lang: the labels' language, "zh" or "en".
+            precision: decimals of every number, 0..17.
+            title: the heading (default the language's "self-attention trace").
+
+        Raises:
+            ArgumentError: ``lang`` or ``precision`` out of range.
+        """
         return _render(self, lang, precision, title)
 
     def _repr_html_(self) -> str | None:
