@@ -20,7 +20,9 @@ from ._tokenizer import Tokenizer
 
 __all__ = ["Model", "ModelOutput", "answer_view"]
 
-ASKED_ABOUT = {"coref": ("他", "她")}  # a task's tokens that ask its question: coref's pronouns
+ASKED_ABOUT: dict[str, tuple[str, ...]] = {
+    "coref": ("他", "她")
+}  # a task's tokens that ask its question: coref's pronouns
 
 
 def answer_view(raw: dict[str, Any], tokens: list[str]) -> dict[str, int] | None:
@@ -32,7 +34,7 @@ def answer_view(raw: dict[str, Any], tokens: list[str]) -> dict[str, int] | None
     head = block.get("answer_head") if isinstance(block, dict) else None
     if not isinstance(head, dict) or not all(type(head.get(k)) is int for k in ("layer", "head")):
         return None
-    asked = ASKED_ABOUT.get(str(block.get("task")), ())  # type: ignore[union-attr]
+    asked = ASKED_ABOUT.get(str(block.get("task")), ()) if isinstance(block, dict) else ()
     query = max((i for i, t in enumerate(tokens) if t in asked), default=0)
     return {"layer": head["layer"], "head": head["head"], "query": query}
 

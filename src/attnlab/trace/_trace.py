@@ -167,7 +167,7 @@ class Trace:
     @classmethod
     def from_reference(cls, inputs: Any, steps: AttentionSteps, tokens: list[str] | None = None) -> Trace:
         """The trace of ``attnlab.reference.SelfAttention``, bit for bit."""
-        arrays = {name: np.array(getattr(steps, name)) for name in ARRAYS if name != "inputs"}
+        arrays: dict[str, Any] = {name: np.array(getattr(steps, name)) for name in ARRAYS if name != "inputs"}
         return cls(inputs=np.array(inputs, dtype=float), scale=1.0 / steps.scale_factor, tokens=tokens, **arrays)
 
     @classmethod
