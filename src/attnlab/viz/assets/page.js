@@ -147,6 +147,7 @@ function paintWeights(target, w, top) {
 // ---- the heatmap: token labels on both axes, the cells, and a colour bar ----
 
 const FONT = "12px system-ui, 'Noto Sans CJK SC', 'WenQuanYi Zen Hei', sans-serif";
+const WIDE_FONT = "bold 14px 'Noto Sans CJK SC', 'WenQuanYi Zen Hei', sans-serif";
 const canvas = $("heatmap"), bar = $("colourbar"), bitmap = document.createElement("canvas");
 // fixed when the page opens: the cell size, every `every`-th token labelled when they would
 // crowd, the margin that holds the labels, and whether they stand upright (one or two
@@ -215,6 +216,7 @@ function drawLabels(ctx) {
   shown.forEach((t, i) => {
     if (t === null) return;
     const mid = margin + (i + 0.5) * cell;
+    ctx.font = WIDE_PUNCTUATION.test(t) ? WIDE_FONT : FONT; // as in the head view: "，" in a CJK font
     if (pieceOnly(i)) drawPieceMark(ctx, mid);
     drawQueryLabel(ctx, t, i, mid);
     drawKeyLabel(ctx, t, i, mid);
