@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from importlib.resources import files
 
 import numpy as np
@@ -67,3 +68,68 @@ def test_the_page_inlines_its_assets_and_leaves_tokens_that_name_a_slot_as_data(
         text = (assets / name).read_text(encoding="utf-8")
         assert text in page and f"</{tag}" not in text.lower()  # inline, and cannot end its own block
     assert [page.count(slot) for slot in slots] == [1, 1, 1]  # each token once, in the data; no slot left
+
+
+def test_view_and_show_check_the_layer_head_and_query_they_open_on(monkeypatch):
+    from attnlab.viz._page import opening, page_data
+
+    trace = al.MultiheadAttention(4, 2, seed=0, dtype=np.float64).trace(np.eye(4))
+    assert opening(trace) == {"layer": 0, "head": 0, "query": 0}
+    assert opening(trace, 0, 1, 3) == {"layer": 0, "head": 1, "query": 3}
+    assert page_data(trace, opening(trace, head=1, query=2))["opens"] == {"layer": 0, "head": 1, "query": 2}
+    for kwargs, message in (
+        ({"head": 2}, "head: expected an index in 0..1, got 2"),
+        ({"query": 4}, "query: expected an index in 0..3, got 4"),
+        ({"query": -1}, "query: expected an index in 0..3, got -1"),
+        ({"head": True}, "head: expected an index in 0..1, got True"),
+        ({"layer": 1}, r"layer: expected a traced layer \(0\), got 1"),
+    ):
+        with pytest.raises(al.ArgumentError, match=message):
+            al.view(trace, **kwargs)
+        with pytest.raises(al.ArgumentError, match=message):
+            al.show(trace, **kwargs)  # checked before IPython is needed
+
+
+def test_a_models_config_names_the_view_its_page_opens_on():
+    pytest.importorskip("tokenizers")
+    from attnlab import models
+    from attnlab.trace import ModelTrace
+    from attnlab.viz._page import opening
+
+    model = models.load("builtin:coref")
+    trace = model.trace("小明是个运动达人，小红是个画家，他平时很爱打篮球")
+    # config.json: "attnlab": {"task": "coref", "answer_head": {"layer": 1, "head": 0}}; 他 is token 17
+    assert model.config.raw["attnlab"]["answer_head"] == {"layer": 1, "head": 0}
+    assert trace.tokens[17] == "他" and trace.opens == {"layer": 1, "head": 0, "query": 17}
+    assert opening(trace) == {"layer": 1, "head": 0, "query": 17}  # layer 1 is the page's second
+    assert opening(trace, layer=0, query=2) == {"layer": 0, "head": 0, "query": 2}
+    with pytest.raises(al.ArgumentError, match=r"layer: expected a traced layer \(0, 1\), got 2"):
+        opening(trace, layer=2)
+    again = ModelTrace.from_dict(trace.to_dict())
+    assert again.opens == trace.opens
+    old = trace.to_dict()
+    del old["opens"]  # a trace saved before the field: it opens on layer 0, head 0, query 0
+    assert ModelTrace.from_dict(old).opens is None and opening(ModelTrace.from_dict(old))["query"] == 0
+    only_first = model.trace("小明是个运动达人，他平时很爱打篮球", layers=0)  # its answering layer not traced
+    assert opening(only_first) == {"layer": 0, "head": 0, "query": 0}
+    with pytest.raises(al.ArgumentError, match="opens: expected null or whole numbers"):
+        ModelTrace.from_dict({**trace.to_dict(), "opens": {"layer": "1"}})
+
+
+def test_random_weights_are_carried_by_the_trace_and_said_on_the_page(tmp_path, capsys):
+    from attnlab.viz._page import page_data
+
+    assert main(["trace", "--text", "a b c", "--seed", "7", "--format", "json"]) == 0
+    saved = json.loads(capsys.readouterr().out)
+    assert saved["random_seed"] == 7
+    assert al.Trace.from_dict(saved).random_seed == 7
+    assert page_data(al.Trace.from_dict(saved))["random_seed"] == 7
+    del saved["random_seed"]  # a trace saved before the field still loads, not known to be random
+    assert al.Trace.from_dict(saved).random_seed is None
+    assert page_data(al.Trace.from_dict(saved))["random_seed"] is None
+    with pytest.raises(al.ArgumentError, match="random_seed: expected a whole number ≥ 0 or null, got 'x'"):
+        al.Trace.from_dict({**saved, "random_seed": "x"})
+    assert main(["trace", "--text", "a b c", "--num-heads", "3", "--embed", "random", "--d-model", "6",
+                 "--format", "json"]) == 0  # fmt: skip
+    heads = json.loads(capsys.readouterr().out)
+    assert heads["random_seed"] == 42 and al.Trace.from_dict(heads).head(1).random_seed == 42

@@ -198,3 +198,43 @@ def test_weights_are_coloured_from_0_to_1_unless_relative(tmp_path):
 
 def test_korean_needs_a_cjk_font_too():
     assert _plot.needs_cjk(["한국어"]) and _plot.needs_cjk(["かな"]) and not _plot.needs_cjk(["abc", "é"])
+
+
+@pytest.mark.parametrize("layers", [2, 12])
+@requires("matplotlib")
+def test_no_title_falls_outside_the_figure_at_any_number_of_layers(tmp_path, layers):
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    from attnlab.trace import ModelTrace
+
+    tokens = [f"token{i}" for i in range(12)]
+    one = al.MultiheadAttention(8, 4, seed=0, dtype=np.float64).trace(
+        np.random.default_rng(0).standard_normal((12, 8)), tokens=tokens
+    )
+    trace = ModelTrace("m", list(range(12)), tokens, dict.fromkeys(range(layers), one), layers, 4)
+    figure = al.plot(trace, tmp_path / "grid.png")
+    renderer = FigureCanvasAgg(figure).get_renderer()
+    figure.draw(renderer)  # the layout as savefig drew it
+    page = figure.bbox
+    titles = [ax.title.get_window_extent(renderer) for ax in figure.axes if ax.get_title()]
+    assert len(titles) == 4 * layers
+    for box in titles:
+        assert page.x0 <= box.x0 and box.x1 <= page.x1 and page.y0 <= box.y0 and box.y1 <= page.y1
+    for n, box in enumerate(titles):  # and none over another
+        assert not any(box.overlaps(other) for other in titles[n + 1 :])
+
+
+@requires("matplotlib")
+def test_a_plot_of_random_weights_says_so_in_its_title(tmp_path):
+    from matplotlib.figure import Figure
+
+    trace = al.SelfAttention(3, 2, seed=5).trace(np.eye(3))
+    assert al.plot(trace, tmp_path / "trained.png").get_suptitle() == ""  # not known to be random
+    trace.random_seed = 5
+    figure = al.plot(trace, tmp_path / "random.png")
+    assert figure.get_suptitle().startswith("random weights (seed 5), not trained")
+    ax = Figure().subplots()
+    al.plot(trace, ax)
+    assert ax.get_title().endswith("random weights (seed 5), not trained: the pattern is chance")
+    assert main(["plot", "--text", "a b", "-o", str(tmp_path / "cli.svg")]) == 0
+    assert "random weights (seed 42)" in (tmp_path / "cli.svg").read_text()

@@ -460,3 +460,109 @@ def test_m_float32_scores_the_page_computes_overflow_as_in_python(browser, tmp_p
     browser.get(page.as_uri())
     assert browser.execute_script("return window.attnlabView.ready") is True
     assert f"red: {bad} weights that are not numbers" in browser.find_element(By.ID, "legend").text
+
+
+COREF_SENTENCE = "小明是个运动达人，小红是个画家，他平时很爱打篮球"  # the README's: two people, one pronoun
+
+
+def test_n_the_coref_page_opens_on_its_answering_head_at_the_pronoun(browser, tmp_path):
+    pytest.importorskip("tokenizers")
+    page = tmp_path / "coref.html"
+    assert main(["view", "--model", "builtin:coref", "--text", COREF_SENTENCE, "-o", str(page)]) == 0
+    browser.get(page.as_uri())
+    view = "return window.attnlabView"
+    assert browser.execute_script(f"{view}.ready") is True
+    # config.json's attnlab.answer_head: layer 1, head 0; the query is 他, token 17 after [CLS]
+    assert browser.execute_script(f"{view}.layer") == 1 and browser.execute_script(f"{view}.head") == 0
+    assert Select(browser.find_element(By.ID, "layer")).first_selected_option.text == "layer 1"
+    assert Select(browser.find_element(By.ID, "head")).first_selected_option.text == "head 0"
+    assert browser.find_element(By.ID, "steps-token").text.startswith("17")
+    assert "他" in browser.find_element(By.ID, "steps-token").text
+    selected = browser.find_elements(By.CSS_SELECTOR, "#headview text.selected")
+    assert [t.text for t in selected] == ["他"]
+    weights = np.array(browser.execute_script(f"{view}.weights(0)")).reshape(26, 26)
+    assert weights[17].argmax() == 1  # 他 → 小 of 小明 (token 1), not 小 of 小红 (token 10)
+    browser.get(page.as_uri() + "#layer=0&head=2&query=3")  # a link still wins
+    assert browser.execute_script(f"{view}.ready") is True
+    assert [browser.execute_script(f"{view}.{x}") for x in ("layer", "head")] == [0, 2]
+    assert browser.find_element(By.ID, "steps-token").text.startswith("3")
+
+
+def test_o_view_opens_on_the_layer_head_and_query_it_is_given(browser, tmp_path):
+    trace = al.MultiheadAttention(8, 4, seed=1, dtype=np.float64).trace(
+        np.random.default_rng(0).standard_normal((6, 8))
+    )
+    page = tmp_path / "given.html"
+    al.view(trace, page, head=3, query=4)
+    browser.get(page.as_uri())
+    assert browser.execute_script("return window.attnlabView.head") == 3
+    assert browser.find_element(By.ID, "steps-token").text.startswith("4")
+
+
+def test_p_a_single_layer_page_shows_no_layer_selector_and_says_its_weights_are_random(browser, tmp_path, capsys):
+    open_page(browser, tmp_path, capsys, "--text", "小明 是 个 运动 达人")
+    assert not browser.find_element(By.ID, "layer-label").is_displayed()
+    assert browser.find_element(By.ID, "layer-label").size["width"] == 0
+    note = browser.find_element(By.ID, "random-note")
+    assert note.is_displayed() and "random weights (seed 42)" in note.text and "not trained" in note.text
+
+
+def test_q_a_trained_models_page_has_no_random_weights_note(browser, tmp_path):
+    pytest.importorskip("tokenizers")
+    page = tmp_path / "coref.html"
+    text = "小明是个运动达人，他平时很爱打篮球"  # one person: still a trained model, two layers
+    assert main(["view", "--model", "builtin:coref", "--text", text, "-o", str(page)]) == 0
+    browser.get(page.as_uri())
+    assert browser.execute_script("return window.attnlabView.ready") is True
+    assert not browser.find_element(By.ID, "random-note").is_displayed()
+    assert browser.find_element(By.ID, "layer-label").is_displayed()  # two layers: the selector shows
+
+
+def test_r_the_controls_stay_in_view_after_a_link_scrolls_a_long_page(browser, tmp_path):
+    sequence = tmp_path / "long.npy"
+    np.save(sequence, np.random.default_rng(1).standard_normal((600, 8)))
+    page = tmp_path / "long.html"
+    assert main(["view", str(sequence), "-o", str(page)]) == 0
+    browser.get(page.as_uri() + "#query=550")
+    assert browser.execute_script("return window.attnlabView.ready") is True
+    assert browser.execute_script("return window.scrollY") == 0  # only the head view's box scrolled
+    for control in ("head", "scale", "scale-input"):
+        box = browser.find_element(By.ID, control).rect
+        assert box["y"] >= 0 and box["y"] + box["height"] <= browser.execute_script("return window.innerHeight")
+    visible = browser.execute_script(
+        "const box = document.getElementById('headview-box').getBoundingClientRect();"
+        "const t = document.querySelectorAll('#headview text')[550].getBoundingClientRect();"
+        "return t.top >= box.top && t.bottom <= box.bottom;"
+    )
+    assert visible
+
+
+@pytest.mark.parametrize(("length", "every"), [(600, "13th"), (200, "5th"), (20, None)])
+def test_s_thinned_axis_labels_say_how_they_were_thinned(browser, tmp_path, length, every):
+    sequence = tmp_path / "seq.npy"
+    np.save(sequence, np.random.default_rng(2).standard_normal((length, 8)))
+    page = tmp_path / "seq.html"
+    assert main(["view", str(sequence), "-o", str(page)]) == 0
+    browser.get(page.as_uri())
+    assert browser.execute_script("return window.attnlabView.ready") is True
+    note = browser.find_element(By.ID, "axis-note").text
+    labels = browser.execute_script("return window.attnlabView.axisLabels")
+    # by hand: a cell is floor(640 / L) pixels (at least 1) and every ceil(13 / cell)-th token is labelled:
+    # 600 tokens, 1 px, every 13th; 200 tokens, 3 px, every 5th; 20 tokens, 32 px, all
+    if every is None:
+        assert note == "" and len(labels) == length
+    else:
+        n = int(every[:-2])
+        assert f"every {every} token labelled" in note and f"of {length}" in note
+        assert [i for i, _ in labels] == list(range(0, length, n))
+
+
+def test_t_full_width_punctuation_is_drawn_in_a_cjk_font_in_the_head_view(browser, tmp_path, capsys):
+    open_page(browser, tmp_path, capsys, "--text", "小明是个运动达人，他平时很爱打篮球")
+    commas = [t for t in browser.find_elements(By.CSS_SELECTOR, "#headview text") if t.text == "，"]
+    assert len(commas) == 2  # one a side
+    for comma in commas:
+        assert "wide" in comma.get_attribute("class").split()
+        family = browser.execute_script("return getComputedStyle(arguments[0]).fontFamily", comma)
+        assert family.startswith('"Noto Sans CJK SC"')
+        assert comma.size["width"] >= 8  # a glyph as wide as a character's cell's half, not a speck

@@ -18,7 +18,25 @@ from ._generate import generate
 from ._network import ModelConfig, Network, Recorder
 from ._tokenizer import Tokenizer
 
-__all__ = ["Model", "ModelOutput"]
+__all__ = ["Model", "ModelOutput", "answer_view"]
+
+ASKED_ABOUT: dict[str, tuple[str, ...]] = {
+    "coref": ("他", "她")
+}  # a task's tokens that ask its question: coref's pronouns
+
+
+def answer_view(raw: dict[str, Any], tokens: list[str]) -> dict[str, int] | None:
+    """The view a trace's page opens on when the model's config (``raw``, config.json)
+    names its answering head under "attnlab": {"answer_head": {"layer", "head"}}: that
+    head, on the last token its task asks about (coref: the pronoun 他 or 她), else on
+    query 0; None when the config names no head."""
+    block = raw.get("attnlab")
+    head = block.get("answer_head") if isinstance(block, dict) else None
+    if not isinstance(head, dict) or not all(type(head.get(k)) is int for k in ("layer", "head")):
+        return None
+    asked = ASKED_ABOUT.get(str(block.get("task")), ()) if isinstance(block, dict) else ()
+    query = max((i for i, t in enumerate(tokens) if t in asked), default=0)
+    return {"layer": head["layer"], "head": head["head"], "query": query}
 
 
 @dataclass(frozen=True)
@@ -186,4 +204,5 @@ def _trace(model: Model, text_or_ids: ArrayLike | str, layers: Any) -> ModelTrac
         trace.tokens = tokens
     c, traces = model.config, {i: record.traces[i] for i in chosen}
     counts = (c.num_hidden_layers, c.num_attention_heads)
-    return ModelTrace(model.name, [int(i) for i in ids], tokens, traces, *counts, special, parts)
+    opens = answer_view(c.raw, tokens)
+    return ModelTrace(model.name, [int(i) for i in ids], tokens, traces, *counts, special, parts, opens)

@@ -35,6 +35,9 @@ class ModelTrace:
         num_heads: heads per layer.
         special: per token, whether it is a special token ([CLS]).
         parts: per token, the characters split over several tokens that it holds bytes of.
+        opens: the view its page opens on, {"layer", "head", "query"} (a model's config may
+            name its answering head, as builtin:coref's does), or None: the first layer,
+            head 0, query 0.
     """
 
     model: str
@@ -45,6 +48,7 @@ class ModelTrace:
     num_heads: int = 0
     special: list[bool] = field(default_factory=list)  # [CLS], <|endoftext|>: not text
     parts: list[str] = field(default_factory=list)  # the characters split over several tokens each holds
+    opens: dict[str, int] | None = None
 
     def __post_init__(self) -> None:
         self.special = self.special or [False] * len(self.tokens)
@@ -76,7 +80,7 @@ class ModelTrace:
             "special": self.special,
             "parts": self.parts,
         }
-        counts = {"num_layers": self.num_layers, "num_heads": self.num_heads}
+        counts = {"num_layers": self.num_layers, "num_heads": self.num_heads, "opens": self.opens}
         return {**fixed, **counts, "layers": {str(i): trace.to_dict() for i, trace in self.layers.items()}}
 
     def to_json(self) -> str:
@@ -163,4 +167,11 @@ def _from_dict(cls: type[ModelTrace], data: Any, source: str) -> ModelTrace:
     if not (isinstance(parts, list) and len(parts) == len(tokens) and all(isinstance(x, str) for x in parts)):
         raise ArgumentError(f"{source}: parts: expected {len(tokens)} strings, one per token")
     layers = dict(sorted(layers.items()))
-    return cls(str(data.get("model")), ids, tokens, layers, num_layers, num_heads, special, parts)
+    opens = data.get("opens")
+    if opens is not None and not (
+        isinstance(opens, dict)
+        and set(opens) <= {"layer", "head", "query"}
+        and all(type(x) is int and x >= 0 for x in opens.values())
+    ):
+        raise ArgumentError(f"{source}: opens: expected null or whole numbers ≥ 0 under layer, head, query")
+    return cls(str(data.get("model")), ids, tokens, layers, num_layers, num_heads, special, parts, opens)

@@ -112,7 +112,9 @@ class Trace:
     softmax(scaled_scores) (L, L); output = weights·V (L, d_k); ``tokens`` label the rows
     (None: positions). A multi-head trace has a leading head axis on every array but
     ``inputs``: Q (H, L, d_k), weights (H, L, L), and so on, and ``layer_output`` (L, D),
-    the layer's output after out_proj (None for a single head).
+    the layer's output after out_proj (None for a single head). ``random_seed``: the seed
+    of the random (untrained) weights that made it, so that pages and plots say so; None
+    when they are not known to be random (saved traces from before the field load so).
     """
 
     inputs: Array
@@ -126,6 +128,7 @@ class Trace:
     output: Array
     tokens: list[str] | None = None
     layer_output: Array | None = None
+    random_seed: int | None = None
 
     @property
     def num_heads(self) -> int:
@@ -145,7 +148,8 @@ class Trace:
         if self.weights.ndim == 2:
             return self
         arrays = {name: getattr(self, name)[h] for name in ARRAYS if name != "inputs"}
-        return Trace(inputs=self.inputs, scale=self.scale, tokens=self.tokens, **arrays)  # no layer output
+        # no layer output
+        return Trace(inputs=self.inputs, scale=self.scale, tokens=self.tokens, random_seed=self.random_seed, **arrays)
 
     @property
     def labels(self) -> list[str]:
@@ -176,7 +180,7 @@ class Trace:
             steps: the reference's ``AttentionSteps`` of that input.
             tokens: L labels of the rows (None: positions).
         """
-        arrays = {name: np.array(getattr(steps, name)) for name in ARRAYS if name != "inputs"}
+        arrays: dict[str, Any] = {name: np.array(getattr(steps, name)) for name in ARRAYS if name != "inputs"}
         return cls(inputs=np.array(inputs, dtype=float), scale=1.0 / steps.scale_factor, tokens=tokens, **arrays)
 
     @classmethod
@@ -277,7 +281,10 @@ def _trace_from_dict(data: Any, source: str) -> Trace:
             label.encode("utf-8")
         except UnicodeEncodeError:
             raise ArgumentError(f"{source}: tokens: expected text, got {label!r} (not valid Unicode)") from None
-    return Trace(scale=float(data["scale"]), tokens=labels, layer_output=layer_output, **arrays)
+    seed = data.get("random_seed")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
+        raise ArgumentError(f"{source}: random_seed: expected a whole number ≥ 0 or null, got {seed!r}")
+    return Trace(scale=float(data["scale"]), tokens=labels, layer_output=layer_output, random_seed=seed, **arrays)
 
 
 def _render(trace: Trace, lang: str, precision: int, title: str | None) -> str:

@@ -27,6 +27,7 @@ __all__ = [
     "check_page_size",
     "check_path",
     "notebook_html",
+    "opening",
     "page_bytes",
     "page_data",
     "render_page",
@@ -128,11 +129,46 @@ def check_page_size(
     raise fail(name, "a page that a browser opens in a few seconds", f"{held}: {too_many}; use {fewer}")
 
 
-def page_data(trace: Trace | ModelTrace) -> dict[str, object]:
+def opening(
+    trace: Trace | ModelTrace, layer: int | None = None, head: int | None = None, query: int | None = None
+) -> dict[str, int]:
+    """The view the page opens on (a link's #layer=…&head=…&query=… still wins): the
+    given layer (the model's layer number), head and query, else the trace's own
+    (:attr:`ModelTrace.opens`: a model's answering head), else the first layer, head 0,
+    query 0.
+
+    Raises:
+        ArgumentError: ``layer``: not a traced layer (a single layer's trace has only
+            0); ``head``: not in 0..H−1; ``query``: not in 0..L−1.
+    """
+    opens = dict(trace.opens or {}) if isinstance(trace, ModelTrace) else {}
+    indices = list(trace.layers) if isinstance(trace, ModelTrace) else [0]
+    if layer is not None:
+        if isinstance(layer, bool) or not isinstance(layer, (int, np.integer)) or int(layer) not in indices:
+            among = ", ".join(map(str, indices))
+            raise fail("layer", f"a traced layer ({among})", repr(layer))
+        opens["layer"] = int(layer)
+    if opens.get("layer") not in indices:  # a saved trace of other layers than its answer's
+        opens = {"layer": indices[0]}
+    shown = trace.layers[opens["layer"]] if isinstance(trace, ModelTrace) else trace
+    length = len(trace.tokens if isinstance(trace, ModelTrace) else trace.labels)
+    for name, given, limit in (("head", head, shown.num_heads), ("query", query, length)):
+        if given is not None:
+            if isinstance(given, bool) or not isinstance(given, (int, np.integer)) or not 0 <= given < limit:
+                raise fail(name, f"an index in 0..{limit - 1}", repr(given))
+            opens[name] = int(given)
+        elif not 0 <= opens.get(name, 0) < limit:
+            opens[name] = 0
+    return {"layer": indices.index(opens["layer"]), "head": opens.get("head", 0), "query": opens.get("query", 0)}
+
+
+def page_data(trace: Trace | ModelTrace, opens: dict[str, int] | None = None) -> dict[str, object]:
     """What the page needs: the tokens and, per layer (one for a Trace), its name, scale,
     mask and per-head q, k, v (H, L, ·) as base64 float arrays; the raw scores q·kᵀ
     (H, L, L) too while the page holds at most GIVEN_SCORES_UP_TO of them in all, past
-    which the page computes them from q and k."""
+    which the page computes them from q and k; the view it opens on (``opens``, as
+    :func:`opening` gives, its layer a position among the page's layers); the seed of
+    random weights (a note on the page), or None."""
     if isinstance(trace, ModelTrace):
         named: list[tuple[int | None, Trace]] = list(trace.layers.items())
         tokens, model, special, parts = trace.tokens, trace.model, trace.special, trace.parts
@@ -145,7 +181,11 @@ def page_data(trace: Trace | ModelTrace) -> dict[str, object]:
     # a model's page past 16 MB rounds its numbers to fit; a single layer's stays exact
     dtype = ("float64" if shape.itemsize == 8 else "float32") if exact or not model else "float24"
     layers = [{"name": "" if i is None else f"layer {i}", "index": i, **_layer_data(t, given, dtype)} for i, t in named]
-    return {"tokens": tokens, "model": model, "special": special, "parts": parts, "layers": layers}
+    seeds = [t.random_seed for _, t in named if t.random_seed is not None]
+    return {
+        "tokens": tokens, "model": model, "special": special, "parts": parts, "layers": layers,
+        "opens": opens or opening(trace), "random_seed": seeds[0] if seeds else None,
+    }  # fmt: skip
 
 
 def _layer_data(trace: Trace, with_scores: bool, dtype: str) -> dict[str, object]:
@@ -166,12 +206,13 @@ def _layer_data(trace: Trace, with_scores: bool, dtype: str) -> dict[str, object
     }
 
 
-def render_page(trace: Trace | ModelTrace) -> str:
-    """The HTML text: assets/page.html with page.css and page.js inline. The data sits
-    in a JSON script block with '<', '>' and '&' escaped, so no token can end the block
-    or inject markup; the script only ever writes tokens as text."""
+def render_page(trace: Trace | ModelTrace, opens: dict[str, int] | None = None) -> str:
+    """The HTML text: assets/page.html with page.css and page.js inline, opening on
+    ``opens`` (:func:`opening`'s; default the trace's own). The data sits in a JSON
+    script block with '<', '>' and '&' escaped, so no token can end the block or inject
+    markup; the script only ever writes tokens as text."""
     check_page_size(trace)
-    payload = json.dumps(page_data(trace), ensure_ascii=False, allow_nan=False)
+    payload = json.dumps(page_data(trace, opens), ensure_ascii=False, allow_nan=False)
     payload = payload.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
     return _filled_page(payload)
 
@@ -195,47 +236,67 @@ def check_path(path: str | Path) -> Path:
     return output_path(path, (".html", ".htm"))
 
 
-def write_page(trace: Trace | ModelTrace, path: str | Path) -> None:
-    """Write the page of ``trace`` to ``path`` (.html)."""
-    check_path(path).write_text(render_page(trace), encoding="utf-8")
+def write_page(trace: Trace | ModelTrace, path: str | Path, opens: dict[str, int] | None = None) -> None:
+    """Write the page of ``trace`` to ``path`` (.html), opening on ``opens`` (see :func:`render_page`)."""
+    check_path(path).write_text(render_page(trace, opens), encoding="utf-8")
 
 
-def view(trace: Trace | ModelTrace, path: str | Path | None = None) -> str | None:
+def view(
+    trace: Trace | ModelTrace,
+    path: str | Path | None = None,
+    *,
+    layer: int | None = None,
+    head: int | None = None,
+    query: int | None = None,
+) -> str | None:
     """The interactive page of ``trace``: written to ``path`` (.html), or returned as HTML
     text when there is no path. Self-contained: scripts, styles and data inline.
 
+    It opens on ``layer`` (a model's layer number, among the traced ones), ``head`` and
+    ``query`` (a token's position, 0..L−1); each left None is the trace's own (a model's
+    answering head where its config names one, such as builtin:coref's layer 1, head 0 on
+    the pronoun), else layer the first traced, head 0, query 0. A link's
+    ``#layer=…&head=…&query=…`` wins over all of them.
+
     Raises:
-        ArgumentError: a path that is not an .html file in an existing folder, or a trace
-            too large for a browser.
+        ArgumentError: a path that is not an .html file in an existing folder, a trace
+            too large for a browser, or a layer, head or query out of range.
     """
     if not isinstance(trace, (Trace, ModelTrace)):
         raise fail("trace", "an attnlab.Trace or attnlab.models.ModelTrace", type(trace).__name__, TypeError)
+    opens = opening(trace, layer, head, query)
     if path is None:
-        return render_page(trace)
-    write_page(trace, path)
+        return render_page(trace, opens)
+    write_page(trace, path, opens)
     return None
 
 
-def notebook_html(trace: Trace | ModelTrace, height: int = 900) -> str:
-    """The page in a sandboxed iframe, for Jupyter: its scripts run in an opaque origin
-    that can reach neither the notebook nor the network."""
-    page = html.escape(render_page(trace), quote=True)
+def notebook_html(trace: Trace | ModelTrace, height: int = 900, opens: dict[str, int] | None = None) -> str:
+    """The page in a sandboxed iframe, for Jupyter, opening on ``opens`` (see
+    :func:`render_page`): its scripts run in an opaque origin that can reach neither the
+    notebook nor the network."""
+    page = html.escape(render_page(trace, opens), quote=True)
     return (  # in a div: IPython warns about HTML that starts with <iframe
         f'<div><iframe sandbox="allow-scripts allow-downloads" srcdoc="{page}" title="attnlab view" '
         f'style="width: 100%; height: {height}px; border: 1px solid #ddd"></iframe></div>'
     )
 
 
-def show(trace: Trace | ModelTrace) -> None:
-    """Display the page of ``trace`` in a Jupyter notebook (IPython's display).
+def show(
+    trace: Trace | ModelTrace, *, layer: int | None = None, head: int | None = None, query: int | None = None
+) -> None:
+    """Display the page of ``trace`` in a Jupyter notebook (IPython's display), opening on
+    ``layer``, ``head`` and ``query`` as :func:`view` does.
 
     Raises:
+        ArgumentError: a layer, head or query out of range (see :func:`view`).
         MissingDependencyError: IPython is not installed.
     """
     if not isinstance(trace, (Trace, ModelTrace)):
         raise fail("trace", "an attnlab.Trace or attnlab.models.ModelTrace", type(trace).__name__, TypeError)
+    opens = opening(trace, layer, head, query)
     try:
         from IPython.display import HTML, display
     except ImportError:
         raise MissingDependencyError("attnlab.show needs IPython (Jupyter): pip install ipython") from None
-    display(HTML(notebook_html(trace)))
+    display(HTML(notebook_html(trace, opens=opens)))

@@ -186,6 +186,13 @@ def _draw(ax: Any, panel: _Panel, stage: str, low: float, high: float, font: dic
     return image
 
 
+def _random_note(trace: Trace | ModelTrace) -> str:
+    """What a picture of random (untrained) weights says of them, or ""."""
+    traces = list(trace.layers.values()) if isinstance(trace, ModelTrace) else [trace]
+    seeds = [t.random_seed for t in traces if t.random_seed is not None]
+    return f"random weights (seed {seeds[0]}), not trained: the pattern is chance" if seeds else ""
+
+
 def _value_range(panels: list[_Panel], stage: str, relative: bool) -> tuple[float, float]:
     """The colour scale: weights from 0 to 1, as the page draws them (to the largest with
     ``relative``); scores over their range."""
@@ -259,10 +266,13 @@ def plot(
     try:
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message="Glyph .* missing from")  # said once, by _font
+            note = _random_note(trace)
             if isinstance(target, Axes):
                 if len(panels) != 1:
                     raise fail("heads", "one head of one layer to draw into an Axes", repr(heads))
                 _draw(target, panels[0], stage, low, high, font)
+                if note:
+                    target.set_title(f"{target.get_title()}\n{note}")
                 return target
             path = check_path(target)
             if progress is not None and L * L * len(panels) >= 2**14:  # from about a second's work
@@ -273,6 +283,8 @@ def plot(
             for ax in axes[len(panels) :]:
                 ax.set_visible(False)
             figure.colorbar(images[0], ax=list(axes[: len(panels)]), shrink=0.8)
+            if note:
+                figure.suptitle(note, color="#8a4b00")
             figure.savefig(path)
             return figure
     finally:

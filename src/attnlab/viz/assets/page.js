@@ -95,8 +95,10 @@ function normsOf(layer) {
 const layers = page.layers.map(layerOf);
 // the layer and head on show, the scale, the query, the cell under the pointer, the token
 // hovered in the head view, and the two checkboxes
+// (the page opens on page.opens: a model's answering head on its pronoun, or what view() was given)
 const state = {
-  layer: 0, head: 0, scale: layers[0].scale, query: 0, hover: null, cell: null, byValue: false, relative: false,
+  layer: page.opens.layer, head: page.opens.head, scale: layers[page.opens.layer].scale, query: page.opens.query,
+  hover: null, cell: null, byValue: false, relative: false,
 };
 const shownLayer = () => layers[state.layer];
 const defaultScale = () => 1 / Math.sqrt(shownLayer().E);
@@ -145,6 +147,7 @@ function paintWeights(target, w, top) {
 // ---- the heatmap: token labels on both axes, the cells, and a colour bar ----
 
 const FONT = "12px system-ui, 'Noto Sans CJK SC', 'WenQuanYi Zen Hei', sans-serif";
+const WIDE_FONT = "bold 14px 'Noto Sans CJK SC', 'WenQuanYi Zen Hei', sans-serif";
 const canvas = $("heatmap"), bar = $("colourbar"), bitmap = document.createElement("canvas");
 // fixed when the page opens: the cell size, every `every`-th token labelled when they would
 // crowd, the margin that holds the labels, and whether they stand upright (one or two
@@ -158,9 +161,16 @@ function heatmapLayout() {
   const labelled = shown.filter((t) => t !== null), widthOf = (t) => measure.measureText(t).width;
   const margin = Math.min(140, 10 + Math.max(16, ...labelled.map(widthOf)));
   const upright = labelled.every((t) => [...t].length <= 2 && widthOf(t) <= every * cell - 2);
-  return { cell, shown, margin, upright };
+  return { cell, shown, margin, upright, every };
 }
-const { cell, shown, margin, upright } = heatmapLayout();
+const { cell, shown, margin, upright, every } = heatmapLayout();
+const ordinal = (n) => n + ((n % 100 >= 11 && n % 100 <= 13) ? "th" : ["th", "st", "nd", "rd"][n % 10] ?? "th");
+// labels thinned to fit: which ones the axes carry
+const axisNote = () => (every > 1
+  ? `axes: every ${ordinal(every)} token labelled (${Math.ceil(L / every)} of ${L}: tokens 0, ${every}, ${2 * every}, …); ` +
+    "hover a cell for its query and key" : "");
+const randomNote = () => (page.random_seed === null ? ""
+  : `random weights (seed ${page.random_seed}), not trained: what a head shows here is chance, not something learned`);
 function sizeHeatmap() {
   canvas.width = canvas.height = margin + L * cell;
   bar.width = 70;
@@ -206,6 +216,7 @@ function drawLabels(ctx) {
   shown.forEach((t, i) => {
     if (t === null) return;
     const mid = margin + (i + 0.5) * cell;
+    ctx.font = WIDE_PUNCTUATION.test(t) ? WIDE_FONT : FONT; // as in the head view: "，" in a CJK font
     if (pieceOnly(i)) drawPieceMark(ctx, mid);
     drawQueryLabel(ctx, t, i, mid);
     drawKeyLabel(ctx, t, i, mid);
@@ -275,11 +286,14 @@ function svgElement(name, attributes) {
   for (const [key, value] of Object.entries(attributes)) element.setAttribute(key, value);
   return element;
 }
+// full-width punctuation (，。、！？「」 …): the first font that has it draws a speck, so a CJK font draws it
+const WIDE_PUNCTUATION = /^[\u3000-\u303f\uff01-\uff0f\uff1a-\uff20\uff3b-\uff40\uff5b-\uff65]+$/;
 const labelX = (side) => (side ? HEAD_VIEW_WIDTH - 110 : 110);
 // token i's label on one side (0: queries, 1: keys)
 function headViewLabel(side, i) {
   const label = svgElement("text", { x: labelX(side), y: i * ROW + 16, "text-anchor": side ? "start" : "end" });
   label.textContent = shorten(tokens[i], 14);
+  if (WIDE_PUNCTUATION.test(tokens[i])) label.classList.add("wide"); // "，" in a CJK font, not a Latin font's dot
   if (tokenClass(i)) {
     label.classList.add(tokenClass(i));
     const tooltip = svgElement("title", {});
@@ -389,10 +403,15 @@ function drawSteps() {
 // ---- what is on show: query, head, layer, scale ----
 
 function render() { drawHeatmap(); drawHeadView(); drawSteps(); showCell(); }
+// the head view's own box scrolls to the query; the page itself stays where it is, controls in view
+function scrollToQuery(i) {
+  const box = $("headview-box");
+  box.scrollTop = Math.max(0, i * ROW + ROW / 2 - box.clientHeight / 2);
+}
 function select(i, scroll = false) {
   state.query = i;
   render();
-  if (scroll) headView.queries[i].scrollIntoView({ block: "center" });
+  if (scroll) scrollToQuery(i);
 }
 function setHead(h) { state.head = h; $("head").value = String(h); render(); markGrid(); }
 const fillHeads = () =>
@@ -505,12 +524,18 @@ function bindControls() {
   $("layer").addEventListener("change", () => useLayer(Number($("layer").value)));
   $("by-value").addEventListener("change", () => { state.byValue = $("by-value").checked; drawHeadView(); });
   $("summary").textContent = summary();
+  $("layer").value = String(state.layer);
+  $("head").value = String(state.head);
+  $("random-note").textContent = randomNote();
+  $("random-note").hidden = !randomNote();
+  $("axis-note").textContent = axisNote();
 }
 
 // ---- exports: they carry the title, the labels and the colour bar as the page shows them ----
 
 const title = () =>
-  `attention weights, ${shownLayer().name ? shownLayer().name + ", " : ""}head ${state.head}, scale ${state.scale.toFixed(4)}`;
+  `attention weights, ${shownLayer().name ? shownLayer().name + ", " : ""}head ${state.head}, scale ${state.scale.toFixed(4)}` +
+  (page.random_seed === null ? "" : `, random weights (seed ${page.random_seed})`);
 const escapeXML = (t) =>
   t.replace(/[\u0000-\u0008\u000b\u000c\u000e-\u001f\ufffe\uffff]/g, "\ufffd") // not allowed in XML
     .replace(/[&<>"']/g, (c) => `&#${c.charCodeAt(0)};`);
@@ -599,7 +624,7 @@ function applyLink() {
   state.head = linkedIndex(wanted, "head", shownLayer().H) ?? state.head;
   $("head").value = String(state.head);
   setScale(linkedScale(wanted));
-  if (query !== null) select(query, true);
+  scrollToQuery(state.query); // the linked query, or the one the page opens on (drawn by setScale)
   markGrid();
 }
 
