@@ -70,3 +70,35 @@ def test_the_rnn_report_words_the_attention_spread_and_the_gradient_from_the_num
     assert "loses the long ones" in report
     report = _rnn.report(measured([1.0, 0.5], [1.0, 0.5]))
     assert "ranges 50.0%–100.0%" in report and "does not fall with the distance" in report
+
+
+@pytest.mark.slow
+def test_the_quick_scaling_run_shows_what_its_report_says():
+    measured = _scaling.measure(True, 0)  # the quick run's settings
+    report = _scaling.report(measured)
+    assert "within its sampling error" in report  # every Var(q·k)/d_k within 3 standard errors of 1
+    unscaled, scaled = [row[1] for row in measured.sharpness], [row[4] for row in measured.sharpness]
+    assert unscaled == sorted(unscaled) and max(scaled) - min(scaled) < 0.05  # saturates unscaled only
+    assert measured.accuracy["1"] < min(measured.accuracy["1/√d_k"], measured.accuracy["1/d_k"])  # 1 ends worst
+    assert "1 ends worst" in report
+
+
+@pytest.mark.slow
+def test_the_quick_rnn_run_shows_what_its_report_says():
+    measured = _rnn.measure(True, 0)  # the quick run's settings
+    attention, rnn = measured.results["attention"], measured.results["tanh RNN"]
+    assert min(attention["accuracy"].values()) > 0.95  # attention: about the same at every distance
+    assert rnn["gradient_norm"][0] < 1e-3 * rnn["gradient_norm"][-1]  # the RNN's gradient fades with distance
+    report = _rnn.report(measured)
+    assert "stays within" in report and "times smaller at the first item" in report
+
+
+def test_the_quick_value_and_normalization_runs_show_what_their_reports_say():
+    from attnlab.experiments import _normalization
+
+    value = _value.measure(True, 0)
+    best = max(value.accuracy.values())
+    assert value.accuracy["learned W_v"] == best and "learned W_v ends best" in _value.report(value)
+    normalization = _normalization.measure(True, 0)
+    spread = max(normalization.accuracy.values()) - min(normalization.accuracy.values())
+    assert spread < 0.05 and f"within {spread:.1%} of each other" in _normalization.report(normalization)
