@@ -85,12 +85,12 @@ def test_without_the_tokenizers_package_its_characters_tokenize_as_bert_does():
 def test_the_viewer_opens_it_offline(tmp_path):
     page = tmp_path / "coref.html"
     run = subprocess.run([sys.executable, "-m", "attnlab", "view", "--model", "builtin:coref", "--text", SENTENCE,
-                          "-o", str(page)], capture_output=True, text=True, timeout=120,
+                          "-o", str(page)], capture_output=True, text=True, timeout=1800,
                          env={"HF_HUB_OFFLINE": "1", "PATH": ""})  # fmt: skip
     assert run.returncode == 0, run.stderr
     assert page.stat().st_size > 0
     bad = subprocess.run([sys.executable, "-m", "attnlab", "trace", "--model", "builtin:nope", "--text", "a"],
-                         capture_output=True, text=True, timeout=60)  # fmt: skip
+                         capture_output=True, text=True, timeout=1800)  # fmt: skip
     assert bad.returncode == 2 and "expected one of builtin:coref, got 'builtin:nope'" in bad.stderr
 
 
@@ -108,7 +108,7 @@ def test_the_quick_coref_experiment_writes_its_report_and_shows_the_head(tmp_pat
     pytest.importorskip("matplotlib")  # the report's figures
 
     listed = subprocess.run([sys.executable, "-m", "attnlab", "experiment", "list"], capture_output=True, text=True,
-                            timeout=60)  # fmt: skip
+                            timeout=1800)  # fmt: skip
     assert listed.returncode == 0
     assert [line.split()[0] for line in listed.stdout.splitlines()] == [
         "scaling",
@@ -118,8 +118,9 @@ def test_the_quick_coref_experiment_writes_its_report_and_shows_the_head(tmp_pat
         "coref",
     ]
     out = tmp_path / "coref"
+    # the timeout only bounds a hang (a loaded machine may take many minutes); it is not what the test checks
     run = subprocess.run([sys.executable, "-m", "attnlab", "experiment", "run", "coref", "--quick", "--seed", "1",
-                          "--out", str(out)], capture_output=True, text=True, timeout=300)  # fmt: skip
+                          "--out", str(out)], capture_output=True, text=True, timeout=1800)  # fmt: skip
     assert run.returncode == 0, run.stderr[-2000:]
     results = json.loads((out / "results.json").read_text(encoding="utf-8"))
     assert {"experiment", "seed", "quick", "metrics", "figures"} <= set(results)

@@ -15,7 +15,7 @@ pytest.importorskip("matplotlib")
 
 def run(name: str, out: Path) -> dict:
     done = subprocess.run([sys.executable, "-m", "attnlab", "experiment", "run", name, "--quick", "--out", str(out)],
-                          capture_output=True, text=True, timeout=300)  # fmt: skip
+                          capture_output=True, text=True, timeout=1800)  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
     results = json.loads((out / "results.json").read_text(encoding="utf-8"))
     assert (results["experiment"], results["seed"], results["quick"]) == (name, 0, True)

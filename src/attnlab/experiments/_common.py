@@ -12,9 +12,9 @@ from typing import Any, Generic, Protocol, TypeVar
 
 import numpy as np
 
-from .._validation import MissingDependencyError
+from .._validation import MissingDependencyError, fail
 
-__all__ = ["Experiment", "Measured", "curves_figure", "figure", "progress_bar", "table"]
+__all__ = ["Experiment", "Measured", "curves_figure", "figure", "lowest_throughout", "progress_bar", "ranking", "table"]
 
 
 class Measured(Protocol):
@@ -91,3 +91,37 @@ def table(header: list[str], rows: list[list[Any]]) -> str:
 
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     return "\n".join(lines + ["| " + " | ".join(cell(x) for x in row) + " |" for row in rows])
+
+
+def ranking(values: dict[str, float], shown: Callable[[float], str], *, higher: bool = True) -> str:
+    """The best and the worst of ``values`` in words, from the numbers as ``shown`` prints
+    them: labels that print the same are named as a tie ("a and b tie best (99.6%)"), and
+    "all end at …" when every label prints the same. Raises ArgumentError for no values."""
+    if not values:
+        raise fail("values", "at least one labelled number", "none")
+    by_shown: dict[str, list[str]] = {}
+    for label in sorted(values, key=lambda label: -values[label] if higher else values[label]):
+        by_shown.setdefault(shown(values[label]), []).append(label)
+    groups = list(by_shown.items())
+    if len(groups) == 1:
+        return f"all {len(values)} end at {groups[0][0]}"
+
+    def named(group: tuple[str, list[str]], place: str) -> str:
+        text, labels = group
+        if len(labels) == 1:
+            return f"{labels[0]} ends {place} ({text})"
+        return f"{', '.join(labels[:-1])} and {labels[-1]} tie {place} ({text})"
+
+    return f"{named(groups[0], 'best')} and {named(groups[-1], 'worst')}"
+
+
+def lowest_throughout(curves: dict[str, list[float]], window: int = 10) -> str | None:
+    """The label whose curve, each the mean of ``window`` steps, is strictly below every
+    other curve at every step; None when no curve is (they cross or touch)."""
+    smooth = {label: np.convolve(c, np.ones(window) / window, mode="valid") if len(c) >= window else np.asarray(c)
+              for label, c in curves.items()}  # fmt: skip
+    for label, curve in smooth.items():
+        others = [c for other, c in smooth.items() if other != label]
+        if curve.size and others and all(c.shape == curve.shape and bool(np.all(curve < c)) for c in others):
+            return label
+    return None

@@ -85,11 +85,14 @@ def _verdicts(measured: Coreference) -> tuple[str, str]:
     """What it shows, in English and in Chinese: learned (≥ 90% held out) or not yet."""
     layer, head = _coref.HEAD
     accuracy, mean, article = measured.held_out_accuracy, measured.per_head[layer, head], measured.article_weight
+    others = float(np.delete(measured.per_head.ravel(), layer * measured.per_head.shape[1] + head).max())
     if accuracy >= 0.9:
+        rest = (f"the other heads do not (at most {others:.0%}; they were not asked to)" if others < mean / 2
+                else f"another head puts as much as {others:.0%} there too")  # fmt: skip
         return (
             f"Attention can carry a pronoun to the person it means: the answering head puts {mean:.0%} of the "
             f"pronoun's weight on the referent's name on average, and {article:.0%} from 他 to 小明 in the article's "
-            f"sentence; the other heads do not (they were not asked to). It gets {accuracy:.1%} of held-out "
+            f"sentence; {rest}. It gets {accuracy:.1%} of held-out "
             "sentences right: it learned gender and the trait–hobby link, not the pairs it saw.",
             f"注意力能把代词连到它所指的人：负责回答的那个头平均把代词 {mean:.0%} 的权重放在所指之人的名字上；"
             f"在文章的例句里，“他”对“小明”的权重是 {article:.0%}。模型在没见过的“名字—爱好”组合上答对 {accuracy:.1%}。",

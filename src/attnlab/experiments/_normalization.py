@@ -13,7 +13,7 @@ import numpy as np
 
 from .._validation import Array
 from . import _recall
-from ._common import Experiment, curves_figure, progress_bar, table
+from ._common import Experiment, curves_figure, progress_bar, ranking, table
 
 __all__ = ["EXPERIMENT", "Normalization", "measure", "softmax_base"]
 
@@ -82,7 +82,7 @@ def report(measured: Normalization) -> str:
         f"Trained, the four end within {spread:.1%} of each other on this one-step recall task, so here the "
         "case for softmax rests on the first two points, not on trainability."
         if spread < 0.05
-        else "Trained, they differ: " + ", ".join(f"{k} {v:.1%}" for k, v in accuracy.items()) + "."
+        else f"Trained, they differ: {ranking(accuracy, lambda a: f'{a:.1%}')}."
     )
     return f"""# normalization: why softmax, and why e?
 

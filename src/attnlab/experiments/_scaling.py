@@ -13,7 +13,7 @@ import numpy as np
 
 from .._validation import Array
 from . import _recall
-from ._common import Experiment, curves_figure, figure, progress_bar, table
+from ._common import Experiment, curves_figure, figure, lowest_throughout, progress_bar, ranking, table
 
 __all__ = ["EXPERIMENT", "Scaling", "measure"]
 
@@ -81,11 +81,17 @@ def figures(measured: Scaling, out: Path) -> list[str]:
     widths = [r[0] for r in measured.variance]
     left.plot(widths, [r[1] for r in measured.variance], "o-", label="Var(q·k) / d_k")
     left.axhline(1, color="#999", linestyle="--", label="the article: 1")
+    # the estimate's standard error: √((2 + 6/d_k)/samples) (q_i·k_i has kurtosis 9)
+    band = [2 * math.sqrt((2 + 6 / d) / measured.samples) for d in widths]
+    left.fill_between(widths, [1 - b for b in band], [1 + b for b in band], color="#ddd", label="±2 standard errors")
+    left.set_ylim(0, 1.5)
     left.set_xscale("log")
     left.set_xlabel("d_k")
     left.legend()
     right.plot(widths, [r[1] for r in measured.sharpness], "o-", label="largest weight, unscaled")
     right.plot(widths, [r[4] for r in measured.sharpness], "o-", label="largest weight, ÷√d_k")
+    right.axhline(1 / KEYS, color="#999", linestyle="--", label="uniform: 1/16")
+    right.set_ylim(0, 1.05)
     right.set_xscale("log")
     right.set_xlabel("d_k (16 keys)")
     right.legend()
@@ -94,14 +100,22 @@ def figures(measured: Scaling, out: Path) -> list[str]:
     return ["variance.png", "training.png"]
 
 
+def _variance_verdict(measured: Scaling) -> str:
+    """Whether every Var(q·k)/d_k lies within 3 standard errors, √((2 + 6/d_k)/samples), of 1."""
+    worst = max(abs(r[1] - 1) / math.sqrt((2 + 6 / r[0]) / measured.samples) for r in measured.variance)
+    if worst <= 3:
+        return ("Var(q·k)/d_k is 1 for every d_k within its sampling error (at most "
+                f"{worst:.1f} standard errors away), as the article predicts, so the scaled scores have unit "
+                "variance whatever d_k is.")  # fmt: skip
+    return f"Var(q·k)/d_k strays {worst:.1f} standard errors from the article's 1 at some d_k."
+
+
 def report(measured: Scaling) -> str:
     """report.md: the variance and saturation tables, the trained accuracies, what they show."""
-    accuracy = measured.accuracy
-    ranked = sorted(accuracy, key=lambda label: -accuracy[label])
-    trained = (
-        f"Trained for the same budget, {ranked[0]} ends best ({accuracy[ranked[0]]:.1%}) and {ranked[-1]} worst "
-        f"({accuracy[ranked[-1]]:.1%}); the curves show when each starts to learn."
-    )
+    trained = f"Trained for the same budget, {ranking(measured.accuracy, lambda a: f'{a:.1%}')}"
+    lowest = lowest_throughout(measured.curves)
+    trained += (f"; the loss of {lowest} (mean of 10 steps) is the lowest at every step." if lowest is not None
+                else "; no scale's loss is the lowest at every step: the curves cross or touch.")  # fmt: skip
     return f"""# scaling: why divide by √d_k?
 
 The article: the dot product of two vectors of d_k independent unit-variance numbers has
@@ -115,12 +129,11 @@ Measured with {measured.samples:,} random pairs per d_k, and softmax over 16 ran
 ![variance](variance.png)
 
 The same one-layer attention model (d_k = 256) trained on associative recall for {measured.steps} steps with
-three scales: final accuracy {", ".join(f"{k}: {v:.3f}" for k, v in accuracy.items())}.
+three scales: final accuracy {", ".join(f"{k}: {v:.3f}" for k, v in measured.accuracy.items())}.
 
 ![training](training.png)
 
-**What it shows.** Var(q·k)/d_k stays at 1 for every d_k, as the article predicts, so the scaled
-scores have unit variance whatever d_k is. Unscaled, the largest weight tends to 1 and the entropy
+**What it shows.** {_variance_verdict(measured)} Unscaled, the largest weight tends to 1 and the entropy
 and the softmax Jacobian to 0 as d_k grows: the weights saturate and the gradient through them
 vanishes. {trained}
 

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from . import _recall
-from ._common import Experiment, curves_figure, progress_bar, table
+from ._common import Experiment, curves_figure, progress_bar, ranking, table
 
 __all__ = ["EXPERIMENT", "Value", "measure"]
 
@@ -50,16 +50,13 @@ def report(measured: Value) -> str:
     """report.md: held-out accuracy and loss per V, what they show."""
     steps, accuracy, losses = measured.steps, measured.accuracy, measured.loss
     rows = [[label, accuracy[label], losses[label]] for label in measured.curves]
-    best = max(accuracy, key=lambda label: (accuracy[label], -losses[label]))
     if min(accuracy.values()) >= 0.99:
         verdict = (
             f"Given {steps} steps, all three solve this task (its values can be decoded from x by one "
             "linear readout): a separate V is not needed to succeed here; the curves show which learns faster."
         )
     else:
-        verdict = (
-            f"With {steps} steps, {best} does best: " + ", ".join(f"{k} {v:.1%}" for k, v in accuracy.items()) + "."
-        )
+        verdict = f"with {steps} steps, {ranking(accuracy, lambda a: f'{a:.1%}')} in accuracy."
     return f"""# value: why a separate V?
 
 The article's author says he does not know why attention needs its own V. Here the same model is
