@@ -68,8 +68,10 @@ def test_the_rnn_report_words_the_attention_spread_and_the_gradient_from_the_num
     report = _rnn.report(measured([1.0, 0.99], [0.001, 1.0]))
     assert "stays within 1.0% (99.0%–100.0%)" in report and "1,000 times smaller at the first item" in report
     assert "loses the long ones" in report
+    assert "准确率在各个距离上相差不到 1.0%" in report and "小 1,000 倍" in report  # the Chinese from the same numbers
     report = _rnn.report(measured([1.0, 0.5], [1.0, 0.5]))
     assert "ranges 50.0%–100.0%" in report and "does not fall with the distance" in report
+    assert "无关" not in report and "50.0%–100.0% 之间变化" in report and "没有随距离衰减" in report
 
 
 @pytest.mark.slow

@@ -103,19 +103,25 @@ def figures(measured: Recurrence, out: Path) -> list[str]:
     return ["distance.png"]
 
 
-def _reach(measured: Recurrence) -> str:
+def _reach(measured: Recurrence) -> tuple[str, str]:
     """Attention's accuracy over the distances and the RNN's gradient, first item against
-    last, in words from the numbers."""
+    last, in words from the numbers: English and Chinese."""
     attention = [measured.results["attention"]["accuracy"][d] for d in measured.distances]
     low, high = min(attention), max(attention)
+    flat = high - low < 0.05
     spread = (f"its accuracy stays within {high - low:.1%} ({low:.1%}–{high:.1%}) at every distance"
-              if high - low < 0.05 else f"its accuracy ranges {low:.1%}–{high:.1%} over the distances")  # fmt: skip
+              if flat else f"its accuracy ranges {low:.1%}–{high:.1%} over the distances")  # fmt: skip
+    spread_zh = (
+        f"准确率在各个距离上相差不到 {high - low:.1%}" if flat else f"准确率随距离在 {low:.1%}–{high:.1%} 之间变化"
+    )
     gradient = measured.results["tanh RNN"]["gradient_norm"]
     fall = gradient[-1] / gradient[0] if gradient[0] > 0 else float("inf")
     factor = f"{fall:,.0f}" if fall < 1e6 else f"{fall:.1e}"
     carried = (f"the RNN's gradient ‖∂loss/∂x_t‖ is {factor} times smaller at the first item than at the last (right)"
                if fall > 1 else "the RNN's gradient ‖∂loss/∂x_t‖ does not fall with the distance here")  # fmt: skip
-    return f"{spread}, and {carried}"
+    carried_zh = (f"RNN 的梯度在第一个输入处比最后一个小 {factor} 倍" if fall > 1
+                  else "这里 RNN 的梯度没有随距离衰减")  # fmt: skip
+    return f"{spread}, and {carried}", f"{spread_zh}；{carried_zh}"
 
 
 def report(measured: Recurrence) -> str:
@@ -134,6 +140,7 @@ def report(measured: Recurrence) -> str:
     rows = [[name, measured.weights[name], r["sequential_steps"], f"{r['seconds_per_batch'] * 1e3:.1f} ms",
              *[r["accuracy"][d] for d in distances]] for name, r in results.items()]  # fmt: skip
     header = ["model", "weights", "sequential steps", "fwd+bwd, 64 sequences", *[f"d = {d}" for d in distances]]
+    reach, reach_zh = _reach(measured)
     return f"""# rnn: why attention beats a recurrent network
 
 A tanh RNN and a one-layer attention model with about the same number of weights
@@ -145,12 +152,11 @@ and gradients: the models of d = {items}):
 
 ![distance](distance.png)
 
-**What it shows.** Attention reaches every item in one step: {_reach(measured)}; the RNN must carry the
+**What it shows.** Attention reaches every item in one step: {reach}; the RNN must carry the
 item through d steps of tanh and must run its {items + 1} steps one after another where attention runs
 one. {rnn_verdict}
 
-**结论。** 注意力一步就能到达任何位置，准确率与距离无关，梯度也能到达每个输入；RNN 要经过 d 步 tanh，
-梯度随距离衰减，而且必须一步接一步地计算。
+**结论。** 注意力一步就能到达任何位置：{reach_zh}。RNN 要经过 d 步 tanh，而且必须一步接一步地计算。
 """
 
 

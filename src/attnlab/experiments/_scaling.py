@@ -100,14 +100,18 @@ def figures(measured: Scaling, out: Path) -> list[str]:
     return ["variance.png", "training.png"]
 
 
-def _variance_verdict(measured: Scaling) -> str:
-    """Whether every Var(q·k)/d_k lies within 3 standard errors, √((2 + 6/d_k)/samples), of 1."""
+def _variance_verdict(measured: Scaling) -> tuple[str, str]:
+    """Whether every Var(q·k)/d_k lies within 3 standard errors, √((2 + 6/d_k)/samples), of 1:
+    in English and in Chinese."""
     worst = max(abs(r[1] - 1) / math.sqrt((2 + 6 / r[0]) / measured.samples) for r in measured.variance)
     if worst <= 3:
         return ("Var(q·k)/d_k is 1 for every d_k within its sampling error (at most "
                 f"{worst:.1f} standard errors away), as the article predicts, so the scaled scores have unit "
-                "variance whatever d_k is.")  # fmt: skip
-    return f"Var(q·k)/d_k strays {worst:.1f} standard errors from the article's 1 at some d_k."
+                "variance whatever d_k is.",
+                f"对每个 d_k，Var(q·k)/d_k 都在抽样误差内等于 1（最多偏离 {worst:.1f} 个标准误），与文章的推导一致；"
+                "除以 √d_k 后分数的方差与 d_k 无关。")  # fmt: skip
+    return (f"Var(q·k)/d_k strays {worst:.1f} standard errors from the article's 1 at some d_k.",
+            f"在某些 d_k 上，Var(q·k)/d_k 偏离文章预言的 1 达 {worst:.1f} 个标准误。")  # fmt: skip
 
 
 def report(measured: Scaling) -> str:
@@ -116,6 +120,7 @@ def report(measured: Scaling) -> str:
     lowest = lowest_throughout(measured.curves)
     trained += (f"; the loss of {lowest} (mean of 10 steps) is the lowest at every step." if lowest is not None
                 else "; no scale's loss is the lowest at every step: the curves cross or touch.")  # fmt: skip
+    variance, variance_zh = _variance_verdict(measured)
     return f"""# scaling: why divide by √d_k?
 
 The article: the dot product of two vectors of d_k independent unit-variance numbers has
@@ -133,11 +138,11 @@ three scales: final accuracy {", ".join(f"{k}: {v:.3f}" for k, v in measured.acc
 
 ![training](training.png)
 
-**What it shows.** {_variance_verdict(measured)} Unscaled, the largest weight tends to 1 and the entropy
+**What it shows.** {variance} Unscaled, the largest weight tends to 1 and the entropy
 and the softmax Jacobian to 0 as d_k grows: the weights saturate and the gradient through them
 vanishes. {trained}
 
-**结论。** 对每个 d_k，Var(q·k)/d_k 都约等于 1，与文章的推导一致；除以 √d_k 后分数的方差与 d_k 无关。
+**结论。** {variance_zh}
 不缩放时，d_k 越大，最大权重越接近 1，熵和 softmax 的雅可比越接近 0：权重饱和，梯度消失。
 """
 
