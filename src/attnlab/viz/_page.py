@@ -249,14 +249,19 @@ def view(
     head: int | None = None,
     query: int | None = None,
 ) -> str | None:
-    """The interactive page of ``trace``: written to ``path`` (.html), or returned as HTML
-    text when there is no path. Self-contained: scripts, styles and data inline.
+    """The interactive page of ``trace``, self-contained: scripts, styles and data inline.
 
-    It opens on ``layer`` (a model's layer number, among the traced ones), ``head`` and
-    ``query`` (a token's position, 0..L−1); each left None is the trace's own (a model's
-    answering head where its config names one, such as builtin:coref's layer 1, head 0 on
-    the pronoun), else layer the first traced, head 0, query 0. A link's
-    ``#layer=…&head=…&query=…`` wins over all of them.
+    Args:
+        trace: an :class:`attnlab.Trace` or a model's :class:`attnlab.models.ModelTrace`.
+        path: the .html file to write; None returns the page as HTML text.
+        layer: the layer it opens on (a model's layer number, among the traced ones).
+        head: the head it opens on.
+        query: the query it opens on (a token's position, 0..L−1).
+
+    Each of layer, head and query left None is the trace's own (a model's answering head
+    where its config names one, such as builtin:coref's layer 1, head 0 on the pronoun),
+    else the first traced layer, head 0, query 0. A link's ``#layer=…&head=…&query=…`` wins
+    over all of them.
 
     Raises:
         ArgumentError: a path that is not an .html file in an existing folder, a trace
@@ -285,8 +290,13 @@ def notebook_html(trace: Trace | ModelTrace, height: int = 900, opens: dict[str,
 def show(
     trace: Trace | ModelTrace, *, layer: int | None = None, head: int | None = None, query: int | None = None
 ) -> None:
-    """Display the page of ``trace`` in a Jupyter notebook (IPython's display), opening on
-    ``layer``, ``head`` and ``query`` as :func:`view` does.
+    """Display the page of ``trace`` in a Jupyter notebook (IPython's display).
+
+    Args:
+        trace: an :class:`attnlab.Trace` or a model's :class:`attnlab.models.ModelTrace`.
+        layer: the layer it opens on, as :func:`view` takes it.
+        head: the head it opens on.
+        query: the query it opens on.
 
     Raises:
         ArgumentError: a layer, head or query out of range (see :func:`view`).

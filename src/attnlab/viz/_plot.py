@@ -212,17 +212,25 @@ def plot(
     relative: bool = False,
     progress: Callable[[str], None] | None = None,
 ) -> Any:
-    """Draw ``stage`` ("weights", "scaled" or "scores") of the chosen heads of ``trace``.
+    """Draw ``stage`` of the chosen heads of ``trace``.
 
-    ``target`` is a file (.png, .svg or .pdf), written with one panel per head and a colour
-    bar, or a matplotlib ``Axes``, into which one head is drawn (``heads`` must name one).
     A model's trace (``attnlab.models``) draws a grid: a row of the chosen heads for each
     traced layer; when the panels are small, only the grid's left column and bottom row carry
     the tokens, so choose fewer layers or heads to zoom in.
-    ``heads``: "all", indices such as "0,2,5", or a list of ints. Weights are coloured from 0
-    to 1 (near-uniform attention is dark), or from 0 to the largest with ``relative``.
-    ``progress`` is told what is being drawn when the picture is large. Returns the Figure
-    (a file) or the Axes.
+
+    Args:
+        trace: an :class:`attnlab.Trace` or a model's :class:`attnlab.models.ModelTrace`.
+        target: a file (.png, .svg or .pdf), written with one panel per head and a colour
+            bar, or a matplotlib ``Axes``, into which one head is drawn (``heads`` must name
+            one).
+        stage: "weights" (default), "scaled" (the scaled scores) or "scores".
+        heads: "all", indices such as "0,2,5", or a list of ints.
+        relative: colour weights from 0 to the largest, not from 0 to 1 (near-uniform
+            attention is dark either way).
+        progress: told what is being drawn when the picture is large.
+
+    Returns:
+        The Figure (a file) or the Axes.
 
     Raises:
         ArgumentError: a bad path, stage or head index.
