@@ -63,8 +63,16 @@ def __dir__() -> list[str]:
     return sorted(__all__)
 
 
-# Public classes report where users find them: attnlab.Trace, not attnlab.trace._trace.Trace.
+# Public names report where users find them: attnlab.Trace, not attnlab.trace._trace.Trace
+# (help(attnlab.attention) says "in module attnlab").
 for _public in (
+    attention,
+    scaled_dot_product_attention,
+    scaled_dot_product_attention_backward,
+    softmax,
+    plot,
+    show,
+    view,
     ArgumentError,
     ArgumentTypeError,
     Attention,

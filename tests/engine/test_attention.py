@@ -107,6 +107,8 @@ def test_public_names_are_attnlabs():
     result = al.attention(np.ones((2, 2)), np.ones((2, 2)), np.ones((2, 2)))
     for obj in (layer, trace, result):
         assert type(obj).__module__ == "attnlab"
+    for function in (al.attention, al.scaled_dot_product_attention, al.softmax, al.plot, al.view, al.show):
+        assert function.__module__ == "attnlab", function.__name__
     assert repr(layer) == "MultiheadAttention(embed_dim=8, num_heads=2, dtype=float32)"
     assert repr(trace) == "Trace(L=3, d_model=3, heads=1, scale=0.7071)"
     assert repr(result) == "Attention(output 2×2 float64, engine='naive')"
