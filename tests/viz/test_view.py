@@ -246,12 +246,17 @@ def test_g_axis_labels_colour_scale_and_readout(browser, tmp_path, capsys):
     assert browser.find_element(By.ID, "cell-value").text.startswith("head 1, scale 0.1000")
 
 
-def test_h_a_link_scrolls_the_head_view_to_its_query(browser, tmp_path):
+def long_page(tmp_path: Path, rows: int) -> Path:
+    """The page of a random sequence of ``rows`` tokens of width 8, as `attnlab view` writes it."""
     sequence = tmp_path / "long.npy"
-    np.save(sequence, np.random.default_rng(1).standard_normal((200, 8)))
+    np.save(sequence, np.random.default_rng(1).standard_normal((rows, 8)))
     page = tmp_path / "long.html"
     assert main(["view", str(sequence), "-o", str(page)]) == 0
-    browser.get(page.as_uri() + "#query=150")
+    return page
+
+
+def test_h_a_link_scrolls_the_head_view_to_its_query(browser, tmp_path):
+    browser.get(long_page(tmp_path, 200).as_uri() + "#query=150")
     assert browser.execute_script("return window.attnlabView.ready") is True
     visible = browser.execute_script(
         "const box = document.getElementById('headview-box').getBoundingClientRect();"
@@ -519,11 +524,7 @@ def test_q_a_trained_models_page_has_no_random_weights_note(browser, tmp_path):
 
 
 def test_r_the_controls_stay_in_view_after_a_link_scrolls_a_long_page(browser, tmp_path):
-    sequence = tmp_path / "long.npy"
-    np.save(sequence, np.random.default_rng(1).standard_normal((600, 8)))
-    page = tmp_path / "long.html"
-    assert main(["view", str(sequence), "-o", str(page)]) == 0
-    browser.get(page.as_uri() + "#query=550")
+    browser.get(long_page(tmp_path, 600).as_uri() + "#query=550")
     assert browser.execute_script("return window.attnlabView.ready") is True
     assert browser.execute_script("return window.scrollY") == 0  # only the head view's box scrolled
     for control in ("head", "scale", "scale-input"):

@@ -12,7 +12,6 @@ import numpy as np
 
 from .._validation import Array
 from ..engine._attention import ENGINES, Engine, attention
-from ..engine.fused import _engine as _fused
 
 __all__ = ["Shape", "available_engines", "textbook_attention", "timed_runs"]
 
@@ -54,8 +53,8 @@ class Shape:
 
 
 def available_engines() -> list[Engine]:
-    """The engines this installation has: the fused one needs numba and SciPy."""
-    return [name for name in ENGINES if name != "fused" or _fused.available()]
+    """The engines this installation has (the fused one needs numba and SciPy)."""
+    return [name for name, engine in ENGINES.items() if engine.available()]
 
 
 def textbook_attention(q: Array, k: Array, v: Array, causal: bool) -> Array:
