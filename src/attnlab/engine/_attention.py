@@ -11,15 +11,17 @@ the engine that ran and what that engine's backward needs, like micrograd's
 from __future__ import annotations
 
 import functools
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple, Protocol
+from typing import Any, Protocol
 
 import numpy as np
 from numpy.typing import ArrayLike
 
 from .._validation import Array, MissingDependencyError, fail, flag, float_array, positive_int
 from . import _naive, _tiled
-from ._problem import Engine, Problem, make_problem
+from ._problem import Engine, Problem, Saved, make_problem, sum_to_shape
+from ._variants import Alignment, MaskMod
 from .fused import _engine as _fused
 
 __all__ = [
@@ -71,10 +73,10 @@ class EngineImpl(Protocol):
         ...
 
     def backward(
-        self, pb: Problem, grad_output: Array, saved: tuple[Array, Array] | None, threads: int | None
-    ) -> tuple[Array, Array, Array]:
-        """(dQ (B…, L, E), dK (B…, S, E), dV (B…, S, Ev)) from dO (B…, L, Ev), given the
-        forward's (O, lse) as ``saved`` or None (recomputed where the engine needs them)."""
+        self, pb: Problem, grad_output: Array, saved: Saved, threads: int | None
+    ) -> tuple[Array, Array, Array, Array | None]:
+        """(dQ (B…, L, E), dK (B…, S, E), dV (B…, S, Ev), the float mask's gradient summed
+        to its shape or None) from dO (B…, L, Ev) and the forward's ``saved`` results."""
         ...
 
 
@@ -97,18 +99,40 @@ _BLOCKED_FASTEST_FIRST: tuple[_tiled.BlockedEngine, ...] = (_fused.FUSED, _tiled
 FUSED_FROM = 2**18  # scores (B·H·L·S) in all
 FUSED_KEYS_PER_QUERY = 64  # at most this many keys S per query of a task, min(L, BLOCK_Q)
 # tiled: scores at E = 64, fewer in proportion for narrower heads (the naive engine's own
-# softmax weighs more there), and half as many when causal (the tiled engine skips half)
+# softmax weighs more there), and fewer in proportion to the scores it skips (half when causal)
 TILED_FROM = 2**21
 TILED_TASK_FROM = 2**17  # scores per task, min(L, BLOCK_Q)·S
 NAIVE_MAX_BYTES = 2**31  # the naive engine's score matrix
 
 
-class Gradients(NamedTuple):
-    """dQ, dK and dV, each in the shape and dtype of its input."""
+@dataclass(frozen=True, eq=False)
+class Gradients:
+    """The gradients of one attention backward, each in the shape and dtype of its input.
+    It unpacks as ``dq, dk, dv = grads`` (and indexes as that triple).
+
+    Attributes:
+        query: dQ.
+        key: dK (GQA groups summed onto their shared head).
+        value: dV.
+        attn_mask: the gradient of a float ``attn_mask``, summed to its shape; None for a
+            bool mask or none.
+        sinks: the gradient of ``sinks``, (H,); None without sinks.
+    """
 
     query: Array
     key: Array
     value: Array
+    attn_mask: Array | None = None
+    sinks: Array | None = None
+
+    def __iter__(self) -> Iterator[Array]:
+        return iter((self.query, self.key, self.value))
+
+    def __len__(self) -> int:
+        return 3
+
+    def __getitem__(self, index: int) -> Array:
+        return (self.query, self.key, self.value)[index]
 
 
 @dataclass(frozen=True, repr=False)
@@ -143,18 +167,22 @@ class Attention:
         """O in the inputs' dtype: the caller's own copy, which the backward never reads."""
         return self.exact_output.astype(self.problem.result_dtype, copy=True)
 
-    def backward(self, grad_output: ArrayLike) -> Gradients:
-        """dQ, dK, dV of Σ grad_output∘O, each in the shape and dtype of its input
-        (broadcast dimensions summed, GQA groups summed onto their shared head).
+    def backward(self, grad_output: ArrayLike, grad_lse: ArrayLike | None = None) -> Gradients:
+        """The gradients of Σ grad_output∘O + Σ grad_lse∘lse, each in the shape and dtype
+        of its input (broadcast dimensions summed, GQA groups summed onto their shared
+        head): dQ, dK, dV, and those of a float ``attn_mask`` and of ``sinks``.
 
         Args:
             grad_output: dO, of the output's shape (B…, L, Ev) and dtype.
+            grad_lse: dlse, of the lse's shape (B…, L), for a caller that uses the lse
+                (merging partial results, emulating sinks); None: 0.
 
         Raises:
-            ValueError: ``grad_output`` is not of the output's shape.
+            ValueError: ``grad_output`` or ``grad_lse`` is not of its result's shape.
             TypeError: ``grad_output`` is not of the inputs' dtype.
         """
-        return backward(self.problem, self.engine, grad_output, (self.exact_output, self.lse), self.num_threads)
+        saved = (self.exact_output, self.lse)
+        return backward(self.problem, self.engine, grad_output, saved, self.num_threads, grad_lse)
 
     def __repr__(self) -> str:
         shape = "×".join(map(str, self.problem.output_shape))
@@ -179,7 +207,9 @@ def _fastest(pb: Problem) -> Engine:
     if blocked.compiled and pb.plain:  # tasks compiled whole
         return blocked.name if queries * FUSED_KEYS_PER_QUERY >= S else "naive"
     # the tiled engine, or the fused one running the tiled engine's loop in Python
-    work = scores * 64 / max(min(pb.query.shape[-1], 64), 1) * (2 if pb.is_causal else 1)
+    # the tiled engine skips the blocks outside the band of is_causal and the window (half when causal)
+    skipped = L * S / max(pb.visible_scores(), 1)
+    work = scores * 64 / max(min(pb.query.shape[-1], 64), 1) * skipped
     return blocked.name if work >= TILED_FROM and queries * S >= TILED_TASK_FROM else "naive"
 
 
@@ -218,6 +248,12 @@ def attention(
     *,
     attn_mask: ArrayLike | None = None,
     is_causal: bool = False,
+    causal_alignment: Alignment = "top_left",
+    window: tuple[int | None, int | None] | None = None,
+    softcap: float | None = None,
+    alibi_slopes: ArrayLike | None = None,
+    sinks: ArrayLike | None = None,
+    mask_mod: MaskMod | None = None,
     scale: float | None = None,
     enable_gqa: bool = False,
     dropout_p: float = 0.0,
@@ -226,20 +262,36 @@ def attention(
     engine: Engine | None = None,
     num_threads: int | None = None,
 ) -> Attention:
-    """O = dropout(softmax(scale · Q·Kᵀ + mask))·V, as an :class:`Attention` result that
-    can give its own gradients.
+    """O = dropout(softmax(Z))·V with Z = softcap(scale·Q·Kᵀ) + float mask + ALiBi, −∞
+    where a mask rules a key out, as an :class:`Attention` result that can give its own
+    gradients.
 
-    The dropout mask is drawn once and replayed by :meth:`Attention.backward`.
+    Positions are measured from the diagonal: d = j − (i + offset) for query i and key j,
+    offset 0 with ``causal_alignment="top_left"`` and S − L with ``"bottom_right"``. A row
+    with no key allowed gives output 0 and lse −∞ (the sink's logit with sinks). The
+    dropout mask is drawn once and replayed by :meth:`Attention.backward`.
 
     Args:
-        query: Q, (B…, L, E).
+        query: Q, (B…, L, E); the last batch dimension is the H query heads.
         key: K, (B…, S, E).
         value: V, (B…, S, Ev); the batch dimensions of the three broadcast together.
         attn_mask: None, or an array that broadcasts to (B…, L, S): bool (True: may
-            attend, torch's polarity) or float (added to the scores). Keyword-only, as
-            every argument after the three arrays.
-        is_causal: query i attends to keys 0..i only (top-left aligned, as torch);
-            combined with ``attn_mask`` when both are given.
+            attend, torch's polarity) or float (added to the scores, with a gradient).
+            Keyword-only, as every argument after the three arrays.
+        is_causal: query i attends to keys d <= 0 only; combined with every other mask.
+        causal_alignment: "top_left" (torch's ``is_causal``) or "bottom_right"
+            (flash-attn's, torch's ``causal_lower_right``): the diagonal of
+            ``is_causal``, ``window`` and ALiBi.
+        window: (left, right): query i attends to keys −left <= d <= right only; None on
+            a side is unbounded.
+        softcap: c > 0: scale·Q·Kᵀ becomes c·tanh(scale·Q·Kᵀ / c) before any bias.
+        alibi_slopes: (H,) or (B, H): adds −slope·|d| to the scores.
+        sinks: (H,): one logit per query head that joins every row's softmax and is then
+            dropped: lse = log(Σ_j e^{Z_ij} + e^{sink}).
+        mask_mod: FlexAttention's ``mask_mod(batch, head, q_idx, kv_idx)``, called on
+            integer NumPy arrays that broadcast together (batch indexes the flattened
+            dimensions before the heads), returning a bool array of their shape: True
+            where the query may attend the key. Blocks it rules out are skipped.
         scale: multiplies Q·Kᵀ; default 1/√E.
         enable_gqa: grouped-query attention: H query heads over Hk key/value heads, H a
             multiple of Hk.
@@ -253,13 +305,19 @@ def attention(
 
     Returns:
         An :class:`Attention`: ``output`` (B…, L, Ev), ``lse`` (B…, L), ``weights``, and
-        ``backward(grad_output)``.
+        ``backward(grad_output, grad_lse=None)``.
 
     Raises:
-        ValueError: a shape, length, probability or engine that cannot be used.
-        TypeError: an argument of the wrong type or dtype (flags must be bools).
+        ValueError: a shape, length, probability, window side, softcap, alignment or
+            engine that cannot be used.
+        TypeError: an argument of the wrong type or dtype (flags must be bools), a
+            ``mask_mod`` that does not return a bool array.
     """
-    pb = make_problem(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, rng)
+    pb = make_problem(
+        query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, rng,
+        window=window, causal_alignment=causal_alignment, softcap=softcap, alibi_slopes=alibi_slopes,
+        sinks=sinks, mask_mod=mask_mod,
+    )  # fmt: skip
     need_weights = flag("need_weights", need_weights)
     threads = _threads(num_threads)
     chosen = choose_engine(engine, pb, need_weights)
@@ -269,23 +327,20 @@ def attention(
     return Attention(pb, chosen, lse, weights, threads, exact_output=output)
 
 
-def _sum_to_shape(grad: Array, shape: tuple[int, ...]) -> Array:
-    """Undo broadcasting: sum ``grad`` over the dimensions that ``shape`` broadcast along."""
-    grad = grad.sum(axis=tuple(range(grad.ndim - len(shape))))
-    stretched = tuple(i for i, n in enumerate(shape) if n == 1 and grad.shape[i] != 1)
-    return grad.sum(axis=stretched, keepdims=True) if stretched else grad
-
-
 def backward(
     pb: Problem,
     engine: Engine,
     grad_output: ArrayLike,
     saved: tuple[Array, Array] | None,
     num_threads: Any = None,
+    grad_lse: ArrayLike | None = None,
 ) -> Gradients:
     """The gradients of attention over ``pb``; see :meth:`Attention.backward`. ``saved`` is
-    the forward's (O, lse) in the compute dtype, which the tiled engine starts from (None:
-    it recomputes them; the naive engine recomputes the weights in any case)."""
+    the forward's (O, lse) in the compute dtype, which the blocked engines start from
+    (None: recomputed; the naive engine recomputes the weights in any case).
+
+    The sinks' gradient needs no engine: with P_sink = e^{s − lse_i} the sink's weight in
+    row i, d sink = −Σ_i P_sink·δ_i, summed over the slices of each head."""
     threads = _threads(num_threads)
     grad_output = float_array("grad_output", grad_output)
     if grad_output.shape != pb.output_shape:
@@ -293,14 +348,35 @@ def backward(
     if grad_output.dtype != pb.result_dtype:
         raise fail("grad_output", f"dtype {pb.result_dtype} as the inputs", f"dtype {grad_output.dtype}", TypeError)
     grad_output = grad_output.astype(pb.compute_dtype, copy=False)
-    grad_query, grad_key, grad_value = ENGINES[engine].backward(pb, grad_output, saved, threads)
+    impl = ENGINES[engine]
+    output, lse = impl.forward(pb, threads)[:2] if saved is None else saved
+    delta = np.einsum("...le,...le->...l", grad_output, output)  # rowsum(dO∘O), (B…, L)
+    if grad_lse is not None:
+        d_lse = float_array("grad_lse", grad_lse, min_ndim=1)
+        if d_lse.shape != lse.shape:
+            raise fail("grad_lse", f"the lse's shape {lse.shape}", f"shape {d_lse.shape}")
+        delta -= d_lse.astype(pb.compute_dtype, copy=False)
+    grad_query, grad_key, grad_value, grad_mask = impl.backward(pb, grad_output, Saved(output, lse, delta), threads)
     if pb.groups > 1:  # sum each group of G query heads back onto its key/value head
         *batch, H, S, E = grad_key.shape
         grad_key = grad_key.reshape(*batch, H // pb.groups, pb.groups, S, E).sum(axis=-3)  # (B…, Hk, S, E)
         grad_value = grad_value.reshape(*batch, H // pb.groups, pb.groups, S, -1).sum(axis=-3)  # (B…, Hk, S, Ev)
-    return Gradients(
-        *(
-            _sum_to_shape(grad, x.shape).astype(pb.result_dtype, copy=False)
-            for grad, x in zip((grad_query, grad_key, grad_value), (pb.query, pb.key, pb.value), strict=True)
+    grad_sinks = None
+    if pb.sinks is not None:
+        with np.errstate(over="ignore", invalid="ignore"):
+            sink_weight = np.exp(pb.sinks[..., None] - lse)  # (B…, L)
+        grad_sinks = sum_to_shape(
+            -(sink_weight * delta).sum(axis=-1).reshape(pb.slices // pb.heads, pb.heads), (pb.heads,)
         )
+    result = pb.result_dtype
+    grad_query, grad_key, grad_value = (
+        sum_to_shape(grad, x.shape).astype(result, copy=False)
+        for grad, x in zip((grad_query, grad_key, grad_value), (pb.query, pb.key, pb.value), strict=True)
+    )
+    return Gradients(
+        grad_query,
+        grad_key,
+        grad_value,
+        attn_mask=None if grad_mask is None else grad_mask.astype(result, copy=False),
+        sinks=None if grad_sinks is None else grad_sinks.astype(result, copy=False),
     )

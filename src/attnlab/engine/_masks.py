@@ -1,47 +1,131 @@
-"""What removes or rescales scores, for both engines: the attention mask, the causal
-mask and dropout.
+"""What changes, removes or rescales scores, for every engine: softcapping, the additive
+biases, the masks and dropout.
 
-Masking, on a block of scores Z (…, l, s) that starts at row ``row0`` and column
-``col0`` of the full (L, S) matrix: a bool mask's False, a float mask's −∞ and the
-causal rule's j > i set Z to −∞ (whatever Z was, NaN included); a float mask's other
-values are added.
+The scores, on a block Z = scale·Q·Kᵀ (…, l, s) that starts at row ``row0`` and column
+``col0`` of the full (L, S) matrix, in this order (:func:`modify_scores_`):
+
+1. Z ← softcap(Z) + float ``attn_mask`` + ALiBi, softcap(x) = c·tanh(x/c).
+2. −∞ where a key is ruled out, whatever Z was (NaN included): a bool mask's False, a
+   float mask's −∞, a j − i outside the band of ``is_causal`` and the window, and the
+   mask function's False.
 
 Dropout: the keep mask of row i, key j of flattened batch-and-head slice n is ``u >= p``
 for a uniform u drawn from a Philox stream keyed by the dropout seed and counted from
 (n, i // TILE_ROWS, j // TILE_COLS). So the mask depends only on the seed and the
-position, not on how an engine walks the matrix: the naive and tiled engines and the
-forward and the backward all see the same mask. TILE_ROWS and TILE_COLS are part of that
-contract: changing either changes every seeded mask ever drawn.
+position, not on how an engine walks the matrix: every engine and the forward and the
+backward all see the same mask. TILE_ROWS and TILE_COLS are part of that contract:
+changing either changes every seeded mask ever drawn.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .._validation import Array, fail, int_seed
 
-__all__ = ["TILE_COLS", "TILE_ROWS", "check_rng", "dropout_factor", "dropout_seed", "keep_mask", "mask_scores_"]
+if TYPE_CHECKING:
+    from ._problem import Problem
+
+__all__ = [
+    "TILE_COLS",
+    "TILE_ROWS",
+    "check_rng",
+    "dropout_factor",
+    "dropout_seed",
+    "keep_mask",
+    "mask_mod_allows",
+    "mask_scores_",
+    "modify_scores_",
+]
 
 TILE_ROWS = 64
 TILE_COLS = 256
 
+SliceIndex = int | Array  # slice n, or an array of them shaped as B…
 
-def mask_scores_(scores: Array, mask: Array | None, is_causal: bool, row0: int = 0, col0: int = 0) -> None:
-    """Mask a block of scores (…, l, s) in place; the block starts at row ``row0`` and
-    column ``col0`` of the full matrix."""
+
+def _distance(rows: slice, cols: slice) -> Array:
+    """j − i over a block, (l, s)."""
+    return np.arange(cols.start, cols.stop)[None, :] - np.arange(rows.start, rows.stop)[:, None]
+
+
+def mask_mod_allows(pb: Problem, slices: SliceIndex, rows: slice, cols: slice) -> Array | None:
+    """The mask function's verdict on a block, broadcast to (…, l, s) (True: may attend),
+    or None without one; ``slices`` as :func:`modify_scores_`'s."""
+    if pb.mask_mod is None:
+        return None
+    batch, head = (x[..., None, None] for x in np.divmod(np.asarray(slices, dtype=np.int64), pb.heads))
+    q_idx = np.arange(rows.start, rows.stop)[:, None]
+    kv_idx = np.arange(cols.start, cols.stop)[None, :]
+    shape = np.broadcast_shapes(batch.shape, q_idx.shape, kv_idx.shape)
+    allowed = pb.mask_mod(batch, head, q_idx, kv_idx)
+    if not isinstance(allowed, (np.ndarray, np.bool_)) or allowed.dtype != bool:
+        got = f"dtype {allowed.dtype}" if isinstance(allowed, np.ndarray) else type(allowed).__name__
+        raise fail("mask_mod", f"a function returning a bool array that broadcasts to {shape}", got, TypeError)
+    try:
+        return np.broadcast_to(allowed, shape)
+    except ValueError:
+        raise fail(
+            "mask_mod", f"a function returning a bool array that broadcasts to {shape}", f"shape {allowed.shape}"
+        ) from None
+
+
+def modify_scores_(
+    pb: Problem,
+    scores: Array,
+    mask: Array | None,
+    slices: SliceIndex,
+    rows: slice,
+    cols: slice,
+    allowed: Array | None = None,
+    derivative: bool = False,
+) -> Array | None:
+    """Steps 1 and 2 above, in place, on the block of raw scores scale·Q·Kᵀ (…, l, s) at
+    query rows ``rows`` and keys ``cols`` of the slices ``slices`` (an int n, or an array
+    of them shaped as the block's leading dimensions); ``mask`` is the attention mask's
+    block, ``allowed`` the mask function's (:func:`mask_mod_allows`). Returns softcap's
+    derivative 1 − tanh²(x/c) (…, l, s) when ``derivative`` is asked for and there is a
+    softcap, else None."""
+    slope = pb.per_slice(pb.alibi)
+    cap_derivative = None
+    if pb.softcap is not None:
+        scores /= pb.softcap
+        np.tanh(scores, out=scores)
+        if derivative:
+            cap_derivative = 1.0 - scores * scores
+        scores *= pb.softcap
+    if mask is not None and mask.dtype != bool:
+        scores += mask
+    if slope is not None:
+        distance = np.abs(_distance(rows, cols) - pb.offset).astype(scores.dtype)  # |j − (i + offset)|
+        scores -= distance * np.asarray(slope[slices])[..., None, None]
+    if mask is not None:
+        if mask.dtype == bool:
+            np.copyto(scores, -np.inf, where=~mask)
+        else:
+            np.copyto(scores, -np.inf, where=np.isneginf(mask))  # −∞ masks even a NaN score
+    if not pb.band.inside(rows, cols):
+        distance = _distance(rows, cols)
+        np.copyto(scores, -np.inf, where=(distance < pb.band.lowest) | (distance > pb.band.highest))
+    if allowed is not None:
+        np.copyto(scores, -np.inf, where=~allowed)
+    return cap_derivative
+
+
+def mask_scores_(scores: Array, mask: Array | None, is_causal: bool) -> None:
+    """Mask a whole (…, L, S) matrix of scores in place: the attention mask (bool or
+    float) and the top-left causal rule, as :func:`modify_scores_` does (for the traces)."""
     if mask is not None:
         if mask.dtype == bool:
             np.copyto(scores, -np.inf, where=~mask)
         else:
             scores += mask
-            np.copyto(scores, -np.inf, where=np.isneginf(mask))  # −∞ masks even a NaN score
+            np.copyto(scores, -np.inf, where=np.isneginf(mask))
     if is_causal:
         rows, cols = scores.shape[-2:]
-        first = max(0, row0 + 1 - col0)  # columns before this one are visible to every row of the block
-        later = np.arange(col0 + first, col0 + cols)[None, :] > np.arange(row0, row0 + rows)[:, None]  # (l, s - first)
-        np.copyto(scores[..., first:], -np.inf, where=later)
+        np.copyto(scores, -np.inf, where=np.arange(cols)[None, :] > np.arange(rows)[:, None])
 
 
 def check_rng(rng: Any) -> int | np.random.Generator | None:

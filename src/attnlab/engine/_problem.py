@@ -7,15 +7,17 @@ Shape letters, used with one meaning each throughout the package:
     L   query length;  S  key/value length
     E   query/key width;  Ev  value width
 
-And the matrices of one slice: Z = scale·Q·Kᵀ + mask (L, S) the scores, P = softmax(Z)
-the weights, O = P·V (L, Ev) the output, lse = log Σ_j exp(Z_ij) (L,).
+And the matrices of one slice: Z = softcap(scale·Q·Kᵀ) + float mask + ALiBi, with −∞
+where a mask rules a key out (L, S), the scores; P = softmax(Z) the weights (the sink
+s_h, if any, joins every row's sum and is dropped); O = P·V (L, Ev) the output;
+lse = log(Σ_j exp(Z_ij) + exp(s_h)) (L,). The variants are described in ``_variants``.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import numpy as np
 
@@ -31,11 +33,23 @@ from .._validation import (
     real_number,
     same_dtype,
 )
+from . import _variants
 from ._masks import check_rng, dropout_factor, dropout_seed
+from ._variants import Band, MaskMod
 
-__all__ = ["Engine", "Problem", "make_problem"]
+__all__ = ["Engine", "Problem", "Saved", "make_problem", "sum_to_shape"]
 
 Engine = Literal["naive", "tiled", "fused"]  # the engines' names, the values of engine=
+
+
+class Saved(NamedTuple):
+    """What a backward starts from, in the compute dtype: the forward's O (B…, L, Ev) and
+    lse (B…, L), and δ = rowsum(dO∘O) − dlse (B…, L), dlse the gradient of the lse (0 when
+    not given)."""
+
+    output: Array
+    lse: Array
+    delta: Array
 
 
 @dataclass(frozen=True)
@@ -46,8 +60,14 @@ class Problem:
     key: Array  # (B…, S, E), Hk heads
     value: Array  # (B…, S, Ev), Hk heads
     mask: Array | None  # bool (True = may attend) or float (added), broadcasts to (B…, L, S)
-    is_causal: bool  # keys j > i are masked for query i (top-left aligned)
+    is_causal: bool  # keys j > i + offset are masked for query i
     scale: float  # multiplies Q·Kᵀ
+    offset: int  # the diagonal: 0 (top-left) or S − L (bottom-right)
+    band: Band  # the j − i that is_causal and the window allow
+    softcap: float | None  # c of softcap(x) = c·tanh(x/c)
+    alibi: Array | None  # ALiBi's slopes, broadcast to B… (read-only)
+    sinks: Array | None  # the sink logits, broadcast to B… (read-only)
+    mask_mod: MaskMod | None  # FlexAttention's mask function
     groups: int  # G (1 without GQA)
     dropout_p: float
     dropout_seed: int | None  # Philox key of the dropout mask, None without dropout
@@ -71,9 +91,28 @@ class Problem:
 
     @property
     def plain(self) -> bool:
-        """No attention mask and no dropout: softmax(scale·Q·Kᵀ)·V alone, causal or not
-        (what the fused engine compiles whole)."""
-        return self.mask is None and self.dropout_seed is None
+        """No attention mask, no mask function and no dropout: what the fused engine
+        compiles whole (the band, softcap, ALiBi and sinks included)."""
+        return self.mask is None and self.mask_mod is None and self.dropout_seed is None
+
+    @property
+    def heads(self) -> int:
+        """H, the last batch dimension (1 for inputs without one)."""
+        return self.batch_shape[-1] if self.batch_shape else 1
+
+    def visible_scores(self) -> int:
+        """About the scores of one slice inside the band of ``is_causal`` and the window,
+        what the blocked engines compute (they skip whole blocks): the band's area,
+        Σ_i of the allowed j − i range (L·S / 2 when causal)."""
+        L, S = self.lengths
+        rows = np.arange(L)
+        first = np.clip(rows + self.band.lowest, 0, S)
+        stop = np.clip(rows + self.band.highest, 0, S)
+        return int(np.maximum(stop - first, 0).sum())
+
+    def per_slice(self, values: Array | None) -> Array | None:
+        """A parameter broadcast to B…, flattened to one value per slice (n,)."""
+        return None if values is None else values.reshape(-1)
 
     @property
     def output_shape(self) -> tuple[int, ...]:
@@ -97,6 +136,13 @@ def make_problem(
     scale: Any,
     enable_gqa: Any,
     rng: Any,
+    *,
+    window: Any = None,
+    causal_alignment: Any = "top_left",
+    softcap: Any = None,
+    alibi_slopes: Any = None,
+    sinks: Any = None,
+    mask_mod: Any = None,
 ) -> Problem:
     """Check every argument of an attention call and normalise it."""
     query = float_array("query", query)
@@ -126,6 +172,7 @@ def make_problem(
         batch = (*batch, query.shape[-3])
     p = probability("dropout_p", dropout_p)
     rng = check_rng(rng)
+    diagonal = _variants.offset(causal_alignment, (L, S))
     return Problem(
         query=query.astype(work, copy=False),
         key=key.astype(work, copy=False),
@@ -133,6 +180,12 @@ def make_problem(
         mask=_mask(attn_mask, (*batch, L, S), work),
         is_causal=is_causal,
         scale=_scale(scale, E),
+        offset=diagonal,
+        band=_variants.band(is_causal, window, diagonal, (L, S)),
+        softcap=_variants.softcap(softcap),
+        alibi=_variants.alibi_slopes(alibi_slopes, batch, work),
+        sinks=_variants.sinks(sinks, batch, work),
+        mask_mod=_variants.mask_mod(mask_mod),
         groups=groups,
         dropout_p=p,
         dropout_seed=dropout_seed(rng) if p > 0 else None,
@@ -176,3 +229,10 @@ def _mask(attn_mask: Any, full: tuple[int, ...], work: np.dtype) -> Array | None
     if not broadcasts_to(mask.shape, full):
         raise fail("attn_mask", f"a shape that broadcasts to the attention shape {full}", f"shape {mask.shape}")
     return mask if mask.dtype == bool else mask.astype(work, copy=False)
+
+
+def sum_to_shape(grad: Array, shape: tuple[int, ...]) -> Array:
+    """Undo broadcasting: sum ``grad`` over the dimensions that ``shape`` broadcast along."""
+    grad = grad.sum(axis=tuple(range(grad.ndim - len(shape))))
+    stretched = tuple(i for i, n in enumerate(shape) if n == 1 and grad.shape[i] != 1)
+    return grad.sum(axis=stretched, keepdims=True) if stretched else grad

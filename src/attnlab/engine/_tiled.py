@@ -3,23 +3,28 @@
 Forward, for one slice and one block of queries (Milakov & Gimelshein 2018; Dao 2023):
 
     m = −∞, l = 0, acc = 0
-    for each block of keys K_j, V_j (when causal, blocks above the diagonal are skipped
-    unless a non-finite value there would make a NaN, as the naive engine gives):
-        Z_j = scale · Q·K_jᵀ + mask_j                     (block_q, block_k)
+    for each block of keys K_j, V_j (blocks outside the band of is_causal and the window,
+    or that the mask function rules out, are skipped unless a non-finite value there would
+    make a NaN, as the naive engine gives):
+        Z_j = softcap(scale · Q·K_jᵀ) + biases_j, masked     (block_q, block_k; ``_masks``)
         m' = max(m, rowmax Z_j);  P_j = exp(Z_j − m')
         l = e^(m − m')·l + rowsum P_j
         acc = e^(m − m')·acc + dropout(P_j)·V_j
         m = m'
-    O = acc / l,  lse = m + log l
+    O = acc / l,  lse = m + log l      (a sink s joins last: m' = max(m, s),
+                                        l' = e^(m − m')·l + e^(s − m'), O = e^(m − m')·acc / l')
 
 Backward recomputes P_ij = exp(Z_ij − lse_i) block by block instead of storing P, with
-δ_i = rowsum(dO_i∘O_i) and dZ_ij = P_ij∘(dO_i·V_jᵀ − δ_i):
+δ_i = rowsum(dO_i∘O_i) − dlse_i, dZ_ij = P_ij∘(dO_i·V_jᵀ − δ_i) and dX_ij = dZ_ij∘softcap′:
 
-    dV_j = Σ_i P_ijᵀ·dO_i    dK_j = scale·Σ_i dZ_ijᵀ·Q_i    dQ_i = scale·Σ_j dZ_ij·K_j
+    dV_j = Σ_i P_ijᵀ·dO_i    dK_j = scale·Σ_i dX_ijᵀ·Q_i    dQ_i = scale·Σ_j dX_ij·K_j
 
 With many slices, each task owns one slice and makes all three in one pass. With few,
 each slice is split: tasks over key blocks make dK_j and dV_j, tasks over query blocks
-make dQ_i (P_ij computed twice). Either way no two tasks write the same rows.
+make dQ_i (P_ij computed twice). A float mask's gradient, Σ dZ over the slices that
+share each of its slices, is made by the tasks over query blocks, one per mask slice and
+block of rows, always split so. Either way no two tasks write the same rows, and every
+sum runs in one order.
 
 The elementwise work on each block goes through ``Kernels``: NumPy's here, numba's in
 ``fused`` (engine="fused"), whose kernels also schedule whole compiled tasks for
@@ -32,14 +37,15 @@ Letters as in ``_problem``.
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from .._validation import Array
-from ._masks import mask_scores_
-from ._problem import Engine, Problem
+from ._masks import mask_mod_allows, modify_scores_
+from ._problem import Engine, Problem, Saved
 from ._threads import run
 
 __all__ = [
@@ -82,7 +88,7 @@ class ForwardPass:
     pb: Problem
     value: Array  # V·2⁻ᵏ, (B…, S, Ev)
     exponent: int  # k, undone on the output
-    skip_causal: bool  # causal, and no block above the diagonal could make a NaN
+    skip: bool  # skip the blocks no key of which is allowed (none could make a NaN)
     output: Array  # O, (n, L, Ev)
     lse: Array  # (n, L)
 
@@ -96,11 +102,14 @@ class BackwardPass:
     grad_output: Array  # dO, (n, L, Ev)
     lse: Array  # (n, L), +∞ where every key is masked (P = 0 there)
     delta: Array  # δ, (n, L)
-    skip_causal: bool  # causal, and no block above the diagonal could make a NaN
+    skip: bool  # skip the blocks no key of which is allowed (none could make a NaN)
     scale: Array  # 0-d, in the compute dtype
     grad_query: Array  # dQ, (n, L, E)
     grad_key: Array  # dK, (n, S, E), one key head per query head
     grad_value: Array  # dV, (n, S, Ev)
+    # a float mask's gradient, by (mask slice, first row of a block): Σ dZ over those rows
+    # (or summed over them where the mask broadcasts along L) and every key
+    grad_mask_parts: dict[tuple[int, int], Array] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -114,10 +123,11 @@ class Kernels:
     online_softmax_: Callable[[Array, Array, Array], Array]
     # Z ← P = exp(Z − lse[:, None]);  dP ← dZ = P∘(dP − δ[:, None]);  arguments Z, lse, dP, δ
     softmax_backward_: Callable[[Array, Array, Array, Array], None]
-    # The tasks of a whole forward or backward, compiled, for attention with no mask and no
-    # dropout, given the pass and the thread count (None: the loops below, in Python).
-    forward_tasks: Callable[[ForwardPass, int | None], list[Task]] | None = None
-    backward_tasks: Callable[[BackwardPass, int | None], list[Task]] | None = None
+    # The tasks of a whole forward or backward, compiled, for attention with no mask, no
+    # mask function and no dropout, given the pass and the thread count (None, or a call
+    # that returns None: the loops below, in Python).
+    forward_tasks: Callable[[ForwardPass, int | None], list[Task] | None] | None = None
+    backward_tasks: Callable[[BackwardPass, int | None], list[Task] | None] | None = None
 
 
 def _online_softmax_numpy(scores: Array, row_max: Array, row_sum: Array) -> Array:
@@ -180,11 +190,21 @@ def blocks(length: int, size: int) -> list[slice]:
     return [slice(start, min(start + size, length)) for start in range(0, length, size)]
 
 
-def _key_blocks(pb: Problem, rows: slice, skip_causal: bool) -> list[slice]:
-    """The blocks of keys that query rows ``rows`` read; with ``skip_causal`` the last
-    one ends at the diagonal (row i sees keys 0..i)."""
+def _key_blocks(pb: Problem, rows: slice, skip: bool) -> list[slice]:
+    """The blocks of keys that query rows ``rows`` read: with ``skip``, those that meet
+    the band (the first and last cut at its edges)."""
     S = pb.lengths[1]
-    return blocks(min(S, rows.stop) if skip_causal else S, BLOCK_K)
+    first, stop = pb.band.keys(rows, S) if skip else (0, S)
+    return [
+        slice(max(c.start, first), min(c.stop, stop)) for c in blocks(S, BLOCK_K) if c.start < stop and c.stop > first
+    ]
+
+
+def _query_blocks(pb: Problem, cols: slice, skip: bool) -> list[slice]:
+    """The blocks of queries that read keys ``cols``: with ``skip``, those that meet the band."""
+    L = pb.lengths[0]
+    first, stop = pb.band.queries(cols, L) if skip else (0, L)
+    return [r for r in blocks(L, BLOCK_Q) if r.start < stop and r.stop > first]
 
 
 def _value_exponent(value: Array, length: int) -> tuple[int, bool]:
@@ -198,13 +218,17 @@ def _value_exponent(value: Array, length: int) -> tuple[int, bool]:
     return (max(0, int(np.ceil(np.log2(largest / headroom)))) if largest > headroom else 0), finite
 
 
-def _scores(pb: Problem, s: _Slice, q_scaled: Array, rows: slice, cols: slice) -> Array:
-    """Z = scale · Q_i·K_jᵀ + mask for one block, (rows, cols)."""
+def _scores(
+    pb: Problem, s: _Slice, q_scaled: Array, rows: slice, cols: slice, skip: bool, derivative: bool = False
+) -> tuple[Array, Array | None] | None:
+    """Z of one block, (rows, cols), and softcap's derivative there when asked for (see
+    ``_masks``); None when ``skip`` and the mask function rules out the whole block."""
+    allowed = mask_mod_allows(pb, s.n, rows, cols)
+    if skip and allowed is not None and not allowed.any():
+        return None
     scores = q_scaled @ s.k[cols].T  # (block_q, block_k)
-    needs_causal = pb.is_causal and cols.stop - 1 > rows.start  # some key in the block is later than some query
-    if s.mask is not None or needs_causal:
-        mask_scores_(scores, None if s.mask is None else s.mask[rows, cols], needs_causal, rows.start, cols.start)
-    return scores
+    mask = None if s.mask is None else s.mask[rows, cols]
+    return scores, modify_scores_(pb, scores, mask, s.n, rows, cols, allowed, derivative)
 
 
 def _forward_block(fp: ForwardPass, s: _Slice, rows: slice, kernels: Kernels) -> None:
@@ -214,16 +238,28 @@ def _forward_block(fp: ForwardPass, s: _Slice, rows: slice, kernels: Kernels) ->
     row_max = np.full(q_scaled.shape[0], -np.inf, dtype=q_scaled.dtype)  # m, (block_q,)
     row_sum = np.zeros(q_scaled.shape[0], dtype=q_scaled.dtype)  # l, before dropout, (block_q,)
     acc = np.zeros((q_scaled.shape[0], s.v.shape[1]), dtype=q_scaled.dtype)  # Σ P·V, (block_q, Ev)
-    for cols in _key_blocks(pb, rows, fp.skip_causal):
-        weights = _scores(pb, s, q_scaled, rows, cols)
+    for cols in _key_blocks(pb, rows, fp.skip):
+        block = _scores(pb, s, q_scaled, rows, cols, fp.skip)
+        if block is None:
+            continue
+        weights = block[0]
         rescale = kernels.online_softmax_(weights, row_max, row_sum)  # P_j = exp(Z_j − m'); m, l updated
         acc *= rescale[:, None]  # e^(m − m'), 0 on the first block
         dropout = pb.dropout(s.n, rows, cols)
         if dropout is not None:
             weights *= dropout
         acc += weights @ s.v[cols]
+    empty = row_sum == 0
+    sinks = pb.per_slice(pb.sinks)
+    if sinks is not None:  # the sink joins last, as one more key of value 0
+        sink = sinks[s.n]
+        top = np.maximum(row_max, sink)  # m'
+        kept = np.exp(row_max - top)  # e^(m − m'), 0 for a row with no key
+        row_sum = row_sum * kept + np.exp(sink - top)
+        acc *= kept[:, None]
+        row_max = top
     np.ldexp(acc / row_sum[:, None], fp.exponent, out=out[rows])  # undo the values' 2⁻ᵏ
-    out[rows][row_sum == 0] = 0.0  # a row whose keys are all masked is 0, whatever the values
+    out[rows][empty] = 0.0  # a row whose keys are all masked is 0, whatever the values
     lse[rows] = row_max + np.log(row_sum)
 
 
@@ -236,14 +272,15 @@ def forward(pb: Problem, threads: int | None = None, kernels: Kernels = NUMPY) -
         pb,
         np.ldexp(pb.value, -exponent) if exponent else pb.value,
         exponent,
-        # Blocks above the diagonal are skipped only when no value there could make a NaN
+        # Blocks with no key allowed are skipped only when no value there could make a NaN
         # (0·NaN): the result is then the same as reading them.
-        pb.is_causal and finite,
+        finite,
         np.empty((n, L, pb.value.shape[-1]), dtype=pb.compute_dtype),  # (B·H, L, Ev)
         np.empty((n, L), dtype=pb.compute_dtype),  # (B·H, L)
     )
-    if kernels.forward_tasks is not None and pb.plain:
-        tasks = kernels.forward_tasks(fp, threads)
+    compiled = kernels.forward_tasks(fp, threads) if kernels.forward_tasks is not None and pb.plain else None
+    if compiled is not None:
+        tasks = compiled
     else:
         slices = _slices(pb, fp.value)
         tasks = [
@@ -257,43 +294,65 @@ def forward(pb: Problem, threads: int | None = None, kernels: Kernels = NUMPY) -
 
 def _backward_block(
     bp: BackwardPass, s: _Slice, rows: slice, cols: slice, kernels: Kernels
-) -> tuple[Array, Array | None, Array]:
-    """P_ij, the dropout factor and dZ_ij of one block."""
-    weights = _scores(bp.pb, s, s.q[rows] * bp.scale, rows, cols)  # Z_ij
+) -> tuple[Array, Array | None, Array, Array] | None:
+    """P_ij, the dropout factor, dZ_ij and dX_ij = dZ_ij∘softcap′ (dZ_ij itself without a
+    softcap) of one block; None when it is skipped."""
+    block = _scores(bp.pb, s, s.q[rows] * bp.scale, rows, cols, bp.skip, derivative=True)  # Z_ij
+    if block is None:
+        return None
+    weights, cap_derivative = block
     dropout = bp.pb.dropout(s.n, rows, cols)
     grad_scores = bp.grad_output[s.n, rows] @ s.v[cols].T  # dP_ij, (block_q, block_k)
     if dropout is not None:
         grad_scores *= dropout
     kernels.softmax_backward_(weights, bp.lse[s.n, rows], grad_scores, bp.delta[s.n, rows])  # P_ij, dZ = P∘(dP − δ)
-    return weights, dropout, grad_scores
+    return weights, dropout, grad_scores, grad_scores if cap_derivative is None else grad_scores * cap_derivative
 
 
 def _keys_task(bp: BackwardPass, s: _Slice, cols: slice, kernels: Kernels, with_queries: bool = False) -> None:
-    """dK_j and dV_j of one block of keys. ``with_queries`` also adds dZ_ij·K_j into
+    """dK_j and dV_j of one block of keys. ``with_queries`` also adds dX_ij·K_j into
     dQ_i, which only a task that owns the whole slice may do."""
     grad_key = np.zeros((cols.stop - cols.start, bp.grad_key.shape[-1]), dtype=bp.grad_key.dtype)  # (block_k, E)
     grad_value = np.zeros((cols.stop - cols.start, bp.grad_value.shape[-1]), dtype=bp.grad_value.dtype)
-    first = cols.start if bp.skip_causal else 0  # causal: keys j are seen by queries i >= j
-    for rows in blocks(bp.pb.lengths[0], BLOCK_Q):
-        if rows.stop <= first:
+    for rows in _query_blocks(bp.pb, cols, bp.skip):
+        block = _backward_block(bp, s, rows, cols, kernels)
+        if block is None:
             continue
-        weights, dropout, grad_scores = _backward_block(bp, s, rows, cols, kernels)
+        weights, dropout, _, grad_logits = block
         if with_queries:
-            bp.grad_query[s.n, rows] += grad_scores @ s.k[cols]
+            bp.grad_query[s.n, rows] += grad_logits @ s.k[cols]
         if dropout is not None:
             weights *= dropout
         grad_value += weights.T @ bp.grad_output[s.n, rows]
-        grad_key += grad_scores.T @ s.q[rows]
+        grad_key += grad_logits.T @ s.q[rows]
     bp.grad_key[s.n, cols] = grad_key * bp.scale
     bp.grad_value[s.n, cols] = grad_value
 
 
-def _queries_task(bp: BackwardPass, s: _Slice, rows: slice, kernels: Kernels) -> None:
-    """dQ_i of one block of queries."""
-    grad_query = np.zeros((rows.stop - rows.start, bp.grad_query.shape[-1]), dtype=bp.grad_query.dtype)
-    for cols in _key_blocks(bp.pb, rows, bp.skip_causal):
-        grad_query += _backward_block(bp, s, rows, cols, kernels)[2] @ s.k[cols]
-    bp.grad_query[s.n, rows] = grad_query * bp.scale
+def _queries_task(bp: BackwardPass, group: list[_Slice], rows: slice, kernels: Kernels, mask_slice: int) -> None:
+    """dQ_i of one block of queries, for each slice of ``group``; with a float mask, also
+    the part of its gradient over these rows that the group makes (the group is then the
+    slices that share mask slice ``mask_slice``)."""
+    float_mask = bp.pb.mask is not None and bp.pb.mask.dtype != bool
+    if float_mask:
+        mask_rows, mask_cols = bp.pb.mask.shape[-2:] if bp.pb.mask.ndim >= 2 else (1, bp.pb.mask.shape[-1])  # type: ignore[union-attr]
+        part = np.zeros((rows.stop - rows.start if mask_rows > 1 else 1, mask_cols), dtype=bp.grad_query.dtype)
+    for s in group:
+        grad_query = np.zeros((rows.stop - rows.start, bp.grad_query.shape[-1]), dtype=bp.grad_query.dtype)
+        for cols in _key_blocks(bp.pb, rows, bp.skip):
+            block = _backward_block(bp, s, rows, cols, kernels)
+            if block is None:
+                continue
+            grad_query += block[3] @ s.k[cols]
+            if float_mask:  # dZ, summed along the dimensions the mask broadcasts along
+                grad_scores = block[2] if mask_rows > 1 else block[2].sum(axis=0, keepdims=True)
+                if mask_cols > 1:
+                    part[:, cols] += grad_scores
+                else:
+                    part += grad_scores.sum(axis=1, keepdims=True)
+        bp.grad_query[s.n, rows] = grad_query * bp.scale
+    if float_mask:
+        bp.grad_mask_parts[mask_slice, rows.start] = part
 
 
 def _slice_task(bp: BackwardPass, s: _Slice, kernels: Kernels) -> None:
@@ -304,62 +363,87 @@ def _slice_task(bp: BackwardPass, s: _Slice, kernels: Kernels) -> None:
     bp.grad_query[s.n] *= bp.scale
 
 
+def _mask_slices(pb: Problem) -> Array:
+    """The slice of a float mask that each of the n slices reads, (n,): its index in the
+    mask's batch dimensions (all 0 where the mask broadcasts)."""
+    assert pb.mask is not None
+    batch = pb.mask.shape[:-2]
+    return np.broadcast_to(np.arange(math.prod(batch)).reshape(batch), pb.batch_shape).reshape(-1)  # (n,)
+
+
 def _backward_tasks(bp: BackwardPass, kernels: Kernels) -> list[Task]:
     """The backward's tasks in Python, largest first: with causal masking the first keys
     and the last queries have the most work."""
-    L, S = bp.pb.lengths
-    slices = _slices(bp.pb, bp.pb.value)
-    if bp.pb.slices >= ONE_PASS_BACKWARD_FROM:  # one task per slice: 5 products and one exp per block
+    pb = bp.pb
+    L, S = pb.lengths
+    slices = _slices(pb, pb.value)
+    float_mask = pb.mask is not None and pb.mask.dtype != bool
+    if pb.slices >= ONE_PASS_BACKWARD_FROM and not float_mask:  # one task per slice: 5 products, one exp per block
         return [functools.partial(_slice_task, bp, s, kernels) for s in slices]
-    # few slices: split each in two passes, 7 products and two exps per block
+    # two passes, 7 products and two exps per block
     tasks: list[Task] = [
         functools.partial(_keys_task, bp, s, cols, kernels) for cols in blocks(S, BLOCK_K) for s in slices
     ]
+    reads = _mask_slices(pb) if float_mask else np.arange(pb.slices)  # each group: the slices of one mask slice
+    groups = {int(m): [s for s in slices if reads[s.n] == m] for m in dict.fromkeys(reads.tolist())}
     tasks += [
-        functools.partial(_queries_task, bp, s, rows, kernels) for rows in reversed(blocks(L, BLOCK_Q)) for s in slices
+        functools.partial(_queries_task, bp, group, rows, kernels, m)
+        for rows in reversed(blocks(L, BLOCK_Q))
+        for m, group in groups.items()
     ]
     return tasks
 
 
+def _grad_mask(bp: BackwardPass) -> Array | None:
+    """A float mask's gradient, in its shape, from the query tasks' parts (summed in the
+    order of their rows, whatever the order the tasks ran in)."""
+    mask = bp.pb.mask
+    if mask is None or mask.dtype == bool:
+        return None
+    shape = mask.shape if mask.ndim >= 2 else (1, *mask.shape)
+    grad = np.zeros((math.prod(shape[:-2]), *shape[-2:]), dtype=bp.grad_query.dtype)  # (mask slices, Lm, Sm)
+    for (m, first), part in sorted(bp.grad_mask_parts.items()):
+        if shape[-2] > 1:
+            grad[m, first : first + part.shape[0]] += part
+        else:
+            grad[m] += part
+    return grad.reshape(mask.shape)
+
+
 def backward(
-    pb: Problem,
-    grad_output: Array,
-    output: Array,
-    lse: Array,
-    threads: int | None = None,
-    kernels: Kernels = NUMPY,
-) -> tuple[Array, Array, Array]:
-    """(dQ (B…, L, E), dK (B…, S, E), dV (B…, S, Ev)) from dO (B…, L, Ev) and the
-    forward's O and lse; key and value heads expanded for GQA, as the naive engine gives them."""
+    pb: Problem, grad_output: Array, saved: Saved, threads: int | None = None, kernels: Kernels = NUMPY
+) -> tuple[Array, Array, Array, Array | None]:
+    """(dQ (B…, L, E), dK (B…, S, E), dV (B…, S, Ev), the float mask's gradient in its
+    shape or None) from dO (B…, L, Ev) and the forward's ``saved`` results; key and value
+    heads expanded for GQA, as the naive engine gives them."""
     L, S = pb.lengths
     E, Ev = pb.query.shape[-1], pb.value.shape[-1]
     n = pb.slices
     dtype = pb.compute_dtype
     grad_output = np.broadcast_to(grad_output, pb.output_shape).reshape(n, L, Ev)  # dO, (B·H, L, Ev)
-    delta = np.einsum("nle,nle->nl", grad_output, output.reshape(n, L, Ev))  # δ, (B·H, L)
-    # as in the forward: skip blocks above the diagonal only when they could add no NaN
+    delta = saved.delta.reshape(n, L)  # δ, (B·H, L)
+    # as in the forward: skip blocks with no key allowed only when they could add no NaN
     finite = (np.isfinite(x).all() for x in (pb.query, pb.key, pb.value, grad_output, delta))
     bp = BackwardPass(
         pb,
         grad_output,
-        np.where(np.isneginf(lse), np.inf, lse).reshape(n, L),  # fully masked rows: P = exp(−inf) = 0, (B·H, L)
+        np.where(np.isneginf(saved.lse), np.inf, saved.lse).reshape(n, L),  # fully masked rows: P = 0, (B·H, L)
         delta,
-        pb.is_causal and all(finite),
+        all(finite),
         np.asarray(pb.scale, dtype=dtype),
         np.empty((n, L, E), dtype=dtype),  # (B·H, L, E)
         np.empty((n, S, E), dtype=dtype),  # (B·H, S, E)
         np.empty((n, S, Ev), dtype=dtype),  # (B·H, S, Ev)
     )
-    if kernels.backward_tasks is not None and pb.plain:
-        tasks = kernels.backward_tasks(bp, threads)
-    else:
-        tasks = _backward_tasks(bp, kernels)
+    compiled = kernels.backward_tasks(bp, threads) if kernels.backward_tasks is not None and pb.plain else None
+    tasks = _backward_tasks(bp, kernels) if compiled is None else compiled
     run(tasks, threads)
     batch = pb.batch_shape
     return (
         bp.grad_query.reshape(*batch, L, E),  # (B…, L, E)
         bp.grad_key.reshape(*batch, S, E),  # (B…, S, E), one key head per query head
         bp.grad_value.reshape(*batch, S, Ev),  # (B…, S, Ev)
+        _grad_mask(bp),
     )
 
 
@@ -392,11 +476,10 @@ class BlockedEngine:
         return (*forward(pb, threads, self.kernels), None)
 
     def backward(
-        self, pb: Problem, grad_output: Array, saved: tuple[Array, Array] | None, threads: int | None
-    ) -> tuple[Array, Array, Array]:
-        """:func:`backward` from the forward's (O, lse), recomputed when ``saved`` is None."""
-        output, lse = forward(pb, threads, self.kernels) if saved is None else saved
-        return backward(pb, grad_output, output, lse, threads, self.kernels)
+        self, pb: Problem, grad_output: Array, saved: Saved, threads: int | None
+    ) -> tuple[Array, Array, Array, Array | None]:
+        """:func:`backward` from the forward's ``saved`` results."""
+        return backward(pb, grad_output, saved, threads, self.kernels)
 
 
 TILED = BlockedEngine("tiled", NUMPY)
