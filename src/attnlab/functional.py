@@ -21,6 +21,7 @@ from ._validation import Array, fail, flag, float_array, probability
 from .engine._attention import Attention, Engine, Gradients, attention, backward, choose_engine
 from .engine._problem import make_problem
 from .engine._softmax import softmax
+from .engine._variants import Alignment, MaskMod
 
 __all__ = [
     "Attention",
@@ -48,6 +49,8 @@ _UNSET = _Unset.UNSET
 def scaled_dot_product_attention(
     query: ArrayLike, key: ArrayLike, value: ArrayLike, attn_mask: ArrayLike | None = ..., dropout_p: float = ...,
     is_causal: bool = ..., scale: float | None = ..., enable_gqa: bool = ..., *,
+    window: tuple[int | None, int | None] | None = ..., causal_alignment: Alignment = ..., softcap: float | None = ...,
+    alibi_slopes: ArrayLike | None = ..., sinks: ArrayLike | None = ..., mask_mod: MaskMod | None = ...,
     need_weights: Literal[False] | _Unset = ..., return_lse: Literal[False] = ...,
     rng: int | np.random.Generator | None = ..., engine: Engine | None = ...,
     num_threads: int | None = ..., return_weights: _Unset = ...,
@@ -55,7 +58,10 @@ def scaled_dot_product_attention(
 @overload
 def scaled_dot_product_attention(
     query: ArrayLike, key: ArrayLike, value: ArrayLike, attn_mask: ArrayLike | None = ..., dropout_p: float = ...,
-    is_causal: bool = ..., scale: float | None = ..., enable_gqa: bool = ..., *, need_weights: Literal[True],
+    is_causal: bool = ..., scale: float | None = ..., enable_gqa: bool = ..., *,
+    window: tuple[int | None, int | None] | None = ..., causal_alignment: Alignment = ..., softcap: float | None = ...,
+    alibi_slopes: ArrayLike | None = ..., sinks: ArrayLike | None = ..., mask_mod: MaskMod | None = ...,
+    need_weights: Literal[True],
     return_lse: Literal[False] = ..., rng: int | np.random.Generator | None = ..., engine: Engine | None = ...,
     num_threads: int | None = ..., return_weights: _Unset = ...,
 ) -> tuple[Array, Array]: ...  # fmt: skip
@@ -63,6 +69,8 @@ def scaled_dot_product_attention(
 def scaled_dot_product_attention(
     query: ArrayLike, key: ArrayLike, value: ArrayLike, attn_mask: ArrayLike | None = ..., dropout_p: float = ...,
     is_causal: bool = ..., scale: float | None = ..., enable_gqa: bool = ..., *,
+    window: tuple[int | None, int | None] | None = ..., causal_alignment: Alignment = ..., softcap: float | None = ...,
+    alibi_slopes: ArrayLike | None = ..., sinks: ArrayLike | None = ..., mask_mod: MaskMod | None = ...,
     need_weights: Literal[False] | _Unset = ..., return_lse: Literal[True],
     rng: int | np.random.Generator | None = ..., engine: Engine | None = ...,
     num_threads: int | None = ..., return_weights: _Unset = ...,
@@ -70,14 +78,20 @@ def scaled_dot_product_attention(
 @overload
 def scaled_dot_product_attention(
     query: ArrayLike, key: ArrayLike, value: ArrayLike, attn_mask: ArrayLike | None = ..., dropout_p: float = ...,
-    is_causal: bool = ..., scale: float | None = ..., enable_gqa: bool = ..., *, need_weights: Literal[True],
+    is_causal: bool = ..., scale: float | None = ..., enable_gqa: bool = ..., *,
+    window: tuple[int | None, int | None] | None = ..., causal_alignment: Alignment = ..., softcap: float | None = ...,
+    alibi_slopes: ArrayLike | None = ..., sinks: ArrayLike | None = ..., mask_mod: MaskMod | None = ...,
+    need_weights: Literal[True],
     return_lse: Literal[True], rng: int | np.random.Generator | None = ..., engine: Engine | None = ...,
     num_threads: int | None = ..., return_weights: _Unset = ...,
 ) -> tuple[Array, Array, Array]: ...  # fmt: skip
 @overload
 def scaled_dot_product_attention(
     query: ArrayLike, key: ArrayLike, value: ArrayLike, attn_mask: ArrayLike | None = ..., dropout_p: float = ...,
-    is_causal: bool = ..., scale: float | None = ..., enable_gqa: bool = ..., *, need_weights: _Unset = ...,
+    is_causal: bool = ..., scale: float | None = ..., enable_gqa: bool = ..., *,
+    window: tuple[int | None, int | None] | None = ..., causal_alignment: Alignment = ..., softcap: float | None = ...,
+    alibi_slopes: ArrayLike | None = ..., sinks: ArrayLike | None = ..., mask_mod: MaskMod | None = ...,
+    need_weights: _Unset = ...,
     return_lse: bool = ..., rng: int | np.random.Generator | None = ..., engine: Engine | None = ...,
     num_threads: int | None = ..., return_weights: bool,
 ) -> Array | tuple[Array, ...]: ...  # fmt: skip
@@ -91,6 +105,12 @@ def scaled_dot_product_attention(
     scale: float | None = None,
     enable_gqa: bool = False,
     *,
+    window: tuple[int | None, int | None] | None = None,
+    causal_alignment: Alignment = "top_left",
+    softcap: float | None = None,
+    alibi_slopes: ArrayLike | None = None,
+    sinks: ArrayLike | None = None,
+    mask_mod: MaskMod | None = None,
     need_weights: bool | _Unset = _UNSET,
     return_lse: bool = False,
     rng: int | np.random.Generator | None = None,
@@ -98,7 +118,8 @@ def scaled_dot_product_attention(
     num_threads: int | None = None,
     return_weights: bool | _Unset = _UNSET,
 ) -> Array | tuple[Array, ...]:
-    """softmax(scale · Q·Kᵀ + mask) · V, as ``torch.nn.functional.scaled_dot_product_attention``.
+    """softmax(scale · Q·Kᵀ + mask) · V, as ``torch.nn.functional.scaled_dot_product_attention``,
+    and the variants of flash-attn and FlexAttention (keyword-only; see :func:`attention`).
 
     Args:
         query: (B…, L, E).
@@ -114,6 +135,15 @@ def scaled_dot_product_attention(
         scale: multiplies Q·Kᵀ; default 1/√E.
         enable_gqa: grouped-query attention: query has H heads (dimension −3), key and
             value Hk heads with H a multiple of Hk; query head h uses key head h // (H/Hk).
+        window: (left, right): query i attends to keys −left <= j − (i + offset) <= right
+            only; None on a side is unbounded (the offset: see ``causal_alignment``).
+        causal_alignment: "top_left" (offset 0, torch's ``is_causal``) or "bottom_right"
+            (offset S − L, flash-attn's and torch's ``causal_lower_right``).
+        softcap: c > 0: the scores become c·tanh(scale·Q·Kᵀ / c) before any bias.
+        alibi_slopes: (H,) or (B, H): adds −slope·|j − (i + offset)| to the scores.
+        sinks: (H,): one logit per query head joined to every row's softmax, then dropped.
+        mask_mod: FlexAttention's ``mask_mod(batch, head, q_idx, kv_idx) -> bool array``,
+            called on broadcast integer NumPy arrays; True where the query may attend.
         need_weights: also return the weights that multiplied V, (B…, L, S) (after
             dropout, as torch's MultiheadAttention returns them); default False.
         return_lse: also return log Σ_j exp(scores_ij) of each row, (B…, L), in the
@@ -134,11 +164,13 @@ def scaled_dot_product_attention(
     Returns:
         output (B…, L, Ev), followed by the weights and/or the lse when asked for, in
         that order. Same dtype as the inputs (float16 is computed in float32).
-        A query row whose keys are all masked gives output 0, weights 0 and lse −inf.
+        A query row whose keys are all masked gives output 0, weights 0 and lse −inf
+        (the sink's logit with sinks).
 
     Raises:
         ValueError: shapes that do not fit together, a probability outside [0, 1), an
-            unknown engine, weights asked of a blocked engine (tiled or fused).
+            unknown engine, weights asked of a blocked engine (tiled or fused), a variant
+            that cannot be used (as :func:`attention`).
         TypeError: an argument of the wrong type or dtype (flags must be bools), both
             ``need_weights`` and ``return_weights``.
     """
@@ -150,6 +182,12 @@ def scaled_dot_product_attention(
         attn_mask=attn_mask,
         dropout_p=dropout_p,
         is_causal=is_causal,
+        causal_alignment=causal_alignment,
+        window=window,
+        softcap=softcap,
+        alibi_slopes=alibi_slopes,
+        sinks=sinks,
+        mask_mod=mask_mod,
         scale=scale,
         enable_gqa=enable_gqa,
         need_weights=need_weights,
@@ -188,16 +226,20 @@ def _need_weights(need_weights: Any, return_weights: Any) -> bool:
 
 def scaled_dot_product_attention_backward(
     grad_output: ArrayLike, query: ArrayLike, key: ArrayLike, value: ArrayLike, attn_mask: ArrayLike | None = None,
-    is_causal: bool = False, scale: float | None = None, enable_gqa: bool = False, *, dropout_p: float = 0.0,
+    is_causal: bool = False, scale: float | None = None, enable_gqa: bool = False, *,
+    window: tuple[int | None, int | None] | None = None, causal_alignment: Alignment = "top_left",
+    softcap: float | None = None, alibi_slopes: ArrayLike | None = None, sinks: ArrayLike | None = None,
+    mask_mod: MaskMod | None = None, dropout_p: float = 0.0,
     rng: int | None = None, engine: Engine | None = None, num_threads: int | None = None,
-    output: ArrayLike | None = None, lse: ArrayLike | None = None,
+    output: ArrayLike | None = None, lse: ArrayLike | None = None, grad_lse: ArrayLike | None = None,
 ) -> Gradients:  # fmt: skip
-    """Gradients of ``scaled_dot_product_attention`` for query, key and value.
+    """Gradients of ``scaled_dot_product_attention`` for query, key and value, and for a
+    float ``attn_mask`` and ``sinks`` when given.
 
-    With P = softmax(Z), Z = scale · Q·Kᵀ + mask, O = P·V (dropout aside):
+    With P = softmax(Z), Z = softcap(scale · Q·Kᵀ) + biases, O = P·V (dropout aside):
 
-        dV = Pᵀ·dO,   dP = dO·Vᵀ,   dZ = P∘(dP − rowsum(dO∘O)),
-        dQ = scale · dZ·K,   dK = scale · dZᵀ·Q.
+        dV = Pᵀ·dO,   dP = dO·Vᵀ,   dZ = P∘(dP − rowsum(dO∘O) + dlse)   (= d attn_mask),
+        dX = dZ∘softcap′,   dQ = scale · dX·K,   dK = scale · dXᵀ·Q.
 
     With dropout, pass the forward's ``dropout_p`` and the same int seed as ``rng``: the
     mask is redrawn bit for bit (``attention(...).backward`` needs no seed and takes any
@@ -212,7 +254,13 @@ def scaled_dot_product_attention_backward(
         is_causal: the forward's causal flag.
         scale: the forward's scale; default 1/√E.
         enable_gqa: the forward's grouped-query flag.
-        dropout_p: the forward's dropout probability (keyword-only from here on).
+        window: the forward's window (keyword-only from here on).
+        causal_alignment: the forward's causal alignment.
+        softcap: the forward's softcap.
+        alibi_slopes: the forward's ALiBi slopes.
+        sinks: the forward's sink logits (their gradient is ``grads.sinks``).
+        mask_mod: the forward's mask function.
+        dropout_p: the forward's dropout probability.
         rng: the int seed the forward's dropout used (a Generator cannot replay its draw).
         engine: "naive", "tiled" or "fused"; None picks one.
         num_threads: threads of the blocked engines (default as the forward).
@@ -220,15 +268,17 @@ def scaled_dot_product_attention_backward(
             engines start from (pass both, or neither and they are recomputed; always
             recomputed for float16, whose results were rounded).
         lse: the forward's log-sum-exp (B…, L), from ``return_lse=True``.
+        grad_lse: the gradient of the lse (B…, L), for a caller that used it; None: 0.
 
     Returns:
-        (grad_query, grad_key, grad_value), each in the shape of its input (broadcast
-        dimensions summed, GQA groups summed onto their shared head) and its dtype.
-        Fully-masked rows give zero, finite gradients.
+        :class:`Gradients`, which unpacks as (grad_query, grad_key, grad_value), each in
+        the shape of its input (broadcast dimensions summed, GQA groups summed onto their
+        shared head) and its dtype; ``.attn_mask`` and ``.sinks`` hold those gradients
+        (None when not given). Fully-masked rows give zero, finite gradients.
 
     Raises:
-        ValueError: as the forward, and a ``grad_output``, ``output`` or ``lse`` of
-            the wrong shape.
+        ValueError: as the forward, and a ``grad_output``, ``output``, ``lse`` or
+            ``grad_lse`` of the wrong shape.
         TypeError: as the forward, a Generator as ``rng`` (it cannot replay its draw),
             no ``rng`` with dropout, a ``grad_output`` of another dtype.
     """
@@ -240,7 +290,11 @@ def scaled_dot_product_attention_backward(
         raise fail("rng", "the forward's int seed when dropout_p > 0", None, TypeError)
     if (output is None) != (lse is None):
         raise fail("output, lse", "both of the forward's results or neither", "only one of them")
-    pb = make_problem(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, rng)
+    pb = make_problem(
+        query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, rng,
+        window=window, causal_alignment=causal_alignment, softcap=softcap, alibi_slopes=alibi_slopes,
+        sinks=sinks, mask_mod=mask_mod,
+    )  # fmt: skip
     saved = None
     # float16's output and lse were rounded to float16: the backward recomputes them in float32
     if output is not None and pb.result_dtype != np.float16:
@@ -253,4 +307,4 @@ def scaled_dot_product_attention_backward(
                 f"{output.shape} and {lse.shape}",
             )
         saved = (output, lse)
-    return backward(pb, choose_engine(engine, pb, False), grad_output, saved, num_threads)
+    return backward(pb, choose_engine(engine, pb, False), grad_output, saved, num_threads, grad_lse)

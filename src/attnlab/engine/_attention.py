@@ -308,10 +308,10 @@ def attention(
         ``backward(grad_output, grad_lse=None)``.
 
     Raises:
-        ValueError: a shape, length, probability, window side, softcap, alignment or
-            engine that cannot be used.
-        TypeError: an argument of the wrong type or dtype (flags must be bools), a
-            ``mask_mod`` that does not return a bool array.
+        ValueError: a shape, length, probability, engine, negative window side,
+            softcap, alignment, ALiBi or sinks shape that cannot be used, a ``mask_mod``
+            that does not return a bool array of the block's shape.
+        TypeError: an argument of the wrong type or dtype (flags must be bools).
     """
     pb = make_problem(
         query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, rng,

@@ -63,7 +63,7 @@ def mask_mod_allows(pb: Problem, slices: SliceIndex, rows: slice, cols: slice) -
     allowed = pb.mask_mod(batch, head, q_idx, kv_idx)
     if not isinstance(allowed, (np.ndarray, np.bool_)) or allowed.dtype != bool:
         got = f"dtype {allowed.dtype}" if isinstance(allowed, np.ndarray) else type(allowed).__name__
-        raise fail("mask_mod", f"a function returning a bool array that broadcasts to {shape}", got, TypeError)
+        raise fail("mask_mod", f"a function returning a bool array that broadcasts to {shape}", got)
     try:
         return np.broadcast_to(allowed, shape)
     except ValueError:
