@@ -6,11 +6,22 @@ has a module of its own run with ``python -m``; every time goes through one time
 
 The command line's entry points: :func:`main` (``attnlab bench``), :func:`engine_report`
 (``--engine-table``), :func:`run_models` and :func:`format_models` (``--models``),
-:func:`launch_ring` and :func:`format_ring` (``attnlab ring``)."""
+:func:`launch_ring` and :func:`format_ring` (``attnlab ring``), :func:`variant_rows` and
+:func:`format_variants` (``--variants``)."""
 
 from ._engines import engine_report
 from ._models import format_models, run_models
 from ._report import main
 from ._ring_launch import format_ring, launch_ring
+from ._variants import format_variants, variant_rows
 
-__all__ = ["engine_report", "format_models", "format_ring", "launch_ring", "main", "run_models"]
+__all__ = [
+    "engine_report",
+    "format_models",
+    "format_ring",
+    "format_variants",
+    "launch_ring",
+    "main",
+    "run_models",
+    "variant_rows",
+]

@@ -9,6 +9,7 @@ Examples::
 
   attnlab bench --quick
   attnlab bench --json bench.json
+  attnlab bench --variants   # sliding window, softcap and sinks only
   env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE attnlab bench   # let OpenBLAS pick its fastest kernels
   OPENBLAS_CORETYPE=Haswell NPY_DISABLE_CPU_FEATURES='X86_V4 AVX512_ICL AVX512_SPR' \
   NUMBA_CPU_NAME=haswell NUMBA_CPU_FEATURES=+avx2,+fma ATEN_CPU_CAPABILITY=avx2 \
@@ -41,6 +42,13 @@ def add_options(parser: argparse.ArgumentParser) -> None:
         "attnlab[test]; a few minutes and 2 GiB of disk)",
     )
     parser.add_argument(
+        "--variants",
+        action="store_true",
+        help="instead: the attention variants only: a causal sliding window against full causal attention, "
+        "torch's SDPA with the same bool mask and flex_attention; softcap and sinks against the plain fused "
+        "engine (a few minutes)",
+    )
+    parser.add_argument(
         "--engine-table",
         metavar="PATH",
         help="instead: time every engine on shapes from many tiny heads to one long one, causal ones and "
@@ -67,6 +75,15 @@ def run(args: argparse.Namespace) -> None:
             with open(args.json, "w", encoding="utf-8") as file:
                 json.dump(results, file, indent=1)
         print(format_models(results))
+        return
+    if args.variants:
+        from ..bench import format_variants, variant_rows
+
+        variants = variant_rows(repeat=args.repeat or 3)
+        if args.json:
+            with open(args.json, "w", encoding="utf-8") as file:
+                json.dump(variants, file, indent=1)
+        print(format_variants(variants))
         return
     if args.engine_table:
         from ..bench import engine_report
