@@ -57,3 +57,16 @@ def test_with_a_mask_or_dropout_the_fused_engine_counts_as_the_tiled_one():
     assert chosen(70_000, 8, 8, 8, dropout_p=0.1) == "naive"
     blocked = "fused" if _fused.available() else "tiled"
     assert chosen(8, 2048, 2048, 64, mask=np.ones((2048, 2048), dtype=bool)) == blocked
+
+
+def test_the_cost_model_counts_the_scores_a_window_leaves(monkeypatch):
+    """Without numba, one slice of L = S = 1024 at E = 64 has 2²⁰ scores: below the tiled
+    engine's 2²¹, so naive. A causal window of 128 keys leaves about 1024·128 of them, an
+    eighth: the tiled engine skips the rest, so its work counts 8× and it is chosen."""
+    monkeypatch.setattr(_fused, "available", lambda: False)
+    q = np.zeros((1, 1024, 64), dtype=np.float32)
+    plain = make_problem(q, q, q, None, 0.0, False, None, False, None)
+    windowed = make_problem(q, q, q, None, 0.0, True, None, False, None, window=(128, 0))
+    assert windowed.visible_scores() == sum(min(i, 128) for i in range(1024))  # the band's area, by hand
+    assert choose_engine(None, plain, False) == "naive"
+    assert choose_engine(None, windowed, False) == "tiled"
