@@ -34,7 +34,7 @@ from .._validation import (
     same_dtype,
 )
 from . import _variants
-from ._masks import check_rng, dropout_factor, dropout_seed
+from ._dropout import check_rng, dropout_factor, dropout_seed
 from ._variants import Band, MaskMod
 
 __all__ = ["Engine", "Problem", "Saved", "make_problem", "sum_to_shape"]

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from .._validation import Array, flag
-from ..engine._masks import check_rng
+from ..engine._dropout import check_rng
 from ._checks import generation_inputs
 from ._network import ModelConfig, Network
 
