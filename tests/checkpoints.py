@@ -16,38 +16,32 @@ VOCAB = 300
 
 
 def tiny_model(kind: str, **overrides: Any) -> Any:
-    """A 2-layer, 4-head transformers model with random weights (Llama and Qwen2 with 2
-    key/value heads, Llama with the Llama-3 rope scaling and untied embeddings)."""
+    """A 2-layer, 4-head transformers model with random weights (Llama, Qwen2 and Mistral
+    with 2 key/value heads, Llama with the Llama-3 rope scaling and untied embeddings,
+    Mistral with a sliding window of 4 keys); ``overrides`` replace any configuration value."""
     torch = pytest.importorskip("torch")
     T = pytest.importorskip("transformers")
-    torch.manual_seed({"gpt2": 1, "bert": 2, "llama": 3, "qwen2": 4}[kind])
+    torch.manual_seed({"gpt2": 1, "bert": 2, "llama": 3, "qwen2": 4, "mistral": 6}[kind])
     if kind == "gpt2":
-        config = T.GPT2Config(vocab_size=VOCAB, n_positions=40, n_embd=32, n_layer=2, n_head=4, **overrides)
-        model = T.GPT2LMHeadModel(config)
-    elif kind == "bert":
-        config = T.BertConfig(
-            vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=48,
-            max_position_embeddings=40, **overrides,
-        )  # fmt: skip
-        model = T.BertForMaskedLM(config)
-    elif kind == "llama":
+        settings: dict[str, Any] = {"vocab_size": VOCAB, "n_positions": 40, "n_embd": 32, "n_layer": 2, "n_head": 4}
+        return T.GPT2LMHeadModel(T.GPT2Config(**{**settings, **overrides})).eval()
+    settings = {
+        "vocab_size": VOCAB, "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
+        "intermediate_size": 48, "max_position_embeddings": 40,
+    }  # fmt: skip
+    if kind == "bert":
+        return T.BertForMaskedLM(T.BertConfig(**{**settings, **overrides})).eval()
+    settings["num_key_value_heads"] = 2
+    if kind == "llama":
         rope = {
             "rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
             "high_freq_factor": 4.0, "original_max_position_embeddings": 8,
         }  # fmt: skip
-        config = T.LlamaConfig(
-            vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-            intermediate_size=48, max_position_embeddings=40, rope_parameters=rope, tie_word_embeddings=False,
-            **overrides,
-        )  # fmt: skip
-        model = T.LlamaForCausalLM(config)
-    else:
-        config = T.Qwen2Config(
-            vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-            intermediate_size=48, max_position_embeddings=40, tie_word_embeddings=True, **overrides,
-        )  # fmt: skip
-        model = T.Qwen2ForCausalLM(config)
-    return model.eval()
+        config = T.LlamaConfig(**{**settings, "rope_parameters": rope, "tie_word_embeddings": False, **overrides})
+        return T.LlamaForCausalLM(config).eval()
+    if kind == "mistral":
+        return T.MistralForCausalLM(T.MistralConfig(**{**settings, "sliding_window": 4, **overrides})).eval()
+    return T.Qwen2ForCausalLM(T.Qwen2Config(**{**settings, "tie_word_embeddings": True, **overrides})).eval()
 
 
 CORPUS = [

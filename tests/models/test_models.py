@@ -21,7 +21,7 @@ tokenizers = pytest.importorskip("tokenizers")
 from attnlab import models  # noqa: E402
 from checkpoints import SENTENCE, VOCAB, tiny_checkpoint_with_tokenizer, tiny_model, train_tokenizers  # noqa: E402
 
-KINDS = ("gpt2", "bert", "llama", "qwen2")
+KINDS = ("gpt2", "bert", "llama", "qwen2", "mistral")  # the tiny Mistral has a window of 4 keys
 
 
 @pytest.fixture(scope="module")
@@ -152,7 +152,7 @@ def test_bert_without_its_head_returns_hidden_states_and_token_types_count(tmp_p
     np.testing.assert_allclose(mine, expected, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("kind", ["gpt2", "llama", "qwen2"])
+@pytest.mark.parametrize("kind", ["gpt2", "llama", "qwen2", "mistral"])
 def test_generation_with_the_cache_gives_full_forward_logits_and_transformers_tokens(checkpoints, kind):
     path = checkpoints[kind, "float32"]
     model = models.load(path)
@@ -322,7 +322,9 @@ def test_an_unsupported_model_type_names_the_supported_ones(checkpoints, tmp_pat
     directory = copy_checkpoint(checkpoints["gpt2", "float32"], tmp_path / "t5")
     config = json.loads((directory / "config.json").read_text())
     (directory / "config.json").write_text(json.dumps({**config, "model_type": "t5"}))
-    with pytest.raises(models.CheckpointError, match="model_type: expected one of gpt2, bert, llama, qwen2, got 't5'"):
+    with pytest.raises(
+        models.CheckpointError, match="model_type: expected one of gpt2, bert, llama, qwen2, mistral, got 't5'"
+    ):
         models.load(directory)
 
 
@@ -405,6 +407,20 @@ def bad_tokenizer_config(directory: Path) -> None:
          "rope type 'yarn' is not supported"),
         ("llama", lambda d: edit_json(d / "config.json", rope_parameters="default"), "rope_parameters: expected"),
         ("gpt2", lambda d: bad_tokenizer_config(d), "added_tokens_decoder: expected"),
+        ("mistral", lambda d: edit_json(d / "config.json", sliding_window=0),
+         "sliding_window: expected a positive integer, got 0"),
+        ("mistral", lambda d: edit_json(d / "config.json", sliding_window="4"),
+         "sliding_window: expected a positive integer, got '4'"),
+        ("qwen2", lambda d: edit_json(d / "config.json", use_sliding_window="yes"),
+         "use_sliding_window: expected true or false"),
+        ("qwen2", lambda d: edit_json(d / "config.json", use_sliding_window=True, sliding_window=4, layer_types=None,
+         max_window_layers=-1), "max_window_layers: expected an integer >= 0, got -1"),
+        ("qwen2", lambda d: edit_json(d / "config.json", layer_types=["full_attention"]),
+         "layer_types: expected a list of 2 'full_attention' or 'sliding_attention', got"),
+        ("qwen2", lambda d: edit_json(d / "config.json", layer_types=["full_attention", "chunked_attention"]),
+         "layer_types: expected a list of 2"),
+        ("qwen2", lambda d: edit_json(d / "config.json", layer_types=["full_attention", "sliding_attention"]),
+         "'sliding_attention' layers need use_sliding_window true and a sliding_window"),
     ],
 )  # fmt: skip
 def test_malformed_checkpoints_are_errors_not_crashes(checkpoints, tmp_path, kind, damage, message):
@@ -543,7 +559,7 @@ def test_cli_plot_of_layer_all_writes_a_png(checkpoint_with_tokenizer, tmp_path)
         (["--model", "{ckpt}", "--text", SENTENCE * 2], "--text: expected at most 40 tokens"),
         (["--text", "a b", "--layer", "1"], "--layer: expected --model"),
         (["--model", "{ckpt}", "--text", "a", "--layer", "x"], "expected a layer index or 'all'"),
-        (["--model", "{t5}", "--text", "a"], "model_type: expected one of gpt2, bert, llama, qwen2, got 't5'"),
+        (["--model", "{t5}", "--text", "a"], "model_type: expected one of gpt2, bert, llama, qwen2, mistral, got 't5'"),
         (["--model", "{pickled}", "--text", "a"], r"only pytorch_model\.bin \(pickle\)"),
         (["--model", "attnlab-test/no-such-model", "--text", "a"], "attnlab-test/no-such-model"),
     ],

@@ -1,5 +1,6 @@
-"""Pretrained Hugging Face models (GPT-2, BERT, Llama, Qwen2) run in NumPy on attnlab's
-attention engine, with every step of every head available::
+"""Pretrained Hugging Face models (GPT-2, BERT, Llama, Qwen2, Mistral) run in NumPy on
+attnlab's attention engine, sliding windows included, with every step of every head
+available::
 
     from attnlab import models
 

@@ -1,7 +1,8 @@
-"""The four architectures, each read from a checkpoint into one network description.
+"""The five architectures, each read from a checkpoint into one network description.
 
-GPT-2, BERT, Llama and Qwen2 differ in where the norms sit, which norm, the activation,
-how positions enter and what the head is; their attention is the same. Each reader below
+GPT-2, BERT, Llama, Qwen2 and Mistral differ in where the norms sit, which norm, the
+activation, how positions enter and what the head is; their attention is the same, but for
+the sliding window of Mistral and of Qwen2's upper layers. Each reader below
 turns a config.json and the weights into a :class:`Network`, with the weight names and the
 defaults of ``transformers``' configuration classes, so :mod:`._network` runs them all with
 one forward.
@@ -16,7 +17,7 @@ import numpy as np
 
 from .._validation import Array
 from ._checkpoint import CheckpointError, Weights
-from ._network import Block, ModelConfig, Network
+from ._network import FULL, SLIDING, Block, ModelConfig, Network
 from ._ops import ACTIVATIONS, Linear, Norm, Rope, rope_frequencies
 
 __all__ = ["ARCHITECTURES", "end_tokens", "read_network"]
@@ -35,11 +36,12 @@ class _Reader:
             )
         self.prefix: str = prefix
 
-    def integer(self, *keys: str, default: int | None = None) -> int:
+    def integer(self, *keys: str, default: int | None = None, minimum: int = 1) -> int:
         value = next((self.config[k] for k in keys if self.config.get(k) is not None), default)
-        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
             got = "nothing" if value is None else repr(value)
-            raise CheckpointError(f"config.json: {keys[0]}: expected a positive integer, got {got}")
+            expected = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
+            raise CheckpointError(f"config.json: {keys[0]}: expected {expected}, got {got}")
         return value
 
     def number(self, key: str, default: float) -> float:
@@ -121,7 +123,7 @@ def _gpt2(config: dict[str, Any], weights: Weights, dtype: np.dtype) -> Network:
         )  # fmt: skip
     embed = r.get("wte.weight", V, D)
     head = embed if r.flag("tie_word_embeddings", True) else r.get("/lm_head.weight", V, D)
-    cfg = ModelConfig("gpt2", V, D, layers, H, H, D // H, P, True, r.eos(), config)
+    cfg = ModelConfig("gpt2", V, D, layers, H, H, D // H, P, True, r.eos(), config, layer_types=(FULL,) * layers)
     return Network(
         cfg, embed, tuple(blocks), pre_norm=True, positions=r.get("wpe.weight", P, D),
         final_norm=r.norm("ln_f", D, eps), head=Linear(head),
@@ -173,7 +175,7 @@ def _bert(config: dict[str, Any], weights: Weights, dtype: np.dtype) -> Network:
         decoder = embed if tied else r.get("/cls.predictions.decoder.weight", V, D)
         bias_name = "/cls.predictions.bias" if r.has("/cls.predictions.bias") else "/cls.predictions.decoder.bias"
         head = Linear(decoder, r.get(bias_name, V))
-    cfg = ModelConfig("bert", V, D, layers, H, H, D // H, P, False, (), config)
+    cfg = ModelConfig("bert", V, D, layers, H, H, D // H, P, False, (), config, layer_types=(FULL,) * layers)
     types = r.get("embeddings.token_type_embeddings.weight", r.integer("type_vocab_size", default=2), D)
     return Network(
         cfg, embed, tuple(blocks), pre_norm=False, positions=r.get("embeddings.position_embeddings.weight", P, D),
@@ -182,9 +184,11 @@ def _bert(config: dict[str, Any], weights: Weights, dtype: np.dtype) -> Network:
 
 
 def _llama(config: dict[str, Any], weights: Weights, dtype: np.dtype) -> Network:
-    """LlamaForCausalLM and Qwen2ForCausalLM: RMSNorm before each sublayer, RoPE on q
-    and k, grouped-query attention, SwiGLU; Qwen2 has biases on q, k and v."""
-    qwen2 = config.get("model_type") == "qwen2"
+    """LlamaForCausalLM, Qwen2ForCausalLM and MistralForCausalLM: RMSNorm before each
+    sublayer, RoPE on q and k, grouped-query attention, SwiGLU; Qwen2 has biases on q, k
+    and v; Mistral none, and a sliding window in every layer (:func:`_sliding_layers`)."""
+    model_type = config.get("model_type")
+    qwen2, mistral = model_type == "qwen2", model_type == "mistral"
     r = _Reader(config, weights, dtype, "embed_tokens.weight", ["model.", ""])
     D, H, layers = r.integer("hidden_size"), r.integer("num_attention_heads"), r.integer("num_hidden_layers")
     Hk = r.integer("num_key_value_heads", default=H)
@@ -194,14 +198,13 @@ def _llama(config: dict[str, Any], weights: Weights, dtype: np.dtype) -> Network
         raise CheckpointError(
             f"config.json: num_key_value_heads: expected a divisor of num_attention_heads {H}, got {Hk}"
         )
-    if qwen2 and config.get("use_sliding_window"):
-        raise CheckpointError(
-            "config.json: use_sliding_window: sliding-window attention is not supported; expected false"
-        )
+    window, layer_types = _sliding_layers(r, str(model_type), layers)
     eps, act = r.number("rms_norm_eps", 1e-6), r.activation("hidden_act", "silu")
-    qkv_bias = True if qwen2 else r.flag("attention_bias", False)
-    out_bias = False if qwen2 else r.flag("attention_bias", False)
-    mlp_bias = False if qwen2 else r.flag("mlp_bias", False)
+    if qwen2 or mistral:  # their transformers classes have no bias flags: Qwen2's q, k and v have biases
+        qkv_bias, out_bias, mlp_bias = qwen2, False, False
+    else:
+        qkv_bias = out_bias = r.flag("attention_bias", False)
+        mlp_bias = r.flag("mlp_bias", False)
     blocks = []
     for i in range(layers):
         p = f"layers.{i}."
@@ -218,15 +221,71 @@ def _llama(config: dict[str, Any], weights: Weights, dtype: np.dtype) -> Network
                 down=r.linear(p + "mlp.down_proj", inner, D, mlp_bias),
                 activation=act,
                 gate=r.linear(p + "mlp.gate_proj", D, inner, mlp_bias),
+                window=window if layer_types[i] == SLIDING else None,
             )
         )
     embed = r.get("embed_tokens.weight", V, D)
     head = embed if r.flag("tie_word_embeddings", False) else r.get("/lm_head.weight", V, D)
-    cfg = ModelConfig("qwen2" if qwen2 else "llama", V, D, layers, H, Hk, E, P, True, r.eos(), config)
+    cfg = ModelConfig(
+        str(model_type), V, D, layers, H, Hk, E, P, True, r.eos(), config, sliding_window=window,
+        layer_types=layer_types,
+    )  # fmt: skip
     return Network(
         cfg, embed, tuple(blocks), pre_norm=True, rope=Rope(rope_frequencies(config, E)),
         final_norm=r.norm("norm", D, eps, rms=True), head=Linear(head),
     )  # fmt: skip
+
+
+def _sliding_layers(r: _Reader, model_type: str, layers: int) -> tuple[int | None, tuple[str, ...]]:
+    """The sliding window w (or None) and each layer's attention, "full_attention" or
+    "sliding_attention", as transformers' configurations decide them. A sliding layer's
+    query at position i sees the keys at positions i − w < j <= i (the window (w − 1, 0),
+    causal; transformers' ``sliding_window_causal_mask_function``).
+
+    - Mistral: every layer, when ``sliding_window`` is not None (its ``layer_types``, which
+      MistralModel ignores, are ignored).
+    - Qwen2: none unless ``use_sliding_window``; then the layers that ``layer_types`` names
+      sliding, or, without it, the layers i >= ``max_window_layers`` (default 28).
+    - Llama: none.
+
+    Raises:
+        CheckpointError: a window that is not a positive integer, a ``max_window_layers``
+            that is not an integer >= 0, ``layer_types`` that are not one of the two names
+            per layer, or sliding layers without ``use_sliding_window``.
+    """
+    config, full = r.config, (FULL,) * layers
+    if model_type == "mistral":
+        if config.get("sliding_window") is None:
+            return None, full
+        return r.integer("sliding_window"), (SLIDING,) * layers
+    if model_type != "qwen2":
+        return None, full
+    named = None if config.get("layer_types") is None else _layer_types(config["layer_types"], layers)
+    # Qwen2Config drops the window without use_sliding_window, and then names no layer sliding
+    use = r.flag("use_sliding_window", False) and config.get("sliding_window") is not None
+    window = r.integer("sliding_window") if use else None
+    if window is None:
+        if named is not None and SLIDING in named:
+            raise CheckpointError(
+                f"config.json: layer_types: {SLIDING!r} layers need use_sliding_window true and a sliding_window; "
+                f"expected only {FULL!r}, got a sliding layer"
+            )
+        return None, full
+    if named is None:
+        first = r.integer("max_window_layers", default=28, minimum=0)  # Qwen2Config's default
+        named = tuple(SLIDING if i >= first else FULL for i in range(layers))
+    return window, named
+
+
+def _layer_types(value: Any, layers: int) -> tuple[str, ...]:
+    """config.json's ``layer_types``, once it names each layer's attention with one of the
+    two names (or "attention", transformers' old name of "full_attention")."""
+    names = [FULL if name == "attention" else name for name in value] if isinstance(value, list) else []
+    if len(names) != layers or not all(isinstance(name, str) and name in (FULL, SLIDING) for name in names):
+        raise CheckpointError(
+            f"config.json: layer_types: expected a list of {layers} {FULL!r} or {SLIDING!r}, got {str(value)[:200]}"
+        )
+    return tuple(str(name) for name in names)
 
 
 ARCHITECTURES: dict[str, Callable[[dict[str, Any], Weights, np.dtype], Network]] = {
@@ -234,6 +293,7 @@ ARCHITECTURES: dict[str, Callable[[dict[str, Any], Weights, np.dtype], Network]]
     "bert": _bert,
     "llama": _llama,
     "qwen2": _llama,
+    "mistral": _llama,
 }
 
 

@@ -76,7 +76,7 @@ def generation_inputs(config: ModelConfig, ids: Any, steps: Any, temperature: An
             ``temperature``, more tokens than the model's positions.
     """
     if not config.causal:
-        raise ArgumentError(f"generate: {config.model_type} is not a causal model; GPT-2, Llama and Qwen2 are")
+        raise ArgumentError(f"generate: {config.model_type} is not a causal model; GPT-2, Llama, Qwen2 and Mistral are")
     prompt = token_ids(config, ids)
     if prompt.ndim != 1:
         raise fail("input_ids", "one sequence of ids (L,)", f"shape {prompt.shape}")

@@ -95,7 +95,8 @@ class Model:
         """Run the model on ``input_ids`` (B, L) or (L,) (the outputs then have no batch
         axis). ``attention_mask`` (same shape, 1 for a token and 0 for padding) hides the
         padding's keys; a padding query that would see no key sees itself, so no row is
-        empty, and its outputs mean nothing, as in ``transformers``. ``token_type_ids``:
+        empty (but in a sliding layer, one whose window holds only padding sees nothing:
+        its weights and output are 0), and its outputs mean nothing, as in ``transformers``. ``token_type_ids``:
         BERT's segments (default 0). Calling the model is calling ``forward``.
 
         Args:

@@ -1,11 +1,13 @@
 """The network a checkpoint describes, and its forward.
 
-One :class:`Network` serves the four architectures (:mod:`._architectures` reads each): the
+One :class:`Network` serves the five architectures (:mod:`._architectures` reads each): the
 embeddings, one :class:`Block` per layer and the head. Every block's attention is one call
 of :func:`attnlab.attention` (the engine behind :func:`attnlab.scaled_dot_product_attention`),
-with grouped-query attention through ``enable_gqa``, causality through ``is_causal`` and
-padding through a boolean mask. Shapes: input_ids (B, L); hidden states (B, L, D); per layer
-q (B, H, L, E), k and v (B, Hk, S, E) with S = L plus the cached positions.
+with grouped-query attention through ``enable_gqa``, causality through ``is_causal`` aligned
+at the bottom right (query i is position S − L + i, after the cached ones), a sliding window
+of w keys through ``window=(w − 1, 0)`` and padding through a boolean mask. Shapes:
+input_ids (B, L); hidden states (B, L, D); per layer q (B, H, L, E), k and v (B, Hk, S, E)
+with S = L plus the cached positions.
 """
 
 from __future__ import annotations
@@ -23,7 +25,9 @@ from ..functional import attention
 from ..trace import Trace
 from ._ops import Linear, Norm, Rope, rotate
 
-__all__ = ["Block", "Cache", "ModelConfig", "Network", "Recorder", "Step"]
+__all__ = ["FULL", "SLIDING", "Block", "Cache", "ModelConfig", "Network", "Recorder", "Step"]
+
+FULL, SLIDING = "full_attention", "sliding_attention"  # a layer's attention, as transformers' layer_types name it
 
 
 class _Renamed:
@@ -50,7 +54,7 @@ class ModelConfig:
     configurations.
 
     Args:
-        model_type: "gpt2", "bert", "llama" or "qwen2".
+        model_type: "gpt2", "bert", "llama", "qwen2" or "mistral".
         vocab_size: the number of token ids.
         hidden_size: D, the width of the hidden state.
         num_hidden_layers: the layers.
@@ -58,9 +62,13 @@ class ModelConfig:
         num_key_value_heads: Hk, its key/value heads (H for plain multi-head attention).
         head_dim: E, the width of one head.
         max_position_embeddings: the longest sequence the positions allow.
-        causal: each position sees only those before it (GPT-2, Llama, Qwen2; not BERT).
+        causal: each position sees only those before it (GPT-2, Llama, Qwen2, Mistral; not BERT).
         eos_token_id: the end tokens, a tuple.
         raw: the whole config.json.
+        sliding_window: w, the keys a query of a sliding layer sees: those at positions
+            i − w < j <= i for the query at position i; None when no layer has a window.
+        layer_types: each layer's attention, "full_attention" or "sliding_attention" (with
+            the window), num_hidden_layers of them; () says every layer is full.
     """
 
     model_type: str
@@ -74,6 +82,8 @@ class ModelConfig:
     causal: bool
     eos_token_id: tuple[int, ...] = ()
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    sliding_window: int | None = None
+    layer_types: tuple[str, ...] = ()
 
     num_layers = _Renamed("num_hidden_layers")
     num_heads = _Renamed("num_attention_heads")
@@ -104,8 +114,9 @@ class Recorder:
 
 @dataclass(frozen=True)
 class Step:
-    """What every layer of one forward shares: the config, the attention mask (or
-    ``is_causal``), the RoPE tables of its positions, the cache and the recorder."""
+    """What every layer of one forward shares: the config, the attention mask (None
+    without padding) and ``is_causal`` (bottom-right aligned), the RoPE tables of its
+    positions, the cache and the recorder."""
 
     config: ModelConfig
     mask: Array | None
@@ -118,7 +129,9 @@ class Step:
 @dataclass(frozen=True)
 class Block:
     """One transformer layer's weights: attention (query, key, value, out), two norms and
-    the MLP down(act(gate(x))·up(x)) with a gate (Llama, Qwen2) or down(act(up(x)))."""
+    the MLP down(act(gate(x))·up(x)) with a gate (Llama, Qwen2, Mistral) or
+    down(act(up(x))); ``window``: w, the sliding window of a causal layer (the query at
+    position i sees the keys i − w < j <= i), or None."""
 
     query: Linear
     key: Linear
@@ -131,10 +144,11 @@ class Block:
     down: Linear
     activation: Callable[[Array], Array]
     gate: Linear | None = None
+    window: int | None = None
 
     def forward(self, x: Array, layer: int, step: Step, pre_norm: bool) -> Array:
         """The layer's output (B, L, D) for its input x (B, L, D): each sublayer's norm
-        before it (``pre_norm``: GPT-2, Llama, Qwen2) or after its residual sum (BERT)."""
+        before it (``pre_norm``: GPT-2, Llama, Qwen2, Mistral) or after its residual sum (BERT)."""
         if pre_norm:
             x = x + self.attention(self.attention_norm(x), layer, step)
             return x + self.mlp(self.mlp_norm(x))
@@ -143,7 +157,8 @@ class Block:
 
     def attention(self, h: Array, layer: int, step: Step) -> Array:
         """Self-attention over h (B, L, D), the cached positions' keys first: its output
-        after the out projection (B, L, D)."""
+        after the out projection (B, L, D). A sliding layer passes the engine the window
+        (w − 1, 0) and, past the prompt, only the last L + w − 1 keys (those its queries see)."""
         c = step.config
         B, L, _ = h.shape
         H, Hk, E = c.num_attention_heads, c.num_key_value_heads, c.head_dim
@@ -156,8 +171,14 @@ class Block:
             k, v = step.cache.extend(layer, k, v)  # (B, Hk, S, E), the past positions first
         record = step.record
         keep = record is not None and (record.attentions or layer in record.trace_layers)
+        seen_k, seen_v, mask = k, v, step.mask
+        if self.window is not None and not keep:  # the weights keep all S columns, as transformers'
+            first = max(k.shape[2] - L - (self.window - 1), 0)  # the first key the first query sees
+            seen_k, seen_v = k[:, :, first:], v[:, :, first:]  # (B, Hk, S, E) -> (B, Hk, S − first, E)
+            mask = None if mask is None else mask[..., first:]  # (…, L, S) -> (…, L, S − first)
         result = attention(
-            q, k, v, attn_mask=step.mask, is_causal=step.is_causal, scale=self.scale, enable_gqa=Hk != H,
+            q, seen_k, seen_v, attn_mask=mask, is_causal=step.is_causal, causal_alignment="bottom_right",
+            window=None if self.window is None else (self.window - 1, 0), scale=self.scale, enable_gqa=Hk != H,
             need_weights=keep,
         )  # fmt: skip
         out, weights = result.output.astype(h.dtype, copy=False), result.weights
@@ -241,28 +262,27 @@ class Network:
 
 
 def attention_mask(causal: bool, valid: Array | None, L: int, past: int) -> tuple[Array | None, bool]:
-    """The attention mask (B, 1, L, S) or (L, S), True where a query sees a key, or None
-    with ``is_causal``: what the engine needs and nothing more. ``valid`` (B, S): False
-    for padding; a padding query that would see no key sees itself, so no row is empty."""
-    S = past + L
+    """The padding mask (B, 1, L, S), True where a query sees a key, or None without
+    padding, and ``is_causal``: the L queries are the positions past..S − 1, so the
+    engine's causal rule is aligned at the bottom right. ``valid`` (B, S): False for
+    padding; with a mask, the causal rule is in it too, and a padding query that would see
+    no key sees itself, so no row is empty (a sliding layer's window can still empty a
+    padding query's row: its output is then 0)."""
     if valid is None:
-        if not causal or L == 1:
-            return None, False  # everything, or one new query that sees every key so far
-        if past == 0:
-            return None, True
+        return None, causal
+    S = past + L
     query_pos, key_pos = np.arange(past, S), np.arange(S)
     allowed = key_pos[None, :] <= query_pos[:, None] if causal else np.ones((L, S), dtype=bool)  # (L, S)
-    if valid is None:
-        return allowed, False
     allowed = allowed & valid[:, None, None, :]  # (B, 1, L, S)
     empty = ~allowed.any(axis=-1, keepdims=True)
-    return allowed | (empty & (key_pos[None, :] == query_pos[:, None])), False
+    return allowed | (empty & (key_pos[None, :] == query_pos[:, None])), causal
 
 
 def _layer_trace(batch: tuple[Array, ...], block: Block, step: Step) -> Trace:
     """One layer's Trace of sequence 0 of its input h (B, L, D), q (B, H, L, E), k and v
     (B, Hk, S, E) (repeated to H heads), weights (B, H, L, S), output (B, H, L, E) and
-    projected output (B, L, D)."""
+    projected output (B, L, D); its scaled scores are −∞ where the padding, the causal rule
+    or the block's window hides a key."""
     h, q, k, v, weights, out, projected = (x[0] for x in batch)
     group = q.shape[0] // k.shape[0]
     K, V = np.repeat(k, group, axis=0), np.repeat(v, group, axis=0)  # (Hk, S, E) -> (H, S, E)
@@ -270,5 +290,10 @@ def _layer_trace(batch: tuple[Array, ...], block: Block, step: Step) -> Trace:
         scores = q @ np.swapaxes(K, -1, -2)  # (H, L, S)
         scaled = scores * block.scale
     mask = step.mask
-    mask_scores_(scaled, None if mask is None else mask[0] if mask.ndim == 4 else mask, step.is_causal)
+    mask_scores_(scaled, None if mask is None else mask[0] if mask.ndim == 4 else mask, False)
+    L, S = scaled.shape[-2:]
+    distance = np.arange(S)[None, :] - np.arange(S - L, S)[:, None]  # j − i, (L, S): query i is position S − L + i
+    lowest = -np.inf if block.window is None else -(block.window - 1)
+    highest = 0 if step.is_causal else np.inf
+    np.copyto(scaled, -np.inf, where=(distance < lowest) | (distance > highest))  # the causal rule and the window
     return Trace(h, q, K, V, scores, block.scale, scaled, weights, out, None, projected)
