@@ -101,7 +101,7 @@ def add_input_options(parser: argparse.ArgumentParser) -> None:
     model.add_argument(
         "--model",
         metavar="NAME|DIR",
-        help="run --text through a GPT-2, BERT, Llama or Qwen2 checkpoint: a Hugging Face hub id "
+        help="run --text through a GPT-2, BERT, Llama, Mistral or Qwen2 checkpoint: a Hugging Face hub id "
         "(the local cache first) or a directory",
     )
     model.add_argument(
