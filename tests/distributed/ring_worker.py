@@ -4,7 +4,9 @@
 
 Each case of the spec builds the whole sequence from its seed, runs ring attention on this
 rank's shard, forward and backward, and writes the shards of the results to
-OUT_DIR/CASE-RANK.npz; the test gathers them and compares with torch.
+OUT_DIR/CASE-RANK.npz; the test gathers them and compares with torch. A case with
+"expect_error" writes the ArgumentError's message (or null) to OUT_DIR/CASE-RANK.json instead
+and the worker goes on to the next case, so one launch checks many refusals.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from datetime import timedelta
 import numpy as np
 import torch.distributed as dist
 
-from attnlab import distributed
+from attnlab import ArgumentError, distributed
 from attnlab.distributed import _ring
 
 
@@ -33,6 +35,59 @@ def whole(case: dict) -> tuple[np.ndarray, ...]:
     v = rng.standard_normal((B, Hk, L, Ev)).astype(dtype)
     d = rng.standard_normal((B, H, L, Ev)).astype(dtype)
     return q, k, v, d
+
+
+def variants(case: dict) -> dict:
+    """The case's variant keywords, as ring_attention and attnlab.attention take them:
+    "window" [left, right], "alignment", "softcap", "alibi" (true: slopes (H,); "batch":
+    (B, H)) and "sinks" (true: one logit per head)."""
+    H, B = case["H"], case["B"]
+    options: dict = {}
+    if case.get("window") is not None:
+        options["window"] = tuple(case["window"])
+    if case.get("alignment"):
+        options["causal_alignment"] = case["alignment"]
+    if case.get("softcap") is not None:
+        options["softcap"] = case["softcap"]
+    if case.get("alibi"):
+        slopes = 2.0 ** -np.arange(1, H + 1)  # (H,), BLOOM's for 8 heads would be 2^(−h)
+        options["alibi_slopes"] = slopes if case["alibi"] is True else slopes * np.arange(1, B + 1)[:, None]  # (B, H)
+    if case.get("sinks"):
+        options["sinks"] = np.linspace(-1.0, 2.0, H)  # (H,)
+    return options
+
+
+def refused(case: dict, rank: int, shard_rows: int) -> dict:
+    """This rank's keywords that a refusal case adds ("bad": {"all" or rank: {...}}): an
+    "attn_mask" ("float" or "bool", over this rank's rows and every key), a "mask_mod"
+    (true), or any keyword as it is."""
+    bad = {**case["bad"].get("all", {}), **case["bad"].get(str(rank), {})}
+    keywords: dict = {}
+    for name, value in bad.items():
+        if name == "attn_mask":
+            keywords[name] = np.zeros((shard_rows, case["L"]), dtype=bool if value == "bool" else np.float64)
+        elif name == "mask_mod":
+            keywords[name] = lambda b, h, q_idx, kv_idx: q_idx >= kv_idx
+        else:
+            keywords[name] = tuple(value) if name == "window" else value
+    return keywords
+
+
+def refusal(case: dict, shards: list, options: dict, rank: int, out: str) -> None:
+    """Run a refusal case: the forward (or, with "call": "backward", a plain forward then
+    the backward) with this rank's bad keywords; write the error message, or null."""
+    bad = refused(case, rank, shards[0].shape[-2])
+    message = None
+    try:
+        if case.get("call") == "backward":
+            output, lse = distributed.ring_attention(*shards[:3], return_lse=True, **options)
+            distributed.ring_attention_backward(shards[3], *shards[:3], output, lse, **{**options, **bad})
+        else:
+            distributed.ring_attention(*shards[:3], **{**options, **bad})
+    except ArgumentError as e:
+        message = str(e)
+    with open(os.path.join(out, f"{case['name']}-{rank}.json"), "w", encoding="utf-8") as f:
+        json.dump({"error": message}, f)
 
 
 def cut(x: np.ndarray, case: dict, world: int, rank: int) -> np.ndarray:
@@ -62,6 +117,10 @@ def main() -> None:
             if case.get("empty_rank") == rank:
                 shards = [x[..., :0, :] for x in shards]  # no rows
             options = {"is_causal": case["causal"], "enable_gqa": case["H"] != case["Hk"], "layout": case["layout"]}
+            options.update(variants(case))
+            if case.get("expect_error"):
+                refusal(case, shards, options, rank, out)
+                continue
             if case.get("memory"):
                 report = {}
                 if rank == 0:
@@ -84,8 +143,9 @@ def main() -> None:
                 continue
             output, lse = distributed.ring_attention(*shards[:3], return_lse=True, **options)
             grads = distributed.ring_attention_backward(shards[3], *shards[:3], output, lse, **options)
+            sinks = {} if grads.sinks is None else {"dsinks": grads.sinks}
             np.savez(os.path.join(out, f"{case['name']}-{rank}.npz"), output=output, lse=lse, dq=grads.query,
-                     dk=grads.key, dv=grads.value)  # fmt: skip
+                     dk=grads.key, dv=grads.value, **sinks)  # fmt: skip
     finally:
         dist.destroy_process_group()
 

@@ -27,6 +27,7 @@ from numpy.typing import ArrayLike
 
 from .._validation import Array, fail, float_array
 from ..engine._attention import ENGINES, Engine, Gradients
+from ..engine._variants import Alignment
 from . import _ring
 
 __all__ = ["LAYOUTS", "ring_attention", "ring_attention_backward", "shard", "unshard"]
@@ -39,45 +40,73 @@ Layout = Literal["contiguous", "zigzag"]
 def ring_attention(
     query: ArrayLike, key: ArrayLike, value: ArrayLike, *, is_causal: bool = ..., scale: float | None = ...,
     enable_gqa: bool = ..., group: Any = ..., layout: Layout = ..., return_lse: Literal[False] = ...,
-    engine: Engine | None = ...,
+    engine: Engine | None = ..., window: tuple[int | None, int | None] | None = ...,
+    causal_alignment: Alignment = ..., softcap: float | None = ..., alibi_slopes: ArrayLike | None = ...,
+    sinks: ArrayLike | None = ..., attn_mask: None = ..., mask_mod: None = ...,
 ) -> Array: ...  # fmt: skip
 @overload
 def ring_attention(
     query: ArrayLike, key: ArrayLike, value: ArrayLike, *, is_causal: bool = ..., scale: float | None = ...,
     enable_gqa: bool = ..., group: Any = ..., layout: Layout = ..., return_lse: Literal[True],
-    engine: Engine | None = ...,
+    engine: Engine | None = ..., window: tuple[int | None, int | None] | None = ...,
+    causal_alignment: Alignment = ..., softcap: float | None = ..., alibi_slopes: ArrayLike | None = ...,
+    sinks: ArrayLike | None = ..., attn_mask: None = ..., mask_mod: None = ...,
 ) -> tuple[Array, Array]: ...  # fmt: skip
 def ring_attention(
     query: ArrayLike, key: ArrayLike, value: ArrayLike, *, is_causal: bool = False, scale: float | None = None,
     enable_gqa: bool = False, group: Any = None, layout: Layout = "contiguous", return_lse: bool = False,
-    engine: Engine | None = None,
+    engine: Engine | None = None, window: tuple[int | None, int | None] | None = None,
+    causal_alignment: Alignment = "top_left", softcap: float | None = None, alibi_slopes: ArrayLike | None = None,
+    sinks: ArrayLike | None = None, attn_mask: None = None, mask_mod: None = None,
 ) -> Array | tuple[Array, Array]:  # fmt: skip
-    """This rank's shard of softmax(scale · Q·Kᵀ) · V over the whole sequence.
+    """This rank's shard of softmax(Z) · V over the whole sequence, with
+    Z = softcap(scale · Q·Kᵀ) + ALiBi, −∞ where is_causal or the window rule a key out, as
+    :func:`attnlab.attention` computes it over the whole sequence (global positions I, J).
 
     Args:
         query, key, value: this rank's shards, (B…, n, E), (B…, n, E), (B…, n, Ev) with the
             same n ≥ 1 rows (positions), as :func:`attnlab.scaled_dot_product_attention`
             takes them (``enable_gqa``: key and value with fewer heads). Every rank must
             pass the same dimensions but n, and the same dtype and settings.
-        is_causal: position i attends to positions ≤ i of the whole sequence; the positions
-            follow from ``layout`` and the shard lengths, which the ranks exchange.
+        is_causal: position I attends to positions J <= I + offset of the whole sequence;
+            the positions follow from ``layout`` and the shard lengths, which the ranks
+            exchange.
+        scale: multiplies Q·Kᵀ; default 1/√E.
+        enable_gqa: grouped-query attention (key and value with H / G heads).
         layout: "contiguous" (rank r holds the r-th run of rows) or "zigzag" (chunks r and
             2P − 1 − r of 2P: even causal work); :func:`shard` cuts a sequence either way.
         group: the torch.distributed process group (None: the default one).
-        return_lse: also return log Σ_j exp(scale · q_i·k_j) of each row, (B…, n), in the
-            compute dtype, which :func:`ring_attention_backward` needs.
+        return_lse: also return log(Σ_J exp(Z_IJ) (+ e^{sink})) of each row, (B…, n), in
+            the compute dtype, which :func:`ring_attention_backward` needs.
         engine: attnlab's engine for each block product (None: the fastest for it).
+        window: (left, right): query I attends to keys −left <= J − (I + offset) <= right
+            only (global positions; None on a side: unbounded); combined with is_causal.
+        causal_alignment: "top_left" or "bottom_right": the diagonal of is_causal, window
+            and ALiBi, offset = 0 or S_total − L_total; that is 0 too, the queries and keys
+            being the same positions, so both give the same result.
+        softcap: c > 0: scale·Q·Kᵀ becomes c·tanh(scale·Q·Kᵀ / c) before any bias.
+        alibi_slopes: (H,) or (B, H): adds −slope·|J − (I + offset)| to the scores.
+        sinks: (H,): one logit per query head joined to every row's softmax, then dropped:
+            lse = log(Σ_J e^{Z_IJ} + e^{sink}).
+        attn_mask: refused unless None (a mask over the whole sequence would undo the
+            ring's memory saving): use is_causal and window.
+        mask_mod: refused unless None (the ranks cannot check that they share a function).
 
     Returns:
         The output shard (B…, n, Ev) in the inputs' dtype, and the lse with ``return_lse``.
 
     Raises:
-        ArgumentError: on every rank, when any rank's arguments are bad or the ranks
-            disagree; the message names the rank. Also when no process group is initialised.
+        ArgumentError: on every rank, when any rank's arguments are bad (a negative window
+            side, a softcap <= 0, an unknown alignment, ALiBi slopes or sinks of the wrong
+            shape, an ``attn_mask`` or a ``mask_mod``) or the ranks disagree; the message
+            names the rank. Also when no process group is initialised.
         MissingDependencyError: torch is not installed.
     """
     arrays = {"query": query, "key": key, "value": value}
-    ring = _agree("ring_attention", arrays, is_causal, scale, enable_gqa, layout, group, engine=engine)
+    variants = {"window": window, "causal_alignment": causal_alignment, "softcap": softcap,
+                "alibi_slopes": alibi_slopes, "sinks": sinks, "attn_mask": attn_mask, "mask_mod": mask_mod}  # fmt: skip
+    ring = _agree("ring_attention", arrays, is_causal, scale, enable_gqa, layout, group, engine=engine,
+                  variants=variants)  # fmt: skip
     q, k, v = (float_array(name, x) for name, x in arrays.items())
     output, lse = _ring.ring_forward(ring, q, k, v, engine)
     result = output.astype(q.dtype, copy=False)
@@ -98,9 +127,17 @@ def ring_attention_backward(
     group: Any = None,
     layout: Layout = "contiguous",
     engine: Engine | None = None,
+    window: tuple[int | None, int | None] | None = None,
+    causal_alignment: Alignment = "top_left",
+    softcap: float | None = None,
+    alibi_slopes: ArrayLike | None = None,
+    sinks: ArrayLike | None = None,
+    attn_mask: None = None,
+    mask_mod: None = None,
 ) -> Gradients:
     """dQ, dK and dV of this rank's shards, from the gradient of its output shard and the
-    forward's output and lse (:func:`ring_attention` with ``return_lse=True``). dK and dV
+    forward's output and lse (:func:`ring_attention` with ``return_lse=True``), and the
+    sinks' gradient −Σ_I e^{sink − lse_I}·rowsum(dO∘O)_I over the whole sequence. dK and dV
     travel around the ring with their blocks and come back to the rank that holds them.
 
     Args:
@@ -116,32 +153,50 @@ def ring_attention_backward(
         group: the torch.distributed process group (None: the default group).
         layout: "contiguous" or "zigzag", how the rows were shared (:func:`shard`).
         engine: a blocked engine ("tiled" or "fused"); None picks one.
+        window: the forward's window.
+        causal_alignment: the forward's alignment.
+        softcap: the forward's softcap.
+        alibi_slopes: the forward's ALiBi slopes.
+        sinks: the forward's sinks.
+        attn_mask: refused unless None, as in the forward.
+        mask_mod: refused unless None, as in the forward.
+
+    Returns:
+        :class:`attnlab.Gradients`: ``query``, ``key`` and ``value`` of this rank's shards;
+        ``sinks`` (H,), the whole sequence's (the same on every rank: sum it over no other
+        rank), or None without sinks.
 
     Raises:
         ArgumentError: as :func:`ring_attention`, and when grad_output, output or lse do not
             fit the shards.
     """
     arrays = {"query": query, "key": key, "value": value, "grad_output": grad_output, "output": output}
+    variants = {"window": window, "causal_alignment": causal_alignment, "softcap": softcap,
+                "alibi_slopes": alibi_slopes, "sinks": sinks, "attn_mask": attn_mask, "mask_mod": mask_mod}  # fmt: skip
     ring = _agree("ring_attention_backward", arrays, is_causal, scale, enable_gqa, layout, group,
-                  lambda: _check_saved(query, key, value, grad_output, output, lse, enable_gqa), engine)  # fmt: skip
+                  lambda: _check_saved(query, key, value, grad_output, output, lse, enable_gqa), engine,
+                  variants)  # fmt: skip
     q, k, v, d_out, out = (float_array(name, x) for name, x in arrays.items())
     return _ring.ring_backward(ring, d_out, q, k, v, out, np.asarray(lse), engine)
 
 
 def _agree(
     name: str, arrays: dict[str, Any], is_causal: Any, scale: Any, enable_gqa: Any, layout: Any, group: Any,
-    more: Any = None, engine: Any = None,
+    more: Any = None, engine: Any = None, variants: dict[str, Any] | None = None,
 ) -> _ring.Ring:  # fmt: skip
+    given = variants or {}
+
     def check() -> dict[str, Any]:
-        settings = _ring.settings(is_causal, scale, enable_gqa, layout)
+        settings = _ring.settings(is_causal, scale, enable_gqa, layout, given)
         if engine not in (None, *ENGINES):
             raise fail("engine", f"one of {', '.join(ENGINES)} or None", repr(engine))
-        _ring.check_shards(arrays["query"], arrays["key"], arrays["value"], is_causal, scale, enable_gqa)
+        _ring.check_shards(arrays["query"], arrays["key"], arrays["value"], is_causal, scale, enable_gqa, given)
         if more is not None:
             more()
         return settings
 
-    shared = {"is_causal": is_causal, "scale": scale, "enable_gqa": enable_gqa, "layout": layout}
+    shared = {"is_causal": is_causal, "scale": scale, "enable_gqa": enable_gqa, "layout": layout,
+              **_ring.shared(given)}  # fmt: skip
     return _ring.agree(name, arrays, shared, group, check)
 
 

@@ -20,28 +20,51 @@ more, back to the block's owner.
 Positions: ``layout`` says which rows of the whole sequence a shard holds: "contiguous",
 one run (rank r after ranks 0 … r − 1), or "zigzag", two runs, chunk r and chunk 2P − 1 − r
 of 2P (the first ⌈n/2⌉ rows, then the rest), so that causal work is even across ranks.
-Causal pairs split into at most a full product and one causal product whose queries and
-keys start at the same position, so the engine never sees an empty row.
+
+Variants: ``is_causal`` and ``window`` allow one band of global J − I (``_variants.Band``,
+around the diagonal J − I = offset, offset = S_total − L_total = 0 bottom-right as top-left,
+queries and keys being the same positions). A product of query rows from global position
+I0 with keys from J0 sees that band shifted by J0 − I0 in its own coordinates (local
+j − i = J − I − (J0 − I0)), and ALiBi's |J − (I + offset)| is |j − (i + offset − (J0 − I0))|.
+Each product is first cut to the rows and keys that meet the band (a pair that does not meet
+it is skipped: no compute, the blocks still travel). When the band's lower edge (the
+window's left side) does not cut it, it splits into at most a full product and one causal
+product whose queries and keys start at the same position (torch's top-left ``is_causal``,
+which the fused engine compiles); otherwise it is one product with the shifted band. Softcap
+is per score. The sinks join each row once: the merge starts from O = 0, lse = s_h, a key of
+logit s_h and value 0; their gradient −Σ_i e^(s_h − lse_i)·δ_i is summed over the ranks.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import json
 import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
 from .._validation import ArgumentError, Array, AttnlabError, MissingDependencyError, fail, flag
-from ..engine._attention import ENGINES, Engine, Gradients, attention, backward, blocked_engine
-from ..engine._problem import make_problem
+from ..engine import _variants
+from ..engine._attention import ENGINES, Engine, Gradients, backward, blocked_engine, choose_engine
+from ..engine._problem import Problem, make_problem, sum_to_shape
+from ..engine._variants import Band
 
-__all__ = ["BLOCK", "LAYOUTS", "Ring", "ring_backward", "ring_forward", "runs_of", "shard", "unshard"]
+__all__ = [
+    "BLOCK", "LAYOUTS", "VARIANTS", "Piece", "Ring", "pieces", "ring_backward", "ring_forward", "runs_of", "shard",
+    "unshard",
+]  # fmt: skip
 
 LAYOUTS = ("contiguous", "zigzag")
 BLOCK = 2048  # rows of keys and values a message carries, and of queries an engine call takes
+# the variant keywords of ring_attention and their defaults; attn_mask and mask_mod are refused
+VARIANTS: dict[str, Any] = {
+    "window": None, "causal_alignment": "top_left", "softcap": None, "alibi_slopes": None, "sinks": None,
+    "attn_mask": None, "mask_mod": None,
+}  # fmt: skip
 
 
 def runs_of(lengths: list[int], layout: str) -> list[list[tuple[int, int, int]]]:
@@ -92,6 +115,11 @@ class Ring:
     is_causal: bool
     scale: float | None
     enable_gqa: bool
+    band: Band  # the global J − I that is_causal and the window allow
+    offset: int = 0  # the global diagonal, S_total − L_total bottom-right: 0, as top-left
+    softcap: float | None = None
+    alibi_slopes: Any = None  # checked: (H,) or (B, H)
+    sinks: Any = None  # checked: (H,)
     sent: list[int] = field(default_factory=lambda: [0, 0])  # messages and bytes this rank has sent
 
     def blocks(self, source: int) -> int:
@@ -155,9 +183,12 @@ def agree(
             )
     lengths = [m["shapes"]["query"][-2] for m in every]
     del query_shape
+    total = (sum(lengths), sum(lengths))  # (L_total, S_total): the queries and keys are the same positions
+    offset = _variants.offset(parsed.get("causal_alignment", "top_left"), total)
     return Ring(
         dist, group, rank, size, lengths, runs_of(lengths, parsed["layout"]), parsed["is_causal"], parsed["scale"],
-        parsed["enable_gqa"],
+        parsed["enable_gqa"], _variants.band(parsed["is_causal"], parsed.get("window"), offset, total), offset,
+        parsed.get("softcap"), parsed.get("alibi_slopes"), parsed.get("sinks"),
     )  # fmt: skip
 
 
@@ -184,59 +215,88 @@ def _all_gather_json(dist: Any, group: Any, size: int, value: Any) -> list[Any]:
     return [json.loads(bytes(g.numpy()[: int(n)])) for g, n in zip(gathered, lengths, strict=True)]
 
 
-def check_shards(query: Any, key: Any, value: Any, is_causal: Any, scale: Any, enable_gqa: Any) -> None:
-    """This rank's own arguments: what an attention call over them checks, and one length."""
-    make_problem(query, key, value, None, 0.0, is_causal, scale, enable_gqa, None)  # raises what it finds
+def check_shards(
+    query: Any,
+    key: Any,
+    value: Any,
+    is_causal: Any,
+    scale: Any,
+    enable_gqa: Any,
+    variants: dict[str, Any] | None = None,
+) -> None:
+    """This rank's own arguments: what an attention call over them checks (the variants
+    among them: window, alignment, softcap, ALiBi and sinks), and one length."""
+    given = {name: value for name, value in (variants or {}).items() if name not in ("attn_mask", "mask_mod")}
+    make_problem(query, key, value, None, 0.0, is_causal, scale, enable_gqa, None, **given)  # raises what it finds
     if np.shape(query)[-2] < 1:
         raise fail("query", "a shard of at least one row on every rank", f"shape {np.shape(query)}")
     if np.shape(key)[-2] != np.shape(query)[-2]:
         raise fail("key", f"the query shard's {np.shape(query)[-2]} rows (the same positions)", f"{np.shape(key)[-2]}")
 
 
-def _pairs(ring: Ring, source: int, first: int, rows: int) -> Iterator[tuple[slice, slice, bool]]:
-    """The products between this rank's queries and rows ``first`` … ``first + rows`` of
-    ``source``'s shard: (query rows of the shard, key rows of the block, causal); causal
-    ones start their queries and keys at the same position."""
+@dataclass(frozen=True)
+class Piece:
+    """One engine call: this rank's query rows ``rows`` of its shard against the keys
+    ``cols`` of a block, whose first key's global position is ``shift`` after the first
+    query's. ``kind``: "full" (every key allowed), "causal" (top-left causal, query i
+    allowed keys j <= i) or "band" (the ring's band, shifted by ``shift``)."""
+
+    rows: slice
+    cols: slice
+    shift: int
+    kind: Literal["full", "causal", "band"]
+
+
+def pieces(ring: Ring, source: int, first: int, rows: int) -> Iterator[Piece]:
+    """The engine calls between this rank's queries (in chunks of at most BLOCK rows) and
+    rows ``first`` … ``first + rows`` of ``source``'s shard, cut to the ring's band."""
     for q_offset, q_position, q_rows in ring.runs[ring.rank]:
         for k_offset, k_position, k_rows in ring.runs[source]:
             lo, hi = max(first, k_offset), min(first + rows, k_offset + k_rows)  # the block's rows in this run
             if lo >= hi or q_rows == 0:
                 continue
-            k0, k1 = k_position + lo - k_offset, k_position + hi - k_offset  # their positions
-            q0, q1 = q_position, q_position + q_rows
-            block = slice(lo - first, hi - first)
-            if not ring.is_causal:
-                yield slice(q_offset, q_offset + q_rows), block, False
-                continue
-            start = max(q0, k0)  # queries before the block's first key see none of it
-            if start >= q1:
-                continue
-            queries = slice(q_offset + start - q0, q_offset + q_rows)
-            seen = min(k1, start) - k0  # keys before the first such query: all of them seen
-            if seen > 0:
-                yield queries, slice(block.start, block.start + seen), False
-            if k1 > start:  # the keys from `start` on: a causal product starting at the same position
-                yield queries, slice(block.start + max(seen, 0), block.stop), True
+            keys, key_position = slice(lo - first, hi - first), k_position + lo - k_offset
+            for start in range(q_offset, q_offset + q_rows, BLOCK):
+                chunk = slice(start, min(start + BLOCK, q_offset + q_rows))
+                yield from _cut(ring.band, chunk, key_position - (q_position + start - q_offset), keys)
 
 
-def _chunks(rows: slice) -> Iterator[slice]:
-    """Query rows in chunks of at most BLOCK."""
-    for start in range(rows.start, rows.stop, BLOCK):
-        yield slice(start, min(start + BLOCK, rows.stop))
+def _cut(band: Band, rows: slice, shift: int, cols: slice) -> Iterator[Piece]:
+    """The pieces of the product of query rows ``rows`` with keys ``cols`` (the first key
+    ``shift`` positions after the first query) inside the global ``band``: none when they
+    do not meet; else cut to the rows and keys that do, then as ``Piece`` says."""
+    local = Band(band.lowest - shift, band.highest - shift)  # j − i of the product = J − I − shift
+    length, width = rows.stop - rows.start, cols.stop - cols.start
+    i0, i1 = local.queries(slice(0, width), length)  # the rows that may attend a key of cols
+    j0, j1 = local.keys(slice(i0, i1), width)  # the keys that those rows may attend
+    if i0 >= i1 or j0 >= j1:
+        return
+    rows, cols = slice(rows.start + i0, rows.start + i1), slice(cols.start + j0, cols.start + j1)
+    shift += j0 - i0
+    lowest, highest = band.lowest - shift, band.highest - shift  # the band in the cut product's j − i
+    if lowest > -(i1 - i0 - 1):  # the lower edge cuts it: one product with the shifted band
+        yield Piece(rows, cols, shift, "band")
+    elif highest >= j1 - j0 - 1:  # no edge cuts it
+        yield Piece(rows, cols, shift, "full")
+    else:  # the upper edge alone, at j − i = highest >= 0 (row 0 meets a key): keys < highest seen by every row
+        if highest > 0:
+            yield Piece(rows, slice(cols.start, cols.start + highest), shift, "full")
+        yield Piece(rows, slice(cols.start + highest, cols.stop), shift + highest, "causal")
 
 
-def _split(queries: slice, keys: slice, causal: bool) -> Iterator[tuple[slice, slice, bool]]:
-    """A product in query chunks of at most BLOCK rows; a causal one's later chunks see the
-    keys before their first row in full, and the rest causally, from the same position."""
-    for chunk in _chunks(queries):
-        if not causal:
-            yield chunk, keys, False
-            continue
-        before = chunk.start - queries.start  # keys of the product before this chunk's first query
-        if before > 0:
-            yield chunk, slice(keys.start, min(keys.stop, keys.start + before)), False
-        if keys.start + before < keys.stop:
-            yield chunk, slice(keys.start + before, keys.stop), True
+def _problem(ring: Ring, query: Array, key: Array, value: Array, piece: Piece) -> Problem:
+    """The engine's problem of one piece: its rows and keys, the piece's causal rule or the
+    ring's band shifted into its coordinates, and ALiBi's diagonal likewise."""
+    pb = make_problem(
+        query[..., piece.rows, :], key[..., piece.cols, :], value[..., piece.cols, :], None, 0.0,
+        piece.kind == "causal", ring.scale, ring.enable_gqa, None, softcap=ring.softcap,
+        alibi_slopes=ring.alibi_slopes,
+    )  # fmt: skip
+    offset = ring.offset - piece.shift  # |J − (I + offset)| = |j − (i + offset − shift)|
+    if piece.kind != "band":
+        return dataclasses.replace(pb, offset=offset)
+    band = Band(ring.band.lowest - piece.shift, ring.band.highest - piece.shift)
+    return dataclasses.replace(pb, offset=offset, band=band)
 
 
 def _merge(output: Array, lse: Array, part_output: Array, part_lse: Array) -> None:
@@ -291,9 +351,9 @@ def _pass(ring: Ring, blocks: tuple[Array, ...] | None, likes: tuple[Array, ...]
     return None if received[0] is None else tuple(r for r in received if r is not None)
 
 
-def _local(ring: Ring, query: Array, key: Array, value: Array) -> Any:
-    """The problem of this rank's shards: its output shape and dtypes."""
-    return make_problem(query, key, value, None, 0.0, False, ring.scale, ring.enable_gqa, None)
+def _local(ring: Ring, query: Array, key: Array, value: Array) -> Problem:
+    """The problem of this rank's shards: its output shape, dtypes and sinks."""
+    return make_problem(query, key, value, None, 0.0, False, ring.scale, ring.enable_gqa, None, sinks=ring.sinks)
 
 
 def ring_forward(ring: Ring, query: Array, key: Array, value: Array, engine: Engine | None) -> tuple[Array, Array]:
@@ -302,6 +362,8 @@ def ring_forward(ring: Ring, query: Array, key: Array, value: Array, engine: Eng
     pb = _local(ring, query, key, value)
     output = np.zeros(pb.output_shape, dtype=pb.compute_dtype)
     lse = np.full(pb.output_shape[:-1], -np.inf, dtype=pb.compute_dtype)
+    if pb.sinks is not None:  # every row starts with its sink: a key of logit s_h and value 0
+        lse[...] = pb.sinks[..., None]
     dtypes = (key.dtype, value.dtype)
     for j in range(max(ring.blocks(s) for s in range(ring.size))):
         current: tuple[Array, ...] | None = (_block(key, j), _block(value, j)) if j < ring.blocks(ring.rank) else None
@@ -319,22 +381,20 @@ def _attend(
     engine: Engine | None,
 ) -> None:  # fmt: skip
     """Merge this rank's queries against block j of ``source`` into output and lse."""
-    for queries, keys, causal in _pairs(ring, source, j * BLOCK, key.shape[-2]):
-        for rows, columns, is_causal in _split(queries, keys, causal):
-            part = attention(
-                query[..., rows, :], key[..., columns, :], value[..., columns, :], is_causal=is_causal,
-                scale=ring.scale, enable_gqa=ring.enable_gqa, engine=engine,
-            )  # fmt: skip
-            _merge(output[..., rows, :], lse[..., rows], part.exact_output, part.lse)
+    for piece in pieces(ring, source, j * BLOCK, key.shape[-2]):
+        pb = _problem(ring, query, key, value, piece)
+        part_output, part_lse, _ = ENGINES[choose_engine(engine, pb, False)].forward(pb, None)
+        _merge(output[..., piece.rows, :], lse[..., piece.rows], part_output, part_lse)
 
 
 def ring_backward(
     ring: Ring, grad_output: Array, query: Array, key: Array, value: Array, output: Array, lse: Array,
     engine: Engine | None,
 ) -> Gradients:  # fmt: skip
-    """dQ, dK and dV of this rank's shards. Each block's dK and dV travel with it, and one
-    step more, back to its owner. Every product recomputes its weights from the whole
-    sequence's lse and δ = rowsum(dO∘O), so only a blocked engine will do."""
+    """dQ, dK and dV of this rank's shards (and the sinks', summed over the ranks). Each
+    block's dK and dV travel with it, and one step more, back to its owner. Every product
+    recomputes its weights from the whole sequence's lse and δ = rowsum(dO∘O), so only a
+    blocked engine will do."""
     blocked: Engine = engine if engine is not None and ENGINES[engine].blocked else blocked_engine().name
     pb = _local(ring, query, key, value)
     work = pb.compute_dtype
@@ -365,7 +425,24 @@ def ring_backward(
             grad_key[..., rows, :] += home[0]
             grad_value[..., rows, :] += home[1]
     dtype = pb.result_dtype
-    return Gradients(*(g.astype(dtype, copy=False) for g in (grad_query, grad_key, grad_value)))
+    grad_sinks = None if pb.sinks is None else _sink_gradient(ring, pb, grad_output, exact, lse).astype(dtype)
+    dq, dk, dv = (g.astype(dtype, copy=False) for g in (grad_query, grad_key, grad_value))
+    return Gradients(dq, dk, dv, sinks=grad_sinks)
+
+
+def _sink_gradient(ring: Ring, pb: Problem, grad_output: Array, output: Array, lse: Array) -> Array:
+    """d s_h = −Σ_i e^(s_h − lse_i)·δ_i over every row of head h, (H,): this rank's rows
+    (δ = rowsum(dO∘O), (B…, n)), summed over the ranks (the same on every rank)."""
+    import torch
+
+    assert pb.sinks is not None
+    delta = np.einsum("...le,...le->...l", grad_output, output)  # δ, (B…, n)
+    with np.errstate(over="ignore", invalid="ignore"):
+        weight = np.exp(pb.sinks[..., None] - lse)  # the sink's weight in each row, (B…, n)
+    per_slice = -(weight * delta).sum(axis=-1).reshape(pb.slices // pb.heads, pb.heads)  # (B…/H, H)
+    total = torch.from_numpy(np.ascontiguousarray(sum_to_shape(per_slice, (pb.heads,))))
+    ring.dist.all_reduce(total, group=ring.group)
+    return total.numpy()
 
 
 def _attend_backward(
@@ -375,21 +452,58 @@ def _attend_backward(
     """Add this rank's queries' part of the gradients for block j of ``source``: to dQ in
     place, and to the block's dK and dV, which travel with it (``held``: k, v, dk, dv)."""
     key, value, grad_key, grad_value = held
-    for queries, keys, causal in _pairs(ring, source, j * BLOCK, key.shape[-2]):
-        for rows, columns, is_causal in _split(queries, keys, causal):
-            problem = make_problem(
-                query[..., rows, :], key[..., columns, :], value[..., columns, :], None, 0.0, is_causal, ring.scale,
-                ring.enable_gqa, None,
-            )  # fmt: skip
-            dq, dk, dv = backward(problem, engine, grad_output[..., rows, :], (output[..., rows, :], lse[..., rows]))
-            grad_query[..., rows, :] += dq
-            grad_key[..., columns, :] += dk
-            grad_value[..., columns, :] += dv
+    for piece in pieces(ring, source, j * BLOCK, key.shape[-2]):
+        rows, columns = piece.rows, piece.cols
+        problem = _problem(ring, query, key, value, piece)
+        dq, dk, dv = backward(problem, engine, grad_output[..., rows, :], (output[..., rows, :], lse[..., rows]))
+        grad_query[..., rows, :] += dq
+        grad_key[..., columns, :] += dk
+        grad_value[..., columns, :] += dv
 
 
-def settings(is_causal: Any, scale: Any, enable_gqa: Any, layout: Any) -> dict[str, Any]:
-    """The arguments every rank must agree on, checked."""
+def settings(
+    is_causal: Any, scale: Any, enable_gqa: Any, layout: Any, variants: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """The arguments every rank must agree on, checked (the shapes of ALiBi's slopes and
+    the sinks by :func:`check_shards`); the variants it cannot do refused."""
     if layout not in LAYOUTS:
         raise fail("layout", f"one of {', '.join(LAYOUTS)}", repr(layout))
     is_causal, enable_gqa = flag("is_causal", is_causal), flag("enable_gqa", enable_gqa)
-    return {"is_causal": is_causal, "scale": scale, "enable_gqa": enable_gqa, "layout": layout}
+    given = {**VARIANTS, **(variants or {})}
+    if given["attn_mask"] is not None:
+        kind = f"dtype {np.asarray(given['attn_mask']).dtype}" if _shape(given["attn_mask"]) is not None else "a mask"
+        raise fail("attn_mask", "None (ring attention takes no mask over the whole sequence: use is_causal or window)",
+                   f"an attn_mask of {kind}")  # fmt: skip
+    if given["mask_mod"] is not None:
+        raise fail("mask_mod", "None (ring attention takes no mask function: its ranks cannot check they share one)",
+                   f"a {type(given['mask_mod']).__name__}")  # fmt: skip
+    if given["window"] is not None:
+        _variants.band(False, given["window"], 0, (1, 1))  # raises what is wrong with it
+    _variants.offset(given["causal_alignment"], (1, 1))
+    parsed = {name: given[name] for name in ("window", "causal_alignment", "alibi_slopes", "sinks")}
+    parsed["window"] = None if given["window"] is None else tuple(given["window"])
+    parsed["softcap"] = _variants.softcap(given["softcap"])
+    return {"is_causal": is_causal, "scale": scale, "enable_gqa": enable_gqa, "layout": layout, **parsed}
+
+
+def shared(variants: dict[str, Any]) -> dict[str, Any]:
+    """What the ranks compare of the variants (as the repr of each): the window as a tuple,
+    arrays (ALiBi's slopes, the sinks) by their dtype, shape and a digest of their bytes."""
+    given = {**VARIANTS, **variants}
+    compared = {name: given[name] for name in ("causal_alignment", "softcap")}
+    window = given["window"]
+    compared["window"] = tuple(window) if isinstance(window, (list, tuple)) else window
+    for name in ("alibi_slopes", "sinks"):
+        compared[name] = None if given[name] is None else _fingerprint(given[name])
+    return compared
+
+
+def _fingerprint(x: Any) -> str:
+    """An array's dtype, shape and a digest of its bytes (its repr shortens big arrays)."""
+    try:
+        array = np.ascontiguousarray(x)
+    except (ValueError, TypeError):
+        return repr(x)
+    if array.dtype.kind not in "biuf":  # no bytes to compare: the check says what is wrong with it
+        return f"{type(x).__name__} of dtype {array.dtype}"
+    return f"{array.dtype}{list(array.shape)}:{hashlib.sha256(array.tobytes()).hexdigest()[:16]}"
