@@ -54,7 +54,7 @@ def test_overflow_is_not_mistaken_for_a_mask():
     from attnlab.viz._page import page_data
 
     trace = al.SelfAttention(2, 2).trace(np.array([[1e200, 1e200], [1e200, -1e200]]))
-    assert page_data(trace)["layers"][0]["masked"] == ["00", "00"]
+    assert page_data(trace)["layers"][0]["masked"] == [["00", "00"]]  # one mask, shared by every head
 
 
 def test_the_page_inlines_its_assets_and_leaves_tokens_that_name_a_slot_as_data():
