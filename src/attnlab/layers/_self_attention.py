@@ -62,13 +62,6 @@ class SelfAttention:
                 raise fail(f"weights[{i}]", f"shape ({d_model}, {d_k})", f"shape {w.shape}")
         self.Wq, self.Wk, self.Wv = (w.astype(self.dtype) for w in arrays)
 
-    def _project(self, X: Any) -> tuple[Array, Array, Array, Array]:
-        X = float_array("X", X)
-        if X.ndim > 3 or X.shape[-1] != self.d_model:
-            raise fail("X", f"shape (L, {self.d_model}) or (B, L, {self.d_model})", f"shape {X.shape}")
-        X = X.astype(self.dtype, copy=False)
-        return X, X @ self.Wq, X @ self.Wk, X @ self.Wv  # (…, L, d_k) each
-
     def forward(
         self,
         X: ArrayLike,
@@ -95,7 +88,7 @@ class SelfAttention:
             ValueError: X's last dimension is not d_model, or a variant that
                 :func:`attnlab.attention` refuses.
         """
-        _, Q, K, V = self._project(X)
+        _, Q, K, V = _project(self, X)
         return scaled_dot_product_attention(
             Q, K, V, is_causal=is_causal, scale=scale, window=window, causal_alignment=causal_alignment,
             softcap=softcap, need_weights=True,
@@ -133,10 +126,19 @@ class SelfAttention:
             ValueError: X is not one sequence (L, d_model), tokens not L labels, or a
                 variant that :func:`attnlab.attention` refuses.
         """
-        X, Q, K, V = self._project(X)
+        X, Q, K, V = _project(self, X)
         if X.ndim != 2:
             raise fail("X", f"one sequence of shape (L, {self.d_model}) to trace", f"shape {X.shape}")
         return build_trace(
             X, Q, K, V, scale=scale, is_causal=is_causal, tokens=tokens, window=window,
             causal_alignment=causal_alignment, softcap=softcap,
         )  # fmt: skip
+
+
+def _project(layer: SelfAttention, X: Any) -> tuple[Array, Array, Array, Array]:
+    """X (…, L, d_model), checked and in the layer's dtype, and its Q, K, V (…, L, d_k)."""
+    X = float_array("X", X)
+    if X.ndim > 3 or X.shape[-1] != layer.d_model:
+        raise fail("X", f"shape (L, {layer.d_model}) or (B, L, {layer.d_model})", f"shape {X.shape}")
+    X = X.astype(layer.dtype, copy=False)
+    return X, X @ layer.Wq, X @ layer.Wk, X @ layer.Wv  # (…, L, d_k) each

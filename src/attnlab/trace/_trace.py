@@ -28,7 +28,7 @@ from ..reference import AttentionSteps
 from ._display import notebook_html
 from ._variants import Variants
 
-__all__ = ["ARRAYS", "LANGUAGES", "Trace", "Variants", "build_trace", "json_ready"]
+__all__ = ["ARRAYS", "LANGUAGES", "Trace", "build_trace", "json_ready"]
 
 _LABELS = {
     "zh": {

@@ -260,8 +260,8 @@ function strikeMasked(ctx) {
 function drawMaskLegend() {
   const count = maskOf(shownLayer(), state.head).reduce((n, row) => n + row.split("1").length - 1, 0);
   $("mask-legend").hidden = count === 0;
-  $("mask-text").textContent = `masked (${count} cells): the rules rule this key out for this query, so its ` +
-    "score is −∞ and its weight is exactly 0 (not a small weight: the key takes no part in the softmax)";
+  $("mask-text").textContent = `masked (${count} cells): a rule (causal, the window, a mask) leaves this key out ` +
+    "for this query, so its score is −∞ and its weight is exactly 0 (not a small weight: the key takes no part in the softmax)";
 }
 const legendText = (top, bad) => (state.relative
   ? `colour: 0 (dark) → ${top.toFixed(4)} (bright), the largest weight of this head`
