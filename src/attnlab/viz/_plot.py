@@ -185,12 +185,13 @@ def _grey_out(ax: Any, masked: Any, hatch: bool) -> None:
     )
 
 
-def _masked_legend(target: Any, rules: str, width: float, masked: bool) -> None:
-    """Under the panels of a figure (or in an Axes' corner): the masked cells' swatch,
-    titled by the trace's attention rules wrapped to ``width`` inches."""
+def _masked_legend(target: Any, rules: str, width: float, masked: bool, hatch: bool) -> None:
+    """Under the panels of a figure (or in an Axes' corner): the masked cells' swatch
+    (``hatch``ed as they are), titled by the trace's attention rules wrapped to ``width`` inches."""
     from matplotlib.patches import Patch
 
-    handles = [Patch(facecolor=MASKED_FACE, edgecolor=MASKED_EDGE, hatch="///", label=MASKED_LABEL)] if masked else []
+    swatch = Patch(facecolor=MASKED_FACE, edgecolor=MASKED_EDGE, hatch="///" if hatch else None, label=MASKED_LABEL)
+    handles = [swatch] if masked else []
     title = textwrap.fill(f"attention rules: {rules}", max(30, int(width * 11))) if rules else None
     if not handles and title is None:
         return
@@ -338,7 +339,8 @@ def plot(
                 _draw(target, panels[0], stage, low, high, font)
                 if note:
                     target.set_title(f"{target.get_title()}\n{note}")
-                _masked_legend(target, _rules(trace), 3.0, bool(_masked_cells(panels[0], stage).any()))
+                masked = bool(_masked_cells(panels[0], stage).any())
+                _masked_legend(target, _rules(trace), 3.0, masked, hatch=L <= LABELS_UP_TO)
                 return target
             path = check_path(target)
             if progress is not None and L * L * len(panels) >= 2**14:  # from about a second's work
@@ -352,7 +354,7 @@ def plot(
             if note:
                 figure.suptitle(note, color="#8a4b00")
             masked = any(_masked_cells(panel, stage).any() for panel in panels)
-            _masked_legend(figure, _rules(trace), figure.get_figwidth(), masked)
+            _masked_legend(figure, _rules(trace), figure.get_figwidth(), masked, hatch=L <= LABELS_UP_TO)
             figure.savefig(path)
             return figure
     finally:

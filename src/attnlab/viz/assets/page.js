@@ -64,7 +64,7 @@ function scoresOf(layer, h) {
 const maskOf = (layer, h) => layer.masked[layer.masked.length === 1 ? 0 : h]; // L strings of "0" and "1"
 const maskedIn = (layer, h, i, j) => maskOf(layer, h)[i].charCodeAt(j) === 49; // "1"
 const hasMasked = (layer, h) => maskOf(layer, h).some((row) => row.includes("1"));
-const modified = (layer) => layer.softcap !== null || layer.bias !== null || layer.sinks !== null;
+const modified = (layer) => layer.softcap !== null || layer.bias !== null; // ② is more than × scale
 // z_ij of head h at `scale`: softcap(scale · s_ij) + bias_ij, as the engine modifies a score
 function scoreAt(layer, h, s, scale, i, j) {
   let z = scale * s[i * L + j];
@@ -403,7 +403,7 @@ function drawHeadView() {
 // ---- step by step: one query's scores, weights and output ----
 
 const STEP_COLUMNS = ["j", "token", "k_j", "① q·k_j", "② scaled", "③ α_j", "④ α_j·v_j", "‖α_j·v_j‖"];
-// ② is z_j when the layer modifies its scores (softcap, a bias, sinks), as the note under the steps says
+// ② is z_j when the layer modifies its scores (softcap, a bias), as the note under the steps says
 const stepColumns = (layer) => STEP_COLUMNS.map((name, n) => (n === 4 && modified(layer) ? "② z_j" : name));
 function stepsHeader(table, layer) {
   const head = table.insertRow();
@@ -493,7 +493,8 @@ function useLayer(l) {
 function showRules() {
   const rules = shownLayer().rules;
   $("rules-note").hidden = !rules;
-  $("rules-note").textContent = rules ? `attention rules: ${rules}. Grey, struck-through cells are masked keys.` : "";
+  const grey = cell < 6 ? "Grey cells" : "Grey, struck-through cells"; // as strikeMasked draws them
+  $("rules-note").textContent = rules ? `attention rules: ${rules}. ${grey} are masked keys.` : "";
 }
 // the slider is logarithmic: position p is 1/√d_k · 10^(p/100), from 1/100 to 100 times
 // 1/√d_k, with 1/√d_k itself at p = 0; the box next to it takes any scale, 0 included
