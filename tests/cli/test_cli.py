@@ -540,3 +540,73 @@ def test_byte_level_pieces_are_labelled_in_the_text_trace(tmp_path):
     saved.write_text(trace.to_json(), encoding="utf-8")
     run = attnlab("trace", str(saved), "--lang", "en")
     assert run.returncode == 0 and run.stdout.strip() == text
+
+
+# --- the attention variants (issue 21) ---------------------------------------------------
+
+
+def test_window_softcap_and_alignment_reach_the_trace(capsys):
+    code, out, _ = run(capsys, "trace", "--text", "a b c d e", "--window", "2,0", "--softcap", "0.5", "--scale", "3",
+                       "--format", "json")  # fmt: skip
+    data = json.loads(out)
+    assert code == 0 and data["variants"]["window"] == [2, 0] and data["variants"]["softcap"] == 0.5
+    raw = np.array(data["scores"])
+    for i in range(5):
+        for j in range(5):
+            if i - 2 <= j <= i:  # by hand: softcap(scale·q·k) inside the band, null (−∞) outside
+                assert data["scaled_scores"][i][j] == pytest.approx(0.5 * np.tanh(3 * raw[i, j] / 0.5), abs=1e-15)
+            else:
+                assert data["scaled_scores"][i][j] is None and data["weights"][i][j] == 0.0
+    for given, sides in (("2,", [2, None]), (",0", [None, 0]), ("none,1", [None, 1]), ("NONE, 3", [None, 3])):
+        code, out, _ = run(capsys, "trace", "--text", "a b c", "--window", given, "--format", "json")
+        assert code == 0 and json.loads(out)["variants"]["window"] == sides
+    argv = ["trace", "--text", "a b c d", "--embed", "random", "--d-model", "4", "--num-heads", "2", "--causal"]
+    _, top_left, _ = run(capsys, *argv, "--format", "json")
+    code, bottom_right, _ = run(capsys, *argv, "--causal-alignment", "bottom_right", "--format", "json")
+    bottom_right = json.loads(bottom_right)
+    assert code == 0 and bottom_right["variants"]["causal_alignment"] == "bottom_right"
+    assert bottom_right["weights"] == json.loads(top_left)["weights"]  # as many keys as queries: the same diagonal
+    code, out, _ = run(capsys, "trace", "--text", "a b c", "--window", "1,0", "--lang", "en")
+    assert code == 0 and "attention rules: sliding window (1, 0): query i sees keys i − 1 … i" in out
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "message"),
+    [
+        ("--window", "-1,0", "argument --window: expected L,R, each an integer >= 0 or empty or 'none'"),
+        ("--window", "2", "argument --window: expected L,R"),
+        ("--window", "1,2,3", "got '1,2,3'"),
+        ("--window", "a,0", "got 'a,0'"),
+        ("--window", "1.5,0", "got '1.5,0'"),
+        ("--softcap", "0", "argument --softcap: expected a finite number > 0, got '0'"),
+        ("--softcap", "-2", "argument --softcap: expected a finite number > 0, got '-2'"),
+        ("--softcap", "nan", "argument --softcap: expected a finite number > 0, got 'nan'"),
+        ("--softcap", "inf", "argument --softcap: expected a finite number > 0, got 'inf'"),
+        ("--softcap", "big", "argument --softcap: expected a number > 0, got 'big'"),
+        ("--causal-alignment", "bottom", "argument --causal-alignment: invalid choice: 'bottom'"),
+    ],
+)
+def test_bad_variant_options_are_one_line_naming_the_option(option, value, message, capsys):
+    commands = (["trace"], ["plot", "-o", "x.png"], ["view", "-o", "x.html"]) if option == "--window" else (["trace"],)
+    for command in commands:
+        with pytest.raises(SystemExit) as exit:
+            main([*command, "--text", "a b", f"{option}={value}"])
+        out, err = capsys.readouterr()
+        assert exit.value.code == 2 and out == ""
+        assert err.count("\n") == 1 and message in err and err.startswith(f"attnlab {command[0]}: error: "), err
+
+
+def test_a_saved_trace_or_a_model_refuses_the_variant_options(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    _, out, _ = run(capsys, "trace", "--text", "a b", "--window", "1,0", "--format", "json")
+    (tmp_path / "t.json").write_text(out)
+    for option in (["--window", "1,0"], ["--softcap", "2"], ["--causal-alignment", "bottom_right"]):
+        code, _, err = run(capsys, "view", "t.json", *option, "-o", "t.html")
+        assert code == 2 and err.count("\n") == 1
+        assert f"{option[0]}: t.json is a saved trace, already computed; {option[0]} cannot change it" in err
+    code, _, _ = run(capsys, "view", "t.json", "-o", "t.html")  # its own window is kept, and shown
+    assert code == 0 and "sliding window (1, 0)" in (tmp_path / "t.html").read_text()
+    for option in (["--window", "4,0"], ["--softcap", "30"], ["--causal-alignment", "bottom_right"]):
+        code, _, err = run(capsys, "trace", "--model", "gpt2", "--text", "a", *option)  # refused before any download
+        assert code == 2 and err.count("\n") == 1
+        assert f"{option[0]}: --model gpt2 attends as its config says (its causal mask, its own window)" in err

@@ -238,3 +238,39 @@ def test_a_plot_of_random_weights_says_so_in_its_title(tmp_path):
     assert ax.get_title().endswith("random weights (seed 5), not trained: the pattern is chance")
     assert main(["plot", "--text", "a b", "-o", str(tmp_path / "cli.svg")]) == 0
     assert "random weights (seed 42)" in (tmp_path / "cli.svg").read_text()
+
+
+@requires("matplotlib")
+def test_a_windowed_plot_draws_its_masked_cells_grey_with_a_legend(tmp_path):
+    from matplotlib.image import imread
+
+    png = tmp_path / "window.png"
+    argv = ["--text", "a b c d e f", "--embed", "random", "--d-model", "8", "--window", "2,0"]
+    assert main(["plot", *argv, "-o", str(png)]) == 0
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    from attnlab.cli._inputs import embed_tokens
+
+    tokens = list("abcdef")
+    x = embed_tokens(tokens, "random", 8, 42)  # the command's input and layer
+    trace = al.SelfAttention(8, 8, seed=42).trace(x, window=(2, 0), tokens=tokens)
+    figure = al.plot(trace, png)
+    ax = figure.axes[0]
+    (grey,) = ax.collections  # one rectangle per run of masked keys in a row: by hand, 5 above and 3 below
+    assert len(grey.get_paths()) == 5 + 3 and grey.get_hatch() == "///"
+    masked = trace.masked
+    assert masked.sum() == 15 + 6 and len(ax.texts) == 36 - 21  # no number in a masked cell
+    (legend,) = figure.legends
+    assert [t.get_text() for t in legend.get_texts()] == [_plot.MASKED_LABEL]
+    assert "sliding window (2, 0): query i sees keys i − 2 … i" in legend.get_title().get_text().replace("\n", " ")
+    pixels = imread(png)  # the picture as written: (height, width, RGBA), rows from the top
+    height = pixels.shape[0]
+
+    def colour_at(i: int, j: int) -> np.ndarray:
+        x, y = ax.transData.transform((j + 0.3, i - 0.3))  # off the centre: clear of the hatch's middle line
+        return pixels[int(height - y), int(x), :3]
+
+    for i, j in ((0, 5), (5, 0), (1, 4)):  # masked: light grey (or the hatch's darker grey), R = G = B
+        r, g, b = colour_at(i, j)
+        assert r == g == b and r > 0.5
+    r, g, b = colour_at(0, 0)  # query 0 sees only itself: weight 1, viridis' yellow
+    assert r > 0.9 and b < 0.3

@@ -567,3 +567,70 @@ def test_t_full_width_punctuation_is_drawn_in_a_cjk_font_in_the_head_view(browse
         family = browser.execute_script("return getComputedStyle(arguments[0]).fontFamily", comma)
         assert family.startswith('"Noto Sans CJK SC"')
         assert comma.size["width"] >= 8  # a glyph as wide as a character's cell's half, not a speck
+
+
+def pixel_at(browser, i: int, j: int, dx: int = 2, dy: int = 2) -> list[int]:
+    """The heatmap's colour near the top left corner of cell (i, j), clear of a masked cell's stroke."""
+    return browser.execute_script(
+        "const g = window.attnlabView.geometry, c = document.getElementById('heatmap');"
+        "return Array.from(c.getContext('2d').getImageData(g.margin + arguments[1] * g.cell + arguments[2],"
+        " g.margin + arguments[0] * g.cell + arguments[3], 1, 1).data).slice(0, 3)",
+        i, j, dx, dy,
+    )  # fmt: skip
+
+
+def test_u_a_windowed_page_shows_its_band_masked_and_says_its_rules(browser, tmp_path, capsys):
+    argv = ["--text", "a b c d e f", "--embed", "random", "--d-model", "8", "--window", "2,0", "--softcap", "0.5"]
+    trace = open_page(browser, tmp_path, capsys, *argv)
+    note = browser.find_element(By.ID, "rules-note")
+    assert note.is_displayed() and "sliding window (2, 0): query i sees keys i − 2 … i" in note.text
+    assert "softcap 0.5" in note.text and "Grey, struck-through cells are masked keys" in note.text
+    legend = browser.find_element(By.ID, "mask-legend")
+    # by hand: query i sees min(i, 2) + 1 keys, 15 of the 36 cells; the other 21 are masked
+    assert legend.is_displayed() and "masked (21 cells)" in legend.text and "weight is exactly 0" in legend.text
+    weights = np.array(trace["weights"], dtype=float)
+    shown = np.array(browser.execute_script("return window.attnlabView.weights(0)")).reshape(6, 6)
+    np.testing.assert_allclose(shown, weights, atol=1e-12)
+    assert browser.execute_script("return window.attnlabView.colour(0)") != [224, 224, 224]
+    for i, j in ((0, 5), (5, 0), (5, 2), (1, 2)):  # outside the band: grey, not the colour of weight 0
+        assert pixel_at(browser, i, j) == [224, 224, 224]
+    for i, j in ((0, 0), (5, 3), (3, 1)):
+        assert pixel_at(browser, i, j) == browser.execute_script(f"return window.attnlabView.colour({weights[i, j]})")
+    assert hover_cell(browser, 0, 4, 6) == "0.0000" and "(masked" in browser.find_element(By.ID, "cell-value").text
+    browser.execute_script("window.attnlabView.select(4)")
+    rows = browser.find_elements(By.CSS_SELECTOR, "#steps tr")
+    assert [th.text for th in rows[0].find_elements(By.TAG_NAME, "th")][4] == "② z_j"
+    column = [tr.find_elements(By.TAG_NAME, "td")[4].text for tr in rows[1:]]
+    scaled = trace["scaled_scores"][4]
+    assert column == [("masked" if z is None else f"{z:.4f}") for z in scaled]
+    assert "② here z_j = 0.5·tanh(scale·q·k_j / 0.5)" in browser.find_element(By.ID, "steps-rules").text
+    browser.execute_script("window.attnlabView.setScale(2)")  # the slider keeps the softcap and the band
+    z = 0.5 * np.tanh(2 * np.array(trace["scores"]) / 0.5)
+    z[np.array([[x is None for x in row] for row in trace["scaled_scores"]])] = -np.inf
+    shown = np.array(browser.execute_script("return window.attnlabView.weights(0)")).reshape(6, 6)
+    np.testing.assert_allclose(shown, al.softmax(z), atol=1e-12)
+    ARTIFACTS.mkdir(exist_ok=True)
+    browser.save_screenshot(str(ARTIFACTS / "view-window.png"))
+    open_page(browser, tmp_path, capsys, "--text", "a b c")  # a plain page: neither note
+    assert not browser.find_element(By.ID, "rules-note").is_displayed()
+    assert not browser.find_element(By.ID, "mask-legend").is_displayed()
+
+
+def test_v_alibi_sinks_and_a_per_head_mask_function_give_the_engines_weights(browser, tmp_path):
+    x = np.random.default_rng(8).standard_normal((7, 8))
+    trace = al.MultiheadAttention(8, 2, seed=2, dtype=np.float64).trace(
+        x, alibi_slopes=[0.5, 0.125], sinks=[0.5, -1.0], is_causal=True,
+        mask_mod=lambda b, h, i, j: (h == 0) | (j != 0),
+    )  # fmt: skip
+    page = tmp_path / "alibi.html"
+    al.view(trace, page)
+    browser.get(page.as_uri())
+    assert browser.execute_script("return window.attnlabView.ready") is True
+    for h in (0, 1):
+        shown = np.array(browser.execute_script(f"return window.attnlabView.weights({h})")).reshape(7, 7)
+        np.testing.assert_allclose(shown, trace.weights[h], atol=1e-12)
+        assert (shown.sum(axis=1) < 1).all()  # the sink takes its share
+    assert pixel_at(browser, 3, 0) != [224, 224, 224]  # head 0 may attend key 0
+    browser.execute_script("window.attnlabView.setHead(1)")
+    assert pixel_at(browser, 3, 0) == [224, 224, 224]  # head 1's mask function rules key 0 out
+    assert "ALiBi" in browser.find_element(By.ID, "rules-note").text

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import math
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from types import ModuleType
@@ -14,7 +15,16 @@ from .._validation import fail
 from ..trace import ModelTrace
 from ..trace._trace import LANGUAGES, Trace
 
-__all__ = ["Parser", "add_command", "add_output_options", "at_least", "nearest", "print_trace"]
+__all__ = [
+    "Parser",
+    "add_command",
+    "add_output_options",
+    "at_least",
+    "nearest",
+    "positive_number",
+    "print_trace",
+    "window_sides",
+]
 
 
 def nearest(word: str, candidates: Iterable[str]) -> str | None:
@@ -72,6 +82,35 @@ def at_least(minimum: int, maximum: int | None = None) -> Callable[[str], int]:
         return value
 
     return parse
+
+
+def positive_number(text: str) -> float:
+    """An option type: a finite number > 0 (argparse reports anything else as a usage error)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a finite number > 0, got {text!r}")
+    return value
+
+
+def window_sides(text: str) -> tuple[int | None, int | None]:
+    """An option type: ``L,R``, the keys a query sees on each side of itself, each an
+    integer >= 0, or empty or ``none`` for unbounded (``2,0``: itself and the two before)."""
+    expected = "L,R, each an integer >= 0 or empty or 'none' (unbounded), such as 2,0"
+    parts = text.split(",")
+    if len(parts) != 2:
+        raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}")
+    sides: list[int | None] = []
+    for part in (p.strip() for p in parts):
+        if part.lower() in ("", "none"):
+            sides.append(None)
+        elif part.isdecimal() and part.isascii():
+            sides.append(int(part))
+        else:
+            raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}")
+    return sides[0], sides[1]
 
 
 def add_command(commands: argparse._SubParsersAction, command: ModuleType) -> None:

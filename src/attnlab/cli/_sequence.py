@@ -11,6 +11,7 @@ import math
 import numpy as np
 
 from .._validation import Array
+from ..engine._variants import ALIGNMENTS
 from ..layers._multihead import MultiheadAttention
 from ..layers._self_attention import SelfAttention
 from ..trace import ModelTrace
@@ -25,7 +26,7 @@ from ._inputs import (
     source_name,
     split_text,
 )
-from ._options import at_least
+from ._options import at_least, positive_number, window_sides
 
 __all__ = ["add_input_options", "trace_from_args"]
 
@@ -89,6 +90,23 @@ def add_input_options(parser: argparse.ArgumentParser) -> None:
         "--scale", type=_scale, default="sqrt", help="sqrt (1/√d_k, default), none (1) or a number multiplying Q·Kᵀ"
     )
     parser.add_argument("--causal", action="store_true", help="token i attends to tokens 0..i only")
+    parser.add_argument(
+        "--window",
+        type=window_sides,
+        metavar="L,R",
+        help="a sliding window: token i attends to tokens i-L..i+R only; a side empty or 'none' is unbounded "
+        "(2,0: itself and the two before)",
+    )
+    parser.add_argument(
+        "--softcap", type=positive_number, metavar="C", help="cap the scaled scores z at ±C: z -> C·tanh(z/C)"
+    )
+    parser.add_argument(
+        "--causal-alignment",
+        choices=ALIGNMENTS,
+        default="top_left",
+        help="the diagonal of --causal and --window: top_left (default) or bottom_right (the same here: "
+        "as many keys as queries)",
+    )
     parser.add_argument("--tokens", help="labels of the rows, separated by spaces")
     parser.add_argument(
         "--num-heads",
@@ -142,6 +160,7 @@ def _model_trace(args: argparse.Namespace, page: bool) -> ModelTrace:
     from ..models import load
 
     _refuse(args, f"--model {args.model} fixes the weights, the embedding and the scale")
+    _refuse_variants(args, f"--model {args.model} attends as its config says (its causal mask, its own window)")
     if args.input is not None or args.text is None:
         raise InputError("--model: expected --text with the sentence to run, got an input file")
     model = load(args.model)
@@ -177,6 +196,18 @@ def _refuse(args: argparse.Namespace, reason: str) -> None:
             raise InputError(f"{option}: {reason}; {option} cannot change it")
 
 
+def _refuse_variants(args: argparse.Namespace, reason: str) -> None:
+    """The variants' options, which cannot change a trace whose attention is fixed already."""
+    given = {
+        "--window": args.window is not None,
+        "--softcap": args.softcap is not None,
+        "--causal-alignment": args.causal_alignment != "top_left",
+    }
+    for option, changed in given.items():
+        if changed:
+            raise InputError(f"{option}: {reason}; {option} cannot change it")
+
+
 def _check_layer_size(args: argparse.Namespace, length: int, width: int, page: bool) -> None:
     """Before the layer runs on ``length`` tokens of ``width``: the trace's scores, or the
     page's size, and the width."""
@@ -204,7 +235,10 @@ def _run_layer(X: Array, tokens: list[str] | None, args: argparse.Namespace) -> 
     scale = {"sqrt": None, "none": 1.0}.get(args.scale, args.scale)
     if args.num_heads == 1:
         layer = SelfAttention(X.shape[1], args.d_k or min(X.shape[1], DEFAULT_MAX_D_K), seed=args.seed)
-        trace = layer.trace(X, is_causal=args.causal, scale=scale, tokens=tokens)
+        trace = layer.trace(
+            X, is_causal=args.causal, scale=scale, tokens=tokens, window=args.window,
+            causal_alignment=args.causal_alignment, softcap=args.softcap,
+        )  # fmt: skip
         trace.random_seed = args.seed
         return trace
     if args.d_k is not None:
@@ -215,7 +249,10 @@ def _run_layer(X: Array, tokens: list[str] | None, args: argparse.Namespace) -> 
     if X.shape[1] % args.num_heads:
         raise InputError(f"--num-heads: expected a divisor of the input's width {X.shape[1]}, got {args.num_heads}")
     heads = MultiheadAttention(X.shape[1], args.num_heads, seed=args.seed, dtype=np.float64)
-    trace = heads.trace(X, is_causal=args.causal, scale=scale, tokens=tokens)
+    trace = heads.trace(
+        X, is_causal=args.causal, scale=scale, tokens=tokens, window=args.window,
+        causal_alignment=args.causal_alignment, softcap=args.softcap,
+    )  # fmt: skip
     trace.random_seed = args.seed
     return trace
 
@@ -225,6 +262,7 @@ def _saved_trace(data: dict[str, object], args: argparse.Namespace, page: bool) 
     as held already (and for a ``page``, the page's size). Only --tokens (a layer's) and
     --layer (a model's) can change what is shown."""
     _refuse(args, f"{args.input} is a saved trace, already computed")
+    _refuse_variants(args, f"{args.input} is a saved trace, already computed")
     source = source_name(args.input)
     if "layers" not in data:
         if args.layer is not None:

@@ -16,6 +16,15 @@ True where a key is to be *ignored*; a float mask is added to the scores.
 given); torch instead requires ``attn_mask`` and takes ``is_causal`` as a hint. A query
 whose keys are all masked gives output bo (the attention part is 0) and weights 0, where
 torch returns NaN: on purpose.
+
+The forward also takes the engine's variants (keyword-only, torch has none of them):
+``window``, ``causal_alignment``, ``softcap``, ``alibi_slopes``, ``sinks`` and
+``mask_mod``, passed to :func:`attnlab.attention` as they are. ``mask_mod`` has
+FlexAttention's polarity, True where a query *may* attend: the opposite of this layer's
+bool masks. The keys appended by ``add_bias_kv`` and ``add_zero_attn`` have no position:
+``is_causal`` and ``window`` never mask them (the band is then built over the S real
+keys, its offset S − L with "bottom_right"), and ALiBi and ``mask_mod``, which would need
+their positions, are refused with them.
 """
 
 from __future__ import annotations
@@ -28,7 +37,10 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from .._validation import Array, array_of, fail, flag, float_array, int_seed, layer_dtype, positive_int, probability
-from ..engine._attention import Attention, attention
+from ..engine import _variants
+from ..engine._attention import Attention, Gradients, attention
+from ..engine._problem import sum_to_shape
+from ..engine._variants import Alignment, MaskMod
 from ..trace._trace import Trace, build_trace
 from ._linear import linear, linear_backward, merge_heads, split_heads
 
@@ -75,10 +87,11 @@ def _additive(name: str, mask: Any, dtype: np.dtype) -> Array:
 
 
 def _combined_mask(
-    attn_mask: Any, key_padding_mask: Any, is_causal: bool, shape: tuple[int, int, int, int], extra: int, dtype: Any
+    attn_mask: Any, key_padding_mask: Any, band: Array | None, shape: tuple[int, int, int, int], extra: int, dtype: Any
 ) -> Array | None:
     """All masks as one additive mask (N or 1, H or 1, L, S + extra) for attention of
-    ``shape`` (N, H, L, S); the ``extra`` appended key columns are never masked."""
+    ``shape`` (N, H, L, S), ``band`` the (L, S) keys that is_causal and the window allow
+    (None: all); the ``extra`` appended key columns are never masked."""
     N, H, L, S = shape
     total = None
     if attn_mask is not None:
@@ -92,12 +105,24 @@ def _combined_mask(
             raise fail("key_padding_mask", f"shape ({N}, {S})", f"shape {mask.shape}")
         padding = mask.reshape(N, 1, 1, S)  # (N, 1, 1, S)
         total = padding if total is None else total + padding
-    if is_causal:
-        causal = np.where(np.tri(L, S, dtype=bool), 0.0, -np.inf).astype(dtype)  # (L, S)
-        total = causal if total is None else total + causal
+    if band is not None:
+        allowed = np.where(band, 0.0, -np.inf).astype(dtype)  # (L, S)
+        total = allowed if total is None else total + allowed
     if total is None or not extra:
         return total
     return np.concatenate([total, np.zeros((*total.shape[:-1], extra), dtype)], axis=-1)  # (…, L, S + extra)
+
+
+@dataclass(frozen=True)
+class _Variants:
+    """The engine's variants one forward was given (see the module's docstring)."""
+
+    window: Any = None
+    causal_alignment: Any = "top_left"
+    softcap: Any = None
+    alibi_slopes: Any = None
+    sinks: Any = None
+    mask_mod: Any = None
 
 
 @dataclass(frozen=True)
@@ -109,6 +134,7 @@ class _Forward:
     merged: Array  # the heads' outputs side by side, (N, L, D)
     output: Array  # (N, L, D)
     batched: bool
+    float_mask_shape: tuple[int, ...] | None  # the caller's float attn_mask's, (L, S) or (N·H, L, S)
 
 
 LayerT = TypeVar("LayerT", bound="_Parameters")
@@ -166,7 +192,42 @@ class _Parameters:
         return self.train(False)
 
 
-class MultiheadAttention(_Parameters):
+class _Tracing(_Parameters):
+    """The layer's trace: one sequence's every intermediate (for :class:`attnlab.Trace`'s views)."""
+
+    def trace(
+        self, x: Any, *, is_causal: bool = False, scale: float | None = None, tokens: Sequence[str] | None = None,
+        window: tuple[int | None, int | None] | None = None, causal_alignment: Alignment = "top_left",
+        softcap: float | None = None, alibi_slopes: ArrayLike | None = None, sinks: ArrayLike | None = None,
+        mask_mod: MaskMod | None = None,
+    ) -> Trace:  # fmt: skip
+        """Self-attention of one sequence x (L, D), every head's intermediates kept:
+        Q, K, V (H, L, E) after the in-projection, weights (H, L, L), each head's output
+        (H, L, E) before the out-projection, and the layer's output (L, D) after it.
+        No dropout; no appended keys. The variants are the forward's, and the trace
+        records them.
+
+        Args:
+            x: one sequence, (L, D), unbatched whatever ``batch_first`` says.
+            is_causal: token i attends to tokens 0..i only.
+            scale: multiplies each head's Q·Kᵀ; default 1/√E, E = D / H the width of
+                one head.
+            tokens: L labels of the rows (None: positions).
+            window: (left, right), as the forward takes it.
+            causal_alignment: as the forward takes it (the same here: L = S).
+            softcap: as the forward takes it.
+            alibi_slopes: (H,), as the forward takes it.
+            sinks: (H,), as the forward takes it.
+            mask_mod: as the forward takes it.
+
+        Raises:
+            ValueError: a layer with add_bias_kv, add_zero_attn, kdim or vdim, or x not (L, D).
+        """
+        variants = _Variants(window, causal_alignment, softcap, alibi_slopes, sinks, mask_mod)
+        return _trace(self, x, is_causal, scale, tokens, variants)
+
+
+class MultiheadAttention(_Tracing):
     """torch.nn.MultiheadAttention in NumPy, with ``backward``; masks as in the module's docstring.
 
     Args:
@@ -217,7 +278,9 @@ class MultiheadAttention(_Parameters):
     def __call__(
         self, query: ArrayLike, key: ArrayLike, value: ArrayLike, key_padding_mask: ArrayLike | None = None,
         need_weights: bool = True, attn_mask: ArrayLike | None = None, average_attn_weights: bool = True,
-        is_causal: bool = False,
+        is_causal: bool = False, *, window: tuple[int | None, int | None] | None = None,
+        causal_alignment: Alignment = "top_left", softcap: float | None = None, alibi_slopes: ArrayLike | None = None,
+        sinks: ArrayLike | None = None, mask_mod: MaskMod | None = None,
     ) -> tuple[Array, Array | None]:  # fmt: skip
         """Return ``(output, weights)``: output like query; weights (N, L, S') averaged
         over heads or (N, H, L, S') per head (without N when unbatched), None unless
@@ -230,23 +293,37 @@ class MultiheadAttention(_Parameters):
             key_padding_mask: None, or (N, S): bool True (or float −inf) ignores that key.
             need_weights: also return the attention weights.
             attn_mask: None, or (L, S) or (N·H, L, S): bool True masks, float is added
-                (torch's MultiheadAttention polarity).
+                (torch's MultiheadAttention polarity); a float one gets a gradient.
             average_attn_weights: average the returned weights over the heads.
-            is_causal: query i attends to keys 0..i only.
+            is_causal: query i attends to keys j <= i + offset only.
+            window: keyword-only, as every argument after it: (left, right), query i
+                attends to keys −left <= j − (i + offset) <= right only (None on a side:
+                unbounded).
+            causal_alignment: the offset of ``is_causal``, ``window`` and ALiBi: 0 for
+                "top_left" (torch's), S − L for "bottom_right" (flash-attn's).
+            softcap: c > 0: each head's scaled scores z become c·tanh(z/c) before any mask.
+            alibi_slopes: (H,) or (N, H): adds −slope·|j − (i + offset)| to the scores.
+            sinks: (H,): one logit per head joined to each softmax, then dropped.
+            mask_mod: FlexAttention's ``mask_mod(batch, head, q_idx, kv_idx)`` on integer
+                arrays: True where the query *may* attend (not this layer's polarity).
 
         Raises:
-            ValueError, TypeError: shapes, masks or dtypes that do not fit the layer.
+            ValueError, TypeError: shapes, masks, dtypes or variants that do not fit the
+                layer (ALiBi and ``mask_mod`` with appended keys among them).
         """
         average = flag("average_attn_weights", average_attn_weights)
         masks = (key_padding_mask, attn_mask, flag("is_causal", is_causal))
-        self._last = forward = _forward(self, (query, key, value), *masks, flag("need_weights", need_weights))
+        variants = _Variants(window, causal_alignment, softcap, alibi_slopes, sinks, mask_mod)
+        self._last = forward = _forward(self, (query, key, value), *masks, flag("need_weights", need_weights), variants)
         return _returned(self, forward, average)
 
     forward = __call__
 
-    def backward(self, grad_output: ArrayLike) -> tuple[Array, Array, Array]:
-        """Gradients of the last forward's output for query, key and value (in their
-        layouts); fills ``self.grads`` with one gradient per ``state_dict`` entry.
+    def backward(self, grad_output: ArrayLike) -> Gradients:
+        """Gradients of the last forward's output: ``dq, dk, dv = layer.backward(g)`` in
+        their layouts, and ``.attn_mask`` (a float attn_mask's, in its shape; else None)
+        and ``.sinks`` (H,) (None without); fills ``self.grads`` with one gradient per
+        ``state_dict`` entry.
 
         Args:
             grad_output: the gradient of the last forward's output, of its shape and dtype.
@@ -259,26 +336,6 @@ class MultiheadAttention(_Parameters):
             raise RuntimeError("backward: call the layer (forward) first")
         grads, self.grads = _backward(self, self._last, grad_output)
         return grads
-
-    def trace(
-        self, x: Any, *, is_causal: bool = False, scale: float | None = None, tokens: Sequence[str] | None = None
-    ) -> Trace:
-        """Self-attention of one sequence x (L, D), every head's intermediates kept:
-        Q, K, V (H, L, E) after the in-projection, weights (H, L, L), each head's output
-        (H, L, E) before the out-projection, and the layer's output (L, D) after it.
-        No dropout; no appended keys.
-
-        Args:
-            x: one sequence, (L, D), unbatched whatever ``batch_first`` says.
-            is_causal: token i attends to tokens 0..i only.
-            scale: multiplies each head's Q·Kᵀ; default 1/√E, E = D / H the width of
-                one head.
-            tokens: L labels of the rows (None: positions).
-
-        Raises:
-            ValueError: a layer with add_bias_kv, add_zero_attn, kdim or vdim, or x not (L, D).
-        """
-        return _trace(self, x, is_causal, scale, tokens)
 
 
 def _returned(layer: MultiheadAttention, forward: _Forward, average: bool) -> tuple[Array, Array | None]:
@@ -314,19 +371,28 @@ def _configure(
 
 
 def _trace(
-    layer: MultiheadAttention, x: Any, is_causal: bool, scale: float | None, tokens: Sequence[str] | None
+    layer: _Parameters,
+    x: Any,
+    is_causal: bool,
+    scale: float | None,
+    tokens: Sequence[str] | None,
+    variants: _Variants,
 ) -> Trace:
     """See :meth:`MultiheadAttention.trace`."""
     if layer.add_bias_kv or layer.add_zero_attn or "in_proj_weight" not in layer._params:
         raise fail("self", "a layer without add_bias_kv, add_zero_attn, kdim or vdim to trace", "one with them")
     x = _batch_first(layer, "x", x, layer.embed_dim, batched=False)  # (1, L, D)
     Q, K, V = (split_heads(linear(x, w, b), layer.num_heads)[0] for w, b in _projections(layer))  # (H, L, E)
-    trace = build_trace(x[0], Q, K, V, scale=scale, is_causal=is_causal, tokens=tokens)
+    trace = build_trace(
+        x[0], Q, K, V, scale=scale, is_causal=is_causal, tokens=tokens, window=variants.window,
+        causal_alignment=variants.causal_alignment, softcap=variants.softcap, alibi_slopes=variants.alibi_slopes,
+        sinks=variants.sinks, mask_mod=variants.mask_mod,
+    )  # fmt: skip
     trace.layer_output = _out_proj(layer, merge_heads(trace.output[None]))[0]  # (1, L, D) -> (L, D)
     return trace
 
 
-def _projections(layer: MultiheadAttention) -> list[tuple[Array, Array | None]]:
+def _projections(layer: _Parameters) -> list[tuple[Array, Array | None]]:
     """(weight, bias) of the query, key and value projections."""
     D, p = layer.embed_dim, layer._params
     if "in_proj_weight" in p:
@@ -337,12 +403,12 @@ def _projections(layer: MultiheadAttention) -> list[tuple[Array, Array | None]]:
     return [(w, None if bias is None else bias[i * D : (i + 1) * D]) for i, w in enumerate(weights)]
 
 
-def _out_proj(layer: MultiheadAttention, merged: Array) -> Array:
+def _out_proj(layer: _Parameters, merged: Array) -> Array:
     """The heads side by side (…, D) through the output projection."""
     return linear(merged, layer._params["out_proj.weight"], layer._params.get("out_proj.bias"))
 
 
-def _batch_first(layer: MultiheadAttention, name: str, x: Any, width: int, batched: bool) -> Array:
+def _batch_first(layer: _Parameters, name: str, x: Any, width: int, batched: bool) -> Array:
     """``x`` as (N, L, width) in the layer's dtype, from the caller's layout."""
     x = float_array(name, x)
     expected = f"(N, L, {width})" if layer.batch_first else f"(L, N, {width})"
@@ -379,6 +445,28 @@ def _checked_state(state: Any, current: dict[str, Array], dtype: np.dtype) -> di
     return loaded
 
 
+def _engine_variants(
+    variants: _Variants, is_causal: bool, lengths: tuple[int, int], extra: int
+) -> tuple[Array | None, dict[str, Any]]:
+    """The (L, S) keys that is_causal and the window allow, to build into the layer's mask
+    (None: the engine applies them), and the variants the engine is given. Without
+    appended keys the engine is given them all; with ``extra`` appended keys, which have
+    no position, the band is built over the S real keys here (the appended ones stay
+    unmasked) and ALiBi and mask_mod are refused."""
+    if not extra:
+        return None, {"is_causal": is_causal, **vars(variants)}
+    for name in ("alibi_slopes", "mask_mod"):
+        if getattr(variants, name) is not None:
+            expected = "None with add_bias_kv or add_zero_attn (the keys they append have no position)"
+            raise fail(name, expected, "a value")
+    L, S = lengths
+    diagonal = _variants.offset(variants.causal_alignment, lengths)
+    band = _variants.band(is_causal, variants.window, diagonal, lengths)
+    distance = np.arange(S)[None, :] - np.arange(L)[:, None]  # j − i, (L, S)
+    allowed = (distance >= band.lowest) & (distance <= band.highest) if band.limits(lengths) else None
+    return allowed, {"softcap": variants.softcap, "sinks": variants.sinks}
+
+
 def _forward(
     layer: MultiheadAttention,
     inputs: tuple[Any, Any, Any],
@@ -386,6 +474,7 @@ def _forward(
     attn_mask: Any,
     is_causal: bool,
     need_weights: bool,
+    variants: _Variants,
 ) -> _Forward:
     """Check the inputs, project, split into heads, attend, merge, project out."""
     batched = array_of("query", inputs[0]).ndim == 3
@@ -408,19 +497,38 @@ def _forward(
         zero = np.zeros((N, H, 1, layer.head_dim), layer.dtype)
         k, v = np.concatenate([k, zero], axis=2), np.concatenate([v, zero], axis=2)  # (N, H, S' + 1, E)
     extra = layer.add_bias_kv + layer.add_zero_attn
-    mask = _combined_mask(attn_mask, key_padding_mask, is_causal, (N, H, L, S), extra, layer.dtype)
+    band, engine_variants = _engine_variants(variants, is_causal, (L, S), extra)
+    mask = _combined_mask(attn_mask, key_padding_mask, band, (N, H, L, S), extra, layer.dtype)
     dropout_p = layer.dropout if layer.training else 0.0
     rng = layer.generator if dropout_p else None
-    result = attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, need_weights=need_weights, rng=rng)
+    result = attention(
+        q, k, v, attn_mask=mask, dropout_p=dropout_p, need_weights=need_weights, rng=rng, **engine_variants
+    )
     merged = merge_heads(result.output)  # (N, L, D)
     output = _out_proj(layer, merged)  # (N, L, D)
-    return _Forward(inputs=(query, key, value), attention=result, merged=merged, output=output, batched=batched)
+    float_mask = attn_mask is not None and array_of("attn_mask", attn_mask).dtype != bool
+    return _Forward(
+        inputs=(query, key, value), attention=result, merged=merged, output=output, batched=batched,
+        float_mask_shape=np.shape(attn_mask) if float_mask else None,
+    )  # fmt: skip
 
 
-def _backward(
-    layer: MultiheadAttention, forward: _Forward, grad_output: Any
-) -> tuple[tuple[Array, Array, Array], dict[str, Array]]:
-    """The input gradients (in the caller's layout) and one gradient per parameter."""
+def _mask_gradient(forward: _Forward, grad: Array | None) -> Array | None:
+    """The gradient of the caller's float attn_mask, in its shape, from that of the mask
+    the engine was given (the sum of every mask, (…, L, S'): the appended keys dropped)."""
+    shape = forward.float_mask_shape
+    if shape is None or grad is None:
+        return None
+    grad = grad[..., : forward.inputs[1].shape[1]]  # the S real keys, (…, L, S)
+    if len(shape) == 2:
+        return sum_to_shape(grad, shape)  # (L, S)
+    N, H = forward.attention.problem.batch_shape
+    return np.broadcast_to(grad, (N, H, *grad.shape[-2:])).reshape(shape).copy()  # (N·H, L, S)
+
+
+def _backward(layer: MultiheadAttention, forward: _Forward, grad_output: Any) -> tuple[Gradients, dict[str, Array]]:
+    """The input gradients (in the caller's layout, with the float attn_mask's and the
+    sinks') and one gradient per parameter."""
     N, L, D = forward.output.shape
     grad_out = _batch_first(layer, "grad_output", grad_output, D, forward.batched)  # (N, L, D)
     if grad_out.shape != (N, L, D):
@@ -429,7 +537,8 @@ def _backward(
     grad_merged, grads["out_proj.weight"], grads["out_proj.bias"] = linear_backward(
         grad_out, forward.merged, p["out_proj.weight"]
     )
-    gq, gk, gv = forward.attention.backward(split_heads(grad_merged, layer.num_heads))  # (N, H, ·, E)
+    of_heads = forward.attention.backward(split_heads(grad_merged, layer.num_heads))
+    gq, gk, gv = of_heads  # (N, H, ·, E)
     if layer.add_zero_attn:  # the zero row is a constant
         gk, gv = gk[:, :, :-1], gv[:, :, :-1]
     gq, gk, gv = (merge_heads(g) for g in (gq, gk, gv))  # (N, L, D), (N, S', D), (N, S', D)
@@ -448,5 +557,6 @@ def _backward(
         )
     grads["in_proj_bias"] = np.concatenate([bias for _, _, bias in projected])
     param_grads = {name: grads[name].astype(layer.dtype, copy=False) for name in p}
-    inputs = tuple(_layout(layer, grad_x, forward.batched) for grad_x, _, _ in projected)
-    return inputs, param_grads  # type: ignore[return-value]
+    dq, dk, dv = (_layout(layer, grad_x, forward.batched) for grad_x, _, _ in projected)
+    mask = _mask_gradient(forward, of_heads.attn_mask)
+    return Gradients(dq, dk, dv, attn_mask=mask, sinks=of_heads.sinks), param_grads

@@ -10,6 +10,7 @@ from numpy.typing import ArrayLike, DTypeLike
 
 from .. import reference
 from .._validation import Array, fail, float_array, int_seed, layer_dtype, positive_int, real_number
+from ..engine._variants import Alignment
 from ..functional import scaled_dot_product_attention
 from ..trace._trace import Trace, build_trace
 
@@ -29,7 +30,9 @@ class SelfAttention:
         weights: explicit ``(Wq, Wk, Wv)``, each (d_model, d_k), instead of drawing.
         dtype: float64 (default) or float32.
 
-    Inputs X are (L, d_model) or (B, L, d_model); outputs (…, L, d_k).
+    Inputs X are (L, d_model) or (B, L, d_model); outputs (…, L, d_k). The forward and the
+    trace take the variants that one head has, as :func:`attnlab.attention` does: a
+    sliding ``window``, ``causal_alignment`` and ``softcap``.
     """
 
     def __init__(
@@ -59,31 +62,50 @@ class SelfAttention:
                 raise fail(f"weights[{i}]", f"shape ({d_model}, {d_k})", f"shape {w.shape}")
         self.Wq, self.Wk, self.Wv = (w.astype(self.dtype) for w in arrays)
 
-    def _project(self, X: Any) -> tuple[Array, Array, Array, Array]:
-        X = float_array("X", X)
-        if X.ndim > 3 or X.shape[-1] != self.d_model:
-            raise fail("X", f"shape (L, {self.d_model}) or (B, L, {self.d_model})", f"shape {X.shape}")
-        X = X.astype(self.dtype, copy=False)
-        return X, X @ self.Wq, X @ self.Wk, X @ self.Wv  # (…, L, d_k) each
-
-    def forward(self, X: ArrayLike, *, is_causal: bool = False, scale: float | None = None) -> tuple[Array, Array]:
+    def forward(
+        self,
+        X: ArrayLike,
+        *,
+        is_causal: bool = False,
+        scale: float | None = None,
+        window: tuple[int | None, int | None] | None = None,
+        causal_alignment: Alignment = "top_left",
+        softcap: float | None = None,
+    ) -> tuple[Array, Array]:
         """Return ``(output, weights)``: (…, L, d_k) and (…, L, L).
 
         Args:
             X: the input, (…, L, d_model).
             is_causal: token i attends to tokens 0..i only.
             scale: multiplies Q·Kᵀ; default 1/√d_k.
+            window: (left, right): token i attends to tokens i − left … i + right only
+                (None on a side: unbounded).
+            causal_alignment: "top_left" or "bottom_right" (the same in self-attention,
+                where there are as many keys as queries).
+            softcap: c > 0: the scaled scores z become c·tanh(z/c).
 
         Raises:
-            ValueError: X's last dimension is not d_model.
+            ValueError: X's last dimension is not d_model, or a variant that
+                :func:`attnlab.attention` refuses.
         """
-        _, Q, K, V = self._project(X)
-        return scaled_dot_product_attention(Q, K, V, is_causal=is_causal, scale=scale, need_weights=True)
+        _, Q, K, V = _project(self, X)
+        return scaled_dot_product_attention(
+            Q, K, V, is_causal=is_causal, scale=scale, window=window, causal_alignment=causal_alignment,
+            softcap=softcap, need_weights=True,
+        )  # fmt: skip
 
     __call__ = forward
 
     def trace(
-        self, X: ArrayLike, *, is_causal: bool = False, scale: float | None = None, tokens: Sequence[str] | None = None
+        self,
+        X: ArrayLike,
+        *,
+        is_causal: bool = False,
+        scale: float | None = None,
+        tokens: Sequence[str] | None = None,
+        window: tuple[int | None, int | None] | None = None,
+        causal_alignment: Alignment = "top_left",
+        softcap: float | None = None,
     ) -> Trace:
         """Every intermediate of one forward pass of a (L, d_model) input, as a Trace.
 
@@ -92,14 +114,31 @@ class SelfAttention:
             is_causal: token i attends to tokens 0..i only.
             scale: multiplies Q·Kᵀ; default 1/√d_k.
             tokens: L labels of the rows (None: positions).
+            window: (left, right), as :meth:`forward` takes it.
+            causal_alignment: "top_left" or "bottom_right", as :meth:`forward` takes it.
+            softcap: c > 0, as :meth:`forward` takes it.
 
         Returns:
-            The :class:`Trace`: X, Q, K, V, scores, scaled scores, weights and output.
+            The :class:`Trace`: X, Q, K, V, scores, scaled scores (softcapped, −inf where
+            masked), weights and output, and the variants it was built with.
 
         Raises:
-            ValueError: X is not one sequence (L, d_model), or tokens not L labels.
+            ValueError: X is not one sequence (L, d_model), tokens not L labels, or a
+                variant that :func:`attnlab.attention` refuses.
         """
-        X, Q, K, V = self._project(X)
+        X, Q, K, V = _project(self, X)
         if X.ndim != 2:
             raise fail("X", f"one sequence of shape (L, {self.d_model}) to trace", f"shape {X.shape}")
-        return build_trace(X, Q, K, V, scale=scale, is_causal=is_causal, tokens=tokens)
+        return build_trace(
+            X, Q, K, V, scale=scale, is_causal=is_causal, tokens=tokens, window=window,
+            causal_alignment=causal_alignment, softcap=softcap,
+        )  # fmt: skip
+
+
+def _project(layer: SelfAttention, X: Any) -> tuple[Array, Array, Array, Array]:
+    """X (…, L, d_model), checked and in the layer's dtype, and its Q, K, V (…, L, d_k)."""
+    X = float_array("X", X)
+    if X.ndim > 3 or X.shape[-1] != layer.d_model:
+        raise fail("X", f"shape (L, {layer.d_model}) or (B, L, {layer.d_model})", f"shape {X.shape}")
+    X = X.astype(layer.dtype, copy=False)
+    return X, X @ layer.Wq, X @ layer.Wk, X @ layer.Wv  # (…, L, d_k) each

@@ -4,5 +4,6 @@ traced layers (:class:`ModelTrace`), as text, JSON and, through :mod:`attnlab.vi
 from ._display import register_notebook_html
 from ._model_trace import ModelTrace
 from ._trace import LANGUAGES, Trace, build_trace
+from ._variants import Variants
 
-__all__ = ["LANGUAGES", "ModelTrace", "Trace", "build_trace", "register_notebook_html"]
+__all__ = ["LANGUAGES", "ModelTrace", "Trace", "Variants", "build_trace", "register_notebook_html"]

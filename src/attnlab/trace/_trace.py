@@ -2,8 +2,9 @@
 
 The text has the seed program's sections in its order: the input's length and width,
 the shapes of Q, K and V, the raw scores, the scaled scores, the softmax weights and
-each token's output. Masked scores are −inf in the arrays, ``-inf`` in the text and
-``null`` in JSON.
+each token's output. The scaled scores are what the engine's softmax read, every variant
+applied (softcap, the biases, the masks: ``engine._masks.modify_scores_``); masked scores
+are −inf in the arrays, ``-inf`` in the text and ``null`` in JSON.
 """
 
 from __future__ import annotations
@@ -16,12 +17,16 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from .._validation import ArgumentError, Array, fail, real_number
-from ..engine._masks import mask_scores_
-from ..functional import scaled_dot_product_attention
+from ..engine._attention import attention
+from ..engine._masks import mask_mod_allows, modify_scores_
+from ..engine._problem import Problem, make_problem
+from ..engine._variants import Alignment, MaskMod
 from ..reference import AttentionSteps
 from ._display import notebook_html
+from ._variants import Variants
 
 __all__ = ["ARRAYS", "LANGUAGES", "Trace", "build_trace", "json_ready"]
 
@@ -42,6 +47,8 @@ _LABELS = {
         "head_output": "注意力头 {h} 的输出（out_proj 之前）",
         "layer_output": "层输出（拼接各头后经 out_proj）",
         "keys": "键",
+        "rules": "注意力规则",
+        "masked": "-inf：被屏蔽的键（权重为 0）",
     },
     "en": {
         "title": "Self-attention demo",
@@ -59,6 +66,8 @@ _LABELS = {
         "head_output": "Output of head {h} (before out_proj)",
         "layer_output": "Layer output (the heads side by side, through out_proj)",
         "keys": "keys",
+        "rules": "attention rules",
+        "masked": "-inf: a masked key (its weight is 0)",
     },
 }
 LANGUAGES = tuple(_LABELS)
@@ -108,13 +117,16 @@ class Trace:
     """One forward pass of self-attention over L tokens.
 
     inputs X (L, d_model); Q, K, V (L, d_k); scores = Q·Kᵀ (L, L); ``scale``, the scores'
-    multiplier; scaled_scores = scale · scores with masked entries −inf; weights =
-    softmax(scaled_scores) (L, L); output = weights·V (L, d_k); ``tokens`` label the rows
-    (None: positions). A multi-head trace has a leading head axis on every array but
-    ``inputs``: Q (H, L, d_k), weights (H, L, L), and so on, and ``layer_output`` (L, D),
-    the layer's output after out_proj (None for a single head). ``random_seed``: the seed
-    of the random (untrained) weights that made it, so that pages and plots say so; None
-    when they are not known to be random (saved traces from before the field load so).
+    multiplier; scaled_scores Z = softcap(scale · scores) + bias, −inf where masked (L, L);
+    weights = softmax(Z) (L, L) (with the sinks, if any); output = weights·V (L, d_k);
+    ``tokens`` label the rows (None: positions). A multi-head trace has a leading head
+    axis on every array but ``inputs``: Q (H, L, d_k), weights (H, L, L), and so on, and
+    ``layer_output`` (L, D), the layer's output after out_proj (None for a single head).
+    ``random_seed``: the seed of the random (untrained) weights that made it, so that
+    pages and plots say so; None when not known to be random. ``bias``: what was added to
+    the softcapped scores (a float mask, ALiBi), of the scores' shape, None without.
+    ``variants``: the rules it was built with (:class:`Variants`); None when not
+    recorded. (Saved traces from before a field load with None.)
     """
 
     inputs: Array
@@ -129,10 +141,18 @@ class Trace:
     tokens: list[str] | None = None
     layer_output: Array | None = None
     random_seed: int | None = None
+    bias: Array | None = None
+    variants: Variants | None = None
 
     @property
     def num_heads(self) -> int:
         return 1 if self.weights.ndim == 2 else self.weights.shape[0]
+
+    @property
+    def masked(self) -> Array:
+        """Where a rule ruled a key out, of the scores' shape: −∞ among the scaled scores
+        where the raw score was not −∞ already (that is overflow, not a mask)."""
+        return np.isneginf(self.scaled_scores) & ~np.isneginf(self.scores)
 
     def head(self, h: int) -> Trace:
         """The single-head trace of head ``h``.
@@ -145,11 +165,7 @@ class Trace:
         """
         if isinstance(h, bool) or not isinstance(h, (int, np.integer)) or not 0 <= h < self.num_heads:
             raise fail("h", f"a head index in 0..{self.num_heads - 1}", repr(h))
-        if self.weights.ndim == 2:
-            return self
-        arrays = {name: getattr(self, name)[h] for name in ARRAYS if name != "inputs"}
-        # no layer output
-        return Trace(inputs=self.inputs, scale=self.scale, tokens=self.tokens, random_seed=self.random_seed, **arrays)
+        return self if self.weights.ndim == 2 else _one_head(self, h)
 
     @property
     def labels(self) -> list[str]:
@@ -159,13 +175,7 @@ class Trace:
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready: nested lists of Python floats (full precision); −inf as None,
         +inf as "Infinity", NaN as "NaN"."""
-        result: dict[str, Any] = {}
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if isinstance(value, np.ndarray):  # only a matrix with non-finite values needs the walk
-                value = value.tolist() if np.isfinite(value).all() else json_ready(value.tolist())
-            result[f.name] = value
-        return result
+        return {f.name: _json_field(getattr(self, f.name)) for f in fields(self)}
 
     def to_json(self) -> str:
         """The trace as JSON: valid JSON always (see :meth:`to_dict` for non-finite values)."""
@@ -219,6 +229,24 @@ class Trace:
     def __repr__(self) -> str:
         L, d_model = self.inputs.shape
         return f"Trace(L={L}, d_model={d_model}, heads={self.num_heads}, scale={self.scale:.4g})"
+
+
+def _one_head(trace: Trace, h: int) -> Trace:
+    """Head ``h`` of a multi-head trace, without the layer's output."""
+    arrays = {name: getattr(trace, name)[h] for name in ARRAYS if name != "inputs"}
+    bias = None if trace.bias is None else trace.bias[h]
+    variants = None if trace.variants is None else trace.variants.head(h)
+    return Trace(
+        inputs=trace.inputs, scale=trace.scale, tokens=trace.tokens, random_seed=trace.random_seed, bias=bias,
+        variants=variants, **arrays,
+    )  # fmt: skip
+
+
+def _json_field(value: Any) -> Any:
+    """A trace's field as :meth:`Trace.to_dict` writes it."""
+    if isinstance(value, np.ndarray):  # only a matrix with non-finite values needs the walk
+        return value.tolist() if np.isfinite(value).all() else json_ready(value.tolist())
+    return value.to_dict() if isinstance(value, Variants) else value
 
 
 def _decoded(data: dict[str, Any], name: str, source: str) -> Array:
@@ -284,7 +312,27 @@ def _trace_from_dict(data: Any, source: str) -> Trace:
     seed = data.get("random_seed")
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
         raise ArgumentError(f"{source}: random_seed: expected a whole number ≥ 0 or null, got {seed!r}")
-    return Trace(scale=float(data["scale"]), tokens=labels, layer_output=layer_output, random_seed=seed, **arrays)
+    bias, variants = _saved_variants(data, weights.shape, source)
+    return Trace(
+        scale=float(data["scale"]), tokens=labels, layer_output=layer_output, random_seed=seed, bias=bias,
+        variants=variants, **arrays,
+    )  # fmt: skip
+
+
+def _saved_variants(data: dict[str, Any], shape: tuple[int, ...], source: str) -> tuple[Array | None, Variants | None]:
+    """A saved trace's bias (checked to be of the scores' ``shape``) and variants, each None when not saved."""
+    bias = None
+    if data.get("bias") is not None:
+        bias = _decoded(data, "bias", source)
+        if bias.shape != shape:
+            raise ArgumentError(f"{source}: bias: expected shape {shape} as weights, got {bias.shape}")
+    variants = None if data.get("variants") is None else Variants.from_dict(data["variants"], source)
+    heads = 1 if len(shape) == 2 else shape[0]
+    for name in ("alibi_slopes", "sinks"):
+        values = None if variants is None else getattr(variants, name)
+        if values is not None and len(values) not in (1, heads):
+            raise ArgumentError(f"{source}: variants: {name}: expected one per head ({heads}), got {len(values)}")
+    return bias, variants
 
 
 def _render(trace: Trace, lang: str, precision: int, title: str | None) -> str:
@@ -329,6 +377,9 @@ def _render(trace: Trace, lang: str, precision: int, title: str | None) -> str:
             f"  {t['shape'].format(name=n)}: {len(m)} × {m.shape[1]}"
             for n, m in zip("QKV", (one.Q, one.K, one.V), strict=True)
         ]
+        if one.variants is not None and not one.variants.plain:
+            lines.append(f"  {t['rules']}: {one.variants.describe(lang)}")
+            lines += [f"  {t['masked']}"] if one.masked.any() else []
         lines += section(t["scores"], one.scores)
         if not math.isclose(trace.scale, 1 / math.sqrt(one.Q.shape[1]), rel_tol=1e-12):
             lines.append(f"\n  {t['scale']}: {trace.scale:.{precision}f}")
@@ -363,20 +414,76 @@ def build_trace(
     scale: float | None,
     is_causal: bool,
     tokens: Sequence[str] | None,
+    attn_mask: ArrayLike | None = None,
+    causal_alignment: Alignment = "top_left",
+    window: tuple[int | None, int | None] | None = None,
+    softcap: float | None = None,
+    alibi_slopes: ArrayLike | None = None,
+    sinks: ArrayLike | None = None,
+    mask_mod: MaskMod | None = None,
 ) -> Trace:
     """The trace of attention over projections Q, K (…, L, d_k) and V (…, L, d_v) of
-    ``inputs`` (L, d_model): the weights and output come from the engine, the scores
-    beside them for display."""
+    ``inputs`` (L, d_model): the weights and output come from the engine, and the scores
+    beside them for display, the scaled ones modified as the engine modified them, through
+    the engine's own Problem (``engine._masks.modify_scores_``).
+
+    Args:
+        inputs: X, (L, d_model).
+        Q: (…, L, d_k), one head or (H, L, d_k).
+        K: (…, L, d_k).
+        V: (…, L, d_v).
+        scale: multiplies Q·Kᵀ; None: 1/√d_k.
+        is_causal: query i attends to keys j <= i only.
+        tokens: L labels of the rows, or None.
+        attn_mask: bool (True: may attend) or float (added), broadcasting to (…, L, L).
+        causal_alignment: "top_left" or "bottom_right" (the same here: L = S).
+        window: (left, right): query i attends to keys i − left … i + right only.
+        softcap: c > 0: scale·Q·Kᵀ becomes c·tanh(scale·Q·Kᵀ / c).
+        alibi_slopes: one slope per head, (H,) ((1,) for one head): adds −slope·|j − i|.
+        sinks: one sink logit per head, (H,) ((1,) for one head).
+        mask_mod: FlexAttention's mask function, as :func:`attnlab.attention` takes it.
+
+    Raises:
+        ValueError, TypeError: tokens that are not L labels, and any argument that
+            :func:`attnlab.attention` refuses.
+    """
     scale = 1.0 / math.sqrt(Q.shape[-1]) if scale is None else real_number("scale", scale)
     L = len(inputs)
     if isinstance(tokens, str):
         raise fail("tokens", f"{L} labels, one per row of the input", "a string", TypeError)
     if tokens is not None and len(tokens) != L:
         raise fail("tokens", f"{L} labels, one per row of the input", f"{len(tokens)} labels")
-    output, weights = scaled_dot_product_attention(Q, K, V, is_causal=is_causal, scale=scale, need_weights=True)
+    result = attention(
+        Q, K, V, attn_mask=attn_mask, is_causal=is_causal, causal_alignment=causal_alignment, window=window,
+        softcap=softcap, alibi_slopes=alibi_slopes, sinks=sinks, mask_mod=mask_mod, scale=scale, need_weights=True,
+    )  # fmt: skip
+    pb = result.problem
     with np.errstate(over="ignore", invalid="ignore"):  # overflowing scores are shown as ±inf or NaN
         scores = Q @ np.swapaxes(K, -1, -2)  # (…, L, L)
         scaled = scores * scale
-    mask_scores_(scaled, None, is_causal)  # −inf where key j comes after query i
+        _modify(pb, scaled)  # softcap, the biases, and −inf where a rule rules key j out
+    bias = None
+    if pb.alibi is not None or (pb.mask is not None and pb.mask.dtype != bool):
+        float_mask = None if pb.mask is None or pb.mask.dtype == bool else pb.mask
+        additive = make_problem(
+            Q, K, V, float_mask, 0.0, False, scale, False, None, causal_alignment=causal_alignment,
+            alibi_slopes=alibi_slopes,
+        )  # fmt: skip
+        bias = np.zeros_like(scaled)
+        _modify(additive, bias)  # the float mask and ALiBi alone, (…, L, L)
+    variants = Variants.of_call(
+        is_causal=pb.is_causal, causal_alignment=causal_alignment, window=window, softcap=pb.softcap,
+        alibi=pb.alibi, sinks=pb.sinks, attn_mask=pb.mask, mask_mod=pb.mask_mod,
+    )  # fmt: skip
     labels = None if tokens is None else list(tokens)
-    return Trace(inputs, Q, K, V, scores, scale, scaled, weights, output, labels)  # the fields in order
+    weights = result.weights
+    assert weights is not None  # need_weights: the naive engine's
+    return Trace(inputs, Q, K, V, scores, scale, scaled, weights, result.output, labels, bias=bias, variants=variants)
+
+
+def _modify(pb: Problem, scores: Array) -> None:
+    """Steps 1 and 2 of ``engine._masks`` on the whole (…, L, S) matrix of scale·Q·Kᵀ, in place."""
+    L, S = pb.lengths
+    slices = np.arange(pb.slices).reshape(pb.batch_shape)  # n, (B…)
+    rows, cols = slice(0, L), slice(0, S)
+    modify_scores_(pb, scores, pb.mask, slices, rows, cols, mask_mod_allows(pb, slices, rows, cols))

@@ -1,9 +1,11 @@
 """One self-contained HTML page that shows a trace: scripts, styles and data inline,
 nothing fetched from the network.
 
-The page holds the raw scores Q·Kᵀ, the mask, and Q, K, V of every head; it computes
-the weights itself as softmax(scale · scores) over the unmasked keys, so that its scale
-slider can recompute them live.
+The page holds the raw scores Q·Kᵀ, the mask, and Q, K, V of every head, and the
+variants the trace was built with (softcap, the bias of a float mask and ALiBi, the
+sinks); it computes the weights itself as softmax(softcap(scale · scores) + bias) over
+the unmasked keys, as the engine does, so that its scale slider can recompute them live.
+Masked cells are drawn apart (grey, struck through), and the rules are said in a note.
 """
 
 from __future__ import annotations
@@ -47,7 +49,8 @@ GIVEN_SCORES_UP_TO = 2**18  # scores in all: up to this many the page carries th
 class PageShape(NamedTuple):
     """What a page's size depends on: L tokens, H heads and the layers it shows, the
     widths (E, Ev) of q, k and v, whether it is a model's page (rounded to fit) or a
-    single layer's (exact), and the bytes of one number of the trace."""
+    single layer's (exact), the bytes of one number of the trace, and the heads of a
+    bias (L, L) it carries (0: none)."""
 
     length: int
     heads: int
@@ -55,6 +58,7 @@ class PageShape(NamedTuple):
     widths: tuple[int, int]
     model: bool
     itemsize: int = 8
+    bias_heads: int = 0
 
     @classmethod
     def of(cls, trace: Trace | ModelTrace) -> PageShape:
@@ -62,9 +66,9 @@ class PageShape(NamedTuple):
         traces = list(trace.layers.values()) if isinstance(trace, ModelTrace) else [trace]
         q, v = _with_heads(traces[0].Q), _with_heads(traces[0].V)  # (H, L, E), (H, L, Ev)
         itemsize = 8 if q.dtype == np.float64 else 4
-        return cls(
-            q.shape[1], q.shape[0], len(traces), (q.shape[-1], v.shape[-1]), isinstance(trace, ModelTrace), itemsize
-        )
+        bias_heads = sum(0 if t.bias is None else _with_heads(t.bias).shape[0] for t in traces)
+        widths, model = (q.shape[-1], v.shape[-1]), isinstance(trace, ModelTrace)
+        return cls(q.shape[1], q.shape[0], len(traces), widths, model, itemsize, bias_heads)
 
 
 def _with_heads(x: Array) -> Array:
@@ -102,7 +106,8 @@ def check_page_size(
     MAX_PAGE_BYTES of data at its least (float24); a single layer's page at most
     MAX_TRACE_PAGE_SCORES scores (L²·H) and MAX_TRACE_PAGE_BYTES of data, exact. The data
     is q, k and v (:func:`page_bytes`), the raw scores while the page carries them and the
-    mask, one character per (query, key) of each layer.
+    mask, one character per (query, key) of each layer, and a bias (float mask, ALiBi)
+    where the trace has one.
 
     Raises:
         ArgumentError: ``name``: a page too large, and what to use fewer of (a model's
@@ -121,7 +126,8 @@ def check_page_size(
         held, fewer = f"{length} tokens × {heads} heads", "fewer tokens or heads"
         too_many = f"a page keeps L×L matrices per head, at most {max_scores:,} scores (L²·heads)"
     given = scores * itemsize * 4 // 3 if scores <= GIVEN_SCORES_UP_TO else 0  # in base64, as q, k and v
-    size = page_bytes(shape, itemsize) + given + length**2 * layers
+    bias = length**2 * shape.bias_heads * itemsize * 4 // 3
+    size = page_bytes(shape, itemsize) + given + length**2 * layers + bias
     if size > max_bytes:
         too_many = f"a page of about {size / 1e6:.1f} MB, at most {max_bytes / 1e6:g} MB"
     elif scores <= max_scores:
@@ -189,20 +195,30 @@ def page_data(trace: Trace | ModelTrace, opens: dict[str, int] | None = None) ->
 
 
 def _layer_data(trace: Trace, with_scores: bool, dtype: str) -> dict[str, object]:
-    """One attention layer's numbers for the page."""
-    scaled = _with_heads(trace.scaled_scores)  # (H, L, L)
-    # masked: −∞ after the mask where the raw score was not −∞ already (that is overflow)
-    masked = np.isneginf(scaled[0]) & ~np.isneginf(_with_heads(trace.scores)[0])
+    """One attention layer's numbers for the page: its masks, one (L strings) per head
+    or one for all, and its variants (softcap, bias, sinks, their words)."""
+    masked = _with_heads(trace.masked)  # (H, L, L)
+    masked = masked[:1] if (masked == masked[:1]).all() else masked
     q, k, v = (_with_heads(x) for x in (trace.Q, trace.K, trace.V))  # (H, L, E), (H, L, E), (H, L, Ev)
+    variants = trace.variants
+    bias = None if trace.bias is None else _with_heads(trace.bias)  # (H, L, L)
+    if bias is not None and np.array_equal(bias, np.broadcast_to(bias[:1], bias.shape)):
+        bias = bias[:1]  # every head adds the same (a float mask)
+    sinks = None if variants is None or variants.sinks is None else list(variants.sinks)
     return {
         "scale": trace.scale,
         "heads": q.shape[0],
         "d_k": int(q.shape[-1]),
         "d_v": int(v.shape[-1]),
         "dtype": dtype,
-        "masked": ["".join("1" if m else "0" for m in row) for row in masked],
+        "masked": [["".join("1" if m else "0" for m in row) for row in head] for head in masked],
         **{name: _binary(x, dtype) for name, x in (("q", q), ("k", k), ("v", v))},
         "scores": _binary(_with_heads(trace.scores), dtype) if with_scores else None,
+        "bias": None if bias is None else _binary(bias, dtype),
+        "bias_heads": 0 if bias is None else bias.shape[0],
+        "softcap": None if variants is None else variants.softcap,
+        "sinks": None if sinks is None else sinks * (q.shape[0] if len(sinks) == 1 else 1),
+        "rules": "" if variants is None else variants.describe("en"),
     }
 
 

@@ -2,15 +2,19 @@
 
 One panel per head in a grid, token labels on both axes (every n-th past 60 tokens;
 one- and two-character tokens upright), a colour bar, and the values written in the
-cells when the matrix is small. Chinese tokens need a CJK font: one is looked for among
-the system's fonts; when none exists a single ``MissingFontWarning`` says that the
-tokens will be drawn as empty boxes, and how to install a font.
+cells when the matrix is small. A masked cell of the weights or the scaled scores (a key
+that a rule rules out: causal, a window, a mask) is drawn light grey, hatched, with no
+number, and a legend under the panels says so, titled by the trace's attention rules.
+Chinese tokens need a CJK font: one is looked for among the system's fonts; when none
+exists a single ``MissingFontWarning`` says that the tokens will be drawn as empty boxes,
+and how to install a font.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import textwrap
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -38,6 +42,8 @@ FORMATS = (".png", ".svg", ".pdf")
 STAGES = {"scores": "scores", "scaled": "scaled_scores", "weights": "weights"}
 ANNOTATE_UP_TO = 16  # write the values in the cells of matrices up to this many rows and columns
 LABELS_UP_TO = 60  # past this many tokens, label every n-th so that at most this many show
+MASKED_FACE, MASKED_EDGE = "#e0e0e0", "#9a9a9a"  # a masked cell: light grey (no viridis colour is grey), hatched
+MASKED_LABEL = "masked: the key is ruled out for this query (score −∞, weight exactly 0)"
 
 
 class MissingFontWarning(UserWarning):
@@ -156,13 +162,57 @@ class _Panel:
     bottom: bool = True
 
 
+def _masked_cells(panel: _Panel, stage: str) -> Any:
+    """The masked cells of the panel's matrix (L, L), none for the raw scores (Q·Kᵀ is
+    computed before any mask)."""
+    one = panel.trace.head(panel.head)
+    return np.zeros(one.scores.shape, dtype=bool) if stage == "scores" else one.masked
+
+
+def _grey_out(ax: Any, masked: Any, hatch: bool) -> None:
+    """Cover the masked cells of ``ax``'s image: a grey rectangle per run of masked keys in a
+    row (a causal or windowed mask is a few runs a row, not a patch a cell)."""
+    from matplotlib.collections import PatchCollection
+    from matplotlib.patches import Rectangle
+
+    runs = []
+    for i, row in enumerate(masked):
+        edges = np.flatnonzero(np.diff(np.concatenate([[0], row.astype(np.int8), [0]])))  # starts and stops
+        runs += [Rectangle((start - 0.5, i - 0.5), stop - start, 1) for start, stop in edges.reshape(-1, 2)]
+    hatching = "///" if hatch else None
+    ax.add_collection(
+        PatchCollection(runs, facecolor=MASKED_FACE, edgecolor=MASKED_EDGE, linewidth=0, hatch=hatching, zorder=2)
+    )
+
+
+def _masked_legend(target: Any, rules: str, width: float, masked: bool, hatch: bool) -> None:
+    """Under the panels of a figure (or in an Axes' corner): the masked cells' swatch
+    (``hatch``ed as they are), titled by the trace's attention rules wrapped to ``width`` inches."""
+    from matplotlib.patches import Patch
+
+    swatch = Patch(facecolor=MASKED_FACE, edgecolor=MASKED_EDGE, hatch="///" if hatch else None, label=MASKED_LABEL)
+    handles = [swatch] if masked else []
+    title = textwrap.fill(f"attention rules: {rules}", max(30, int(width * 11))) if rules else None
+    if not handles and title is None:
+        return
+    if hasattr(target, "legend") and not hasattr(target, "add_subfigure"):  # an Axes
+        target.legend(handles=handles, title=title, loc="upper right", fontsize=7, title_fontsize=7, framealpha=0.9)
+        return
+    target.legend(handles=handles, title=title, loc="outside lower center", fontsize=8, title_fontsize=8, frameon=False)
+
+
 def _draw(ax: Any, panel: _Panel, stage: str, low: float, high: float, font: dict[str, Any]) -> Any:
     """One head's matrix into ``ax``, with its labels and a title that ends with the panel's
-    ``where`` (default: the head, when there are several); returns the image."""
+    ``where`` (default: the head, when there are several); masked cells greyed out;
+    returns the image."""
     trace, h = panel.trace, panel.head
     matrix = getattr(trace.head(h), STAGES[stage])
+    masked = _masked_cells(panel, stage)
     L = len(trace.labels)
-    image = ax.imshow(np.ma.masked_invalid(matrix), cmap="viridis", vmin=low, vmax=high, interpolation="nearest")
+    shown = np.ma.array(matrix, mask=~np.isfinite(matrix) | masked)
+    image = ax.imshow(shown, cmap="viridis", vmin=low, vmax=high, interpolation="nearest")
+    if masked.any():
+        _grey_out(ax, masked, hatch=L <= LABELS_UP_TO)
     positions, texts = _tick_labels(trace.labels, 12 if panel.small else LABELS_UP_TO)
     # one or two characters (Chinese ones above all) stand upright while there is room for them
     upright = all(len(t) <= 2 for t in texts) and len(positions) <= 30
@@ -180,10 +230,18 @@ def _draw(ax: Any, panel: _Panel, stage: str, low: float, high: float, font: dic
     )
     if L <= ANNOTATE_UP_TO and not panel.small:
         for (i, j), value in np.ndenumerate(matrix):
+            if masked[i, j]:
+                continue  # the grey cell says it: no number, least of all −∞ as if it were a score
             text = "−∞" if np.isneginf(value) else f"{value:.2f}"
             light = np.isfinite(value) and value < low + 0.6 * (high - low)
             ax.text(j, i, text, ha="center", va="center", fontsize=7, color="white" if light else "black")
     return image
+
+
+def _rules(trace: Trace | ModelTrace) -> str:
+    """The attention rules a trace was built with, in words, or "" (none recorded, or none)."""
+    first = next(iter(trace.layers.values())) if isinstance(trace, ModelTrace) else trace
+    return "" if first.variants is None else first.variants.describe("en")
 
 
 def _random_note(trace: Trace | ModelTrace) -> str:
@@ -281,6 +339,8 @@ def plot(
                 _draw(target, panels[0], stage, low, high, font)
                 if note:
                     target.set_title(f"{target.get_title()}\n{note}")
+                masked = bool(_masked_cells(panels[0], stage).any())
+                _masked_legend(target, _rules(trace), 3.0, masked, hatch=L <= LABELS_UP_TO)
                 return target
             path = check_path(target)
             if progress is not None and L * L * len(panels) >= 2**14:  # from about a second's work
@@ -293,6 +353,8 @@ def plot(
             figure.colorbar(images[0], ax=list(axes[: len(panels)]), shrink=0.8)
             if note:
                 figure.suptitle(note, color="#8a4b00")
+            masked = any(_masked_cells(panel, stage).any() for panel in panels)
+            _masked_legend(figure, _rules(trace), figure.get_figwidth(), masked, hatch=L <= LABELS_UP_TO)
             figure.savefig(path)
             return figure
     finally:

@@ -1,6 +1,7 @@
 // attnlab view: the page's script, inlined by attnlab.viz._page.render_page. It reads the
-// trace from the JSON block #attnlab-data, computes each head's weights as
-// softmax(scale · q·kᵀ) over the unmasked keys, and draws the heatmap, the head view, the
+// trace from the JSON block #attnlab-data, computes each head's weights as the engine did,
+// softmax(softcap(scale · q·kᵀ) + bias) over the unmasked keys (with the sink, if any),
+// and draws the heatmap (masked cells grey and struck through), the head view, the
 // step-by-step table and, for a model, the model view. What changes lives in `state`;
 // everything else is fixed when the page opens. Tokens are only ever written as text.
 
@@ -27,14 +28,17 @@ function decode(text, dtype) {
   return dtype === "float64" ? new Float64Array(bytes.buffer) : new Float32Array(bytes.buffer);
 }
 // a layer: q, k (H·L·E), v (H·L·Ev), the raw scores q·k (H·L·L, given, or computed once
-// per head), the mask, and its caches: each head's weights at one scale, the value norms
+// per head), the masks (one per head, or one for all), the variants (softcap, the bias
+// added after it (1 or H)·L·L, one sink per head), and its caches: each head's weights at
+// one scale, the value norms
 function layerOf(layer) {
   return {
     name: layer.name, index: layer.index, scale: layer.scale, H: layer.heads, E: layer.d_k, Ev: layer.d_v,
     masked: layer.masked, single: layer.dtype !== "float64", // float32 scores round (and overflow) as float32
     q: decode(layer.q, layer.dtype), k: decode(layer.k, layer.dtype), v: decode(layer.v, layer.dtype),
     given: layer.scores === null ? null : decode(layer.scores, layer.dtype), computed: new Map(), weights: new Map(),
-    norms: null,
+    norms: null, softcap: layer.softcap, sinks: layer.sinks, rules: layer.rules,
+    bias: layer.bias === null ? null : decode(layer.bias, layer.dtype), biasHeads: layer.bias_heads,
   };
 }
 const vectorAt = (x, width, h, i) => Array.from(x.subarray((h * L + i) * width, (h * L + i + 1) * width));
@@ -57,14 +61,27 @@ function scoresOf(layer, h) {
   if (!layer.computed.has(h)) layer.computed.set(h, computeScores(layer, h));
   return layer.computed.get(h);
 }
-const maskedIn = (layer, i, j) => layer.masked[i].charCodeAt(j) === 49; // "1"
-// row i of softmax(scale · s) into w, masked entries excluded: the engine's formula
-function softmaxRow(layer, s, scale, i, w) {
-  let max = -Infinity;
-  for (let j = 0; j < L; j++) if (!maskedIn(layer, i, j)) max = Math.max(max, scale * s[i * L + j]);
-  let sum = 0;
+const maskOf = (layer, h) => layer.masked[layer.masked.length === 1 ? 0 : h]; // L strings of "0" and "1"
+const maskedIn = (layer, h, i, j) => maskOf(layer, h)[i].charCodeAt(j) === 49; // "1"
+const hasMasked = (layer, h) => maskOf(layer, h).some((row) => row.includes("1"));
+const modified = (layer) => layer.softcap !== null || layer.bias !== null; // ② is more than × scale
+// z_ij of head h at `scale`: softcap(scale · s_ij) + bias_ij, as the engine modifies a score
+function scoreAt(layer, h, s, scale, i, j) {
+  let z = scale * s[i * L + j];
+  if (layer.softcap !== null) z = layer.softcap * Math.tanh(z / layer.softcap);
+  if (layer.bias !== null) z += layer.bias[((layer.biasHeads === 1 ? 0 : h) * L + i) * L + j];
+  return z;
+}
+// row i of softmax(z) into w, masked entries excluded, the sink joining the sum: the engine's formula
+function softmaxRow(layer, h, s, scale, i, w) {
+  const z = new Float64Array(L), sink = layer.sinks === null ? -Infinity : layer.sinks[h];
+  let max = sink;
   for (let j = 0; j < L; j++) {
-    const e = maskedIn(layer, i, j) ? 0 : Math.exp(scale * s[i * L + j] - max);
+    if (!maskedIn(layer, h, i, j)) { z[j] = scoreAt(layer, h, s, scale, i, j); max = Math.max(max, z[j]); }
+  }
+  let sum = layer.sinks === null ? 0 : Math.exp(sink - max);
+  for (let j = 0; j < L; j++) {
+    const e = maskedIn(layer, h, i, j) ? 0 : Math.exp(z[j] - max);
     w[i * L + j] = e; sum += e;
   }
   for (let j = 0; j < L; j++) w[i * L + j] = sum === 0 ? 0 : w[i * L + j] / sum; // all masked: 0; NaN stays NaN
@@ -74,7 +91,7 @@ function weightsOf(layer, h, scale) {
   const key = h + ":" + scale;
   if (layer.weights.has(key)) return layer.weights.get(key);
   const s = scoresOf(layer, h), w = new Float64Array(L * L);
-  for (let i = 0; i < L; i++) softmaxRow(layer, s, scale, i, w);
+  for (let i = 0; i < L; i++) softmaxRow(layer, h, s, scale, i, w);
   if (layer.weights.size > 2 * layer.H) layer.weights.clear(); // the grid's and the slider's, not every scale
   layer.weights.set(key, w);
   return w;
@@ -126,6 +143,7 @@ function summary() {
 // ---- colours ----
 
 const NOT_A_NUMBER = [220, 30, 30]; // red: no viridis colour is near it
+const MASKED = [224, 224, 224], MASKED_STROKE = "#9a9a9a"; // light grey, struck through: no viridis colour is grey
 const VIRIDIS = [[68, 1, 84], [59, 82, 139], [33, 145, 140], [94, 201, 98], [253, 231, 37]]; // five stops
 function colour(t) {
   t = Math.min(1, Math.max(0, t)) * (VIRIDIS.length - 1);
@@ -134,11 +152,13 @@ function colour(t) {
 }
 // a weight's colour: weight / top on viridis (0 when top is 0), red when it is not a number
 const weightColour = (w, top) => (Number.isFinite(w) ? colour(top > 0 ? w / top : 0) : NOT_A_NUMBER);
-// the L×L weights w onto an L×L canvas, a pixel each
-function paintWeights(target, w, top) {
-  const context = target.getContext("2d"), image = context.createImageData(L, L);
+// a cell's colour: grey when masked (the rules rule the key out), else its weight's
+const cellColour = (w, top, masked) => (masked ? MASKED : weightColour(w, top));
+// the L×L weights w of head h onto an L×L canvas, a pixel each
+function paintWeights(target, layer, h, w, top) {
+  const context = target.getContext("2d"), image = context.createImageData(L, L), rows = maskOf(layer, h);
   for (let n = 0; n < L * L; n++) {
-    const [r, g, b] = weightColour(w[n], top);
+    const [r, g, b] = cellColour(w[n], top, rows[Math.floor(n / L)].charCodeAt(n % L) === 49);
     image.data.set([r, g, b, 255], 4 * n);
   }
   context.putImageData(image, 0, 0);
@@ -222,22 +242,45 @@ function drawLabels(ctx) {
     drawKeyLabel(ctx, t, i, mid);
   });
 }
+// a stroke across each masked cell, from its bottom left to its top right, while cells are large enough to show it
+function strikeMasked(ctx) {
+  if (cell < 6) return;
+  const rows = maskOf(shownLayer(), state.head);
+  ctx.beginPath();
+  for (let i = 0; i < L; i++) for (let j = 0; j < L; j++) {
+    if (rows[i].charCodeAt(j) !== 49) continue;
+    ctx.moveTo(margin + j * cell + 1, margin + (i + 1) * cell - 1);
+    ctx.lineTo(margin + (j + 1) * cell - 1, margin + i * cell + 1);
+  }
+  ctx.strokeStyle = MASKED_STROKE;
+  ctx.lineWidth = 1;
+  ctx.stroke();
+}
+// what a grey cell means, beside a swatch of one, while the head on show has any
+function drawMaskLegend() {
+  const count = maskOf(shownLayer(), state.head).reduce((n, row) => n + row.split("1").length - 1, 0);
+  $("mask-legend").hidden = count === 0;
+  $("mask-text").textContent = `masked (${count} cells): a rule (causal, the window, a mask) leaves this key out ` +
+    "for this query, so its score is −∞ and its weight is exactly 0 (not a small weight: the key takes no part in the softmax)";
+}
 const legendText = (top, bad) => (state.relative
   ? `colour: 0 (dark) → ${top.toFixed(4)} (bright), the largest weight of this head`
   : "colour: the weight itself, 0 (dark) → 1 (bright); uniform attention over L keys is 1/L") +
   (bad ? `; red: ${bad} weights that are not numbers (NaN: scores that overflowed)` : "");
 function drawHeatmap() {
   const { w, top, bad } = colourScale();
-  paintWeights(bitmap, w, top);
+  paintWeights(bitmap, shownLayer(), state.head, w, top);
   const ctx = canvas.getContext("2d");
   ctx.clearRect(0, 0, canvas.width, canvas.height);
   ctx.imageSmoothingEnabled = false;
   ctx.drawImage(bitmap, margin, margin, L * cell, L * cell);
+  strikeMasked(ctx);
   drawLabels(ctx);
   ctx.strokeStyle = "#d00";
   ctx.strokeRect(margin + 0.5, margin + state.query * cell + 0.5, L * cell - 1, Math.max(1, cell - 1));
   drawBar(top);
   $("legend").textContent = legendText(top, bad);
+  drawMaskLegend();
 }
 function drawBar(top) {
   const ctx = bar.getContext("2d"), y0 = margin, height = L * cell;
@@ -264,8 +307,9 @@ function cellAt(event) {
 function showCell() {
   if (state.cell === null) return;
   const [i, j] = state.cell, w = weights(state.head)[i * L + j];
+  const masked = maskedIn(shownLayer(), state.head, i, j) ? " (masked: the key is ruled out)" : "";
   $("cell-value").textContent = `head ${state.head}, scale ${state.scale.toFixed(4)}: ` +
-    `query ${i} (${tokenLabel(i)}) → key ${j} (${tokenLabel(j)}): ${w.toFixed(4)}`;
+    `query ${i} (${tokenLabel(i)}) → key ${j} (${tokenLabel(j)}): ${w.toFixed(4)}${masked}`;
   $("cell-value").dataset.value = w.toFixed(4);
 }
 function bindHeatmap() {
@@ -359,9 +403,11 @@ function drawHeadView() {
 // ---- step by step: one query's scores, weights and output ----
 
 const STEP_COLUMNS = ["j", "token", "k_j", "① q·k_j", "② scaled", "③ α_j", "④ α_j·v_j", "‖α_j·v_j‖"];
-function stepsHeader(table) {
+// ② is z_j when the layer modifies its scores (softcap, a bias), as the note under the steps says
+const stepColumns = (layer) => STEP_COLUMNS.map((name, n) => (n === 4 && modified(layer) ? "② z_j" : name));
+function stepsHeader(table, layer) {
   const head = table.insertRow();
-  for (const name of STEP_COLUMNS) {
+  for (const name of stepColumns(layer)) {
     const th = document.createElement("th");
     th.textContent = name;
     if (name === "token") th.className = "token";
@@ -374,8 +420,8 @@ function stepRow(table, query, j, total) {
   const k = vectorAt(layer.k, layer.E, h, j), dot = s[i * L + j], a = w[i * L + j];
   const av = vectorAt(layer.v, layer.Ev, h, j).map((x) => a * x);
   av.forEach((x, n) => (total[n] += x));
-  const cells = [j, tokenLabel(j), vec(k), dot.toFixed(4), maskedIn(layer, i, j) ? "masked" : (state.scale * dot).toFixed(4),
-    a.toFixed(4), vec(av), (a * normsOf(layer).values[h][j]).toFixed(4)];
+  const z = maskedIn(layer, h, i, j) ? "masked" : scoreAt(layer, h, s, state.scale, i, j).toFixed(4);
+  const cells = [j, tokenLabel(j), vec(k), dot.toFixed(4), z, a.toFixed(4), vec(av), (a * normsOf(layer).values[h][j]).toFixed(4)];
   const tr = table.insertRow();
   tr.dataset.weight = String(a);
   cells.forEach((text, n) => {
@@ -394,10 +440,24 @@ function drawSteps() {
   $("query-vector").textContent = "q = " + vec(vectorAt(layer.q, layer.E, h, i));
   const table = $("steps");
   table.replaceChildren();
-  stepsHeader(table);
+  stepsHeader(table, layer);
+  $("steps-rules").textContent = stepsRules(layer);
   const total = new Array(layer.Ev).fill(0);
   for (let j = 0; j < L; j++) stepRow(table, query, j, total);
   $("output-vector").textContent = "⑤ output = Σ α_j·v_j = " + vec(total);
+}
+
+// what ② and ③ do beyond × scale and softmax, in words, for a layer that modifies its scores
+function stepsRules(layer) {
+  const parts = [];
+  let z = "scale·q·k_j";
+  if (layer.softcap !== null) z = `${layer.softcap}·tanh(${z} / ${layer.softcap})`;
+  if (layer.bias !== null) z += " + bias_j (the float mask, ALiBi)";
+  if (layer.softcap !== null || layer.bias !== null) parts.push(`② here z_j = ${z}`);
+  if (layer.sinks !== null) {
+    parts.push(`③ adds the sink (logit ${layer.sinks[state.head].toFixed(4)}) to the softmax's sum, so the α_j sum to less than 1`);
+  }
+  return parts.length ? parts.join("; ") + "; masked keys take no part in ③" : "";
 }
 
 // ---- what is on show: query, head, layer, scale ----
@@ -425,8 +485,16 @@ function useLayer(l) {
   state.head = Math.min(state.head, shownLayer().H - 1);
   $("head").value = String(state.head);
   $("summary").textContent = summary();
+  showRules();
   setScale(ratio * shownLayer().scale);
   markGrid();
+}
+// the rules the layer on show was built with (a window, softcap …), and what its grey cells are
+function showRules() {
+  const rules = shownLayer().rules;
+  $("rules-note").hidden = !rules;
+  const grey = cell < 6 ? "Grey cells" : "Grey, struck-through cells"; // as strikeMasked draws them
+  $("rules-note").textContent = rules ? `attention rules: ${rules}. ${grey} are masked keys.` : "";
 }
 // the slider is logarithmic: position p is 1/√d_k · 10^(p/100), from 1/100 to 100 times
 // 1/√d_k, with 1/√d_k itself at p = 0; the box next to it takes any scale, 0 included
@@ -459,7 +527,7 @@ function gridHeader(grid, heads) {
 function thumbnail(layer, l, h, size) {
   const small = document.createElement("canvas");
   small.width = small.height = L;
-  paintWeights(small, weightsOf(layer, h, layer.scale), 1);
+  paintWeights(small, layer, h, weightsOf(layer, h, layer.scale), 1);
   small.style.width = small.style.height = `${size}px`;
   small.style.imageRendering = "pixelated";
   small.title = `${layer.name}, head ${h}`;
@@ -528,6 +596,7 @@ function bindControls() {
   $("head").value = String(state.head);
   $("random-note").textContent = randomNote();
   $("random-note").hidden = !randomNote();
+  showRules();
   $("axis-note").textContent = axisNote();
 }
 
@@ -552,7 +621,7 @@ function svgAxisLabels() {
 function svgCells(w, top) {
   const parts = [];
   for (let i = 0; i < L; i++) for (let j = 0; j < L; j++) {
-    const [r, g, b] = weightColour(w[i * L + j], top);
+    const [r, g, b] = cellColour(w[i * L + j], top, maskedIn(shownLayer(), state.head, i, j));
     parts.push(`<rect x="${margin + j * cell}" y="${margin + i * cell}" width="${cell}" height="${cell}" fill="rgb(${r},${g},${b})"/>`);
   }
   return parts;
