@@ -22,7 +22,7 @@ import numpy as np
 from .._validation import Array
 from ..engine._masks import mask_scores_
 from ..functional import attention
-from ..trace import Trace
+from ..trace import Trace, Variants
 from ._ops import Linear, Norm, Rope, rotate
 
 __all__ = ["FULL", "SLIDING", "Block", "Cache", "ModelConfig", "Network", "Recorder", "Step"]
@@ -296,4 +296,9 @@ def _layer_trace(batch: tuple[Array, ...], block: Block, step: Step) -> Trace:
     lowest = -np.inf if block.window is None else -(block.window - 1)
     highest = 0 if step.is_causal else np.inf
     np.copyto(scaled, -np.inf, where=(distance < lowest) | (distance > highest))  # the causal rule and the window
-    return Trace(h, q, K, V, scores, block.scale, scaled, weights, out, None, projected)
+    rules = Variants(  # what the page and plot say (L = S: the alignment does not show)
+        is_causal=step.is_causal,
+        window=None if block.window is None else (block.window - 1, 0),
+        attn_mask=None if mask is None else "bool",
+    )
+    return Trace(h, q, K, V, scores, block.scale, scaled, weights, out, None, projected, variants=rules)
