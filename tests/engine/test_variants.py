@@ -55,6 +55,12 @@ ENGINES = [
 DTYPES = [pytest.param(np.float64, id="float64"), pytest.param(np.float32, id="float32")]
 TOLERANCE = {np.dtype(np.float64): 1e-12, np.dtype(np.float32): 2e-5}
 
+
+def available_engines() -> list[str]:
+    """The engines that run here."""
+    return ["naive", "tiled", *(["fused"] if _fused.available() else [])]
+
+
 MaskMod = Callable[[Any, Any, Any, Any], Any]
 
 
@@ -120,8 +126,8 @@ class Case:
 
     @property
     def heads(self) -> int:
-        """H: the last batch dimension."""
-        return self.batch_shape[-1]
+        """H: the last batch dimension (1 for 2-D inputs, which have none)."""
+        return self.batch_shape[-1] if self.batch_shape else 1
 
     @property
     def offset(self) -> int:
@@ -182,11 +188,13 @@ def mask_mod_verdict(case: Case) -> np.ndarray:
     """The mask function on the whole problem, (B…, L, S): ``batch`` indexes the flattened
     dimensions before the heads (row-major), ``head`` the last batch dimension."""
     assert case.mask_mod is not None
+    q_idx, kv_idx = np.arange(case.L).reshape(case.L, 1), np.arange(case.S).reshape(1, case.S)
+    if not case.batch_shape:  # 2-D inputs: one slice, batch 0 and head 0
+        return case.mask_mod(np.int64(0), np.int64(0), q_idx, kv_idx)
     *leading, heads = case.batch_shape
     tail = (1, 1, 1)  # the head, query and key dimensions
-    batch = np.ravel_multi_index(np.indices(leading), leading).reshape(*leading, *tail) if leading else np.zeros(1)
+    batch = np.ravel_multi_index(np.indices(leading), leading).reshape(*leading, *tail) if leading else np.zeros(())
     head = np.arange(heads).reshape(heads, 1, 1)
-    q_idx, kv_idx = np.arange(case.L).reshape(case.L, 1), np.arange(case.S).reshape(1, case.S)
     allowed = case.mask_mod(batch.astype(np.int64), head, q_idx, kv_idx)
     return np.broadcast_to(allowed, (*case.batch_shape, case.L, case.S))
 
@@ -229,7 +237,8 @@ def torch_oracle(case: Case, arrays: dict[str, Any]) -> Expected:
     distance = torch.arange(case.S)[None, :] - (torch.arange(case.L)[:, None] + case.offset)  # d, (L, S)
     if case.alibi is not None:
         slopes = torch.tensor(arrays["alibi_slopes"].astype(np.float64), dtype=f64)  # (H,) or (B, H)
-        scores = scores - slopes[..., None, None] * distance.abs().to(f64)
+        slopes = slopes[..., None, None] if case.batch_shape else slopes.reshape(1, 1)  # 2-D: one head
+        scores = scores - slopes * distance.abs().to(f64)
     allowed = torch.ones((*case.batch_shape, case.L, case.S), dtype=torch.bool)
     if case.bool_mask is not None:
         allowed = allowed & torch.from_numpy(arrays["attn_mask"])
@@ -247,7 +256,8 @@ def torch_oracle(case: Case, arrays: dict[str, Any]) -> Expected:
         allowed = allowed & torch.from_numpy(np.array(mask_mod_verdict(case)))  # a writable copy
     scores = scores.masked_fill(~allowed, -math.inf)
     if sinks is not None:  # one more column, the head's sink logit, in every row
-        column = sinks[:, None, None].expand(*case.batch_shape, case.L, 1)
+        per_head = sinks[:, None, None] if case.batch_shape else sinks.reshape(1, 1)  # (H, 1, 1); 2-D: one head
+        column = per_head.expand(*case.batch_shape, case.L, 1)
         scores = torch.cat([scores, column], dim=-1)  # (B…, L, S + 1)
     anything = torch.isfinite(scores).any(dim=-1)  # (B…, L): rows with some key (or a sink)
     lse = torch.where(anything, torch.logsumexp(torch.where(anything[..., None], scores, 0.0), dim=-1), -math.inf)
@@ -345,6 +355,26 @@ VARIANTS = {
     "mask-mod": Case(mask_mod=strided_by_head),
     "mask-mod-prefix-lm": Case(mask_mod=prefix_lm),
     "mask-mod-empty-rows": Case(mask_mod=nothing_for_even_queries),
+    "3-d-inputs-heads-only": Case(
+        query_batch=(3,),
+        kv_batch=(3,),
+        is_causal=True,
+        alignment="bottom_right",
+        alibi="H",
+        sinks=True,
+        mask_mod=strided_by_head,
+        float_mask=(3, 1, 21),
+    ),
+    "2-d-inputs-one-head": Case(
+        query_batch=(),
+        kv_batch=(),
+        window=(4, 2),
+        softcap=2.0,
+        alibi="H",
+        sinks=True,
+        mask_mod=prefix_lm,
+        float_mask=(13, 21),
+    ),
 }
 
 
@@ -459,11 +489,6 @@ def test_lengths_around_the_block_edges(variant, lengths, engine):
 @pytest.mark.parametrize("variant", EDGE_VARIANTS)
 def test_every_variant_at_every_block_edge(variant, lengths, dtype):
     check(edge_case(variant, lengths), available_engines(), dtype, seed=14)
-
-
-def available_engines() -> list[str]:
-    """The engines that run here."""
-    return ["naive", "tiled", *(["fused"] if _fused.available() else [])]
 
 
 @requires("torch")
