@@ -67,6 +67,6 @@ def test_the_cost_model_counts_the_scores_a_window_leaves(monkeypatch):
     q = np.zeros((1, 1024, 64), dtype=np.float32)
     plain = make_problem(q, q, q, None, 0.0, False, None, False, None)
     windowed = make_problem(q, q, q, None, 0.0, True, None, False, None, window=(128, 0))
-    assert windowed.visible_scores() == sum(min(i, 128) for i in range(1024))  # the band's area, by hand
+    assert windowed.visible_scores() == sum(min(i, 128) + 1 for i in range(1024))  # keys i − 128 … i, by hand
     assert choose_engine(None, plain, False) == "naive"
     assert choose_engine(None, windowed, False) == "tiled"

@@ -208,7 +208,7 @@ def _fastest(pb: Problem) -> Engine:
         return blocked.name if queries * FUSED_KEYS_PER_QUERY >= S else "naive"
     # the tiled engine, or the fused one running the tiled engine's loop in Python
     # the tiled engine skips the blocks outside the band of is_causal and the window (half when causal)
-    skipped = L * S / max(pb.visible_scores(), 1)
+    skipped = round(L * S / max(pb.visible_scores(), 1), 1)  # to a tenth: causal L = S is 2
     work = scores * 64 / max(min(pb.query.shape[-1], 64), 1) * skipped
     return blocked.name if work >= TILED_FROM and queries * S >= TILED_TASK_FROM else "naive"
 

@@ -101,13 +101,12 @@ class Problem:
         return self.batch_shape[-1] if self.batch_shape else 1
 
     def visible_scores(self) -> int:
-        """About the scores of one slice inside the band of ``is_causal`` and the window,
-        what the blocked engines compute (they skip whole blocks): the band's area,
-        Σ_i of the allowed j − i range (L·S / 2 when causal)."""
+        """The scores of one slice inside the band of ``is_causal`` and the window: the
+        (i, j) they allow, about what the blocked engines compute (they skip whole blocks)."""
         L, S = self.lengths
         rows = np.arange(L)
         first = np.clip(rows + self.band.lowest, 0, S)
-        stop = np.clip(rows + self.band.highest, 0, S)
+        stop = np.clip(rows + self.band.highest + 1, 0, S)
         return int(np.maximum(stop - first, 0).sum())
 
     def per_slice(self, values: Array | None) -> Array | None:
