@@ -17,7 +17,7 @@ import scipy.linalg.cython_blas  # noqa: F401  # numba's np.dot calls SciPy's BL
 from numba import njit, types
 from numba.extending import overload
 
-__all__ = ["attend", "backward_keys", "backward_queries", "online_softmax", "softmax_backward"]
+__all__ = ["attend", "backward_keys", "backward_queries", "online_softmax", "softcap_", "softmax_backward"]
 
 
 def _probe() -> None:
@@ -48,6 +48,11 @@ def _power_of_two(t):  # type: ignore[no-untyped-def]
 
 def _order_key(x):  # type: ignore[no-untyped-def]
     """An integer ordered as the float x is (−∞ < … < −0 < +0 < … < +∞ < NaN)."""
+
+
+def _signed_key(x):  # type: ignore[no-untyped-def]
+    """``_order_key`` without its NaN test: a NaN's key is that of a number beyond ∞ of
+    its sign (3 integer operations fewer)."""
 
 
 def _from_order_key(key, row):  # type: ignore[no-untyped-def]
@@ -116,6 +121,23 @@ def _order_key_typed(x):  # type: ignore[no-untyped-def]
     return key64
 
 
+@overload(_signed_key)
+def _signed_key_typed(x):  # type: ignore[no-untyped-def]
+    if _float32(x):
+
+        def key32(x):  # type: ignore[no-untyped-def]
+            bits = np.float32(x).view(np.int32)
+            return np.int32(bits ^ ((bits >> 31) & 0x7FFFFFFF))
+
+        return key32
+
+    def key64(x):  # type: ignore[no-untyped-def]
+        bits = np.float64(x).view(np.int64)
+        return np.int64(bits ^ ((bits >> 63) & 0x7FFFFFFFFFFFFFFF))
+
+    return key64
+
+
 @overload(_from_order_key)
 def _from_order_key_typed(key, row):  # type: ignore[no-untyped-def]
     if _float32(row):  # the flip is its own inverse
@@ -155,16 +177,28 @@ def _exp(x, row):  # type: ignore[no-untyped-def]
     return _taylor(r) * _power_of_two(t)
 
 
+def _softcapped(x, softcap, row):  # type: ignore[no-untyped-def]
+    """(c·tanh(x/c), tanh(x/c)) in the row's dtype, softcap = (on, c, 1/c)."""
+
+
 def _tanh_polynomial(y):  # type: ignore[no-untyped-def]
-    """g(y) of tanh(x) = x + x³·g(x²), for |x| below the threshold TANH_POLYNOMIAL_BELOW."""
+    """g(y) of tanh(x) = x + x³·g(x²), for |x| below TANH_POLYNOMIAL_BELOW (float64)."""
 
 
-# tanh(x) = x + x³·g(x²) for |x| < TANH_POLYNOMIAL_BELOW, g by a Chebyshev fit (mpmath, 50
-# digits) whose error is 6e-10 (float32) and 2e-18 (float64) relative to tanh; above it
+# The softcap's tanh. float32: tanh x = x·P(x²)/Q(x²) for |x| <= TANH_CLAMP (beyond, that
+# of ±TANH_CLAMP: 1 once rounded), P and Q of degree 4 fitted to tanh's relative error by
+# Lawson's iteratively reweighted least squares (2.1e-8), about 12 vector operations and a
+# division. The float64 way below takes about 35, which in float32 would cost a softcap
+# some 20 % of the forward.
+TANH_CLAMP = 9.0
+_TANH_NUMERATOR = (0.9999999794628939, 0.13381015463470775, 0.0034955757188697887, 2.0608867068899332e-05,
+                   1.3354349169013444e-08)  # fmt: skip
+_TANH_DENOMINATOR = (1.0, 0.4671433106318996, 0.025876935825675615, 0.0003285614011238435, 7.776433055940731e-07)
+_TANH_NUMERATOR_32, _TANH_DENOMINATOR_32 = (tuple(map(np.float32, c)) for c in (_TANH_NUMERATOR, _TANH_DENOMINATOR))
+# float64: tanh x = x + x³·g(x²) for |x| < TANH_POLYNOMIAL_BELOW, g of degree 11 by a
+# Chebyshev fit (mpmath, 50 digits) whose error is 2e-18 relative to tanh; above it
 # 1 − 2u/(1 + u) with u = e^(−2|x|), whose errors |x| >= 0.625 (u <= 0.29) keeps small.
 TANH_POLYNOMIAL_BELOW = 0.625
-_TANH_SINGLE = (-0.3333333317214036, 0.1333330355691574, -0.053959259577204544, 0.02176891865102821,
-                -0.008343945515839153, 0.002292744816178142)  # fmt: skip
 _TANH_DOUBLE = (-0.3333333333333333, 0.13333333333333042, -0.05396825396789699, 0.021869488519008305,
                 -0.008863235103240878, 0.0035921217511549622, -0.0014557754120478055, 0.0005896606577757043,
                 -0.0002375906496055562, 9.257116129556769e-05, -3.12011014257974e-05, 6.485163482793113e-06)  # fmt: skip
@@ -172,9 +206,6 @@ _TANH_DOUBLE = (-0.3333333333333333, 0.13333333333333042, -0.05396825396789699, 
 
 @overload(_tanh_polynomial, jit_options={"fastmath": {"contract"}})
 def _tanh_polynomial_typed(y):  # type: ignore[no-untyped-def]
-    if _float32(y):  # degree 5 in y = x²
-        a = tuple(np.float32(c) for c in _TANH_SINGLE)
-        return lambda y: a[0] + y * (a[1] + y * (a[2] + y * (a[3] + y * (a[4] + y * a[5]))))
     b = _TANH_DOUBLE  # degree 11, in two halves as _taylor's
 
     def degree_11(y):  # type: ignore[no-untyped-def]
@@ -185,7 +216,23 @@ def _tanh_polynomial_typed(y):  # type: ignore[no-untyped-def]
 
 
 @compile_
-def _tanh(x, row):  # type: ignore[no-untyped-def]
+def _clamped(x, high):  # type: ignore[no-untyped-def]
+    """x clamped to [−high, high] (by its size: one comparison fewer); a NaN passes."""
+    size = abs(x)
+    return np.copysign(high if high < size else size, x)
+
+
+@compile_
+def _tanh_ratio(y):  # type: ignore[no-untyped-def]
+    """P(y)/Q(y) of a float32 y = x² (|x| <= TANH_CLAMP): tanh x = x·P(y)/Q(y)."""
+    p, q = _TANH_NUMERATOR_32, _TANH_DENOMINATOR_32
+    numerator = p[0] + y * (p[1] + y * (p[2] + y * (p[3] + y * p[4])))
+    denominator = q[0] + y * (q[1] + y * (q[2] + y * (q[3] + y * q[4])))
+    return numerator / denominator
+
+
+@compile_
+def _tanh_composite(x, row):  # type: ignore[no-untyped-def]
     """tanh x in the row's dtype: x + x³·g(x²) near 0, else sign(x)·(1 − 2u/(1 + u)) with
     u = e^(−2|x|); both computed and one selected, which vectorises (no branch)."""
     x = _in_dtype_of(x, row)
@@ -193,16 +240,38 @@ def _tanh(x, row):  # type: ignore[no-untyped-def]
     size = abs(x)
     square = x * x
     near_zero = x + x * square * _tanh_polynomial(square)
-    u = _exp(-(size + size), row)  # 0 from |x| of about 44 (float32) or 354.4 (float64): tanh = ±1
+    u = _exp(-(size + size), row)  # 0 from |x| of about 354.4: tanh = ±1
     far = one - (u + u) / (one + u)  # tanh |x|
     return np.copysign(near_zero if size < small else far, x)  # a NaN is not < small: far, NaN; tanh −0 = −0
 
 
+@overload(_softcapped, jit_options={"fastmath": {"contract"}})
+def _softcapped_typed(x, softcap, row):  # type: ignore[no-untyped-def]
+    if _float32(row):  # c·tanh(x/c) = x·P(y)/Q(y) with y = (x/c)², x clamped to ±9c: two roundings fewer
+
+        def rational(x, softcap, row):  # type: ignore[no-untyped-def]
+            x = _clamped(x, softcap[1] * np.float32(TANH_CLAMP))
+            scaled = x * softcap[2]
+            ratio = _tanh_ratio(scaled * scaled)
+            return x * ratio, scaled * ratio
+
+        return rational
+
+    def composite(x, softcap, row):  # type: ignore[no-untyped-def]
+        t = _tanh_composite(x * softcap[2], row)
+        return softcap[1] * t, t
+
+    return composite
+
+
 @compile_
-def tanh_(values):  # type: ignore[no-untyped-def]
-    """values ← tanh(values), in place on a 1-D array (for the tests: the softcap's tanh)."""
+def softcap_(values, cap, derivative):  # type: ignore[no-untyped-def]
+    """values ← c·tanh(values/c) and derivative ← 1 − tanh²(values/c), on 1-D arrays of one
+    dtype, as the compiled tasks compute them (for the tests; c in that dtype)."""
+    softcap, one = (True, cap, _in_dtype_of(1.0, values) / cap), _in_dtype_of(1.0, values)
     for j in range(values.shape[0]):
-        values[j] = _tanh(values[j], values)
+        values[j], t = _softcapped(values[j], softcap, values)
+        derivative[j] = one - t * t
 
 
 @compile_
@@ -224,10 +293,9 @@ def _row_sum(row):  # type: ignore[no-untyped-def]
 
 
 @compile_
-def _online_softmax_row(row, i, row_max, row_sum, rescale):  # type: ignore[no-untyped-def]
-    """``online_softmax`` on row i of a block, ``row``."""
+def _online_softmax_row(row, i, top, row_max, row_sum, rescale):  # type: ignore[no-untyped-def]
+    """``online_softmax`` on row i of a block, ``row``, whose maximum is ``top``."""
     zero, minus_inf = _constants(row)[6:]
-    top = _row_max(row)
     new_max = row_max[i] if top <= row_max[i] else top  # a NaN in the block makes m' NaN, as NumPy's
     shift = zero if new_max == minus_inf else new_max
     for j in range(row.shape[0]):
@@ -243,7 +311,7 @@ def online_softmax(scores, row_max, row_sum, rescale):  # type: ignore[no-untype
     m' = max(m_i, max_j Z_ij) (shifting by 0 while it is −∞: no key visible yet);
     Z_ij ← exp(Z_ij − m');  α_i = e^(m_i − m');  l_i ← α_i·l_i + Σ_j Z_ij;  m_i ← m'."""
     for i in range(scores.shape[0]):
-        _online_softmax_row(scores[i], i, row_max, row_sum, rescale)
+        _online_softmax_row(scores[i], i, _row_max(scores[i]), row_max, row_sum, rescale)
 
 
 @compile_
@@ -286,20 +354,27 @@ def _scaled_rows(query, n, first, scale, out):  # type: ignore[no-untyped-def]
 
 
 @compile_
-def _softcap_(row, softcap):  # type: ignore[no-untyped-def]
-    """Z_j ← c·tanh(Z_j·(1/c)) on one row; softcap = (on, c, 1/c)."""
-    cap, inverse = softcap[1], softcap[2]
+def _softcap_max_(row, softcap):  # type: ignore[no-untyped-def]
+    """Z_j ← c·tanh(Z_j/c) on one row (softcap = (on, c, 1/c)); returns its maximum (−∞
+    for no element), found in the same pass, which the division leaves time for. A NaN
+    may lose the maximum (``_signed_key``) but still makes its row's sum, output and lse
+    NaN, as ``_row_max``'s NaN would. (Its loops, as every loop here, count from 0: an
+    index that may be negative takes numba's wraparound, which stops LLVM vectorising.)"""
+    top = _signed_key(_constants(row)[7])
     for j in range(row.shape[0]):
-        row[j] = cap * _tanh(row[j] * inverse, row)
+        capped = _softcapped(row[j], softcap, row)[0]
+        row[j] = capped
+        top = max(top, _signed_key(capped))
+    return _from_order_key(top, row)
 
 
 @compile_
 def _softcap_with_derivative_(row, softcap, derivative):  # type: ignore[no-untyped-def]
-    """``_softcap_``, and derivative_j ← 1 − tanh² (Z_j·(1/c)), softcap's derivative."""
-    cap, inverse, one = softcap[1], softcap[2], _in_dtype_of(1.0, row)
+    """Z_j ← c·tanh(Z_j/c) and derivative_j ← 1 − tanh²(Z_j/c), softcap's derivative, on
+    one row."""
+    one = _in_dtype_of(1.0, row)
     for j in range(row.shape[0]):
-        t = _tanh(row[j] * inverse, row)
-        row[j] = cap * t
+        row[j], t = _softcapped(row[j], softcap, row)
         derivative[j] = one - t * t
 
 
@@ -311,23 +386,71 @@ def _multiply_(row, factor):  # type: ignore[no-untyped-def]
 
 
 @compile_
-def _bias_and_mask_(row, n, query, first_key, variant):  # type: ignore[no-untyped-def]
-    """The ALiBi bias and the band's mask on the row of query ``query`` of slice n, whose
-    keys start at ``first_key``: Z_j −= slope_n·|j − (i + offset)|, then −∞ where
-    j − i is outside the band (``_masks.modify_scores_``'s order, after the softcap)."""
-    (lowest, highest), offset, alibi = variant[0], variant[1], variant[3]
-    keys = row.shape[0]
-    if alibi[0]:
-        slope, distance = alibi[1][n], first_key - query - offset  # j − (i + offset) of the row's first key
-        for j in range(keys):
-            row[j] -= _in_dtype_of(abs(distance + j), row) * slope
+def _alibi_(row, query, first_key, modifiers):  # type: ignore[no-untyped-def]
+    """Z_j −= slope·|j − (i + offset)| on the row of query i = ``query``, whose keys start
+    at ``first_key`` (the distance in the row's dtype, as ``_masks``')."""
+    offset, slope = modifiers[1], modifiers[3][1]
+    distance = first_key - query - offset  # j − (i + offset) of the row's first key
+    for j in range(row.shape[0]):
+        row[j] -= _in_dtype_of(abs(distance + j), row) * slope
+
+
+@compile_
+def _slice_modifiers(variant, n):  # type: ignore[no-untyped-def]
+    """The variants that modify slice n's scores, as scalars (a row's kernels then hold
+    no array, whose reference counts would cost each row): (band, offset, softcap,
+    (with ALiBi, slope_n))."""
+    return variant[0], variant[1], variant[2], (variant[3][0], variant[3][1][n])
+
+
+@compile_
+def _band_columns(band, query, first_key, keys):  # type: ignore[no-untyped-def]
+    """(start, stop): the columns of a row of ``keys`` keys from ``first_key`` that query
+    ``query`` may attend, lowest <= j − i <= highest."""
+    start = min(max(query + band[0] - first_key, 0), keys)
+    return start, min(max(query + band[1] + 1 - first_key, start), keys)
+
+
+@compile_
+def _mask_outside_(row, start, stop):  # type: ignore[no-untyped-def]
+    """Z_j ← −∞ for the columns j of one row outside start … stop − 1."""
     minus_inf = _constants(row)[7]
-    allowed_from = min(max(query + lowest - first_key, 0), keys)
-    allowed_to = min(max(query + highest + 1 - first_key, allowed_from), keys)
-    for j in range(allowed_from):
+    for j in range(start):
         row[j] = minus_inf
-    for j in range(allowed_to, keys):
+    for j in range(stop, row.shape[0]):  # empty but in the rows that cross the band's upper edge
         row[j] = minus_inf
+
+
+@compile_
+def _modified_row_max(row, query, first_key, modifiers):  # type: ignore[no-untyped-def]
+    """The forward's scores of one row of raw scores scale·q·kᵀ (query i = ``query``, keys
+    from ``first_key``; ``modifiers`` those of its slice, ``_slice_modifiers``), in place,
+    in ``_masks.modify_scores_``'s order: Z ← softcap(Z) − slope·|j − (i + offset)|, then
+    −∞ outside the band. Returns max_j Z_j."""
+    softcap, keys = modifiers[2], row.shape[0]
+    start, stop = _band_columns(modifiers[0], query, first_key, keys)
+    if softcap[0] and not modifiers[3][0]:  # the softcap and the maximum in one pass, over the allowed keys only
+        top = _softcap_max_(row if start == 0 and stop == keys else row[start:stop], softcap)  # no view if whole
+        _mask_outside_(row, start, stop)
+        return top
+    if softcap[0]:
+        _softcap_max_(row, softcap)
+    if modifiers[3][0]:
+        _alibi_(row, query, first_key, modifiers)
+    _mask_outside_(row, start, stop)
+    return _row_max(row)
+
+
+@compile_
+def _modify_row_with_derivative_(row, query, first_key, modifiers, derivative):  # type: ignore[no-untyped-def]
+    """``_modified_row_max``'s scores for the backward, with softcap's derivative
+    1 − tanh² into ``derivative`` (over the whole row, masked keys included, as ``_masks``)."""
+    if modifiers[2][0]:
+        _softcap_with_derivative_(row, modifiers[2], derivative)
+    if modifiers[3][0]:
+        _alibi_(row, query, first_key, modifiers)
+    start, stop = _band_columns(modifiers[0], query, first_key, row.shape[0])
+    _mask_outside_(row, start, stop)
 
 
 @compile_
@@ -367,19 +490,18 @@ def _band_queries(band, skip, start, end, queries):  # type: ignore[no-untyped-d
 
 
 @compile_
-def _finish_rows(out, lse, n, first, acc, row_max, row_sum, unscale, sinks):  # type: ignore[no-untyped-def]
-    """Output rows first … first + l of slice n from acc (l, Ev), m and l, the sink (if
-    any) joined last as one more key of value 0, as ``_tiled._forward_block``:
+def _finish_rows(out, lse, n, first, acc, row_max, row_sum, unscale, sink):  # type: ignore[no-untyped-def]
+    """Output rows first … first + l of slice n from acc (l, Ev), m and l, the sink
+    (``sink`` = (on, s)) joined last as one more key of value 0, as ``_tiled._forward_block``:
     m' = max(m, s);  κ = e^(m − m');  l' = κ·l + e^(s − m');  O = unscale·κ·acc / l'
     (0 where l = 0: no key allowed, whatever the values);  lse = m' + log l'."""
     one = _in_dtype_of(1.0, row_max)
     for i in range(acc.shape[0]):
         top, total, kept = row_max[i], row_sum[i], one
-        if sinks[0]:
-            sink = sinks[1][n]
-            joined = sink if sink > top else top  # a NaN maximum stays NaN
+        if sink[0]:
+            joined = sink[1] if sink[1] > top else top  # a NaN maximum stays NaN
             kept = _exp(top - joined, row_max)  # 0 for a row with no key (m = −∞)
-            total = total * kept + _exp(sink - joined, row_max)
+            total = total * kept + _exp(sink[1] - joined, row_max)
             top = joined
         for e in range(acc.shape[1]):
             out[n, first + i, e] = unscale * (acc[i, e] * kept / total) if row_sum[i] != 0 else 0
@@ -400,7 +522,6 @@ def attend(arrays, groups, slices, rows, variant, skip, scale, unscale, blocks, 
         the sink joins; O_i = unscale·acc / l;  lse_i = m + log l    (_finish_rows)"""
     query, key, value = arrays
     block_q, block_k = blocks
-    softcap = variant[2]
     E, Ev, S, dtype = query.shape[2], value.shape[2], key.shape[1], query.dtype
     size_q, size_k = min(block_q, rows[1] - rows[0]), min(block_k, S)
     q_work, acc_work, part_work = (
@@ -412,6 +533,7 @@ def attend(arrays, groups, slices, rows, variant, skip, scale, unscale, blocks, 
     row_max, row_sum, rescale = np.empty(size_q, dtype), np.empty(size_q, dtype), np.empty(size_q, dtype)
     for n in range(slices[0], slices[1]):
         k, v = key[n // groups], value[n // groups]
+        modifiers, sink = _slice_modifiers(variant, n), (variant[4][0], variant[4][1][n])
         for first in range(rows[0], rows[1], block_q):
             stop = min(first + block_q, rows[1])
             count = stop - first
@@ -427,16 +549,14 @@ def attend(arrays, groups, slices, rows, variant, skip, scale, unscale, blocks, 
                 np.dot(q, k[start:end].T, block)
                 for i in range(count):
                     row = block[i]
-                    if softcap[0]:
-                        _softcap_(row, softcap)
-                    _bias_and_mask_(row, n, first + i, start, variant)
-                    _online_softmax_row(row, i, row_max, row_sum, rescale)
+                    top = _modified_row_max(row, first + i, start, modifiers)
+                    _online_softmax_row(row, i, top, row_max, row_sum, rescale)
                 np.dot(block, v[start:end], part)
                 for i in range(count):
                     alpha = rescale[i]
                     for e in range(Ev):
                         acc[i, e] = alpha * acc[i, e] + part[i, e]
-            _finish_rows(out, lse, n, first, acc, row_max[:count], row_sum[:count], unscale, variant[4])
+            _finish_rows(out, lse, n, first, acc, row_max[:count], row_sum[:count], unscale, sink)
 
 
 @compile_
@@ -458,7 +578,6 @@ def _backward_block(arrays, n, head, rows, keys, variant, scale, work):  # type:
     arrays: scale·Q_i (l, E), dO_i (l, Ev), P and dX (l, keys)."""
     query, key, value, grad_out, lse, delta = arrays
     (first, stop), (start, end) = rows, keys
-    softcap = variant[2]
     count = stop - first
     q, d_out = _matrix(work[0], count, query.shape[2]), _matrix(work[1], count, value.shape[2])
     _scaled_rows(query, n, first, scale, q)
@@ -467,13 +586,12 @@ def _backward_block(arrays, n, head, rows, keys, variant, scale, work):  # type:
     derivative = work[4][: end - start]
     np.dot(q, key[head, start:end].T, scores)
     np.dot(d_out, value[head, start:end].T, grad)
+    modifiers = _slice_modifiers(variant, n)
     for i in range(count):
         row, grad_row = scores[i], grad[i]
-        if softcap[0]:
-            _softcap_with_derivative_(row, softcap, derivative)
-        _bias_and_mask_(row, n, first + i, start, variant)
+        _modify_row_with_derivative_(row, first + i, start, modifiers, derivative)
         _softmax_backward_row(row, grad_row, lse[n, first + i], delta[n, first + i])
-        if softcap[0]:
+        if modifiers[2][0]:
             _multiply_(grad_row, derivative)
     return q, d_out, scores, grad
 
