@@ -390,3 +390,38 @@ def test_a_non_finite_query_with_a_softcap_gives_the_tiled_engines_nans(bad):
             np.testing.assert_array_equal(np.isnan(fused), np.isnan(tiled))
             finite = np.abs(tiled[np.isfinite(tiled)]).max()
             assert_equal_to_scale(fused, tiled, 100 * GRAD_RTOL[np.dtype(dtype)], finite)
+
+
+sides = st.one_of(st.none(), st.integers(0, 40))
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.sampled_from([np.float32, np.float64]),
+    st.integers(1, 50),  # L
+    st.integers(1, 50),  # S
+    st.booleans(),  # causal
+    st.one_of(st.none(), st.tuples(sides, sides)),  # window
+    st.sampled_from(["top_left", "bottom_right"]),
+    st.one_of(st.none(), st.floats(0.5, 20.0)),  # softcap
+    st.booleans(),  # ALiBi (B, H)
+    st.booleans(),  # sinks
+    st.integers(0, 2**32 - 1),
+)
+def test_the_compiled_variants_equal_the_tiled_engine_for_any_shape(
+    dtype, L, S, is_causal, window, alignment, softcap, alibi, sinks, seed
+):
+    rng = np.random.default_rng(seed)
+    q = (rng.standard_normal((B, H, L, E)) * 2).astype(dtype)
+    k, v = ((rng.standard_normal((B, HK, S, E)) * 2).astype(dtype) for _ in range(2))
+    kwargs = dict(is_causal=is_causal, window=window, causal_alignment=alignment, softcap=softcap)
+    kwargs["alibi_slopes"] = rng.uniform(0.05, 1.0, (B, H)).astype(dtype) if alibi else None
+    kwargs["sinks"] = rng.uniform(-2.0, 3.0, H).astype(dtype) if sinks else None
+    grad, grad_lse = rng.standard_normal((B, H, L, E)).astype(dtype), rng.standard_normal((B, H, L)).astype(dtype)
+    growth = 1 + largest_score(q, k, kwargs)
+    fused, tiled = (results(q, k, v, grad, grad_lse, engine, kwargs) for engine in ("fused", "tiled"))
+    terms = float(np.abs(grad).max() * np.abs(v).max() * max(np.abs(q).max(), np.abs(k).max(), 1) * S)
+    scales = [np.abs(v).max(), None, terms, terms, terms, terms]
+    rtols = [RTOL[np.dtype(dtype)] * growth] * 2 + [GRAD_RTOL[np.dtype(dtype)] * growth] * 4
+    for got, want, scale, rtol in zip(fused, tiled, scales, rtols, strict=False):
+        assert_equal_to_scale(got, want, rtol, scale)

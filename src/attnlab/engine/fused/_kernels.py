@@ -2,7 +2,8 @@
 
 Module-level functions, so that numba's disk cache finds them again in a new process.
 The float32 and float64 versions differ only in constants and integer widths, chosen at
-compile time by the ``@overload``s below. Every loop is plain enough for LLVM to
+compile time by the ``@overload``s below, but for the softcap's tanh (a rational function
+in float32, a polynomial or the exponential in float64: ``_softcapped``). Every loop is plain enough for LLVM to
 vectorise for the machine's instruction set (or the one NUMBA_CPU_NAME and
 NUMBA_CPU_FEATURES name).
 """
@@ -199,9 +200,11 @@ _TANH_NUMERATOR_32, _TANH_DENOMINATOR_32 = (tuple(map(np.float32, c)) for c in (
 # Chebyshev fit (mpmath, 50 digits) whose error is 2e-18 relative to tanh; above it
 # 1 − 2u/(1 + u) with u = e^(−2|x|), whose errors |x| >= 0.625 (u <= 0.29) keeps small.
 TANH_POLYNOMIAL_BELOW = 0.625
-_TANH_DOUBLE = (-0.3333333333333333, 0.13333333333333042, -0.05396825396789699, 0.021869488519008305,
-                -0.008863235103240878, 0.0035921217511549622, -0.0014557754120478055, 0.0005896606577757043,
-                -0.0002375906496055562, 9.257116129556769e-05, -3.12011014257974e-05, 6.485163482793113e-06)  # fmt: skip
+_TANH_DOUBLE = (
+    -0.3333333333333333, 0.13333333333333042, -0.05396825396789699, 0.021869488519008305, -0.008863235103240878,
+    0.0035921217511549622, -0.0014557754120478055, 0.0005896606577757043, -0.0002375906496055562,
+    9.257116129556769e-05, -3.12011014257974e-05, 6.485163482793113e-06,
+)  # fmt: skip
 
 
 @overload(_tanh_polynomial, jit_options={"fastmath": {"contract"}})

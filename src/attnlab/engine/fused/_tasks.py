@@ -1,6 +1,8 @@
 """The fused engine's compiled tasks, scheduled: which slices and rows each call of
 ``_kernels.attend``, ``backward_keys`` and ``backward_queries`` covers, for attention
-with no mask and no dropout (``_tiled.Kernels.forward_tasks``, ``backward_tasks``).
+with no attention mask, no mask function and no dropout (``Problem.plain``), with any
+window, causal rule, softcap, ALiBi and sinks (``_tiled.Kernels.forward_tasks``,
+``backward_tasks``).
 
 The tasks follow the tiled engine's loops (``_tiled``): its block sizes, so the same sums
 in the same order, and its choice between the one-pass and the two-pass backward.
@@ -25,7 +27,8 @@ from .._tiled import BackwardPass, ForwardPass, Task, blocks, kv_batch_shape
 
 __all__ = ["CAUSAL_BLOCK_Q", "TASK_SCORES", "backward_tasks", "forward_tasks"]
 
-# The compiled forward's query blocks when causal: a block on the diagonal computes a
+# The compiled forward's query blocks when the band has an upper limit (causal, or a
+# window's right side): a block on the diagonal computes a
 # triangle of scores that the mask then removes, and smaller blocks waste less (256 measured
 # 1-7 % faster than 512 on causal shapes from 14 heads of 512 to 8 of 4096).
 CAUSAL_BLOCK_Q = 256
@@ -95,7 +98,10 @@ def _variant(pb: Problem) -> tuple[Any, ...]:
         int(pb.offset),
         (pb.softcap is not None, cap, real(1.0) / cap),
         *(
-            (values is not None, np.zeros(1, pb.compute_dtype) if values is None else np.array(values, pb.compute_dtype))
+            (
+                values is not None,
+                np.zeros(1, pb.compute_dtype) if values is None else np.array(values, pb.compute_dtype),
+            )
             for values in (slopes, sinks)
         ),
     )
