@@ -407,6 +407,15 @@ def _slice_modifiers(variant, n):  # type: ignore[no-untyped-def]
 
 
 @compile_
+def _unmodified(modifiers, rows, keys):  # type: ignore[no-untyped-def]
+    """Whether the block of queries ``rows`` and keys ``keys`` (first, stop) keeps its raw
+    scores: no softcap, no ALiBi, and every j − i inside the band (``Band.inside``)."""
+    (lowest, highest), softcap, alibi = modifiers[0], modifiers[2], modifiers[3]
+    inside = keys[0] - (rows[1] - 1) >= lowest and keys[1] - 1 - rows[0] <= highest
+    return inside and not softcap[0] and not alibi[0]
+
+
+@compile_
 def _band_columns(band, query, first_key, keys):  # type: ignore[no-untyped-def]
     """(start, stop): the columns of a row of ``keys`` keys from ``first_key`` that query
     ``query`` may attend, lowest <= j − i <= highest."""
@@ -550,10 +559,13 @@ def attend(arrays, groups, slices, rows, variant, skip, scale, unscale, blocks, 
                 start, end = max(grid, keys_from), min(grid + block_k, keys_to)
                 block = _matrix(scores_work, count, end - start)  # Z, then P, (l, keys)
                 np.dot(q, k[start:end].T, block)
-                for i in range(count):
-                    row = block[i]
-                    top = _modified_row_max(row, first + i, start, modifiers)
-                    _online_softmax_row(row, i, top, row_max, row_sum, rescale)
+                if _unmodified(modifiers, (first, stop), (start, end)):
+                    online_softmax(block, row_max[:count], row_sum[:count], rescale[:count])
+                else:
+                    for i in range(count):
+                        row = block[i]
+                        top = _modified_row_max(row, first + i, start, modifiers)
+                        _online_softmax_row(row, i, top, row_max, row_sum, rescale)
                 np.dot(block, v[start:end], part)
                 for i in range(count):
                     alpha = rescale[i]
@@ -590,6 +602,9 @@ def _backward_block(arrays, n, head, rows, keys, variant, scale, work):  # type:
     np.dot(q, key[head, start:end].T, scores)
     np.dot(d_out, value[head, start:end].T, grad)
     modifiers = _slice_modifiers(variant, n)
+    if _unmodified(modifiers, rows, keys):
+        softmax_backward(scores, lse[n, first:stop], grad, delta[n, first:stop])
+        return q, d_out, scores, grad
     for i in range(count):
         row, grad_row = scores[i], grad[i]
         _modify_row_with_derivative_(row, first + i, start, modifiers, derivative)
