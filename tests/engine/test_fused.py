@@ -5,7 +5,13 @@ and lse to 4e-7 in float32 and 1e-15 in float64; gradients to 2e-6 and 1e-14.
 Why 4e-7 and not 2e-7: each exponential of the fused engine is within 0.86 ulp (checked
 below), but NumPy's own float32 exp, the oracle's, was measured within 2.3 ulp only
 (NumPy 2.4.6 with AVX-512, on e^x for x in [−80, 0]), so two exact-enough engines can
-differ by about 3 ulp, 4e-7."""
+differ by about 3 ulp, 4e-7.
+
+The variants' compiled tasks (window, causal with either alignment, softcap, ALiBi,
+sinks) against the tiled and the naive engines: there the scores Z themselves differ by a
+few ulp of their size (the softcap's tanh is the kernels' own, ALiBi's product may be
+fused), which e^Z turns into a relative difference of that size, so the tolerances above
+grow by 1 + max |Z|."""
 
 from __future__ import annotations
 
@@ -18,6 +24,9 @@ import attnlab as al
 from attnlab.engine import _tiled
 from attnlab.engine.fused import _engine as _fused
 from attnlab.engine.fused import _tasks
+
+if _fused.available():
+    from attnlab.engine.fused import _kernels as _fused_kernels
 
 pytestmark = pytest.mark.skipif(not _fused.available(), reason="numba is not installed (attnlab[fast])")
 RTOL = {np.dtype(np.float32): 4e-7, np.dtype(np.float64): 1e-15}
@@ -186,3 +195,233 @@ def test_the_compiled_backward_gives_the_same_bits_for_one_two_or_three_threads(
         assert np.array_equal(one, other)
     for one, other in zip(runs[0], runs[2], strict=True):
         assert np.array_equal(one, other)
+
+
+# The variants of the compiled tasks: keyword arguments of attention(), with "H" and "BH"
+# standing for ALiBi slopes of shape (H,) and (B, H), and True for sinks (H,).
+VARIANTS = {
+    "causal": dict(is_causal=True),
+    "causal bottom-right": dict(is_causal=True, causal_alignment="bottom_right"),
+    "window both sides": dict(window=(9, 4)),
+    "window left, bottom-right": dict(window=(13, None), causal_alignment="bottom_right"),
+    "window right": dict(window=(None, 6)),
+    "sliding window": dict(is_causal=True, window=(20, 0)),
+    "diagonal only, with sinks": dict(window=(0, 0), sinks=True),  # rows with no key where L > S
+    "softcap": dict(softcap=2.5),
+    "alibi (H,)": dict(alibi_slopes="H"),
+    "alibi (B, H), bottom-right": dict(alibi_slopes="BH", is_causal=True, causal_alignment="bottom_right"),
+    "sinks": dict(sinks=True),
+    "softcap and sinks, windowed": dict(softcap=4.0, sinks=True, window=(11, 3)),
+    "everything": dict(
+        is_causal=True, causal_alignment="bottom_right", window=(17, 0), softcap=3.0, alibi_slopes="BH", sinks=True
+    ),
+}
+B, H, HK, E = 2, 4, 2, 8  # GQA: two query heads per key head
+
+
+def variant_arguments(rng: np.random.Generator, name: str, dtype) -> dict:
+    """The keyword arguments of VARIANTS[name], with their arrays drawn."""
+    kwargs = dict(VARIANTS[name])
+    if kwargs.get("alibi_slopes") is not None:
+        kwargs["alibi_slopes"] = rng.uniform(0.05, 1.0, (H,) if kwargs["alibi_slopes"] == "H" else (B, H)).astype(dtype)
+    if kwargs.get("sinks"):
+        kwargs["sinks"] = rng.uniform(-2.0, 3.0, H).astype(dtype)
+    return kwargs
+
+
+def largest_score(q: np.ndarray, k: np.ndarray, kwargs: dict) -> float:
+    """A bound on max |Z|: max |scale·q·kᵀ| (at most the softcap's c), plus ALiBi's largest bias."""
+    keys = np.repeat(k, q.shape[-3] // k.shape[-3], axis=-3) if q.ndim > 2 else k  # GQA: a key head per query head
+    raw = float(np.abs(q @ np.swapaxes(keys, -1, -2)).max() / q.shape[-1] ** 0.5)  # scale 1/√E
+    largest = min(raw, kwargs["softcap"]) if kwargs.get("softcap") else raw
+    if kwargs.get("alibi_slopes") is not None:
+        largest += float(np.max(kwargs["alibi_slopes"])) * (q.shape[-2] + k.shape[-2])
+    return largest
+
+
+def results(q, k, v, grad, grad_lse, engine: str, kwargs: dict) -> list[np.ndarray]:
+    """O, lse, dQ, dK, dV and the sinks' gradient (or nothing) of one engine."""
+    result = al.attention(q, k, v, engine=engine, enable_gqa=True, **kwargs)
+    grads = result.backward(grad, grad_lse=grad_lse)
+    return [result.output, result.lse, *grads, *([] if grads.sinks is None else [grads.sinks])]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("name", list(VARIANTS))
+def test_the_compiled_variants_equal_the_tiled_and_naive_engines(monkeypatch, name, dtype):
+    """Forward, lse and every gradient (with grad_lse; the sinks' too), for L < S, L > S and
+    lengths one past the small blocks' edges, with both backward schedules (whole slices,
+    and split over blocks of keys and of queries)."""
+    rng = np.random.default_rng(sum(map(ord, name)))
+    for (L, S), one_pass in [((40, 23), True), ((17, 49), False), ((25, 25), False)]:
+        monkeypatch.setattr(_tiled, "ONE_PASS_BACKWARD_FROM", 1 if one_pass else 10**9)
+        q = (rng.standard_normal((B, H, L, E)) * 2).astype(dtype)
+        k, v = ((rng.standard_normal((B, HK, S, E)) * 2).astype(dtype) for _ in range(2))
+        grad = rng.standard_normal((B, H, L, E)).astype(dtype)
+        grad_lse = rng.standard_normal((B, H, L)).astype(dtype)
+        kwargs = variant_arguments(rng, name, dtype)
+        growth = 1 + largest_score(q, k, kwargs)
+        fused = results(q, k, v, grad, grad_lse, "fused", kwargs)
+        terms = float(np.abs(grad).max() * np.abs(v).max() * max(np.abs(q).max(), np.abs(k).max(), 1) * S)
+        scales = [np.abs(v).max(), None, terms, terms, terms, terms]  # O: a mean of V's rows; lse: its own
+        rtols = [RTOL[np.dtype(dtype)] * growth] * 2 + [GRAD_RTOL[np.dtype(dtype)] * growth] * 4
+        for engine in ("tiled", "naive"):
+            expected = results(q, k, v, grad, grad_lse, engine, kwargs)
+            assert len(fused) == len(expected) == (6 if kwargs.get("sinks") is not None else 5)
+            for got, want, scale, rtol in zip(fused, expected, scales, rtols, strict=False):
+                assert got.dtype == dtype and got.shape == want.shape
+                assert_equal_to_scale(got, want, rtol, scale)
+
+
+def test_a_row_with_no_key_gives_0_and_the_sinks_logit_as_its_lse():
+    """Window (0, 0) with L > S: query i >= S sees no key. A hand computation: O = 0,
+    lse = s_h with sinks and −∞ without; its gradients are 0."""
+    rng = np.random.default_rng(6)
+    q, k, v = (rng.standard_normal((1, 2, n, 4)) for n in (30, 20, 20))
+    sinks = np.array([0.5, -1.5])
+    for with_sinks in (False, True):
+        result = al.attention(q, k, v, window=(0, 0), sinks=sinks if with_sinks else None, engine="fused")
+        np.testing.assert_array_equal(result.output[..., 20:, :], 0.0)
+        expected = np.broadcast_to(sinks[:, None], (1, 2, 10)) if with_sinks else np.full((1, 2, 10), -np.inf)
+        np.testing.assert_array_equal(result.lse[..., 20:], expected)
+        grad_query = result.backward(rng.standard_normal(result.output.shape)).query
+        np.testing.assert_array_equal(grad_query[..., 20:, :], 0.0)
+        # the rows that see their key: O = V_i, P = 1 (or e^{Z_ii}/(e^{Z_ii} + e^{s}) with sinks)
+        if not with_sinks:
+            np.testing.assert_allclose(result.output[..., :20, :], v, rtol=1e-15)
+
+
+def test_the_compiled_tasks_run_for_every_variant_and_the_block_loop_for_mask_mod(monkeypatch):
+    """With the tiled engine's Python block loop made to raise, every variant still runs
+    (the compiled tasks: no Python between blocks); a mask function takes the loop."""
+
+    def loop(*arguments):
+        raise AssertionError("the Python block loop ran")
+
+    monkeypatch.setattr(_tiled, "_forward_block", loop)
+    monkeypatch.setattr(_tiled, "_backward_tasks", loop)
+    rng = np.random.default_rng(7)
+    q = rng.standard_normal((B, H, 30, E), dtype=np.float32)
+    k, v = (rng.standard_normal((B, HK, 40, E), dtype=np.float32) for _ in range(2))
+    for name in VARIANTS:
+        result = al.attention(q, k, v, engine="fused", enable_gqa=True, **variant_arguments(rng, name, np.float32))
+        result.backward(np.ones_like(q))
+    with pytest.raises(AssertionError, match="block loop"):
+        al.attention(q, k, v, engine="fused", enable_gqa=True, mask_mod=lambda b, h, i, j: j <= i)
+
+
+def test_the_real_block_sizes_skip_around_the_band(monkeypatch):
+    """The engine's own blocks (512 keys, 512 queries, 256 when causal), lengths just past
+    their edges and a band that starts and ends inside blocks: against the naive engine."""
+    monkeypatch.setattr(_tiled, "BLOCK_Q", 512)
+    monkeypatch.setattr(_tasks, "CAUSAL_BLOCK_Q", 256)
+    monkeypatch.setattr(_tiled, "BLOCK_K", 512)
+    rng = np.random.default_rng(8)
+    q = rng.standard_normal((1, 2, 513, 8), dtype=np.float32)
+    k, v = (rng.standard_normal((1, 2, 1030, 8), dtype=np.float32) for _ in range(2))
+    grad = rng.standard_normal(q.shape, dtype=np.float32)
+    kwargs = dict(is_causal=True, causal_alignment="bottom_right", window=(300, 0), softcap=5.0, sinks=np.ones(2))
+    fused, naive = (results(q, k, v, grad, None, engine, kwargs) for engine in ("fused", "naive"))
+    terms = float(np.abs(grad).max() * np.abs(v).max() * max(np.abs(q).max(), np.abs(k).max()) * 301)
+    for got, want, scale in zip(fused, naive, [np.abs(v).max(), None, terms, terms, terms, terms], strict=True):
+        assert_equal_to_scale(got, want, 6 * GRAD_RTOL[np.dtype(np.float32)], scale)
+
+
+@pytest.mark.parametrize("heads", [3, 10])
+def test_the_variants_give_the_same_bits_for_any_thread_count_or_split(monkeypatch, heads):
+    """The compiled forward split into blocks of rows or many whole slices, and the
+    backward's schedules, with every variant at once: the same bits."""
+    rng = np.random.default_rng(9)
+    q, k, v, grad = (rng.standard_normal((heads, 45, 8), dtype=np.float32) for _ in range(4))
+    kwargs = dict(window=(20, 3), causal_alignment="bottom_right", softcap=2.0, sinks=rng.standard_normal(heads))
+    kwargs["alibi_slopes"] = rng.random(heads)
+    runs = []
+    for threads, task_scores in [(1, _tasks.TASK_SCORES), (2, 1), (3, 2**30)]:
+        monkeypatch.setattr(_tasks, "TASK_SCORES", task_scores)
+        result = al.attention(q, k, v, engine="fused", num_threads=threads, **kwargs)
+        runs.append((result.output, result.lse, *result.backward(grad)))
+    for other in runs[1:]:
+        for one, two in zip(runs[0], other, strict=True):
+            assert np.array_equal(one, two)
+
+
+@pytest.mark.parametrize("cap", [1.0, 50.0, 0.3])
+def test_the_softcap_is_within_a_few_ulp_and_keeps_the_special_values(cap):
+    """c·tanh(x/c) against a 64-bit-mantissa tanh. Measured with FMA: float32 (the
+    rational function) within 5.2 ulp for c = 1 and 4.1 for c = 50 (mean 0.25), float64
+    within 1.6 and 3.3 (x/c rounds once; NumPy's c·tanh(x/c): 2.5 and 2.2)."""
+    for dtype, bound in ((np.float32, 6), (np.float64, 2 if cap == 1 else 4)):
+        x = (np.concatenate([np.linspace(-25, 25, 500_001), np.geomspace(1e-30, 25, 200_001)]) * cap).astype(dtype)
+        values, derivative = x.copy(), np.empty_like(x)
+        _fused_kernels.softcap_(values, dtype(cap), derivative)
+        tanh = np.tanh(x.astype(np.longdouble) / np.longdouble(dtype(cap)))  # the oracle
+        expected = np.longdouble(dtype(cap)) * tanh
+        ulp = np.spacing(np.abs(expected).astype(dtype)).astype(np.longdouble)
+        assert np.max(np.abs(values - expected) / ulp) <= bound
+        # 1 − t² is as exact as t near 0, and loses t's few ulp to cancellation near ±1
+        np.testing.assert_allclose(derivative, 1 - tanh * tanh, rtol=0, atol=8 * bound * np.finfo(dtype).eps)
+        negated = -x
+        _fused_kernels.softcap_(negated, dtype(cap), derivative)
+        np.testing.assert_array_equal(negated, -values)  # odd, exactly
+        tiny = np.finfo(dtype).smallest_subnormal if cap == 1 else 0.0  # x/c may round to 0 (as NumPy's)
+        special = np.array([-np.inf, np.inf, np.nan, -0.0, 0.0, 1e30, -1e-30, tiny], dtype)
+        values = special.copy()
+        _fused_kernels.softcap_(values, dtype(cap), np.empty_like(values))
+        expected = np.array([-cap, cap, np.nan, -0.0, 0.0, cap, -1e-30, tiny], dtype)
+        np.testing.assert_allclose(values, expected, rtol=2 * np.finfo(dtype).eps, atol=0)  # NaN where NaN
+        assert np.signbit(values[3]) and not np.signbit(values[4])
+
+
+@pytest.mark.parametrize("bad", [np.nan, -np.nan, np.inf, -np.inf])
+def test_a_non_finite_query_with_a_softcap_gives_the_tiled_engines_nans(bad):
+    """A NaN of either sign (the softcap's maximum may lose a negative NaN, whose row is
+    NaN all the same) or an infinity (capped to ±c) in one query, with other variants."""
+    rng = np.random.default_rng(10)
+    for dtype in (np.float32, np.float64):
+        q, k, v = (rng.standard_normal((2, n, 8)).astype(dtype) for n in (30, 40, 40))
+        q[1, 7, 3] = bad
+        kwargs = dict(softcap=2.0, window=(25, 2), sinks=np.array([0.5, -0.5]))
+        runs = {}
+        for engine in ("tiled", "fused"):
+            result = al.attention(q, k, v, engine=engine, **kwargs)
+            runs[engine] = (result.output, result.lse, *result.backward(np.ones_like(q)))
+        assert np.isnan(runs["fused"][0][1, 7]).all() == np.isnan(bad)  # the NaN row
+        for fused, tiled in zip(runs["fused"], runs["tiled"], strict=True):
+            np.testing.assert_array_equal(np.isnan(fused), np.isnan(tiled))
+            finite = np.abs(tiled[np.isfinite(tiled)]).max()
+            assert_equal_to_scale(fused, tiled, 100 * GRAD_RTOL[np.dtype(dtype)], finite)
+
+
+sides = st.one_of(st.none(), st.integers(0, 40))
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.sampled_from([np.float32, np.float64]),
+    st.integers(1, 50),  # L
+    st.integers(1, 50),  # S
+    st.booleans(),  # causal
+    st.one_of(st.none(), st.tuples(sides, sides)),  # window
+    st.sampled_from(["top_left", "bottom_right"]),
+    st.one_of(st.none(), st.floats(0.5, 20.0)),  # softcap
+    st.booleans(),  # ALiBi (B, H)
+    st.booleans(),  # sinks
+    st.integers(0, 2**32 - 1),
+)
+def test_the_compiled_variants_equal_the_tiled_engine_for_any_shape(
+    dtype, L, S, is_causal, window, alignment, softcap, alibi, sinks, seed
+):
+    rng = np.random.default_rng(seed)
+    q = (rng.standard_normal((B, H, L, E)) * 2).astype(dtype)
+    k, v = ((rng.standard_normal((B, HK, S, E)) * 2).astype(dtype) for _ in range(2))
+    kwargs = dict(is_causal=is_causal, window=window, causal_alignment=alignment, softcap=softcap)
+    kwargs["alibi_slopes"] = rng.uniform(0.05, 1.0, (B, H)).astype(dtype) if alibi else None
+    kwargs["sinks"] = rng.uniform(-2.0, 3.0, H).astype(dtype) if sinks else None
+    grad, grad_lse = rng.standard_normal((B, H, L, E)).astype(dtype), rng.standard_normal((B, H, L)).astype(dtype)
+    growth = 1 + largest_score(q, k, kwargs)
+    fused, tiled = (results(q, k, v, grad, grad_lse, engine, kwargs) for engine in ("fused", "tiled"))
+    terms = float(np.abs(grad).max() * np.abs(v).max() * max(np.abs(q).max(), np.abs(k).max(), 1) * S)
+    scales = [np.abs(v).max(), None, terms, terms, terms, terms]
+    rtols = [RTOL[np.dtype(dtype)] * growth] * 2 + [GRAD_RTOL[np.dtype(dtype)] * growth] * 4
+    for got, want, scale, rtol in zip(fused, tiled, scales, rtols, strict=False):
+        assert_equal_to_scale(got, want, rtol, scale)

@@ -1,6 +1,8 @@
 """The fused engine's compiled tasks, scheduled: which slices and rows each call of
 ``_kernels.attend``, ``backward_keys`` and ``backward_queries`` covers, for attention
-with no mask and no dropout (``_tiled.Kernels.forward_tasks``, ``backward_tasks``).
+with no attention mask, no mask function and no dropout (``Problem.plain``), with any
+window, causal rule, softcap, ALiBi and sinks (``_tiled.Kernels.forward_tasks``,
+``backward_tasks``).
 
 The tasks follow the tiled engine's loops (``_tiled``): its block sizes, so the same sums
 in the same order, and its choice between the one-pass and the two-pass backward.
@@ -18,14 +20,15 @@ from typing import Any
 import numpy as np
 
 from ..._validation import Array
-from .. import _tiled, _variants
+from .. import _tiled
 from .._problem import Problem
 from .._threads import thread_count
 from .._tiled import BackwardPass, ForwardPass, Task, blocks, kv_batch_shape
 
 __all__ = ["CAUSAL_BLOCK_Q", "TASK_SCORES", "backward_tasks", "forward_tasks"]
 
-# The compiled forward's query blocks when causal: a block on the diagonal computes a
+# The compiled forward's query blocks when the band has an upper limit (causal, or a
+# window's right side): a block on the diagonal computes a
 # triangle of scores that the mask then removes, and smaller blocks waste less (256 measured
 # 1-7 % faster than 512 on causal shapes from 14 heads of 512 to 8 of 4096).
 CAUSAL_BLOCK_Q = 256
@@ -83,22 +86,39 @@ def _forward_split(
     return [(group, (0, L)) for group in _slice_groups(slices, L * S, threads)]
 
 
-def _compiles(pb: Problem) -> bool:
-    """Whether the compiled tasks take these variants: top-left causal or none at all."""
-    top_left = pb.band == _variants.band(pb.is_causal, None, 0, pb.lengths)
-    return top_left and pb.softcap is None and pb.alibi is None and pb.sinks is None
+def _variant(pb: Problem) -> tuple[Any, ...]:
+    """The variants as the compiled kernels take them (``_kernels``), in the compute dtype:
+    ((lowest, highest), offset, (softcapped, c, 1/c), (with ALiBi, slopes (n,)), (with
+    sinks, sinks (n,))), zeros for a variant that is off (one type for every call)."""
+    real = pb.compute_dtype.type
+    cap = real(1.0 if pb.softcap is None else pb.softcap)
+    slopes, sinks = pb.per_slice(pb.alibi), pb.per_slice(pb.sinks)
+    return (
+        (int(pb.band.lowest), int(pb.band.highest)),
+        int(pb.offset),
+        (pb.softcap is not None, cap, real(1.0) / cap),
+        *(
+            (
+                values is not None,
+                np.zeros(1, pb.compute_dtype) if values is None else np.array(values, pb.compute_dtype),
+            )
+            for values in (slopes, sinks)
+        ),
+    )
 
 
 def forward_tasks(fp: ForwardPass, threads: int | None) -> list[Task] | None:
-    """The forward of ``fp`` as compiled tasks: each writes the output and lse of its
-    slices' rows (as ``_tiled``'s per-block loop, causal blocks of CAUSAL_BLOCK_Q queries)."""
+    """The forward of ``fp`` as compiled tasks, for a plain problem (``Problem.plain``;
+    None for any other): each writes the output and lse of its slices' rows (as
+    ``_tiled``'s per-block loop, in blocks of CAUSAL_BLOCK_Q queries where the band has an
+    upper limit: causal, or a window's right side)."""
     pb = fp.pb
-    if not _compiles(pb):
+    if not pb.plain:
         return None
     L, S = pb.lengths
     scale, unscale = (np.asarray(x, dtype=pb.compute_dtype)[()] for x in (pb.scale, 2.0**fp.exponent))
-    block_q = CAUSAL_BLOCK_Q if pb.is_causal else _tiled.BLOCK_Q
-    options = ((pb.is_causal, fp.skip and pb.is_causal), scale, unscale, (block_q, _tiled.BLOCK_K), fp.output, fp.lse)
+    block_q = CAUSAL_BLOCK_Q if pb.band.highest < S - 1 else _tiled.BLOCK_Q
+    options = (_variant(pb), fp.skip, scale, unscale, (block_q, _tiled.BLOCK_K), fp.output, fp.lse)
     arrays = _stacked(pb, fp.value)
     return [
         functools.partial(_attend, arrays, pb.groups, slices, rows, *options)
@@ -107,16 +127,17 @@ def forward_tasks(fp: ForwardPass, threads: int | None) -> list[Task] | None:
 
 
 def backward_tasks(bp: BackwardPass, threads: int | None) -> list[Task] | None:
-    """The backward of ``bp`` as compiled tasks: with ONE_PASS_BACKWARD_FROM slices or
-    more, each task makes dQ, dK and dV of whole slices in one pass; with fewer, tasks over
-    blocks of keys make dK and dV, then tasks over blocks of queries dQ (as ``_tiled``)."""
+    """The backward of ``bp`` as compiled tasks, for a plain problem (None for any other):
+    with ONE_PASS_BACKWARD_FROM slices or more, each task makes dQ, dK and dV of whole
+    slices in one pass; with fewer, tasks over blocks of keys make dK and dV, then tasks
+    over blocks of queries dQ (as ``_tiled``)."""
     pb = bp.pb
-    if not _compiles(pb):
+    if not pb.plain:
         return None
     L, S = pb.lengths
     n = pb.slices
     arrays = (*_stacked(pb, pb.value), np.ascontiguousarray(bp.grad_output), bp.lse, bp.delta)
-    options = ((pb.is_causal, bp.skip and pb.is_causal), bp.scale[()], (_tiled.BLOCK_Q, _tiled.BLOCK_K))
+    options = (_variant(pb), bp.skip, bp.scale[()], (_tiled.BLOCK_Q, _tiled.BLOCK_K))
     keys = functools.partial(_backward_keys, arrays, pb.groups)
     queries = functools.partial(_backward_queries, arrays, pb.groups)
     grads = (bp.grad_query, bp.grad_key, bp.grad_value)
