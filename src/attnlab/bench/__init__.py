@@ -10,6 +10,7 @@ The command line's entry points: :func:`main` (``attnlab bench``), :func:`engine
 :func:`format_variants` (``--variants``)."""
 
 from ._engines import engine_report
+from ._machine import gemm_gflops, machine
 from ._models import format_models, run_models
 from ._report import main
 from ._ring_launch import format_ring, launch_ring
@@ -20,7 +21,9 @@ __all__ = [
     "format_models",
     "format_ring",
     "format_variants",
+    "gemm_gflops",
     "launch_ring",
+    "machine",
     "main",
     "run_models",
     "variant_rows",

@@ -128,6 +128,12 @@ def format_variants(rows: dict[str, Any]) -> str:
     body = [[window["case"], cell(ms["window"]), *(cell(ms[n]) for n in others)]]
     body[0] += [cell(ratio(ms[n], ms["window"]), 2, "×") for n in others]
     lines = [markdown_table(header, body), "", f"torch flex_attention: {window['flex']}"]
+    if "gemm_gflops" in rows:  # the window's products, 4·H·E per allowed score, against the machine's ceiling
+        visible = sum(min(i, WINDOW[0]) + 1 for i in range(WINDOW_CASE.L))
+        gflops = 4 * WINDOW_CASE.slices * WINDOW_CASE.E * visible / (ms["window"] * 1e6)
+        lines.append(
+            f"window: {gflops:.0f} GFLOP/s of allowed scores, {gflops / rows['gemm_gflops']:.0%} of the ceiling"
+        )
     if rows["caps"] is not None:
         header = ["case", "plain ms", "softcap ms", "sinks ms", "softcap ÷ plain", "sinks ÷ plain"]
         body = [

@@ -77,9 +77,12 @@ def run(args: argparse.Namespace) -> None:
         print(format_models(results))
         return
     if args.variants:
-        from ..bench import format_variants, variant_rows
+        from ..bench import format_variants, gemm_gflops, machine, variant_rows
 
-        variants = variant_rows(repeat=args.repeat or 3)
+        described, ceiling = machine(), gemm_gflops()
+        variants = variant_rows(repeat=args.repeat or 3) | {"machine": described, "gemm_gflops": ceiling}
+        print("machine: " + ", ".join(f"{k} {v}" for k, v in described.items()))
+        print(f"float32 GEMM ceiling (2048², all cores): {ceiling:.0f} GFLOP/s\n")
         if args.json:
             with open(args.json, "w", encoding="utf-8") as file:
                 json.dump(variants, file, indent=1)
