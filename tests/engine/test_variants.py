@@ -425,6 +425,7 @@ MASK_SHAPES = {
     "L,1": (13, 1),
     "B,1,1,S": (2, 1, 1, 21),
     "S": (21,),
+    "0-d": (),
 }
 
 
@@ -807,3 +808,13 @@ def test_the_cases_are_what_their_names_say():
     assert make_inputs(Case(alibi="BH"), np.float64, 0)["alibi_slopes"].shape == (2, 3)
     for name, case in VARIANTS.items():
         assert ("L>S" in name) == (case.L > case.S)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_sinks_over_zero_heads_give_empty_gradients(engine):
+    """Nothing to attend and no head: every gradient is empty, the sinks' of shape (0,)."""
+    query, key, value = np.zeros((2, 0, 4, 3)), np.zeros((2, 0, 5, 3)), np.zeros((2, 0, 5, 2))
+    result = al.attention(query, key, value, sinks=np.zeros(0), engine=engine)
+    grads = result.backward(np.zeros((2, 0, 4, 2)))
+    assert [g.shape for g in grads] == [(2, 0, 4, 3), (2, 0, 5, 3), (2, 0, 5, 2)]
+    assert grads.sinks.shape == (0,)

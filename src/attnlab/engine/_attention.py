@@ -107,8 +107,8 @@ NAIVE_MAX_BYTES = 2**31  # the naive engine's score matrix
 
 @dataclass(frozen=True, eq=False)
 class Gradients:
-    """The gradients of one attention backward, each in the shape and dtype of its input.
-    It unpacks as ``dq, dk, dv = grads`` (and indexes as that triple).
+    """The gradients of one attention backward, each in the shape of its input and in the
+    inputs' dtype (that of query, key and value). It unpacks as ``dq, dk, dv = grads`` (and indexes as that triple).
 
     Attributes:
         query: dQ.
@@ -168,9 +168,9 @@ class Attention:
         return self.exact_output.astype(self.problem.result_dtype, copy=True)
 
     def backward(self, grad_output: ArrayLike, grad_lse: ArrayLike | None = None) -> Gradients:
-        """The gradients of Σ grad_output∘O + Σ grad_lse∘lse, each in the shape and dtype
-        of its input (broadcast dimensions summed, GQA groups summed onto their shared
-        head): dQ, dK, dV, and those of a float ``attn_mask`` and of ``sinks``.
+        """The gradients of Σ grad_output∘O + Σ grad_lse∘lse, each in the shape of its
+        input (broadcast dimensions summed, GQA groups summed onto their shared head) and
+        in the inputs' dtype: dQ, dK, dV, and those of a float ``attn_mask`` and of ``sinks``.
 
         Args:
             grad_output: dO, of the output's shape (B…, L, Ev) and dtype.
@@ -365,9 +365,8 @@ def backward(
     if pb.sinks is not None:
         with np.errstate(over="ignore", invalid="ignore"):
             sink_weight = np.exp(pb.sinks[..., None] - lse)  # (B…, L)
-        grad_sinks = sum_to_shape(
-            -(sink_weight * delta).sum(axis=-1).reshape(pb.slices // pb.heads, pb.heads), (pb.heads,)
-        )
+        per_slice = -(sink_weight * delta).sum(axis=-1)  # (B…)
+        grad_sinks = np.atleast_1d(sum_to_shape(per_slice, (pb.heads,)))  # (H,), (1,) for 2-D inputs
     result = pb.result_dtype
     grad_query, grad_key, grad_value = (
         sum_to_shape(grad, x.shape).astype(result, copy=False)

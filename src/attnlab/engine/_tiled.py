@@ -335,7 +335,7 @@ def _queries_task(bp: BackwardPass, group: list[_Slice], rows: slice, kernels: K
     slices that share mask slice ``mask_slice``)."""
     float_mask = bp.pb.mask is not None and bp.pb.mask.dtype != bool
     if float_mask:
-        mask_rows, mask_cols = bp.pb.mask.shape[-2:] if bp.pb.mask.ndim >= 2 else (1, bp.pb.mask.shape[-1])  # type: ignore[union-attr]
+        mask_rows, mask_cols = (1, 1, *bp.pb.mask.shape)[-2:]  # type: ignore[union-attr]  # a 0-d or 1-d mask: 1s
         part = np.zeros((rows.stop - rows.start if mask_rows > 1 else 1, mask_cols), dtype=bp.grad_query.dtype)
     for s in group:
         grad_query = np.zeros((rows.stop - rows.start, bp.grad_query.shape[-1]), dtype=bp.grad_query.dtype)
@@ -400,7 +400,7 @@ def _grad_mask(bp: BackwardPass) -> Array | None:
     mask = bp.pb.mask
     if mask is None or mask.dtype == bool:
         return None
-    shape = mask.shape if mask.ndim >= 2 else (1, *mask.shape)
+    shape = (*mask.shape[:-2], *(1, 1, *mask.shape)[-2:])  # (…, Lm, Sm), 1s before a 0-d or 1-d mask
     grad = np.zeros((math.prod(shape[:-2]), *shape[-2:]), dtype=bp.grad_query.dtype)  # (mask slices, Lm, Sm)
     for (m, first), part in sorted(bp.grad_mask_parts.items()):
         if shape[-2] > 1:
