@@ -366,7 +366,7 @@ def backward(
         with np.errstate(over="ignore", invalid="ignore"):
             sink_weight = np.exp(pb.sinks[..., None] - lse)  # (B…, L)
         per_slice = -(sink_weight * delta).sum(axis=-1)  # (B…)
-        grad_sinks = np.atleast_1d(sum_to_shape(per_slice, (pb.heads,)))  # (H,), (1,) for 2-D inputs
+        grad_sinks = per_slice.reshape(pb.slices // max(pb.heads, 1), pb.heads).sum(axis=0)  # (H,); (1,) for 2-D
     result = pb.result_dtype
     grad_query, grad_key, grad_value = (
         sum_to_shape(grad, x.shape).astype(result, copy=False)
