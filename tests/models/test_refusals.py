@@ -48,9 +48,22 @@ def edit_config(directory: Path, **changes: Any) -> None:
 # --- item 3: text that reached a library raw --------------------------------------------------
 
 
-def test_a_bert_vocab_without_unk_is_refused_at_load_not_a_bare_exception_at_encode(saved, tmp_path):
+def write_vocab_without_unk(directory: Path, layout: str) -> None:
+    """A WordPiece vocabulary of six tokens, no [UNK], as vocab.txt or as tokenizer.json."""
+    from tokenizers import Tokenizer
+    from tokenizers.models import WordPiece
+
+    tokens = ["[PAD]", "[CLS]", "[SEP]", "[MASK]", "a", "b"]
+    if layout == "vocab.txt":
+        (directory / "vocab.txt").write_text("\n".join(tokens) + "\n")
+    else:
+        Tokenizer(WordPiece({t: i for i, t in enumerate(tokens)}, unk_token="[UNK]")).save(str(directory / layout))
+
+
+@pytest.mark.parametrize("layout", ["vocab.txt", "tokenizer.json"])
+def test_a_bert_vocab_without_unk_is_refused_at_load_not_a_bare_exception_at_encode(saved, tmp_path, layout):
     directory = copy_of(saved["bert"], tmp_path / "no-unk")
-    (directory / "vocab.txt").write_text("\n".join(["[PAD]", "[CLS]", "[SEP]", "[MASK]", "a", "b"]) + "\n")
+    write_vocab_without_unk(directory, layout)
     with pytest.raises(models.CheckpointError, match=r"expected its unknown token '\[UNK\]' among its tokens"):
         models.load(directory)
 

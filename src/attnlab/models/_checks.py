@@ -24,8 +24,8 @@ def model_inputs(
     (True for a token) and the token types, both (B, L) or None.
 
     Raises:
-        ArgumentError, ArgumentTypeError: ids that are not integers in 0..vocab − 1 or
-            longer than the model's positions, a mask of other values than 0 and 1 or
+        ArgumentError, ArgumentTypeError: ids that are not integers in 0..vocab − 1, ragged
+            or longer than the model's positions, a mask of other values than 0 and 1 or
             another shape, token types for a model without them or out of their range.
     """
     ids = token_ids(network.config, input_ids)

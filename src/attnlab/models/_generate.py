@@ -52,7 +52,8 @@ def generate(
     Raises:
         ArgumentError, ArgumentTypeError: a model that is not causal, ids that are not one
             sequence of the vocabulary's ids, a negative ``steps``, a negative
-            ``temperature``, a bad ``rng``, more tokens than the model's positions.
+            ``temperature``, a bad ``rng``, more tokens than the model's positions, a KV
+            cache (every position's keys and values) that cannot be allocated.
     """
     config = network.config
     prompt, steps, temperature = generation_inputs(config, ids, steps, temperature)
