@@ -48,9 +48,13 @@ def load(name_or_dir: str | os.PathLike[str], *, dtype: Any = np.float32) -> Mod
     Raises:
         ArgumentError: no such directory or hub id, no config.json, an unsupported
             ``model_type``, only pickle weights, a truncated or corrupted safetensors file,
-            a missing weight or one of the wrong shape.
+            a missing weight, one of the wrong shape or not of a float dtype, a config
+            value out of its range.
+        ArgumentTypeError: ``dtype`` None.
         MissingDependencyError: the models extra is not installed.
     """
+    if dtype is None:  # np.dtype(None) is float64: a silent choice, as torch's dtype=None is not
+        raise fail("dtype", "numpy.float32 or numpy.float64", "None", TypeError)
     try:
         compute = np.dtype(dtype)
     except TypeError:

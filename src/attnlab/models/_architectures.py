@@ -10,6 +10,7 @@ one forward.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -49,6 +50,14 @@ class _Reader:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise CheckpointError(f"config.json: {key}: expected a number, got {value!r}")
         return float(value)
+
+    def epsilon(self, key: str, default: float) -> float:
+        """A norm's epsilon: a finite number >= 0 (NaN or a negative one would make the
+        norm's root NaN for some rows)."""
+        value = self.number(key, default)
+        if not math.isfinite(value) or value < 0:
+            raise CheckpointError(f"config.json: {key}: expected a finite number >= 0, got {value!r}")
+        return value
 
     def flag(self, key: str, default: bool) -> bool:
         value = self.config.get(key, default)
@@ -100,7 +109,7 @@ def _gpt2(config: dict[str, Any], weights: Weights, dtype: np.dtype) -> Network:
     )
     if D % H:
         raise CheckpointError(f"config.json: n_head: expected a divisor of n_embd {D}, got {H}")
-    eps, act = r.number("layer_norm_epsilon", 1e-5), r.activation("activation_function", "gelu_new")
+    eps, act = r.epsilon("layer_norm_epsilon", 1e-5), r.activation("activation_function", "gelu_new")
     blocks = []
     for i in range(layers):
         p = f"h.{i}."
@@ -145,7 +154,7 @@ def _bert(config: dict[str, Any], weights: Weights, dtype: np.dtype) -> Network:
         )
     if config.get("is_decoder") or config.get("add_cross_attention"):
         raise CheckpointError("config.json: is_decoder: attnlab runs BERT as an encoder; expected false, got true")
-    eps, act = r.number("layer_norm_eps", 1e-12), r.activation("hidden_act", "gelu")
+    eps, act = r.epsilon("layer_norm_eps", 1e-12), r.activation("hidden_act", "gelu")
     blocks = []
     for i in range(layers):
         p = f"encoder.layer.{i}."
@@ -198,8 +207,12 @@ def _llama(config: dict[str, Any], weights: Weights, dtype: np.dtype) -> Network
         raise CheckpointError(
             f"config.json: num_key_value_heads: expected a divisor of num_attention_heads {H}, got {Hk}"
         )
+    if D % H:  # as transformers' configurations refuse it, head_dim given or not
+        raise CheckpointError(f"config.json: num_attention_heads: expected a divisor of hidden_size {D}, got {H}")
+    if E % 2:  # RoPE rotates pairs of coordinates
+        raise CheckpointError(f"config.json: head_dim: expected an even number (RoPE rotates pairs), got {E}")
     window, layer_types = _sliding_layers(r, str(model_type), layers)
-    eps, act = r.number("rms_norm_eps", 1e-6), r.activation("hidden_act", "silu")
+    eps, act = r.epsilon("rms_norm_eps", 1e-6), r.activation("hidden_act", "silu")
     if qwen2 or mistral:  # their transformers classes have no bias flags: Qwen2's q, k and v have biases
         qkv_bias, out_bias, mlp_bias = qwen2, False, False
     else:

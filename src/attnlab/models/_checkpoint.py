@@ -74,7 +74,13 @@ def locate(name_or_dir: str | os.PathLike[str]) -> Path:
     else a hub id found in the local cache or downloaded."""
     if not isinstance(name_or_dir, (str, os.PathLike)):
         raise fail("name_or_dir", "a directory or a Hugging Face hub id (str)", type(name_or_dir).__name__, TypeError)
-    path = Path(name_or_dir).expanduser()
+    try:
+        path = Path(name_or_dir).expanduser()
+    except RuntimeError:  # ~nosuchuser: a home that cannot be found
+        raise CheckpointError(
+            f"name_or_dir: expected a checkpoint directory or a hub id, got {str(name_or_dir)!r} "
+            "(no such user's home directory)"
+        ) from None
     if path.is_dir():
         return path
     name = str(name_or_dir)
@@ -184,6 +190,9 @@ class Weights(Mapping[str, Array]):
         tensor = self._tensors[name]
         if tensor.shape != shape:
             raise CheckpointError(f"{self.directory}: the weight {name!r}: expected shape {shape}, got {tensor.shape}")
+        if name not in self._bf16 and tensor.dtype.kind != "f":  # I32 or BOOL numbers are no weights (as in torch)
+            kind = next(k for k, d in _DTYPES.items() if d == tensor.dtype)
+            raise CheckpointError(f"{self.directory}: the weight {name!r}: expected F64, F32, F16 or BF16, got {kind}")
         if name in self._bf16:  # bfloat16 is the top half of a float32: widen the bits
             tensor = (tensor.astype(np.uint32) << 16).view(np.float32)
         return tensor if tensor.dtype == dtype else tensor.astype(dtype)

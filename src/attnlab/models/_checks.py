@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from .._validation import ArgumentError, Array, fail, ids_below, is_integer, real_number
+from .._validation import ArgumentError, Array, array_of, fail, ids_below, is_integer, real_number
 from ._network import ModelConfig, Network
 from ._tokenizer import Tokenizer
 
@@ -24,8 +24,8 @@ def model_inputs(
     (True for a token) and the token types, both (B, L) or None.
 
     Raises:
-        ArgumentError, ArgumentTypeError: ids that are not integers in 0..vocab − 1 or
-            longer than the model's positions, a mask of other values than 0 and 1 or
+        ArgumentError, ArgumentTypeError: ids that are not integers in 0..vocab − 1, ragged
+            or longer than the model's positions, a mask of other values than 0 and 1 or
             another shape, token types for a model without them or out of their range.
     """
     ids = token_ids(network.config, input_ids)
@@ -36,7 +36,7 @@ def model_inputs(
 def token_ids(config: ModelConfig, input_ids: Any) -> Array:
     """``input_ids`` (L,) or (B, L) as int64 token ids, once they are ids of the model's
     vocabulary and within its positions."""
-    ids = np.asarray(input_ids)
+    ids = array_of("input_ids", input_ids)
     if ids.dtype.kind not in "iu":
         raise fail("input_ids", "integer token ids, (L,) or (B, L)", f"{ids.dtype} values", TypeError)
     if ids.ndim not in (1, 2) or ids.size == 0:
@@ -99,6 +99,8 @@ def layer_indices(config: ModelConfig, layers: Any) -> list[int]:
     the end) as sorted distinct indices in 0..num_hidden_layers − 1."""
     n = config.num_hidden_layers
     chosen = list(range(n)) if layers is None else [layers] if not isinstance(layers, (list, tuple)) else layers
+    if not chosen:  # an empty trace has nothing to view
+        raise fail("layers", f"at least one layer index in {-n}..{n - 1}, or None for all", repr(layers))
     for layer in chosen:
         if not is_integer(layer) or not -n <= layer < n:
             raise fail("layers", f"layer indices in {-n}..{n - 1}", repr(layer))
@@ -108,10 +110,10 @@ def layer_indices(config: ModelConfig, layers: Any) -> list[int]:
 def _padding(attention_mask: Any, shape: tuple[int, ...]) -> Array | None:
     if attention_mask is None:
         return None
-    mask = np.asarray(attention_mask)
-    mask = mask if mask.ndim == 2 else mask[None]  # (L,) -> (1, L)
+    given = array_of("attention_mask", attention_mask)
+    mask = given if given.ndim == 2 else given[None]  # (L,) -> (1, L)
     if mask.shape != shape:
-        raise fail("attention_mask", f"the ids' shape {shape}", f"shape {np.shape(attention_mask)}")
+        raise fail("attention_mask", f"the ids' shape {shape}", f"shape {given.shape}")
     if not np.isin(mask, (0, 1)).all():
         raise fail("attention_mask", "1 (a token) and 0 (padding)", f"values {np.unique(mask)[:5].tolist()}")
     return mask.astype(bool)
@@ -122,7 +124,7 @@ def _token_types(network: Network, token_type_ids: Any, shape: tuple[int, ...]) 
         return None
     if network.token_types is None:
         raise fail("token_type_ids", "None: only BERT has token types", "ids")
-    types = np.asarray(token_type_ids)
+    types = array_of("token_type_ids", token_type_ids)
     types = types if types.ndim == 2 else types[None]  # (L,) -> (1, L)
     if types.shape != shape or types.dtype.kind not in "iu":
         raise fail("token_type_ids", f"integers of the ids' shape {shape}", f"{types.dtype} of shape {types.shape}")

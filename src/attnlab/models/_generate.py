@@ -6,11 +6,12 @@ keys and values (1, Hk, S, E) of every position before it, with no mask.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
 
-from .._validation import Array, flag
+from .._validation import Array, fail, flag
 from ..engine._dropout import check_rng
 from ._checks import generation_inputs
 from ._network import ModelConfig, Network
@@ -22,9 +23,16 @@ class _KVCache:
     """Keys and values of the positions seen so far, per layer: (B, Hk, capacity, E),
     of which the first ``length`` positions are filled (the rest is never read)."""
 
-    def __init__(self, config: ModelConfig, batch: int, capacity: int, dtype: np.dtype) -> None:
+    def __init__(self, config: ModelConfig, batch: int, capacity: int, dtype: np.dtype, steps: int) -> None:
         shape = (config.num_hidden_layers, batch, config.num_key_value_heads, capacity, config.head_dim)
-        self.keys, self.values = np.empty(shape, dtype), np.empty(shape, dtype)
+        try:
+            self.keys, self.values = np.empty(shape, dtype), np.empty(shape, dtype)
+        except MemoryError:  # the cache holds every position: the prompt's and max_new_tokens
+            size = 2 * math.prod(shape) * np.dtype(dtype).itemsize
+            raise fail(
+                "max_new_tokens", "few enough tokens for the KV cache to fit in memory",
+                f"{steps} (a cache of {capacity} positions needs {size / 2**30:.4g} GiB)",
+            ) from None  # fmt: skip
         self.length = 0
 
     def extend(self, layer: int, k: Array, v: Array) -> tuple[Array, Array]:
@@ -44,12 +52,13 @@ def generate(
     Raises:
         ArgumentError, ArgumentTypeError: a model that is not causal, ids that are not one
             sequence of the vocabulary's ids, a negative ``steps``, a negative
-            ``temperature``, a bad ``rng``, more tokens than the model's positions.
+            ``temperature``, a bad ``rng``, more tokens than the model's positions, a KV
+            cache (every position's keys and values) that cannot be allocated.
     """
     config = network.config
     prompt, steps, temperature = generation_inputs(config, ids, steps, temperature)
     generator = np.random.default_rng(check_rng(rng)) if temperature > 0 else None
-    cache = _KVCache(config, 1, len(prompt) + steps, network.embed.dtype)
+    cache = _KVCache(config, 1, len(prompt) + steps, network.embed.dtype, steps)
     tokens, step_input, chosen_from = list(prompt), prompt, []
     for _ in range(steps):
         last = network.forward(step_input[None], None, None, cache, None, None)[:, -1]  # (1, D): the last position's
@@ -68,9 +77,12 @@ def generate(
 
 
 def _pick(logits: Array, temperature: float, generator: np.random.Generator | None) -> int:
-    """The next token: argmax, or a draw from softmax(logits / temperature)."""
+    """The next token: argmax, or a draw from softmax(logits / temperature), computed as
+    exp((logits − max) / temperature) normalized: the shift comes before the division, so
+    that a tiny temperature (5e-324) sends the others to exp(−inf) = 0, not inf − inf."""
     if generator is None:
         return int(np.argmax(logits))
-    z = logits.astype(np.float64) / temperature
-    p = np.exp(z - z.max())
+    wide = logits.astype(np.float64)
+    with np.errstate(over="ignore"):  # a tiny temperature: (logit − max) / t overflows to −inf, exp to 0
+        p = np.exp((wide - wide.max()) / temperature)
     return int(generator.choice(len(p), p=p / p.sum()))

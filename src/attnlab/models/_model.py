@@ -125,7 +125,8 @@ class Model:
 
         Raises:
             ArgumentError: a text without a tokenizer, ids out of the vocabulary, too many
-                tokens for the positions, or a layer the model does not have.
+                tokens for the positions, a layer the model does not have, or an empty
+                list of layers (a trace of nothing).
         """
         return _trace(self, text_or_ids, layers)
 
@@ -162,7 +163,8 @@ class Model:
 
         Raises:
             ArgumentError, ArgumentTypeError: a model that is not causal (BERT), not one
-                sequence of ids, more tokens than the model's positions, a bad argument.
+                sequence of ids, more tokens than the model's positions, a KV cache of
+                ``max_new_tokens`` too large to allocate, a bad argument.
         """
         return generate(
             self.network, input_ids, max_new_tokens, temperature=temperature, rng=rng, output_logits=output_logits

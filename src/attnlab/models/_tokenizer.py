@@ -183,15 +183,36 @@ def read_tokenizer(directory: Path) -> Tokenizer | None:
         if isinstance(error, CheckpointError):
             raise
         raise CheckpointError(f"{directory}: the tokenizer cannot be read: {error}") from None
+    _check_unknown_token(directory, backend)
     added = settings.get("added_tokens_decoder") or {}
     if not isinstance(added, dict) or not all(isinstance(t, dict) for t in added.values()):
         raise CheckpointError(f"{directory}: tokenizer_config.json: added_tokens_decoder: expected an object of tokens")
-    special = [str(t.get("content")) for t in added.values() if t.get("special")]
+    special = [t.get("content") for t in added.values() if t.get("special")]
+    empty = next((repr(c) for c in special if not isinstance(c, str) or not c), None)
+    if empty is not None:  # str(None) would become a token "None" with an id past the vocabulary
+        raise CheckpointError(
+            f"{directory}: tokenizer_config.json: added_tokens_decoder: expected each special token's content "
+            f"to be a non-empty string, got {empty}"
+        )
     if files["vocab.json"].is_file() and backend.token_to_id(GPT2_END) is not None:
         special.append(GPT2_END)  # what transformers' GPT2Tokenizer makes its bos, eos and unk
     if special:
         backend.add_special_tokens(special)
     return Tokenizer(backend, word_piece)
+
+
+def _check_unknown_token(directory: Path, backend: Any) -> None:
+    """Refuse a WordPiece vocabulary without its unknown token ([UNK]): tokenizers would
+    raise a bare ``Exception`` at the first word it cannot split."""
+    model = backend.model
+    if type(model).__name__ != "WordPiece":
+        return
+    unknown = getattr(model, "unk_token", None)
+    if not isinstance(unknown, str) or backend.token_to_id(unknown) is None:
+        raise CheckpointError(
+            f"{directory}: the WordPiece vocabulary: expected its unknown token {unknown!r} among its tokens, "
+            "got a vocabulary without it"
+        )
 
 
 def _json(path: Path) -> dict[str, Any]:

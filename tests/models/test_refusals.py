@@ -1,0 +1,184 @@
+"""Issue 24's models cases: every bad setting of a checkpoint or of a call refused where it
+enters, naming the argument or the config.json key, with what was expected and what came."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+pytest.importorskip("tokenizers")
+
+from attnlab import ArgumentError, ArgumentTypeError, models  # noqa: E402
+from checkpoints import tiny_model  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """kind -> a tiny float32 checkpoint saved by transformers."""
+    paths = {}
+    for kind in ("gpt2", "bert", "llama"):
+        paths[kind] = tmp_path_factory.mktemp(kind)
+        tiny_model(kind).save_pretrained(paths[kind])
+    return paths
+
+
+def copy_of(source: Path, target: Path) -> Path:
+    target.mkdir()
+    for file in source.iterdir():
+        (target / file.name).write_bytes(file.read_bytes())
+    return target
+
+
+def edit_config(directory: Path, **changes: Any) -> None:
+    path = directory / "config.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), **changes}))  # NaN is written as NaN
+
+
+# --- item 3: text that reached a library raw --------------------------------------------------
+
+
+def write_vocab_without_unk(directory: Path, layout: str) -> None:
+    """A WordPiece vocabulary of six tokens, no [UNK], as vocab.txt or as tokenizer.json."""
+    from tokenizers import Tokenizer
+    from tokenizers.models import WordPiece
+
+    tokens = ["[PAD]", "[CLS]", "[SEP]", "[MASK]", "a", "b"]
+    if layout == "vocab.txt":
+        (directory / "vocab.txt").write_text("\n".join(tokens) + "\n")
+    else:
+        Tokenizer(WordPiece({t: i for i, t in enumerate(tokens)}, unk_token="[UNK]")).save(str(directory / layout))
+
+
+@pytest.mark.parametrize("layout", ["vocab.txt", "tokenizer.json"])
+def test_a_bert_vocab_without_unk_is_refused_at_load_not_a_bare_exception_at_encode(saved, tmp_path, layout):
+    directory = copy_of(saved["bert"], tmp_path / "no-unk")
+    write_vocab_without_unk(directory, layout)
+    with pytest.raises(models.CheckpointError, match=r"expected its unknown token '\[UNK\]' among its tokens"):
+        models.load(directory)
+
+
+def test_a_trace_of_an_empty_list_of_layers_is_refused(saved):
+    model = models.load(saved["gpt2"])
+    with pytest.raises(ArgumentError, match=r"layers: expected at least one layer index in -2\.\.1, .*got \[\]"):
+        model.trace([1, 2, 3], layers=[])
+    with pytest.raises(ArgumentError, match="layers: expected at least one"):
+        model.trace([1, 2, 3], layers=())
+
+
+def test_a_path_in_an_unknown_users_home_is_an_error_and_one_cli_line(tmp_path):
+    with pytest.raises(models.CheckpointError, match=r"got '~nosuchuser/x' \(no such user's home directory\)"):
+        models.load("~nosuchuser/x")
+    environment = {**os.environ, "HF_HOME": str(tmp_path / "hf"), "HF_HUB_OFFLINE": "1"}
+    command = [sys.executable, "-m", "attnlab", "trace", "--model", "~nosuchuser/x", "--text", "a"]
+    run = subprocess.run(command, capture_output=True, text=True, timeout=600, env=environment)
+    assert run.returncode == 2 and run.stdout == "", run.stderr
+    assert run.stderr.strip().splitlines() == [
+        "attnlab trace: error: --model: expected a checkpoint directory or a hub id, got '~nosuchuser/x' "
+        "(no such user's home directory)"
+    ]
+
+
+# --- item 4: settings accepted that should be refused ----------------------------------------
+
+
+@pytest.mark.parametrize(("dtype", "name"), [(np.int32, "I32"), (np.bool_, "BOOL")])
+def test_safetensors_weights_declared_int32_or_bool_are_refused(saved, tmp_path, dtype, name):
+    from safetensors.numpy import load_file, save_file
+
+    directory = copy_of(saved["gpt2"], tmp_path / name)
+    tensors = load_file(directory / "model.safetensors")
+    weight = next(n for n in tensors if n.endswith("h.0.ln_1.weight"))
+    tensors[weight] = np.ones(tensors[weight].shape, dtype)
+    save_file(tensors, directory / "model.safetensors")
+    with pytest.raises(models.CheckpointError, match=rf"{weight}': expected F64, F32, F16 or BF16, got {name}$"):
+        models.load(directory)
+
+
+@pytest.mark.parametrize(
+    ("kind", "key", "value"),
+    [("gpt2", "layer_norm_epsilon", math.nan), ("gpt2", "layer_norm_epsilon", -1e-5),
+     ("bert", "layer_norm_eps", math.nan), ("llama", "rms_norm_eps", -1.0), ("gpt2", "layer_norm_epsilon", math.inf)],
+)  # fmt: skip
+def test_a_nan_or_negative_norm_epsilon_is_refused(saved, tmp_path, kind, key, value):
+    directory = copy_of(saved[kind], tmp_path / "eps")
+    edit_config(directory, **{key: value})
+    with pytest.raises(models.CheckpointError, match=rf"config\.json: {key}: expected a finite number >= 0, got"):
+        models.load(directory)
+
+
+def test_load_with_dtype_none_is_refused_not_float64(saved):
+    with pytest.raises(ArgumentTypeError, match=r"dtype: expected numpy\.float32 or numpy\.float64, got None"):
+        models.load(saved["gpt2"], dtype=None)
+
+
+def test_a_special_token_with_null_content_is_refused(saved, tmp_path):
+    directory = copy_of(saved["gpt2"], tmp_path / "null")
+    (directory / "vocab.json").write_text('{"a": 0, "b": 1}')
+    (directory / "merges.txt").write_text("")
+    decoder = {"2": {"content": None, "special": True}}
+    (directory / "tokenizer_config.json").write_text(json.dumps({"added_tokens_decoder": decoder}))
+    with pytest.raises(models.CheckpointError, match="special token's content to be a non-empty string, got None"):
+        models.load(directory)
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [({"head_dim": 5}, "head_dim: expected an even number"),
+     ({"hidden_size": 30}, "num_attention_heads: expected a divisor of hidden_size 30, got 4")],
+)  # fmt: skip
+def test_a_llama_config_transformers_refuses_is_refused_at_load(saved, tmp_path, changes, message):
+    directory = copy_of(saved["llama"], tmp_path / "llama")
+    edit_config(directory, **changes)
+    with pytest.raises(Exception, match=r"RoPE requires an even|not a multiple of the number of attention heads"):
+        transformers.AutoConfig.from_pretrained(directory)  # the oracle refuses it too
+    with pytest.raises(models.CheckpointError, match=message):
+        models.load(directory)
+
+
+# --- item 5: unclear messages ----------------------------------------------------------------
+
+
+def test_generate_10_to_the_13_tokens_names_max_new_tokens_not_a_memory_error(saved, tmp_path):
+    directory = copy_of(saved["llama"], tmp_path / "long")
+    edit_config(directory, max_position_embeddings=10**15)  # positions enough: the cache is what cannot be
+    model = models.load(directory)
+    with pytest.raises(ArgumentError, match=r"max_new_tokens: expected few enough tokens for the KV cache .*GiB"):
+        model.generate([1, 2], 10**13)
+
+
+def test_a_temperature_of_5e_324_draws_the_most_likely_token(saved):
+    prompt = np.array([5, 17, 33])
+    model = models.load(saved["gpt2"])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)  # no overflow warning, no NaN
+        drawn = model.generate(prompt, 6, temperature=5e-324, rng=0)
+    reference = transformers.AutoModelForCausalLM.from_pretrained(saved["gpt2"], attn_implementation="eager").eval()
+    with torch.no_grad():
+        greedy = reference.generate(
+            torch.tensor(prompt[None]), max_new_tokens=6, do_sample=False, eos_token_id=None, pad_token_id=0
+        )
+    np.testing.assert_array_equal(drawn, greedy.numpy()[0])
+
+
+def test_ragged_input_ids_and_masks_name_the_argument(saved):
+    model = models.load(saved["gpt2"])
+    with pytest.raises(ArgumentTypeError, match=r"input_ids: expected an array \(equally long rows\), got list"):
+        model([[1, 2], [3]])
+    with pytest.raises(ArgumentTypeError, match=r"input_ids: expected an array \(equally long rows\)"):
+        model.generate([[1, 2], [3]], 2)
+    with pytest.raises(ArgumentTypeError, match=r"attention_mask: expected an array \(equally long rows\)"):
+        model([[1, 2], [3, 4]], attention_mask=[[1, 1], [1]])
+    bert = models.load(saved["bert"])
+    with pytest.raises(ArgumentTypeError, match=r"token_type_ids: expected an array \(equally long rows\)"):
+        bert([[1, 2], [3, 4]], token_type_ids=[[0, 0], [0]])
