@@ -56,3 +56,25 @@ def test_missing_torch_says_which_extra(monkeypatch):
     monkeypatch.setattr(builtins, "__import__", no_torch)
     with pytest.raises(ImportError, match=r"pip install 'attnlab\[torch\]'"):
         al.interop.to_torch(al.MultiheadAttention(4, 1))
+
+
+@requires("torch")
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_from_torch_refuses_a_float16_module_instead_of_widening_it(dtype):
+    module = torch.nn.MultiheadAttention(8, 2, dtype=getattr(torch, dtype))
+    with pytest.raises(al.ArgumentTypeError, match=rf"^module: expected a module with float32 or float64 .*, got "
+                       rf"parameters of dtype {dtype}$"):  # fmt: skip
+        al.interop.from_torch(module)
+
+
+@requires("torch")
+def test_from_torch_refuses_a_module_of_mixed_dtypes():
+    module = torch.nn.MultiheadAttention(8, 2)
+    module.out_proj.double()
+    with pytest.raises(al.ArgumentTypeError, match=r"got parameters of dtype float32, float64$"):
+        al.interop.from_torch(module)
+
+
+@requires("torch")
+def test_from_torch_keeps_float32():
+    assert al.interop.from_torch(torch.nn.MultiheadAttention(8, 2)).dtype == np.float32

@@ -48,13 +48,19 @@ def from_torch(module: Any) -> MultiheadAttention:
         module: a ``torch.nn.MultiheadAttention``.
 
     Raises:
-        ArgumentTypeError: ``module`` is something else.
+        ArgumentTypeError: ``module`` is something else, or its parameters are not all
+            float32 or all float64 (a float16 or bfloat16 module is refused, not widened:
+            the layer computes in float32 or float64 only).
         MissingDependencyError: torch is not installed.
     """
     torch = _torch()
     if not isinstance(module, torch.nn.MultiheadAttention):
         raise fail("module", "a torch.nn.MultiheadAttention", type(module).__name__, TypeError)
-    dtype = np.float64 if module.out_proj.weight.dtype == torch.float64 else np.float32
+    dtypes = {str(p.dtype).removeprefix("torch.") for p in module.parameters()}
+    if len(dtypes) != 1 or not dtypes <= set(_DTYPES.values()):
+        got = "parameters of dtype " + ", ".join(sorted(dtypes))
+        raise fail("module", "a module with float32 or float64 parameters (all of one dtype)", got, TypeError)
+    dtype = np.float64 if dtypes == {"float64"} else np.float32
     layer = MultiheadAttention(**_config(module), dtype=dtype)
     layer.load_state_dict({k: v.detach().cpu().numpy() for k, v in module.state_dict().items()})
     return layer.train(module.training)

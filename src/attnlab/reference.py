@@ -1,7 +1,7 @@
 """The seed article's self-attention layer in pure Python: the oracle.
 
-Standard library only, lists in and lists out, one line of code per step of the
-article's formula::
+Standard library only in its arithmetic, lists in and lists out, one line of code per step
+of the article's formula (its arguments are checked as the rest of attnlab checks them)::
 
     Q = X·Wq    K = X·Wk    V = X·Wv                  (L, d_model) @ (d_model, d_k)
     scores = Q·Kᵀ                                      (L, L)
@@ -26,6 +26,9 @@ import math
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
+
+from ._validation import fail, int_seed, positive_int, real_number
 
 __all__ = ["AttentionSteps", "SelfAttention", "matmul", "softmax", "transpose"]
 
@@ -42,6 +45,29 @@ def softmax(x: Sequence[float]) -> list[float]:
     exp_x = [math.exp(v - max_val) for v in x]
     sum_exp = sum(exp_x)
     return [v / sum_exp for v in exp_x]
+
+
+def _matrix(name: str, matrix: Any, rows: int | None, columns: int, what: str = "") -> Matrix:
+    """``matrix`` as a list of lists of floats, once it is a sequence of rows (``rows`` of
+    them, or at least one when None) of ``columns`` finite real numbers each; the error
+    names ``name`` and, in its expectation, ``what`` the matrix is."""
+    shape = f"({rows if rows is not None else 'L'}, {columns})"
+    expected = f"{what or 'a matrix'} of shape {shape}"
+    if isinstance(matrix, (str, bytes)) or (not isinstance(matrix, Sequence) and not hasattr(matrix, "tolist")):
+        raise fail(name, f"{expected}, rows of numbers", type(matrix).__name__, TypeError)
+    if hasattr(matrix, "tolist") and not isinstance(matrix, Sequence):
+        matrix = matrix.tolist()  # a NumPy array: its rows as lists
+    if not len(matrix) or (rows is not None and len(matrix) != rows):
+        raise fail(name, expected, f"{len(matrix)} rows")
+    checked = []
+    for i, row in enumerate(matrix):
+        row = row.tolist() if hasattr(row, "tolist") and not isinstance(row, Sequence) else row  # a NumPy row
+        if isinstance(row, (str, bytes)) or not isinstance(row, Sequence):
+            raise fail(name, f"{expected}, rows of numbers", f"row {i}: {type(row).__name__}", TypeError)
+        if len(row) != columns:
+            raise fail(name, expected, f"row {i} of {len(row)} numbers")
+        checked.append([real_number(f"{name}[{i}][{j}]", v) for j, v in enumerate(row)])
+    return checked
 
 
 def transpose(matrix: Sequence[Sequence[float]]) -> Matrix:
@@ -92,6 +118,11 @@ class SelfAttention:
             the seed program's).
         std: standard deviation of the Gaussian draws (default 0.1).
         weights: explicit ``(Wq, Wk, Wv)``, each (d_model, d_k), instead of drawing.
+
+    Raises:
+        ArgumentError: ``d_model`` or ``d_k`` below 1, a negative ``std``, a seed outside
+            [0, 2**63), or weights that are not three (d_model, d_k) matrices of finite numbers.
+        ArgumentTypeError: any of them of the wrong type.
     """
 
     def __init__(
@@ -103,26 +134,35 @@ class SelfAttention:
         std: float = 0.1,
         weights: tuple[Matrix, Matrix, Matrix] | None = None,
     ) -> None:
-        if d_model < 1 or d_k < 1:
-            raise ValueError(f"d_model and d_k: expected >= 1, got d_model={d_model}, d_k={d_k}")
-        self.d_model = d_model
-        self.d_k = d_k
+        self.d_model = d_model = positive_int("d_model", d_model)
+        self.d_k = d_k = positive_int("d_k", d_k)
         if weights is None:
-            rng = random.Random(seed)
+            std = real_number("std", std, minimum=0.0)
+            rng = random.Random(int_seed("seed", seed))
             self.Wq, self.Wk, self.Wv = (
                 [[rng.normalvariate(0, std) for _ in range(d_k)] for _ in range(d_model)] for _ in range(3)
             )
+        elif not isinstance(weights, (tuple, list)):
+            raise fail("weights", "three matrices (Wq, Wk, Wv)", type(weights).__name__, TypeError)
         elif len(weights) != 3:
-            raise ValueError(f"weights: expected three matrices (Wq, Wk, Wv), got {len(weights)}")
+            raise fail("weights", "three matrices (Wq, Wk, Wv)", len(weights))
         else:
-            for name, w in zip(("Wq", "Wk", "Wv"), weights, strict=True):
-                shape = (len(w), len(w[0]) if w else 0)
-                if shape != (d_model, d_k) or any(len(row) != d_k for row in w):
-                    raise ValueError(f"weights: expected {name} of shape ({d_model}, {d_k}), got {shape}")
-            self.Wq, self.Wk, self.Wv = ([list(map(float, row)) for row in w] for w in weights)
+            self.Wq, self.Wk, self.Wv = (
+                _matrix("weights", w, d_model, d_k, name) for name, w in zip(("Wq", "Wk", "Wv"), weights, strict=True)
+            )
 
     def trace(self, X: Sequence[Sequence[float]]) -> AttentionSteps:
-        """Run the layer on X (L, d_model) and keep every intermediate."""
+        """Run the layer on X (L, d_model) and keep every intermediate.
+
+        Args:
+            X: L >= 1 rows of d_model finite real numbers (lists, tuples or a NumPy array).
+
+        Raises:
+            ArgumentError: X has no rows, a row not of d_model numbers, or a NaN or infinity.
+            ArgumentTypeError: X or a row is not a sequence, or an entry not a real number
+                (a bool, a string or a complex number).
+        """
+        X = _matrix("X", X, None, self.d_model, "one sequence")
         Q = matmul(X, self.Wq)  # step 1: Q = X·Wq
         K = matmul(X, self.Wk)  #         K = X·Wk
         V = matmul(X, self.Wv)  #         V = X·Wv
@@ -134,6 +174,10 @@ class SelfAttention:
         return AttentionSteps(Q, K, V, scores, scale_factor, scaled_scores, weights, output)
 
     def forward(self, X: Sequence[Sequence[float]]) -> tuple[Matrix, Matrix]:
-        """Return ``(output, attention_weights)``: (L, d_k) and (L, L)."""
+        """Return ``(output, attention_weights)``: (L, d_k) and (L, L).
+
+        Args:
+            X: L >= 1 rows of d_model finite real numbers, checked as :meth:`trace` checks them.
+        """
         steps = self.trace(X)
         return steps.output, steps.weights

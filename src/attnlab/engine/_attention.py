@@ -94,10 +94,14 @@ _BLOCKED_FASTEST_FIRST: tuple[_tiled.BlockedEngine, ...] = (_fused.FUSED, _tiled
 # mask or dropout), which pays about 40 µs of Python per task (one slice's block of up to
 # BLOCK_Q queries) and so also needs enough scores per task. The fused engine's
 # products are thin when a slice has few queries for its keys (decoding: one query against
-# a long cache), where the naive engine's batched products win. A blocked engine is taken
-# regardless when the naive engine's scores would not fit in memory comfortably.
+# a long cache), where the naive engine's batched products win, and when a slice has so
+# few scores that the fused engine's cost per slice outweighs them (70,000 heads of 4
+# tokens: naive 24 ms, fused 46 ms; of 8 tokens they tie; of 16, fused 132 ms, naive 218).
+# A blocked engine is taken regardless when the naive engine's scores would not fit in
+# memory comfortably.
 FUSED_FROM = 2**18  # scores (B·H·L·S) in all
 FUSED_KEYS_PER_QUERY = 64  # at most this many keys S per query of a task, min(L, BLOCK_Q)
+FUSED_TASK_FROM = 64  # and at least this many scores per task, min(L, BLOCK_Q)·S
 # tiled: scores at E = 64, fewer in proportion for narrower heads (the naive engine's own
 # softmax weighs more there), and fewer in proportion to the scores it skips (half when causal)
 TILED_FROM = 2**21
@@ -205,7 +209,8 @@ def _fastest(pb: Problem) -> Engine:
         return blocked.name
     queries = min(L, _tiled.BLOCK_Q)  # per task
     if blocked.compiled and pb.plain:  # tasks compiled whole
-        return blocked.name if queries * FUSED_KEYS_PER_QUERY >= S else "naive"
+        fits = queries * FUSED_KEYS_PER_QUERY >= S and queries * S >= FUSED_TASK_FROM
+        return blocked.name if fits else "naive"
     # the tiled engine, or the fused one running the tiled engine's loop in Python
     # the tiled engine skips the blocks outside the band of is_causal and the window (half when causal)
     skipped = round(L * S / max(pb.visible_scores(), 1), 1)  # to a tenth: causal L = S is 2

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from .._validation import fail
+from .._validation import fail, positive_int
 from ..engine._attention import attention
 from ._layers import Array, Backward, LayerNorm, Linear, Module, gelu
 
@@ -43,7 +43,7 @@ class MultiheadSelfAttention(Module):
     projection: y = concat_h(softmax(Q_h·K_hᵀ/√E)·V_h)·W_oᵀ + b_o, x and y (B, L, D), H heads
     of E = D / H. With ``need_weights`` it also returns the weights P (B, H, L, L), and its
     backward then takes their gradient too: dZ = P∘(dP − rowsum(dP∘P)), dQ += scale·dZ·K,
-    dK += scale·dZᵀ·Q. Raises ArgumentError when ``heads`` does not divide ``dim``.
+    dK += scale·dZᵀ·Q.
 
     Not ``attnlab.SelfAttention`` (the seed's single head) nor ``attnlab.MultiheadAttention``
     (torch's module, with separate query, key and value inputs).
@@ -52,10 +52,15 @@ class MultiheadSelfAttention(Module):
         dim: D, the width of x.
         heads: H, a divisor of D.
         rng: draws the four projections (:class:`Linear`).
-        dtype: the parameters' dtype (default float64).
+        dtype: the parameters' dtype, float32 or float64 (default float64).
+
+    Raises:
+        ArgumentError: ``dim`` or ``heads`` below 1, or ``heads`` not a divisor of ``dim``.
+        ArgumentTypeError: either not an integer, or a dtype other than float32 or float64.
     """
 
     def __init__(self, dim: int, heads: int, *, rng: np.random.Generator, dtype: Any = np.float64) -> None:
+        dim, heads = positive_int("dim", dim), positive_int("heads", heads)
         if dim % heads:
             raise fail("heads", f"a divisor of dim {dim}", heads)
         self.heads = heads
@@ -104,10 +109,17 @@ class TransformerBlock(Module):
         rng: draws every weight.
         dtype: the parameters' dtype (default float64).
         eps: the layer norms' eps (default 1e-12).
+
+    Raises:
+        ArgumentError: a width or head count below 1, ``heads`` not a divisor of ``dim``,
+            or ``eps`` negative or not finite.
+        ArgumentTypeError: a width or head count that is not an integer, or a dtype other
+            than float32 or float64.
     """
 
     def __init__(self, dim: int, heads: int, hidden: int, *, rng: np.random.Generator, dtype: Any = np.float64,
                  eps: float = 1e-12) -> None:  # fmt: skip
+        hidden = positive_int("hidden", hidden)
         self.attention = MultiheadSelfAttention(dim, heads, rng=rng, dtype=dtype)
         self.attention_norm = LayerNorm(dim, eps=eps, dtype=dtype)
         self.up = Linear(dim, hidden, rng=rng, dtype=dtype)

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from .._validation import Array
+from .._validation import Array, fail, flag, ids_below, layer_dtype, positive_int, real_number
 
 __all__ = ["RNN", "Embedding", "LayerNorm", "Linear", "Module", "Parameter", "gelu"]
 
@@ -72,8 +72,20 @@ class Module:
             p.grad[...] = 0
 
 
-def _normal(rng: np.random.Generator, shape: tuple[int, ...], std: float, dtype: Any) -> Array:
+def _normal(rng: np.random.Generator, shape: tuple[int, ...], std: float, dtype: np.dtype) -> Array:
     return (rng.standard_normal(shape) * std).astype(dtype)
+
+
+def _generator(rng: Any) -> np.random.Generator:
+    """``rng`` once it is a numpy Generator (the layers' only source of randomness)."""
+    if not isinstance(rng, np.random.Generator):
+        raise fail("rng", "a numpy.random.Generator", type(rng).__name__, TypeError)
+    return rng
+
+
+def _std(std: Any) -> float:
+    """A standard deviation of the draws: a finite number >= 0."""
+    return real_number("std", std, minimum=0.0)
 
 
 class Linear(Module):
@@ -92,13 +104,20 @@ class Linear(Module):
         rng: draws W ~ N(0, std²).
         std: W's standard deviation (default 0.02, BERT's).
         bias: add b (zeros at first); False: no b.
-        dtype: the parameters' dtype (default float64).
+        dtype: the parameters' dtype, float32 or float64 (default float64).
+
+    Raises:
+        ArgumentError: a width below 1 or a negative ``std``.
+        ArgumentTypeError: a width that is not an integer, a dtype other than float32 or
+            float64, ``bias`` not a bool or ``rng`` not a Generator.
     """
 
     def __init__(self, in_features: int, out_features: int, *, rng: np.random.Generator, std: float = 0.02,
                  bias: bool = True, dtype: Any = np.float64) -> None:  # fmt: skip
-        self.weight = Parameter(_normal(rng, (in_features, out_features), std, dtype).T)  # (out, in)
-        self.bias = Parameter(np.zeros(out_features, dtype)) if bias else None
+        n_in, n_out = positive_int("in_features", in_features), positive_int("out_features", out_features)
+        dtype, std, bias = layer_dtype(dtype), _std(std), flag("bias", bias)
+        self.weight = Parameter(_normal(_generator(rng), (n_in, n_out), std, dtype).T)  # (out, in)
+        self.bias = Parameter(np.zeros(n_out, dtype)) if bias else None
 
     def __call__(self, x: Array) -> tuple[Array, Backward]:
         y = x @ self.weight.value.T
@@ -116,21 +135,35 @@ class Linear(Module):
 
 
 class Embedding(Module):
-    """Row ``ids`` of a (n, D) table.
+    """Row ``ids`` of a (n, D) table: ids (…) ints in 0..n − 1 -> (…, D). As torch's, a
+    negative id is refused (NumPy would take it from the end).
 
     Args:
         n: the table's rows (the vocabulary).
         dim: D, the width of a row.
         rng: draws the table ~ N(0, std²).
         std: its standard deviation (default 0.02).
-        dtype: the table's dtype (default float64).
+        dtype: the table's dtype, float32 or float64 (default float64).
+
+    Raises:
+        ArgumentError: ``n`` or ``dim`` below 1, a negative ``std``; in the forward, an id
+            outside 0..n − 1.
+        ArgumentTypeError: a width that is not an integer, a dtype other than float32 or
+            float64; in the forward, ids that are not integers.
     """
 
     def __init__(self, n: int, dim: int, *, rng: np.random.Generator, std: float = 0.02,
                  dtype: Any = np.float64) -> None:  # fmt: skip
-        self.weight = Parameter(_normal(rng, (n, dim), std, dtype))
+        rows, width = positive_int("n", n), positive_int("dim", dim)
+        self.weight = Parameter(_normal(_generator(rng), (rows, width), _std(std), layer_dtype(dtype)))
 
     def __call__(self, ids: Array) -> tuple[Array, Backward]:
+        ids = np.asarray(ids)
+        if ids.dtype.kind not in "iu":
+            raise fail("ids", "an array of integers", f"dtype {ids.dtype}", TypeError)
+        if ids.size:
+            ids_below("ids", ids, len(self.weight.value))
+
         def backward(dy: Array) -> None:
             np.add.at(self.weight.grad, ids, dy)  # a row used twice gets both gradients
 
@@ -142,14 +175,20 @@ class LayerNorm(Module):
 
     Args:
         dim: the width of the last axis (γ ones and β zeros of it).
-        eps: added to the variance (default 1e-12, BERT's).
-        dtype: γ's and β's dtype (default float64).
+        eps: added to the variance, a finite number >= 0 (default 1e-12, BERT's).
+        dtype: γ's and β's dtype, float32 or float64 (default float64).
+
+    Raises:
+        ArgumentError: ``dim`` below 1, or ``eps`` negative, NaN or infinite.
+        ArgumentTypeError: ``dim`` not an integer, ``eps`` not a real number, or a dtype
+            other than float32 or float64.
     """
 
     def __init__(self, dim: int, *, eps: float = 1e-12, dtype: Any = np.float64) -> None:
-        self.weight = Parameter(np.ones(dim, dtype))
-        self.bias = Parameter(np.zeros(dim, dtype))
-        self.eps = eps
+        width, dtype = positive_int("dim", dim), layer_dtype(dtype)
+        self.weight = Parameter(np.ones(width, dtype))
+        self.bias = Parameter(np.zeros(width, dtype))
+        self.eps = real_number("eps", eps, minimum=0.0)
 
     def __call__(self, x: Array) -> tuple[Array, Backward]:
         centred = x - x.mean(axis=-1, keepdims=True)
@@ -189,10 +228,15 @@ class RNN(Module):
         n_in: the width of xₜ.
         n_hidden: H, the width of hₜ.
         rng: draws W ~ N(0, 1/n_in) and U ~ N(0, 1/H).
-        dtype: the parameters' dtype (default float64).
+        dtype: the parameters' dtype, float32 or float64 (default float64).
+
+    Raises:
+        ArgumentError: ``n_in`` or ``n_hidden`` below 1.
+        ArgumentTypeError: either not an integer, or a dtype other than float32 or float64.
     """
 
     def __init__(self, n_in: int, n_hidden: int, *, rng: np.random.Generator, dtype: Any = np.float64) -> None:
+        n_in, n_hidden, dtype = positive_int("n_in", n_in), positive_int("n_hidden", n_hidden), layer_dtype(dtype)
         self.input = Linear(n_in, n_hidden, rng=rng, std=1 / math.sqrt(n_in), dtype=dtype)
         self.recurrent = Parameter(_normal(rng, (n_hidden, n_hidden), 1 / math.sqrt(n_hidden), dtype))
 

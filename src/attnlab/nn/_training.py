@@ -9,7 +9,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from .._validation import fail
+from .._validation import fail, real_number
 from ._layers import Array, Backward, Module, Parameter
 
 __all__ = ["AdamW", "clip_grad_norm", "cross_entropy", "train"]
@@ -27,7 +27,21 @@ def cross_entropy(logits: Array, targets: Array) -> tuple[float, Backward]:
 
     Returns:
         (loss, backward): backward() gives d loss / d logits, (…, C).
+
+    Raises:
+        ArgumentError: ``targets``' shape is not logits' without its last axis, or a
+            target outside −1..C − 1 (torch refuses those too).
+        ArgumentTypeError: ``targets`` not integers.
     """
+    targets = np.asarray(targets)
+    if targets.dtype.kind not in "iu":
+        raise fail("targets", "an array of integers", f"dtype {targets.dtype}", TypeError)
+    if targets.shape != logits.shape[:-1]:
+        raise fail("targets", f"shape {logits.shape[:-1]} (logits' without its last axis)", f"shape {targets.shape}")
+    classes = logits.shape[-1]
+    if targets.size and (targets.min() < -1 or targets.max() >= classes):
+        raise fail("targets", f"ids in 0..{classes - 1}, or −1 for a row not counted",
+                   f"{targets.min()}..{targets.max()}")  # fmt: skip
     flat, labels = logits.reshape(-1, logits.shape[-1]), targets.reshape(-1)  # (…, C) -> (N, C)
     counted = labels >= 0
     shifted = flat - flat.max(axis=-1, keepdims=True)
@@ -50,14 +64,29 @@ def clip_grad_norm(parameters: list[Parameter], max_norm: float) -> float:
 
     Args:
         parameters: the parameters whose gradients are scaled, in place.
-        max_norm: the largest norm of all the gradients together.
+        max_norm: the largest norm of all the gradients together, a finite number >= 0.
+
+    Raises:
+        ArgumentError: ``max_norm`` negative or not finite.
     """
+    max_norm = real_number("max_norm", max_norm, minimum=0.0)
     total = math.sqrt(sum(float(np.sum(p.grad**2)) for p in parameters))
     factor = max_norm / (total + 1e-6)
     if factor < 1:
         for p in parameters:
             p.grad *= factor
     return total
+
+
+def _betas(betas: Any) -> tuple[float, float]:
+    """(β₁, β₂), each a number in [0, 1), as torch.optim.AdamW requires."""
+    if not isinstance(betas, (tuple, list)) or len(betas) != 2:
+        raise fail("betas", "a pair (β₁, β₂)", repr(betas), TypeError)
+    pair = tuple(real_number(f"betas[{i}]", b) for i, b in enumerate(betas))
+    for i, b in enumerate(pair):
+        if not 0 <= b < 1:
+            raise fail(f"betas[{i}]", "a number in [0, 1)", repr(betas[i]))
+    return pair[0], pair[1]
 
 
 class AdamW:
@@ -70,11 +99,20 @@ class AdamW:
         betas: the moments' decays (β₁, β₂) (default (0.9, 0.999)).
         eps: added to √v̂ (default 1e-8).
         weight_decay: the decoupled decay (default 0.01).
+
+    Raises:
+        ArgumentError: as torch.optim.AdamW: ``lr``, ``eps`` or ``weight_decay`` negative or
+            not finite, or a β outside [0, 1).
+        ArgumentTypeError: any of them not a real number, ``betas`` not a pair.
     """
 
     def __init__(self, parameters: list[Parameter], *, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
                  eps: float = 1e-8, weight_decay: float = 0.01) -> None:  # fmt: skip
-        self.parameters, self.lr, self.betas, self.eps, self.weight_decay = parameters, lr, betas, eps, weight_decay
+        self.parameters = parameters
+        self.lr = real_number("lr", lr, minimum=0.0)
+        self.betas = _betas(betas)
+        self.eps = real_number("eps", eps, minimum=0.0)
+        self.weight_decay = real_number("weight_decay", weight_decay, minimum=0.0)
         self.moments = [(np.zeros_like(p.value), np.zeros_like(p.value)) for p in parameters]
         self.steps = 0
 
@@ -120,7 +158,8 @@ def train(
         progress: called as progress(step, loss) after each step.
 
     Raises:
-        ArgumentError: ``batches`` runs out before ``steps``.
+        ArgumentError: ``batches`` runs out before ``steps``, or ``learning_rate(step)``
+            is negative or not finite.
     """
     losses: list[float] = []
     batch_iterator = iter(batches)
@@ -131,7 +170,7 @@ def train(
             raise fail("batches", f"{steps} batches", f"{step}") from None
         loss, backward = loss_fn(model, batch)
         if learning_rate is not None:
-            optimizer.lr = learning_rate(step)
+            optimizer.lr = real_number("learning_rate(step)", learning_rate(step), minimum=0.0)
         model.zero_grad()
         backward()
         clip_grad_norm(model.parameters(), max_grad_norm)
