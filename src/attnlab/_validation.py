@@ -140,7 +140,12 @@ def ids_below(name: str, ids: np.ndarray, count: int) -> np.ndarray:
 
 
 def array_of(name: str, x: Any) -> np.ndarray:
-    """``np.asarray(x)``, with a ragged or non-numeric nesting reported as ``name``'s error."""
+    """``np.asarray(x)``, with a ragged or non-numeric nesting reported as ``name``'s error,
+    and a torch tensor that requires grad refused as torch's ``Tensor.numpy()`` refuses it
+    (attnlab computes outside autograd: the caller detaches it, knowingly)."""
+    if getattr(x, "requires_grad", False) is True:
+        raise fail(name, "an array, or a tensor without requires_grad (pass tensor.detach(), as torch's "
+                   "Tensor.numpy() asks)", f"a {type(x).__name__} with requires_grad=True", TypeError)  # fmt: skip
     try:
         return np.asarray(x)
     except (ValueError, TypeError) as e:

@@ -5,7 +5,7 @@
 Each case of the spec builds the whole sequence from its seed, runs ring attention on this
 rank's shard, forward and backward, and writes the shards of the results to
 OUT_DIR/CASE-RANK.npz; the test gathers them and compares with torch. A case with
-"expect_error" writes the ArgumentError's message (or null) to OUT_DIR/CASE-RANK.json instead
+"expect_error" writes the attnlab error's message (or null) to OUT_DIR/CASE-RANK.json instead
 and the worker goes on to the next case, so one launch checks many refusals.
 """
 
@@ -19,9 +19,10 @@ import tracemalloc
 from datetime import timedelta
 
 import numpy as np
+import torch
 import torch.distributed as dist
 
-from attnlab import ArgumentError, distributed
+from attnlab import AttnlabError, distributed
 from attnlab.distributed import _ring
 
 
@@ -78,13 +79,15 @@ def refusal(case: dict, shards: list, options: dict, rank: int, out: str) -> Non
     the backward) with this rank's bad keywords; write the error message, or null."""
     bad = refused(case, rank, shards[0].shape[-2])
     message = None
+    if case.get("ahead_rank") == rank:  # as if this rank had made a ring call alone: one call ahead of the others
+        _ring._CALLS[id(dist.group.WORLD)] = _ring._CALLS.get(id(dist.group.WORLD), 0) + 1
     try:
         if case.get("call") == "backward":
             output, lse = distributed.ring_attention(*shards[:3], return_lse=True, **options)
             distributed.ring_attention_backward(shards[3], *shards[:3], output, lse, **{**options, **bad})
         else:
             distributed.ring_attention(*shards[:3], **{**options, **bad})
-    except ArgumentError as e:
+    except AttnlabError as e:
         message = str(e)
     with open(os.path.join(out, f"{case['name']}-{rank}.json"), "w", encoding="utf-8") as f:
         json.dump({"error": message}, f)
@@ -116,7 +119,13 @@ def main() -> None:
                 shards[0] = [[1.0, 2.0], [3.0]]  # not an array at all
             if case.get("empty_rank") == rank:
                 shards = [x[..., :0, :] for x in shards]  # no rows
+            if case.get("grad_rank") == rank:
+                shards[0] = torch.tensor(shards[0], requires_grad=True)  # torch refuses .numpy() of it
             options = {"is_causal": case["causal"], "enable_gqa": case["H"] != case["Hk"], "layout": case["layout"]}
+            if "numpy_settings_rank" in case:  # that rank's settings as NumPy's scalars, the others' as Python's
+                numpy = case["numpy_settings_rank"] == rank
+                options["is_causal"] = np.bool_(case["causal"]) if numpy else case["causal"]
+                options["scale"] = np.float64(case["E"] ** -0.5) if numpy else case["E"] ** -0.5
             options.update(variants(case))
             if case.get("expect_error"):
                 refusal(case, shards, options, rank, out)

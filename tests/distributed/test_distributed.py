@@ -261,25 +261,35 @@ def refusal_cases() -> list[tuple[dict[str, Any], str]]:
          "ring_attention: rank 1 of 3: causal_alignment: expected one of ('top_left', 'bottom_right'), "
          "got 'bottom_left'"),
         (case("windows-disagree", expect_error=True, window=[3, 0], bad={"2": {"window": [4, 0]}}),
-         "ring_attention: the ranks disagree: rank 0 has"),
+         "ring_attention: the ranks disagree: rank 0 has window=(3, 0), rank 2 window=(4, 0)"),
+        (case("torch-requires-grad-on-rank-1", expect_error=True, grad_rank=1, bad={}),
+         "ring_attention: rank 1 of 3: query: expected an array, or a tensor without requires_grad (pass "
+         "tensor.detach(), as torch's Tensor.numpy() asks), got a Tensor with requires_grad=True"),
+        (case("rank-1-one-call-ahead", expect_error=True, ahead_rank=1, bad={}),
+         "ring_attention: the ranks are out of step: rank 0 is at its ring call 11 (ring_attention), rank 1 at its "
+         "call 12 (ring_attention)"),
     ]  # fmt: skip
 
 
 @pytest.mark.slow
 def test_each_refused_or_bad_variant_is_the_same_one_line_error_on_every_rank(tmp_path):
-    """One launch of 3 ranks: each refusal case raises the same one-line ArgumentError on
-    every rank (the ranks' agreement step), and the ring still works after them all."""
+    """One launch of 3 ranks: each refusal case raises the same one-line error on every rank
+    (the ranks' agreement step): a torch tensor with requires_grad on one rank, and a rank
+    one call ahead (the sequence guard), among them; the ring still works after them all,
+    and NumPy scalars on one rank agree with Python's numbers and bools on the others."""
     refusals = refusal_cases()
     after = case("window-after-the-refusals", window=[6, 0], layout="zigzag")
-    runs = launch([spec for spec, _ in refusals] + [after], 3, tmp_path)
+    numpy_settings = case("numpy-settings-on-rank-1", numpy_settings_rank=1)  # the same by value: agreed
+    runs = launch([spec for spec, _ in refusals] + [after, numpy_settings], 3, tmp_path)
     for run in runs:
         assert run.returncode == 0, run.stderr[-3000:]
     for spec, message in refusals:
         errors = [json.loads((tmp_path / f"{spec['name']}-{r}.json").read_text())["error"] for r in range(3)]
         assert errors[0] is not None and errors[0].startswith(message), (spec["name"], errors[0])
         assert "\n" not in errors[0] and errors == [errors[0]] * 3, (spec["name"], errors)
-    np.testing.assert_allclose(gathered(tmp_path, after, 3, "output"), oracle(after)["output"].detach().numpy(),
-                               rtol=1e-12, atol=1e-12)  # fmt: skip
+    for spec in (after, numpy_settings):  # the counts of calls met again after the one ahead: the ring pairs
+        np.testing.assert_allclose(gathered(tmp_path, spec, 3, "output"), oracle(spec)["output"].detach().numpy(),
+                                   rtol=1e-12, atol=1e-12)  # fmt: skip
 
 
 @pytest.mark.slow

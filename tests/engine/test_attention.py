@@ -253,6 +253,33 @@ def test_more_bad_arguments_name_themselves(make, error, message):
     assert isinstance(caught.value, al.AttnlabError)
 
 
+@requires("torch")
+@pytest.mark.parametrize(
+    "engine", ["naive", "tiled", pytest.param("fused", marks=pytest.mark.skipif(not _fused.available(), reason="jit"))]
+)
+def test_a_torch_tensor_with_requires_grad_is_refused_naming_the_argument(engine):
+    """torch's own Tensor.numpy() refuses a tensor that requires grad (attnlab computes
+    outside autograd): attnlab refuses it too, as a TypeError naming the argument and
+    saying to detach, not torch's raw RuntimeError; the detached tensor is taken."""
+    x = np.random.default_rng(0).standard_normal((2, 3, 4))
+    tracked = torch.tensor(x, requires_grad=True)
+    with pytest.raises(RuntimeError, match="requires grad"):  # torch's own refusal, the convention followed
+        tracked.numpy()
+    for position, name in enumerate(("query", "key", "value")):
+        arguments = [x, x, x]
+        arguments[position] = tracked
+        with pytest.raises(al.ArgumentTypeError) as caught:
+            al.attention(*arguments, engine=engine)
+        assert str(caught.value) == (
+            f"{name}: expected an array, or a tensor without requires_grad (pass tensor.detach(), as torch's "
+            "Tensor.numpy() asks), got a Tensor with requires_grad=True"
+        )
+    with pytest.raises(al.ArgumentTypeError, match=r"^query: expected an array, or a tensor without requires_grad"):
+        al.scaled_dot_product_attention(tracked, x, x)
+    expected = torch.nn.functional.scaled_dot_product_attention(tracked, tracked, tracked).detach().numpy()
+    assert_close(al.attention(tracked.detach(), x, x, engine=engine).output, expected)
+
+
 def test_the_fused_engine_without_its_extra_names_the_extra(monkeypatch):
     monkeypatch.setattr(_fused, "available", lambda: False)
     x = np.ones((4, 2))

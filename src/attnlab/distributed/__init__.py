@@ -10,5 +10,6 @@ The algorithm is in :mod:`._ring` and docs/distributed.md.
 """
 
 from ._attention import LAYOUTS, ring_attention, ring_attention_backward, shard, unshard
+from ._ring import RingError
 
-__all__ = ["LAYOUTS", "ring_attention", "ring_attention_backward", "shard", "unshard"]
+__all__ = ["LAYOUTS", "RingError", "ring_attention", "ring_attention_backward", "shard", "unshard"]

@@ -25,7 +25,7 @@ from typing import Any, Literal, overload
 import numpy as np
 from numpy.typing import ArrayLike
 
-from .._validation import Array, fail, float_array
+from .._validation import Array, array_of, fail, float_array
 from ..engine._attention import ENGINES, Engine, Gradients
 from ..engine._variants import Alignment
 from . import _ring
@@ -100,6 +100,11 @@ def ring_attention(
             side, a softcap <= 0, an unknown alignment, ALiBi slopes or sinks of the wrong
             shape, an ``attn_mask`` or a ``mask_mod``) or the ranks disagree; the message
             names the rank. Also when no process group is initialised.
+        ArgumentTypeError: on every rank, when a rank's argument has the wrong type (a
+            torch tensor with ``requires_grad``: pass ``tensor.detach()``).
+        RingError: on every rank, when a rank failed otherwise (any exception: its type and
+            message, on one line), or when the ranks are at different ring calls (a rank
+            that skipped one): the call's sequence number on the group is the guard.
         MissingDependencyError: torch is not installed.
     """
     arrays = {"query": query, "key": key, "value": value}
@@ -169,6 +174,8 @@ def ring_attention_backward(
     Raises:
         ArgumentError: as :func:`ring_attention`, and when grad_output, output or lse do not
             fit the shards.
+        ArgumentTypeError: as :func:`ring_attention`.
+        RingError: as :func:`ring_attention`.
     """
     arrays = {"query": query, "key": key, "value": value, "grad_output": grad_output, "output": output}
     variants = {"window": window, "causal_alignment": causal_alignment, "softcap": softcap,
@@ -228,16 +235,17 @@ def shard(x: ArrayLike, world_size: int, rank: int, layout: Layout = "contiguous
         axis: the sequence axis (default −2).
 
     Raises:
-        ArgumentError: world_size, rank or layout out of range.
+        ArgumentError: world_size, rank, layout or axis out of range.
+        ArgumentTypeError: an axis that is not an integer.
     """
-    x = np.asarray(x)
+    x = array_of("x", x)
     if isinstance(world_size, bool) or not isinstance(world_size, (int, np.integer)) or world_size < 1:
         raise fail("world_size", "a positive integer", repr(world_size))
     if isinstance(rank, bool) or not isinstance(rank, (int, np.integer)) or not 0 <= rank < world_size:
         raise fail("rank", f"an integer in 0..{world_size - 1}", repr(rank))
     if layout not in LAYOUTS:
         raise fail("layout", f"one of {', '.join(LAYOUTS)}", repr(layout))
-    return _ring.shard(x, int(world_size), int(rank), layout, axis)
+    return _ring.shard(x, int(world_size), int(rank), layout, _axis(axis, x.ndim))
 
 
 def unshard(shards: Sequence[ArrayLike], layout: Layout = "contiguous", axis: int = -2) -> Array:
@@ -249,10 +257,22 @@ def unshard(shards: Sequence[ArrayLike], layout: Layout = "contiguous", axis: in
         axis: the sequence axis (default −2).
 
     Raises:
-        ArgumentError: an unknown layout, or no shards.
+        ArgumentError: an unknown layout, no shards, or an axis out of range.
+        ArgumentTypeError: an axis that is not an integer.
     """
     if layout not in LAYOUTS:
         raise fail("layout", f"one of {', '.join(LAYOUTS)}", repr(layout))
     if not len(shards):
         raise fail("shards", "one shard per rank", "none")
-    return _ring.unshard([np.asarray(s) for s in shards], layout, axis)
+    arrays = [array_of(f"shards[{r}]", s) for r, s in enumerate(shards)]
+    return _ring.unshard(arrays, layout, _axis(axis, min(a.ndim for a in arrays)))
+
+
+def _axis(axis: Any, ndim: int) -> int:
+    """``axis`` as an axis of an array of ``ndim`` dimensions, counted from 0 (NumPy's
+    rule: −ndim <= axis < ndim), refused as :func:`attnlab.softmax` refuses one."""
+    if isinstance(axis, (bool, np.bool_)) or not isinstance(axis, (int, np.integer)):
+        raise fail("axis", "an integer", repr(axis), TypeError)
+    if not -ndim <= axis < ndim:
+        raise fail("axis", f"an integer in [{-ndim}, {ndim}) (an axis of the {ndim}-dimensional array)", repr(axis))
+    return int(axis) % ndim

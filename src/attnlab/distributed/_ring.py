@@ -17,6 +17,13 @@ fewer blocks sends nothing for the missing ones, which every rank knows from the
 exchanged at the start. The backward passes each block's dK and dV with it and one step
 more, back to the block's owner.
 
+Agreement: every call starts with one collective, :func:`agree`, before any other: each rank
+checks its arguments (catching any error) and sends its error, shapes, dtypes, settings and
+the sequence number of its ring call on the group; every rank then raises the same one-line
+error, or none does. The sequence number is the pairing's guard: a rank that is one call
+ahead (it failed alone once and called again) meets the others' earlier call, and every rank
+refuses it instead of computing against another call's blocks.
+
 Positions: ``layout`` says which rows of the whole sequence a shard holds: "contiguous",
 one run (rank r after ranks 0 … r − 1), or "zigzag", two runs, chunk r and chunk 2P − 1 − r
 of 2P (the first ⌈n/2⌉ rows, then the rest), so that causal work is even across ranks.
@@ -47,15 +54,15 @@ from typing import Any, Literal
 
 import numpy as np
 
-from .._validation import ArgumentError, Array, AttnlabError, MissingDependencyError, fail, flag
+from .._validation import ArgumentError, ArgumentTypeError, Array, AttnlabError, MissingDependencyError, fail, flag
 from ..engine import _variants
 from ..engine._attention import ENGINES, Engine, Gradients, backward, blocked_engine, choose_engine
 from ..engine._problem import Problem, make_problem, sum_to_shape
 from ..engine._variants import Band
 
 __all__ = [
-    "BLOCK", "LAYOUTS", "VARIANTS", "Piece", "Ring", "pieces", "ring_backward", "ring_forward", "runs_of", "shard",
-    "unshard",
+    "BLOCK", "LAYOUTS", "VARIANTS", "Piece", "Ring", "RingError", "pieces", "ring_backward", "ring_forward", "runs_of",
+    "shard", "unshard",
 ]  # fmt: skip
 
 LAYOUTS = ("contiguous", "zigzag")
@@ -145,44 +152,66 @@ def _torch_distributed() -> Any:
     return dist
 
 
+class RingError(AttnlabError, RuntimeError):
+    """What every rank raises when one rank's call failed with an error that is not about
+    its arguments (a ``MemoryError``, a bug), or when the ranks are out of step: the calls
+    being paired are not each rank's same call."""
+
+
+# per process group, how many ring calls this process has made on it: the sequence number
+# of the next agreement, which every rank must share (see :func:`agree`)
+_CALLS: dict[int, int] = {}
+
+
 def agree(
     name: str, arrays: dict[str, Any], shared: dict[str, Any], group: Any, check: Callable[[], dict[str, Any]]
 ) -> Ring:
-    """Check this rank's arguments (``check`` returns the settings it parsed), then exchange
-    them with every rank, so that every rank raises the same error (naming the rank at
-    fault) or none does: no rank is left waiting. ``shared``: what the ranks must agree on."""
+    """The one agreement step before any collective: check this rank's arguments (``check``
+    returns the settings it parsed; whatever it raises, of any type, is caught), then
+    exchange with every rank its error, the shapes and dtypes of ``arrays``, the settings
+    ``shared`` (compared by value: numbers as numbers, bools as bools, sequences item by
+    item) and its call's sequence number on ``group``, so that every rank raises the same
+    one-line error (naming the rank at fault) or none does: no rank is left waiting, and
+    no rank computes against another rank's next call.
+
+    Raises:
+        ArgumentError: a rank's argument was bad (``ArgumentTypeError`` when its error was a
+            TypeError), or the ranks disagree on the settings, dtypes or dimensions.
+        RingError: a rank failed otherwise, or the ranks are at different calls (their
+            counts of ring calls then meet again at the highest, so the next call pairs).
+    """
     dist = _torch_distributed()
-    error, parsed = None, {}
+    error: dict[str, str] | None = None
+    parsed: dict[str, Any] = {}
     try:
         parsed = check()
-    except (AttnlabError, ValueError, TypeError) as e:  # any bad argument: said on every rank, never a rank gone
-        error = str(e)
-    settings = {key: repr(value) for key, value in shared.items()}
-    shapes = {key: _shape(a) for key, a in arrays.items()}
-    dtypes = {key: str(getattr(a, "dtype", type(a).__name__)) for key, a in arrays.items()}
-    mine = {"error": error, "shapes": shapes, "dtypes": dtypes, "settings": settings}
+    except Exception as e:  # any error at all: said on every rank, never a rank gone ahead or left behind
+        error = {"kind": _kind(e), "message": _one_line(e)}
+    key = _group_key(dist, group)
+    sequence = _CALLS.get(key, 0) + 1
+    _CALLS[key] = sequence
+    mine = {
+        "call": [sequence, name], "error": error, "shapes": {k: _shape(a) for k, a in arrays.items()},
+        "dtypes": {k: _dtype(a) for k, a in arrays.items()},
+        "settings": {k: _by_value(v) for k, v in shared.items()}, "shown": {k: _shown(v) for k, v in shared.items()},
+    }  # fmt: skip
     size, rank = dist.get_world_size(group), dist.get_rank(group)
     every = _all_gather_json(dist, group, size, mine)
+    _same_call(every, key)
     failed = [(r, m["error"]) for r, m in enumerate(every) if m["error"]]
     if failed:
-        raise ArgumentError(f"{name}: rank {failed[0][0]} of {size}: {failed[0][1]}")
-    for part in ("settings", "dtypes"):
-        if any(m[part] != every[0][part] for m in every):
-            r = next(r for r, m in enumerate(every) if m[part] != every[0][part])
-            raise ArgumentError(f"{name}: the ranks disagree: rank 0 has {every[0][part]}, rank {r} {every[r][part]}")
-    query_shape = every[0]["shapes"]["query"]
-
-    def beside_rows(shape: tuple[int, ...]) -> tuple[int, ...]:
-        return (*shape[:-2], *shape[-1:])  # every dimension but the sequence's
-
+        r, first = failed[0]
+        message = f"{name}: rank {r} of {size}: {first['message']}"
+        kind = {"value": ArgumentError, "type": ArgumentTypeError}.get(first["kind"], RingError)
+        raise kind(message)
+    _same_settings(name, every)
     for r, m in enumerate(every):
-        if any(beside_rows(s) != beside_rows(every[0]["shapes"][k]) for k, s in m["shapes"].items() if s):
+        if any(_beside_rows(s) != _beside_rows(every[0]["shapes"][k]) for k, s in m["shapes"].items() if s):
             raise ArgumentError(
                 f"{name}: the ranks disagree on the batch, head or width dimensions: rank 0 has "
                 f"{every[0]['shapes']}, rank {r} {m['shapes']}; only the sequence axis may differ"
             )
     lengths = [m["shapes"]["query"][-2] for m in every]
-    del query_shape
     total = (sum(lengths), sum(lengths))  # (L_total, S_total): the queries and keys are the same positions
     offset = _variants.offset(parsed.get("causal_alignment", "top_left"), total)
     return Ring(
@@ -192,11 +221,100 @@ def agree(
     )  # fmt: skip
 
 
+def _same_call(every: list[dict[str, Any]], key: int) -> None:
+    """Refuse, on every rank, an agreement whose ranks are at different ring calls (by
+    sequence number and function); the counts then meet at the highest."""
+    calls = [tuple(m["call"]) for m in every]
+    if all(call == calls[0] for call in calls):
+        return
+    _CALLS[key] = max(sequence for sequence, _ in calls)
+    r = next(r for r, call in enumerate(calls) if call != calls[0])
+    (first, first_name), (other, other_name) = calls[0], calls[r]
+    raise RingError(  # named by rank 0's call: the same message on every rank, whichever call each made
+        f"{first_name}: the ranks are out of step: rank 0 is at its ring call {first} ({first_name}), rank {r} at "
+        f"its call {other} ({other_name}); a rank that skipped or repeated a call would pair with another "
+        "rank's next one (every rank refuses this call; the next pairs again)"
+    )
+
+
+def _same_settings(name: str, every: list[dict[str, Any]]) -> None:
+    """Refuse, on every rank, ranks whose settings (by value) or dtypes differ."""
+    for r, m in enumerate(every):
+        settings = [k for k in m["settings"] if m["settings"][k] != every[0]["settings"].get(k)]
+        dtypes = [k for k in m["dtypes"] if m["dtypes"][k] != every[0]["dtypes"].get(k)]
+        if settings or dtypes:
+            first = ", ".join([*(f"{k}={every[0]['shown'][k]}" for k in settings),
+                               *(f"{k} of dtype {every[0]['dtypes'][k]}" for k in dtypes)])  # fmt: skip
+            other = ", ".join([*(f"{k}={m['shown'][k]}" for k in settings),
+                               *(f"{k} of dtype {m['dtypes'][k]}" for k in dtypes)])  # fmt: skip
+            raise ArgumentError(f"{name}: the ranks disagree: rank 0 has {first}, rank {r} {other}")
+
+
+def _beside_rows(shape: list[int]) -> list[int]:
+    return [*shape[:-2], *shape[-1:]]  # every dimension but the sequence's
+
+
+def _kind(error: Exception) -> str:
+    """How every rank re-raises ``error``: "value" or "type" (a bad argument), or "other"."""
+    if isinstance(error, ArgumentTypeError) or (isinstance(error, TypeError) and not isinstance(error, AttnlabError)):
+        return "type"
+    if isinstance(error, (AttnlabError, ValueError)):
+        return "value"
+    return "other"
+
+
+def _one_line(error: Exception) -> str:
+    """``error``'s message on one line; prefixed by its type when it is not attnlab's."""
+    text = " ".join(line.strip() for line in str(error).splitlines() if line.strip())
+    if isinstance(error, AttnlabError):
+        return text or type(error).__name__
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__
+
+
+def _group_key(dist: Any, group: Any) -> int:
+    """The key of ``group``'s call count: the id of its object (the default group's for
+    None), not the object itself, which this module must not keep alive past
+    destroy_process_group (gloo's threads would then end the interpreter at exit)."""
+    return id(dist.group.WORLD if group is None else group)
+
+
+def _by_value(x: Any) -> Any:
+    """``x`` as JSON that compares by value: a bool tagged as one (True is not 1), a NumPy
+    number as Python's (np.float64(0.25) is 0.25, 2 is 2.0), a sequence item by item;
+    anything else by its type and repr."""
+    if isinstance(x, (bool, np.bool_)):
+        return {"bool": bool(x)}
+    if isinstance(x, (int, np.integer)):
+        return int(x)
+    if isinstance(x, (float, np.floating)):
+        value = float(x)
+        return value if math.isfinite(value) else {"float": repr(value)}  # nan as nan: equal on every rank
+    if x is None or isinstance(x, str):
+        return None if x is None else str(x)
+    if isinstance(x, (list, tuple)):
+        return [_by_value(item) for item in x]
+    return {"other": _shown(x)}
+
+
+def _shown(x: Any) -> str:
+    """``x`` as a disagreement's message shows it: its repr (np.True_ shows its type)."""
+    try:
+        return repr(x)
+    except Exception:  # a repr that fails is still a value to show
+        return type(x).__name__
+
+
+def _dtype(x: Any) -> str:
+    """``x``'s dtype as NumPy names it (a torch tensor's too), or its type's name."""
+    dtype = getattr(x, "dtype", None)
+    return type(x).__name__ if dtype is None else str(dtype).removeprefix("torch.")
+
+
 def _shape(x: Any) -> list[int] | None:
     """The shape of ``x`` as an array, or None when it is not one (a ragged list)."""
     try:
-        return list(np.shape(x))
-    except ValueError:
+        return [int(n) for n in np.shape(x)]
+    except Exception:  # whatever np.shape raises: the check has said what is wrong
         return None
 
 
