@@ -639,7 +639,9 @@ def test_a_csv_header_of_words_is_still_skipped(capsys, tmp_path):
     table = tmp_path / "x.csv"
     table.write_text("token,x0,x1\na,1,0\nb,0,1\n", encoding="utf-8")
     code, out, _ = run(capsys, "trace", str(table), "--format", "json")
-    assert code == 0 and json.loads(out)["inputs"] == [[1.0, 0.0], [0.0, 1.0]] and json.loads(out)["tokens"] == ["a", "b"]
+    assert (
+        code == 0 and json.loads(out)["inputs"] == [[1.0, 0.0], [0.0, 1.0]] and json.loads(out)["tokens"] == ["a", "b"]
+    )
 
 
 def test_a_bom_is_accepted_only_at_the_start_of_a_file(capsys, tmp_path):
@@ -654,7 +656,10 @@ def test_a_bom_is_accepted_only_at_the_start_of_a_file(capsys, tmp_path):
     joined.write_text("x,\ufeff1,2\nb,3,4\n", encoding="utf-8")
     code, out, err = run(capsys, "trace", str(joined))
     assert (code, out) == (2, "")
-    assert err == f"attnlab trace: error: {joined}: row 0, column 1: expected no byte-order mark (U+FEFF), got '\\ufeff1'\n"
+    assert (
+        err
+        == f"attnlab trace: error: {joined}: row 0, column 1: expected no byte-order mark (U+FEFF), got '\\ufeff1'\n"
+    )
     twice = tmp_path / "twice.json"
     twice.write_text("\ufeff\ufeff[[1]]", encoding="utf-8")
     code, _, err = run(capsys, "trace", str(twice))
