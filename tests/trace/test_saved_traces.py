@@ -102,3 +102,18 @@ def test_a_tampered_model_trace_names_the_token_that_differs():
 def test_display_text_escapes_control_characters_and_lone_surrogates_only(text, shown):
     assert display_text(text) == shown
     assert display_text(shown) == shown  # an escape is printable: escaping twice changes nothing
+
+
+def test_a_saved_trace_with_a_lone_surrogate_token_is_traced_viewed_and_plotted(tmp_path, capsys):
+    """What `trace --text` saves from a Linux argument with an undecodable byte reads back:
+    the token kept exactly, shown escaped (it used to be refused as "not valid Unicode")."""
+    assert main(["trace", "--text", "a\udcff b", "--format", "json"]) == 0
+    text = capsys.readouterr().out
+    assert json.loads(text)["tokens"] == ["a\udcff", "b"]
+    (tmp_path / "s.json").write_text(text, encoding="utf-8")  # stdout wrote the surrogate as a JSON escape
+    saved_path = str(tmp_path / "s.json")
+    assert Trace.from_dict(json.loads(text)).tokens == ["a\udcff", "b"]
+    assert main(["trace", saved_path]) == 0 and "(a\\udcff)" in capsys.readouterr().out
+    assert main(["view", saved_path, "-o", str(tmp_path / "s.html")]) == 0
+    pytest.importorskip("matplotlib")
+    assert main(["plot", saved_path, "-o", str(tmp_path / "s.png")]) == 0, capsys.readouterr().err

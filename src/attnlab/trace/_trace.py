@@ -303,12 +303,9 @@ def _trace_from_dict(data: Any, source: str) -> Trace:
     if not finite:
         got = f"an integer of {len(str(scale))} digits" if isinstance(scale, int) else repr(scale)
         raise ArgumentError(f"{source}: scale: expected a finite number, got {got}")
+    # kept as saved, lone surrogates (a Linux argument's undecodable bytes) included: each
+    # display (text, plot, page) escapes them and control characters, as display_text says
     labels = None if tokens is None else [str(t) for t in tokens]
-    for label in labels or []:
-        try:
-            label.encode("utf-8")
-        except UnicodeEncodeError:
-            raise ArgumentError(f"{source}: tokens: expected text, got {label!r} (not valid Unicode)") from None
     seed = data.get("random_seed")
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
         raise ArgumentError(f"{source}: random_seed: expected a whole number ≥ 0 or null, got {seed!r}")
