@@ -94,8 +94,9 @@ def _read_csv(text: str, source: str) -> tuple[Array, list[str] | None]:
                 raise InputError(f"{source}: row {i}, column {j}: expected no byte-order mark (U+FEFF), got {field!r}")
     named = len(table) > 1 and not all(_is_number(fields[0]) for fields in table[1:])
     first = table[0][1 if named else 0 :] if table else []
-    if len(table) > 1 and not any(_is_float(field) for field in first) and not all(map(_is_number, first)):
-        table = table[1:]  # a header row: words (not nan or inf); a lone row is data, so that its errors are about data
+    not_finite = any(_is_float(field) and not _is_number(field) for field in first)  # nan, inf: data, refused below
+    if len(table) > 1 and not not_finite and not all(map(_is_number, first)):
+        table = table[1:]  # a header row (a lone row is data, so that its errors are about data)
     named = named or (len(table) == 1 and not _is_number(table[0][0]))
     names = [fields[0].strip() for fields in table] if named else None
     rows = []
