@@ -610,3 +610,108 @@ def test_a_saved_trace_or_a_model_refuses_the_variant_options(tmp_path, monkeypa
         code, _, err = run(capsys, "trace", "--model", "gpt2", "--text", "a", *option)  # refused before any download
         assert code == 2 and err.count("\n") == 1
         assert f"{option[0]}: --model gpt2 attends as its config says (its causal mask, its own window)" in err
+
+
+# ---- issue 24: text as text, and a refusal in one line for every bad setting ----
+
+
+def test_a_csv_field_over_the_csv_modules_limit_is_refused_in_one_line(capsys, tmp_path):
+    big = tmp_path / "big.csv"
+    big.write_text("x" * 140_000 + ",1\nb,2\n", encoding="utf-8")  # csv's default field_size_limit is 131,072
+    code, out, err = run(capsys, "trace", str(big))
+    assert code == 2 and out == ""
+    assert err == f"attnlab trace: error: {big}: cannot read as CSV: line 1: field larger than field limit (131072)\n"
+
+
+@pytest.mark.parametrize("first", ["nan,1", "inf,1", "1,-inf", "1,NaN"])
+def test_a_csv_whose_first_row_holds_nan_or_inf_is_refused_not_taken_as_a_header(capsys, tmp_path, first):
+    table = tmp_path / "x.csv"
+    table.write_text(f"{first}\n2,3\n", encoding="utf-8")
+    code, out, err = run(capsys, "trace", str(table))
+    bad = next(j for j, field in enumerate(first.split(",")) if field.strip().lower().lstrip("+-") in ("nan", "inf"))
+    assert code == 2 and out == ""
+    assert err.splitlines() == [
+        f"attnlab trace: error: {table}: row 0, column {bad}: expected a finite number, got {first.split(',')[bad]!r}"
+    ]
+
+
+@pytest.mark.parametrize("header", ["token,x0,x1", "token,x0,1"])  # a header is a row not all numbers, nan not one
+def test_a_csv_header_is_still_skipped(capsys, tmp_path, header):
+    table = tmp_path / "x.csv"
+    table.write_text(f"{header}\na,1,0\nb,0,1\n", encoding="utf-8")
+    code, out, err = run(capsys, "trace", str(table), "--format", "json")
+    assert code == 0, err
+    assert json.loads(out)["inputs"] == [[1.0, 0.0], [0.0, 1.0]] and json.loads(out)["tokens"] == ["a", "b"]
+
+
+def test_a_bom_is_accepted_only_at_the_start_of_a_file(capsys, tmp_path):
+    """Excel's "CSV UTF-8" starts with a BOM (accepted, as issue 9 asked; RFC 8259 lets a JSON
+    parser ignore one there); a BOM anywhere else is two files joined, and refused, not read
+    as a header (which is how the row used to vanish) or as part of a token."""
+    for name, text in [("a.csv", "\ufeff1,0\n0,1\n"), ("a.json", "\ufeff[[1, 0], [0, 1]]")]:
+        (tmp_path / name).write_text(text, encoding="utf-8")
+        code, out, err = run(capsys, "trace", str(tmp_path / name), "--format", "json")
+        assert code == 0 and json.loads(out)["inputs"] == [[1.0, 0.0], [0.0, 1.0]], err
+    joined = tmp_path / "joined.csv"
+    joined.write_text("x,\ufeff1,2\nb,3,4\n", encoding="utf-8")
+    code, out, err = run(capsys, "trace", str(joined))
+    assert (code, out) == (2, "")
+    assert (
+        err
+        == f"attnlab trace: error: {joined}: row 0, column 1: expected no byte-order mark (U+FEFF), got '\\ufeff1'\n"
+    )
+    twice = tmp_path / "twice.json"
+    twice.write_text("\ufeff\ufeff[[1]]", encoding="utf-8")
+    code, _, err = run(capsys, "trace", str(twice))
+    assert code == 2 and "not valid JSON" in err and len(err.splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    ("text", "tokens"),
+    [
+        ("👩\u200d💻是", ["👩\u200d💻", "是"]),  # a ZWJ sequence: woman + ZWJ + laptop, one picture
+        ("🇨🇳好", ["🇨🇳", "好"]),  # a flag: two regional indicators
+        ("cafe\u0301", ["c", "a", "f", "e\u0301"]),  # e and a combining acute accent: é
+        ("👍🏽!", ["👍🏽", "!"]),  # an emoji and its skin-tone modifier
+    ],
+)
+def test_a_grapheme_cluster_in_text_is_one_token(capsys, text, tokens):
+    code, out, _ = run(capsys, "trace", "--text", text, "--format", "json")
+    assert code == 0 and json.loads(out)["tokens"] == tokens  # the clusters, written out by hand (UAX #29)
+
+
+def test_control_characters_and_lone_surrogates_are_escaped_on_the_terminal_and_kept_in_json(capsys):
+    text = "a\x1b[31m b\udcff c\x07"  # an ANSI colour, an undecodable argv byte, the bell
+    code, out, _ = run(capsys, "trace", "--text", text)
+    assert code == 0
+    assert "\x1b" not in out and "\x07" not in out and "\udcff" not in out
+    assert "(a\\x1b[31m)" in out and "(b\\udcff)" in out and "(c\\x07)" in out
+    code, out, _ = run(capsys, "trace", "--text", text, "--format", "json")
+    assert code == 0 and json.loads(out)["tokens"] == ["a\x1b[31m", "b\udcff", "c\x07"]  # exactly as given
+
+
+def test_the_help_states_the_limits_of_precision_and_seed(capsys):
+    for argv in (["trace", "--help"], ["experiment", "--help"]):
+        with pytest.raises(SystemExit):
+            main(argv)
+        help_text = " ".join(capsys.readouterr().out.split())
+        if argv[0] == "trace":
+            assert "decimals in the text, 0..17" in help_text and "seed of the weights, 0..2**63-1" in help_text
+        else:
+            assert "the seed, 0..2**32-1" in help_text
+    for argv, message in [
+        (["trace", "--text", "a b", "--precision", "100"], "expected an integer in 0..17, got 100"),
+        (["trace", "--text", "a b", "--seed", str(2**200)], f"expected an integer in 0..{2**63 - 1}, got {2**200}"),
+    ]:
+        with pytest.raises(SystemExit) as exit_info:
+            main(argv)
+        err = capsys.readouterr().err
+        assert exit_info.value.code == 2 and message in err and len(err.splitlines()) == 1
+
+
+def test_experiment_list_refuses_a_stray_word(capsys):
+    code, out, err = run(capsys, "experiment", "list", "scaling")
+    assert (code, out) == (2, "")
+    assert err == "attnlab experiment: error: NAME: expected nothing after 'list' (it lists them all), got 'scaling'\n"
+    code, out, _ = run(capsys, "experiment", "list")
+    assert code == 0 and out.startswith("scaling ")

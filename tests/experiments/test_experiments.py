@@ -59,3 +59,34 @@ def test_rnn_shows_attention_reaching_far(tmp_path):
     gradients = metrics["tanh RNN"]["gradient_norm"]
     assert gradients[-1] > gradients[0]  # the RNN's gradient reaches the last item, not the first
     assert abs(metrics["weights"]["attention"] / metrics["weights"]["tanh RNN"] - 1) < 0.1
+
+
+def test_a_full_disk_while_writing_results_json_names_the_file(tmp_path, monkeypatch, capsys):
+    """The write of results.json fails half way (ENOSPC names no file): the one-line error says which."""
+    import errno
+    from dataclasses import dataclass
+
+    from attnlab.cli import main
+    from attnlab.experiments import _run
+    from attnlab.experiments._common import Experiment
+
+    @dataclass
+    class Nothing:
+        def metrics(self) -> dict:
+            return {"x": 1.0}
+
+    tiny = Experiment("tiny", "nothing", lambda quick, seed: Nothing(), lambda measured, out: [], lambda m: "# tiny\n")
+    monkeypatch.setitem(_run.EXPERIMENTS, "tiny", tiny)
+    real_write = Path.write_text
+
+    def full_disk(path: Path, text: str, *args: object, **kwargs: object) -> int:
+        if path.name == "results.json":
+            raise OSError(errno.ENOSPC, "No space left on device")  # as a failed write() raises it: no filename
+        return real_write(path, text, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "write_text", full_disk)
+    out = tmp_path / "runs"
+    assert main(["experiment", "run", "tiny", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err == f"attnlab experiment: error: {out / 'results.json'}: No space left on device\n"
+    assert (out / "report.md").read_text(encoding="utf-8") == "# tiny\n"  # written before the disk filled

@@ -158,3 +158,14 @@ def test_a_windowed_pages_data_carries_its_band_rules_and_variants():
     np.testing.assert_array_equal(bias, -np.array([0.5, 0.25])[:, None, None] * distance)
     assert data["bias_heads"] == 2 and data["sinks"] == [0.0, 1.0]
     assert PageShape.of(heads).bias_heads == 2 and PageShape.of(trace).bias_heads == 0
+
+
+def test_a_pages_tokens_escape_control_characters_and_lone_surrogates(tmp_path, capsys):
+    from attnlab.viz._page import page_data
+
+    trace = al.SelfAttention(2, 2, seed=0).trace(np.eye(2), tokens=["a\udcff", "b\x1b[0m"])
+    assert page_data(trace)["tokens"] == ["a\\udcff", "b\\x1b[0m"]
+    assert main(["view", "--text", "a\udcff b\x07", "-o", str(tmp_path / "s.html")]) == 0, capsys.readouterr().err
+    page = (tmp_path / "s.html").read_text(encoding="utf-8")  # a surrogate used to fail the UTF-8 write
+    assert "a\\\\udcff" in page and "b\\\\x07" in page  # the escapes, as JSON strings in the page
+    assert trace.tokens == ["a\udcff", "b\x1b[0m"]  # the trace keeps them as given

@@ -274,3 +274,26 @@ def test_a_windowed_plot_draws_its_masked_cells_grey_with_a_legend(tmp_path):
         assert r == g == b and r > 0.5
     r, g, b = colour_at(0, 0)  # query 0 sees only itself: weight 1, viridis' yellow
     assert r > 0.9 and b < 0.3
+
+
+@requires("matplotlib")
+@pytest.mark.parametrize("token", ["$x^2$", "$\\frac$", "a_b^c"])
+def test_a_token_with_dollars_is_drawn_as_typed_with_mathtext_off(tmp_path, token):
+    trace = al.SelfAttention(2, 2, seed=0).trace(np.eye(2), tokens=[token, "b"])
+    figure = al.plot(trace, tmp_path / "math.svg")  # "$\frac$" used to be a mathtext ParseException
+    (ax,) = [ax for ax in figure.axes if ax.get_title()]
+    for label in (*ax.get_xticklabels(), *ax.get_yticklabels()):
+        assert label.get_parse_math() is False
+    assert [t.get_text() for t in ax.get_yticklabels()] == [token, "b"]
+    svg = (tmp_path / "math.svg").read_text(encoding="utf-8")
+    assert "DejaVuSans-Oblique" not in svg and "DejaVuSerif-Italic" not in svg  # no math italics drawn
+
+
+@requires("matplotlib")
+def test_control_characters_and_lone_surrogates_in_a_plots_tokens_are_escaped(tmp_path, capsys):
+    code = main(["plot", "--text", "a\udcff b\x1b[1m c", "-o", str(tmp_path / "bad.png")])
+    assert code == 0, capsys.readouterr().err  # a surrogate used to be a traceback in FreeType
+    trace = al.SelfAttention(2, 2, seed=0).trace(np.eye(2), tokens=["a\udcff", "b\x1b"])
+    figure = al.plot(trace, tmp_path / "bad.svg")
+    (ax,) = [ax for ax in figure.axes if ax.get_title()]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["a\\udcff", "b\\x1b"]

@@ -634,3 +634,26 @@ def test_v_alibi_sinks_and_a_per_head_mask_function_give_the_engines_weights(bro
     browser.execute_script("window.attnlabView.setHead(1)")
     assert pixel_at(browser, 3, 0) == [224, 224, 224]  # head 1's mask function rules key 0 out
     assert "ALiBi" in browser.find_element(By.ID, "rules-note").text
+
+
+def test_w_a_scale_at_which_the_scores_overflow_is_refused_by_the_link_and_the_box(browser, tmp_path, capsys):
+    rows = tmp_path / "big.json"
+    rows.write_text(json.dumps((np.eye(3) * 100).tolist()))  # raw scores of about 100: 1e308 · 100 overflows
+    trace = open_page(browser, tmp_path, capsys, str(rows))
+    largest = np.abs(np.array(trace["scores"])).max()
+    with np.errstate(over="ignore"):
+        assert largest * 1e308 == np.inf  # the engine at scale 1e308 gives NaN weights: nothing to show
+    near_the_limit = f"#scale={1.7e308 / largest:.6e}".replace("e+", "e")  # in a link "+" is a space
+    for link in ("#scale=1e308", "#scale=0.5", near_the_limit):
+        browser.get((tmp_path / "view.html").as_uri() + "#scale=0.25")
+        browser.get((tmp_path / "view.html").as_uri() + link)
+        wanted = float(link.removeprefix("#scale="))
+        scale = browser.execute_script("return window.attnlabView.scale")
+        assert scale == (0.25 if link == "#scale=1e308" else wanted)  # refused: the one in use is kept
+        shown = np.array(browser.execute_script("return window.attnlabView.weights(0)"))
+        assert np.isfinite(shown).all()
+        np.testing.assert_allclose(shown.reshape(3, 3), al.softmax(np.array(trace["scores"]) * scale), atol=1e-12)
+    browser.execute_script(
+        "const b = document.getElementById('scale-input'); b.value = '1e308'; b.dispatchEvent(new Event('change'));"
+    )
+    assert browser.execute_script("return window.attnlabView.scale") == pytest.approx(1.7e308 / largest, rel=1e-6)

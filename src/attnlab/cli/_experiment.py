@@ -27,7 +27,7 @@ def add_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--quick", action="store_true", help="a short run (under a minute on 2 idle cores; longer on a busy machine)"
     )
-    parser.add_argument("--seed", type=at_least(0, 2**32 - 1), default=0, help="the seed (default 0)")
+    parser.add_argument("--seed", type=at_least(0, 2**32 - 1), default=0, help="the seed, 0..2**32-1 (default 0)")
     parser.add_argument("--out", metavar="DIR", help="where to write (default experiments/NAME)")
 
 
@@ -43,6 +43,8 @@ def run(args: argparse.Namespace) -> None:
     from ..experiments._run import run as run_experiment
 
     if args.action == "list":
+        if args.name is not None:
+            raise InputError(f"NAME: expected nothing after 'list' (it lists them all), got {args.name!r}")
         for name, experiment in EXPERIMENTS.items():
             print(f"{name:14} {experiment.summary}")
         return

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import regex
 
 from .._validation import ArgumentError, Array
 
@@ -29,6 +30,7 @@ __all__ = [
 ]
 
 SUFFIXES = (".json", ".csv", ".npy")
+BOM = "\ufeff"  # the byte-order mark, accepted only at the very start of a file or of standard input
 MAX_VALUES = 2**26  # the most numbers an input file may hold (512 MiB as float64)
 
 
@@ -81,9 +83,19 @@ def _read_csv(text: str, source: str) -> tuple[Array, list[str] | None]:
     """The numbers of a CSV file, and the tokens it names. A first column that is not
     numbers (below a header, if any) holds the tokens, one per row; a first row whose
     other fields are not all numbers is a header, such as "token,x0,x1", and is skipped."""
-    table = [fields for fields in csv.reader(io.StringIO(text)) if any(field.strip() for field in fields)]
+    reader = csv.reader(io.StringIO(text))
+    try:
+        table = [fields for fields in reader if any(field.strip() for field in fields)]
+    except csv.Error as e:  # such as a field over csv.field_size_limit() (131,072 characters)
+        raise InputError(f"{source}: cannot read as CSV: line {reader.line_num}: {e}") from None
+    for i, fields in enumerate(table):
+        for j, field in enumerate(fields):
+            if BOM in field:  # a leading one is Excel's and gone already: one inside is two files joined
+                raise InputError(f"{source}: row {i}, column {j}: expected no byte-order mark (U+FEFF), got {field!r}")
     named = len(table) > 1 and not all(_is_number(fields[0]) for fields in table[1:])
-    if len(table) > 1 and not all(_is_number(field) for field in table[0][1 if named else 0 :]):
+    first = table[0][1 if named else 0 :] if table else []
+    not_finite = any(_is_float(field) and not _is_number(field) for field in first)  # nan, inf: data, refused below
+    if len(table) > 1 and not not_finite and not all(map(_is_number, first)):
         table = table[1:]  # a header row (a lone row is data, so that its errors are about data)
     named = named or (len(table) == 1 and not _is_number(table[0][0]))
     names = [fields[0].strip() for fields in table] if named else None
@@ -167,8 +179,11 @@ def as_sequence(data: Any, path: str) -> tuple[Array, list[str] | None]:
 
 
 def split_text(text: str) -> list[str]:
-    """Tokens of ``text``: split on whitespace, or into characters when it has none."""
-    tokens = text.split() if any(c.isspace() for c in text.strip()) else list(text.strip())
+    """Tokens of ``text``: split on whitespace, or into characters when it has none, a
+    character being what a reader sees as one: a grapheme cluster (Unicode's UAX #29, the
+    ``regex`` library's ``\\X``), so that a ZWJ emoji such as 👩‍💻, a flag or a letter with its
+    combining accents is one token, not its code points."""
+    tokens = text.split() if any(c.isspace() for c in text.strip()) else regex.findall(r"\X", text.strip())
     if not tokens:
         raise InputError("--text: the text is empty")
     return tokens

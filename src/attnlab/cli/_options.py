@@ -137,7 +137,7 @@ def add_output_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--format", choices=("text", "json"), default="text", help="text (default) or json (full precision)"
     )
-    parser.add_argument("--precision", type=at_least(0, 17), default=4, help="decimals in the text (default 4)")
+    parser.add_argument("--precision", type=at_least(0, 17), default=4, help="decimals in the text, 0..17 (default 4)")
     parser.add_argument("--lang", choices=LANGUAGES, default="zh", help="labels: zh (default, as the article) or en")
 
 

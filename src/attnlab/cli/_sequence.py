@@ -84,7 +84,10 @@ def add_input_options(parser: argparse.ArgumentParser) -> None:
         help=f"width of Q, K and V (default: the input's width, at most {DEFAULT_MAX_D_K})",
     )
     parser.add_argument(
-        "--seed", type=at_least(0, 2**63 - 1), default=42, help="seed of the weights (default 42, the article's)"
+        "--seed",
+        type=at_least(0, 2**63 - 1),
+        default=42,
+        help="seed of the weights, 0..2**63-1 (default 42, the article's)",
     )
     parser.add_argument(
         "--scale", type=_scale, default="sqrt", help="sqrt (1/√d_k, default), none (1) or a number multiplying Q·Kᵀ"

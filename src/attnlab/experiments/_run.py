@@ -46,8 +46,23 @@ def run(name: str, *, quick: bool, seed: int, out: Path) -> dict[str, Any]:
     if experiment.save is not None:
         experiment.save(measured, out)
     figures = experiment.figures(measured, out)
-    (out / "report.md").write_text(experiment.report(measured), encoding="utf-8")
+    _write(out / "report.md", experiment.report(measured))
     results = {"experiment": name, "seed": seed, "quick": quick, "metrics": measured.metrics(),
                "figures": figures, "seconds": time.perf_counter() - start}  # fmt: skip
-    (out / "results.json").write_text(json.dumps(results, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    _write(out / "results.json", json.dumps(results, indent=1, ensure_ascii=False) + "\n")
     return results
+
+
+def _write(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` as UTF-8. An error that names no file (a full disk fails
+    a write, not the open) is raised again naming ``path``, so that the message says where.
+
+    Raises:
+        OSError: the write failed; its ``filename`` is ``path``.
+    """
+    try:
+        path.write_text(text, encoding="utf-8")
+    except OSError as e:
+        if e.filename is not None:
+            raise
+        raise OSError(e.errno, e.strerror or str(e), str(path)) from e

@@ -155,11 +155,10 @@ def _from_dict(cls: type[ModelTrace], data: Any, source: str) -> ModelTrace:
         if not key.isdigit() or not int(key) < num_layers:
             raise ArgumentError(f"{source}: layers: expected indices in 0..{num_layers - 1}, got {key!r}")
         trace = Trace.from_dict(layer, f"{source}, layer {key}")
-        if trace.tokens != tokens or trace.num_heads != num_heads:
-            raise ArgumentError(
-                f"{source}, layer {key}: expected the trace's {len(tokens)} tokens and "
-                f"{num_heads} heads, got {len(trace.labels)} tokens and {trace.num_heads} heads"
-            )
+        if trace.num_heads != num_heads:
+            raise ArgumentError(f"{source}, layer {key}: expected the trace's {num_heads} heads, got {trace.num_heads}")
+        if trace.tokens != tokens:
+            raise ArgumentError(f"{source}, layer {key}: tokens: {_first_difference(tokens, trace.tokens)}")
         layers[int(key)] = trace
     special, parts = data.get("special", [False] * len(tokens)), data.get("parts", [""] * len(tokens))
     if not (isinstance(special, list) and len(special) == len(tokens) and all(type(x) is bool for x in special)):
@@ -175,3 +174,11 @@ def _from_dict(cls: type[ModelTrace], data: Any, source: str) -> ModelTrace:
     ):
         raise ArgumentError(f"{source}: opens: expected null or whole numbers ≥ 0 under layer, head, query")
     return cls(str(data.get("model")), ids, tokens, layers, num_layers, num_heads, special, parts, opens)
+
+
+def _first_difference(tokens: list[str], got: list[str] | None) -> str:
+    """Where a layer's tokens part from the trace's: "expected …, got …" naming the first token that differs."""
+    if got is None or len(got) != len(tokens):
+        return f"expected the trace's {len(tokens)} tokens, got {'none' if got is None else len(got)}"
+    i = next(i for i, (want, have) in enumerate(zip(tokens, got, strict=True)) if want != have)
+    return f"expected the trace's tokens, got token {i} {got[i]!r} where the trace has {tokens[i]!r}"

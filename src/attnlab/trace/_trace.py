@@ -25,7 +25,7 @@ from ..engine._masks import mask_mod_allows, modify_scores_
 from ..engine._problem import Problem, make_problem
 from ..engine._variants import Alignment, MaskMod
 from ..reference import AttentionSteps
-from ._display import notebook_html
+from ._display import display_text, notebook_html
 from ._variants import Variants
 
 __all__ = ["ARRAYS", "LANGUAGES", "Trace", "build_trace", "json_ready"]
@@ -303,20 +303,59 @@ def _trace_from_dict(data: Any, source: str) -> Trace:
     if not finite:
         got = f"an integer of {len(str(scale))} digits" if isinstance(scale, int) else repr(scale)
         raise ArgumentError(f"{source}: scale: expected a finite number, got {got}")
+    # kept as saved, lone surrogates (a Linux argument's undecodable bytes) included: each
+    # display (text, plot, page) escapes them and control characters, as display_text says
     labels = None if tokens is None else [str(t) for t in tokens]
-    for label in labels or []:
-        try:
-            label.encode("utf-8")
-        except UnicodeEncodeError:
-            raise ArgumentError(f"{source}: tokens: expected text, got {label!r} (not valid Unicode)") from None
     seed = data.get("random_seed")
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
         raise ArgumentError(f"{source}: random_seed: expected a whole number ≥ 0 or null, got {seed!r}")
     bias, variants = _saved_variants(data, weights.shape, source)
+    _check_not_numbers(arrays, float(scale), bias, source)
     return Trace(
         scale=float(data["scale"]), tokens=labels, layer_output=layer_output, random_seed=seed, bias=bias,
         variants=variants, **arrays,
     )  # fmt: skip
+
+
+# Below this no score of any dtype overflows (it is float16's largest number), so a saved
+# score that is not a number there was not computed: it was written in.
+_NO_OVERFLOW = 65504.0
+
+
+def _check_not_numbers(arrays: dict[str, Array], scale: float, bias: Array | None, source: str) -> None:
+    """A saved trace's NaN and infinities, where the engine makes them: a score s = q·k is
+    non-finite only past overflow, Σ|q||k| ≥ :data:`_NO_OVERFLOW`; a weight is NaN only in a
+    row where some scaled score can overflow (|scale|·Σ|q||k| ≥ it, or a bias is +∞, NaN or
+    beyond it). Elsewhere a NaN or null (−∞) was written in by hand, and is refused.
+
+    Raises:
+        ArgumentError: a non-finite score, or a NaN weight, where none can arise.
+    """
+    Q, K = np.abs(arrays["Q"]), np.abs(arrays["K"])
+    with np.errstate(all="ignore"):
+        bound = Q @ np.swapaxes(K, -1, -2)  # (…, L, L): |q·k| ≤ Σ|q||k|, NaN where q or k is
+    scores = arrays["scores"]
+    written = ~np.isfinite(scores) & (bound < _NO_OVERFLOW)
+    if written.any():
+        *_, i, j = np.argwhere(written)[0]
+        got = scores[tuple(np.argwhere(written)[0])]
+        where = "null (−∞)" if np.isneginf(got) else str(got)
+        raise ArgumentError(
+            f"{source}: scores: expected q·k, a finite number where it cannot overflow, got {where} at row {i}, "
+            f"column {j}"
+        )
+    with np.errstate(all="ignore"):
+        overflows = ~(abs(scale) * bound < _NO_OVERFLOW)  # (…, L, L), NaN bounds included
+        if bias is not None:
+            overflows |= ~((bias < _NO_OVERFLOW) & ~np.isnan(bias))
+    can_be_nan = overflows.any(axis=-1, keepdims=True)  # (…, L, 1): the row's softmax can see +∞ or NaN
+    weights = arrays["weights"]
+    written = np.isnan(weights) & ~can_be_nan
+    if written.any():
+        *_, i, j = np.argwhere(written)[0]
+        raise ArgumentError(
+            f"{source}: weights: expected numbers (no score of row {i} can overflow), got NaN at row {i}, column {j}"
+        )
 
 
 def _saved_variants(data: dict[str, Any], shape: tuple[int, ...], source: str) -> tuple[Array | None, Variants | None]:
@@ -343,7 +382,7 @@ def _render(trace: Trace, lang: str, precision: int, title: str | None) -> str:
         raise fail("precision", "an integer in 0..17", repr(precision))
     t = _LABELS[lang]
 
-    names = trace.tokens
+    names = None if trace.tokens is None else [display_text(token) for token in trace.tokens]  # no ESC, no surrogate
 
     def label(key: str, i: int) -> str:
         return t[key].format(i=i, tok="" if names is None else f" ({names[i]})")
@@ -369,7 +408,7 @@ def _render(trace: Trace, lang: str, precision: int, title: str | None) -> str:
         return [f"\n  {heading}:"] + [f"    {line}" for line in rows("row", matrix, header=True)]
 
     L, d_model = trace.inputs.shape
-    lines = [_RULE, title or t["title"], _RULE, f"{t['length']}: {L}", f"{t['width']}: {d_model}"]
+    lines = [_RULE, display_text(title or t["title"]), _RULE, f"{t['length']}: {L}", f"{t['width']}: {d_model}"]
     for h in range(trace.num_heads):
         one = trace.head(h)
         lines += [f"\n-- {t['head']} {h} --"] if trace.num_heads > 1 else []

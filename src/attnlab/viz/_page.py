@@ -22,6 +22,7 @@ import numpy as np
 
 from .._validation import Array, MissingDependencyError, fail, output_path
 from ..trace import ModelTrace
+from ..trace._display import display_text
 from ..trace._trace import Trace
 
 __all__ = [
@@ -174,7 +175,8 @@ def page_data(trace: Trace | ModelTrace, opens: dict[str, int] | None = None) ->
     (H, L, L) too while the page holds at most GIVEN_SCORES_UP_TO of them in all, past
     which the page computes them from q and k; the view it opens on (``opens``, as
     :func:`opening` gives, its layer a position among the page's layers); the seed of
-    random weights (a note on the page), or None."""
+    random weights (a note on the page), or None. Tokens are shown as
+    :func:`~attnlab.trace._display.display_text` gives."""
     if isinstance(trace, ModelTrace):
         named: list[tuple[int | None, Trace]] = list(trace.layers.items())
         tokens, model, special, parts = trace.tokens, trace.model, trace.special, trace.parts
@@ -188,8 +190,9 @@ def page_data(trace: Trace | ModelTrace, opens: dict[str, int] | None = None) ->
     dtype = ("float64" if shape.itemsize == 8 else "float32") if exact or not model else "float24"
     layers = [{"name": "" if i is None else f"layer {i}", "index": i, **_layer_data(t, given, dtype)} for i, t in named]
     seeds = [t.random_seed for _, t in named if t.random_seed is not None]
-    return {
-        "tokens": tokens, "model": model, "special": special, "parts": parts, "layers": layers,
+    return {  # the page shows text: control characters and lone surrogates escaped (no page can encode those)
+        "tokens": [display_text(t) for t in tokens], "model": display_text(model), "special": special,
+        "parts": [display_text(p) for p in parts], "layers": layers,
         "opens": opens or opening(trace), "random_seed": seeds[0] if seeds else None,
     }  # fmt: skip
 

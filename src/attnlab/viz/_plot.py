@@ -25,6 +25,7 @@ import numpy as np
 
 from .._validation import MissingDependencyError, fail, flag, output_path
 from ..trace import ModelTrace
+from ..trace._display import display_text
 from ..trace._trace import Trace
 
 __all__ = [
@@ -127,10 +128,12 @@ def check_path(path: str | Path) -> Path:
 
 def _tick_labels(labels: list[str], most: int = LABELS_UP_TO) -> tuple[list[int], list[str]]:
     """Positions and texts of the labels to draw: all up to ``most``, else every n-th;
-    a token past 16 characters is cut to its first 15 and "…"."""
+    a token past 16 characters is cut to its first 15 and "…". Control characters and lone
+    surrogates are escaped (:func:`~attnlab.trace._display.display_text`)."""
     every = math.ceil(len(labels) / most)
     positions = list(range(0, len(labels), every))
-    return positions, [labels[i] if len(labels[i]) <= 16 else labels[i][:15] + "…" for i in positions]
+    shown = [display_text(labels[i]) for i in positions]
+    return positions, [text if len(text) <= 16 else text[:15] + "…" for text in shown]
 
 
 def _font(labels: list[str]) -> dict[str, Any]:
@@ -217,8 +220,12 @@ def _draw(ax: Any, panel: _Panel, stage: str, low: float, high: float, font: dic
     # one or two characters (Chinese ones above all) stand upright while there is room for them
     upright = all(len(t) <= 2 for t in texts) and len(positions) <= 30
     size = max(6, min(10, 500 / len(positions))) if positions else 10
-    ax.set_xticks(positions, texts if panel.bottom else [], rotation=0 if upright else 90, fontdict=font, fontsize=size)
-    ax.set_yticks(positions, texts if panel.left else [], fontdict=font, fontsize=size)
+    # parse_math=False: a token is drawn as typed, "$x^2$" as those five characters, not as mathtext
+    ax.set_xticks(
+        positions, texts if panel.bottom else [], rotation=0 if upright else 90, fontdict=font, fontsize=size,
+        parse_math=False,
+    )  # fmt: skip
+    ax.set_yticks(positions, texts if panel.left else [], fontdict=font, fontsize=size, parse_math=False)
     if panel.bottom:
         ax.set_xlabel("key")
     if panel.left:

@@ -39,6 +39,7 @@ function layerOf(layer) {
     given: layer.scores === null ? null : decode(layer.scores, layer.dtype), computed: new Map(), weights: new Map(),
     norms: null, softcap: layer.softcap, sinks: layer.sinks, rules: layer.rules,
     bias: layer.bias === null ? null : decode(layer.bias, layer.dtype), biasHeads: layer.bias_heads,
+    largest: null,
   };
 }
 const vectorAt = (x, width, h, i) => Array.from(x.subarray((h * L + i) * width, (h * L + i + 1) * width));
@@ -564,6 +565,25 @@ function markGrid() {
   }
 }
 
+// the largest |q·k| among a layer's finite raw scores, every head's, once per layer
+function largestScore(layer) {
+  if (layer.largest === null) {
+    let most = 0;
+    for (let h = 0; h < layer.H; h++) {
+      for (const x of scoresOf(layer, h)) if (Number.isFinite(x)) most = Math.max(most, Math.abs(x));
+    }
+    layer.largest = most;
+  }
+  return layer.largest;
+}
+// a scale the box and a link may set: a number ≥ 0 at which scale·q·k stays a number for
+// every finite score of the shown layer (past it, at 1e308 say, the engine's softmax is NaN:
+// refused like any other bad scale, the one in use kept); a softcap bounds z, so any scale then
+function usableScale(s) {
+  const layer = shownLayer(), most = layer.single ? 3.4028234663852886e38 : Number.MAX_VALUE;
+  return Number.isFinite(s) && s >= 0 && (layer.softcap !== null || s * largestScore(layer) <= most);
+}
+
 // ---- controls ----
 
 function bindScaleControls() {
@@ -571,7 +591,7 @@ function bindScaleControls() {
   slider.addEventListener("input", () => setScale(scaleAt(Number(slider.value))));
   $("scale-input").addEventListener("change", () => {
     const text = $("scale-input").value.trim(), s = Number(text);
-    if (text !== "" && Number.isFinite(s) && s >= 0) setScale(s);
+    if (text !== "" && usableScale(s)) setScale(s);
     else $("scale-input").value = String(state.scale); // not a scale: keep the one in use
   });
   $("scale-mark").textContent = "▲ 1/√d_k";
@@ -678,10 +698,10 @@ function linkedIndex(wanted, name, limit) {
   const n = Number(wanted.get(name));
   return wanted.has(name) && Number.isInteger(n) && n >= 0 && n < limit ? n : null;
 }
-// the link's scale (any number ≥ 0), or the one in use
+// the link's scale (any number ≥ 0 that does not overflow: usableScale), or the one in use
 function linkedScale(wanted) {
   const text = (wanted.get("scale") ?? "").trim(), linked = Number(text);
-  return text !== "" && Number.isFinite(linked) && linked >= 0 ? linked : state.scale;
+  return text !== "" && usableScale(linked) ? linked : state.scale;
 }
 function applyLink() {
   const wanted = new URLSearchParams(location.hash.slice(1));
