@@ -28,7 +28,7 @@ PUBLIC = {
         "AdamW", "Embedding", "LayerNorm", "Linear", "Module", "MultiheadSelfAttention", "Parameter", "RNN",
         "TransformerBlock", "clip_grad_norm", "cross_entropy", "gelu", "train",
     ],
-    "attnlab.distributed": ["LAYOUTS", "ring_attention", "ring_attention_backward", "shard", "unshard"],
+    "attnlab.distributed": ["LAYOUTS", "RingError", "ring_attention", "ring_attention_backward", "shard", "unshard"],
 }  # fmt: skip
 
 
