@@ -51,6 +51,7 @@ from ._threads import run
 __all__ = [
     "BLOCK_K",
     "BLOCK_Q",
+    "EXACT_DELTA_FROM",
     "NUMPY",
     "ONE_PASS_BACKWARD_FROM",
     "TILED",
@@ -76,6 +77,10 @@ BLOCK_K = 512
 # work); below it, it splits slices into blocks to keep every thread busy. A constant,
 # not the thread count, decides, so the bits never depend on the thread count.
 ONE_PASS_BACKWARD_FROM = 8
+# Rows whose |lse| is at least this have their δ recomputed as Σ_j P_ij·dP_ij (``_exact_delta``):
+# only huge scores make one key take a row's whole weight with digits to lose, and ordinary
+# attention's lse (log S plus a few) stays far below it, so its backward does no more work.
+EXACT_DELTA_FROM = 64.0
 
 Task = Callable[[], None]
 
@@ -292,6 +297,44 @@ def forward(pb: Problem, threads: int | None = None, kernels: Kernels = NUMPY) -
     return fp.output.reshape(pb.output_shape), fp.lse.reshape(*pb.batch_shape, L)  # (B…, L, Ev), (B…, L)
 
 
+def _exact_delta(pb: Problem, grad_output: Array, saved: Saved, lse: Array, skip: bool) -> Array:
+    """δ (n, L), recomputed as Σ_j P_ij·dP_ij − dlse_i for the rows whose |lse| is at least
+    EXACT_DELTA_FROM, as softmax's own backward (and torch's) makes it: rowsum(dO∘O) is the
+    same sum in another order, and where one key takes a row's whole weight (a huge score:
+    a large query or key element, a huge scale) dZ = P∘(dP − δ) must be exactly 0 there,
+    not a rounding error that dK = scale·dZᵀ·Q multiplies by the huge element. The saved
+    δ = rowsum(dO∘O) − dlse becomes δ + (Σ_j P_ij·dP_ij − rowsum(dO∘O)), the difference
+    of two nearly equal sums, exact (Sterbenz), so that without a dlse δ is Σ_j P_ij·dP_ij
+    itself. ``lse`` (n, L) is +∞ where every key is masked; other rows keep the saved δ."""
+    L = pb.lengths[0]
+    delta = saved.delta.reshape(pb.slices, L)  # (B·H, L)
+    risky = np.isfinite(lse) & (np.abs(lse) >= EXACT_DELTA_FROM)  # (B·H, L)
+    if not risky.any():
+        return delta
+    delta = delta.copy()
+    output = saved.output.reshape(pb.slices, L, -1)  # O, (B·H, L, Ev)
+    for s in _slices(pb, pb.value):
+        for rows in blocks(L, BLOCK_Q):
+            if not risky[s.n, rows].any():
+                continue
+            total = np.zeros(rows.stop - rows.start, dtype=delta.dtype)  # Σ_j P_ij·dP_ij, (block_q,)
+            q_scaled = s.q[rows] * np.asarray(pb.scale, dtype=s.q.dtype)  # (block_q, E)
+            for cols in _key_blocks(pb, rows, skip):
+                block = _scores(pb, s, q_scaled, rows, cols, skip)
+                if block is None:
+                    continue
+                weights = np.exp(block[0] - lse[s.n, rows, None])  # P_ij, (block_q, block_k)
+                grad_weights = grad_output[s.n, rows] @ s.v[cols].T  # dP_ij, (block_q, block_k)
+                dropout = pb.dropout(s.n, rows, cols)
+                if dropout is not None:
+                    grad_weights *= dropout
+                total += (weights * grad_weights).sum(axis=1)
+            row_sums = np.einsum("le,le->l", grad_output[s.n, rows], output[s.n, rows])  # rowsum(dO∘O), (block_q,)
+            keep = risky[s.n, rows]
+            delta[s.n, rows][keep] += (total - row_sums)[keep]
+    return delta
+
+
 def _backward_block(
     bp: BackwardPass, s: _Slice, rows: slice, cols: slice, kernels: Kernels
 ) -> tuple[Array, Array | None, Array, Array] | None:
@@ -421,15 +464,17 @@ def backward(
     n = pb.slices
     dtype = pb.compute_dtype
     grad_output = np.broadcast_to(grad_output, pb.output_shape).reshape(n, L, Ev)  # dO, (B·H, L, Ev)
-    delta = saved.delta.reshape(n, L)  # δ, (B·H, L)
+    lse = np.where(np.isneginf(saved.lse), np.inf, saved.lse).reshape(n, L)  # fully masked rows: P = 0, (B·H, L)
     # as in the forward: skip blocks with no key allowed only when they could add no NaN
-    finite = (np.isfinite(x).all() for x in (pb.query, pb.key, pb.value, grad_output, delta))
+    finite = all(np.isfinite(x).all() for x in (pb.query, pb.key, pb.value, grad_output, saved.delta))
+    with np.errstate(all="ignore"):
+        delta = _exact_delta(pb, grad_output, saved, lse, finite)  # δ, (B·H, L)
     bp = BackwardPass(
         pb,
         grad_output,
-        np.where(np.isneginf(saved.lse), np.inf, saved.lse).reshape(n, L),  # fully masked rows: P = 0, (B·H, L)
+        lse,
         delta,
-        all(finite),
+        finite,
         np.asarray(pb.scale, dtype=dtype),
         np.empty((n, L, E), dtype=dtype),  # (B·H, L, E)
         np.empty((n, S, E), dtype=dtype),  # (B·H, S, E)
