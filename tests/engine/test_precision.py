@@ -83,3 +83,20 @@ def test_huge_query_element_with_grad_lse_and_sinks(engine):
     got = al.attention(q, k, v, scale=0.25, sinks=sinks, engine=engine).backward(grad_output, grad_lse)
     for name, g, e in zip(("dQ", "dK", "dV", "sinks"), (*got, got.sinks), (tq, tk, tv, ts), strict=True):
         np.testing.assert_allclose(g, e.grad.numpy(), rtol=1e-13, atol=1e-12, err_msg=name)
+
+
+@requires("torch")
+@pytest.mark.parametrize("engine", BLOCKED)
+@pytest.mark.parametrize("largest", [1e307, 1.7e308])
+def test_values_near_the_float64_maximum_give_finite_dq_and_dk(engine, largest):
+    """dQ and dK are linear in V: torch's autograd on V·2⁻¹⁰, times 2¹⁰, is the exact
+    gradient, which torch itself on V makes NaN (dP = dO·Vᵀ overflows)."""
+    q, k, v, grad_output = _arrays(5)
+    v *= largest / np.abs(v).max()
+    expected = _torch_gradients(q, k, np.ldexp(v, -10), grad_output, 0.25)
+    got = al.attention(q, k, v, scale=0.25, engine=engine).backward(grad_output)
+    for name, g, e in zip(("dQ", "dK"), got[:2], expected[:2], strict=True):
+        assert np.isfinite(g).all(), name
+        exact = np.ldexp(e, 10)
+        np.testing.assert_allclose(g, exact, rtol=0, atol=1e-13 * np.abs(exact).max(), err_msg=name)
+    np.testing.assert_allclose(got.value, expected[2], rtol=0, atol=1e-13)  # dV = Pᵀ·dO does not read V

@@ -104,9 +104,10 @@ class BackwardPass:
     rows), over the n = B·H slices."""
 
     pb: Problem
+    value: Array  # V·2⁻ᵏ, (B…, S, Ev): dP = dO·Vᵀ cannot overflow (``_gradient_exponent``)
     grad_output: Array  # dO, (n, L, Ev)
     lse: Array  # (n, L), +∞ where every key is masked (P = 0 there)
-    delta: Array  # δ, (n, L)
+    delta: Array  # δ·2⁻ᵏ, (n, L)
     skip: bool  # skip the blocks no key of which is allowed (none could make a NaN)
     scale: Array  # 0-d, in the compute dtype
     grad_query: Array  # dQ, (n, L, E)
@@ -223,6 +224,19 @@ def _value_exponent(value: Array, length: int) -> tuple[int, bool]:
     return (max(0, int(np.ceil(np.log2(largest / headroom)))) if largest > headroom else 0), finite
 
 
+def _gradient_exponent(value: Array, grad_output: Array) -> int:
+    """k such that dP = dO·(V·2⁻ᵏ)ᵀ, and dP − δ·2⁻ᵏ, cannot overflow for the finite values:
+    0 unless max|V|·max|dO|·Ev is within a factor 4 of the dtype's largest number. The
+    backward then makes dZ in units of 2ᵏ and scales dQ and dK back (exact: a power of two),
+    as the forward scales V (``_value_exponent``)."""
+    largest_value = float(np.max(np.abs(value), initial=0.0, where=np.isfinite(value)))
+    largest_grad = float(np.max(np.abs(grad_output), initial=0.0, where=np.isfinite(grad_output)))
+    if largest_value == 0.0 or largest_grad == 0.0:
+        return 0
+    bits = math.log2(largest_value) + math.log2(largest_grad) + math.log2(max(value.shape[-1], 1)) + 2
+    return max(0, math.ceil(bits - math.log2(float(np.finfo(value.dtype).max))))
+
+
 def _scores(
     pb: Problem, s: _Slice, q_scaled: Array, rows: slice, cols: slice, skip: bool, derivative: bool = False
 ) -> tuple[Array, Array | None] | None:
@@ -297,7 +311,9 @@ def forward(pb: Problem, threads: int | None = None, kernels: Kernels = NUMPY) -
     return fp.output.reshape(pb.output_shape), fp.lse.reshape(*pb.batch_shape, L)  # (B…, L, Ev), (B…, L)
 
 
-def _exact_delta(pb: Problem, grad_output: Array, saved: Saved, lse: Array, skip: bool) -> Array:
+def _exact_delta(
+    pb: Problem, grad_output: Array, saved: Saved, lse: Array, skip: bool, value: Array, exponent: int
+) -> Array:
     """δ (n, L), recomputed as Σ_j P_ij·dP_ij − dlse_i for the rows whose |lse| is at least
     EXACT_DELTA_FROM, as softmax's own backward (and torch's) makes it: rowsum(dO∘O) is the
     same sum in another order, and where one key takes a row's whole weight (a huge score:
@@ -305,15 +321,18 @@ def _exact_delta(pb: Problem, grad_output: Array, saved: Saved, lse: Array, skip
     not a rounding error that dK = scale·dZᵀ·Q multiplies by the huge element. The saved
     δ = rowsum(dO∘O) − dlse becomes δ + (Σ_j P_ij·dP_ij − rowsum(dO∘O)), the difference
     of two nearly equal sums, exact (Sterbenz), so that without a dlse δ is Σ_j P_ij·dP_ij
-    itself. ``lse`` (n, L) is +∞ where every key is masked; other rows keep the saved δ."""
+    itself. All of it in units of 2ᵏ, k = ``exponent``, with ``value`` = V·2⁻ᵏ: δ·2⁻ᵏ is
+    returned. ``lse`` (n, L) is +∞ where every key is masked; other rows keep the saved δ."""
     L = pb.lengths[0]
     delta = saved.delta.reshape(pb.slices, L)  # (B·H, L)
+    delta = np.ldexp(delta, -exponent) if exponent else delta  # exact: a power of two
     risky = np.isfinite(lse) & (np.abs(lse) >= EXACT_DELTA_FROM)  # (B·H, L)
     if not risky.any():
         return delta
     delta = delta.copy()
     output = saved.output.reshape(pb.slices, L, -1)  # O, (B·H, L, Ev)
-    for s in _slices(pb, pb.value):
+    output = np.ldexp(output, -exponent) if exponent else output
+    for s in _slices(pb, value):
         for rows in blocks(L, BLOCK_Q):
             if not risky[s.n, rows].any():
                 continue
@@ -419,7 +438,7 @@ def _backward_tasks(bp: BackwardPass, kernels: Kernels) -> list[Task]:
     and the last queries have the most work."""
     pb = bp.pb
     L, S = pb.lengths
-    slices = _slices(pb, pb.value)
+    slices = _slices(pb, bp.value)
     float_mask = pb.mask is not None and pb.mask.dtype != bool
     if pb.slices >= ONE_PASS_BACKWARD_FROM and not float_mask:  # one task per slice: 5 products, one exp per block
         return [functools.partial(_slice_task, bp, s, kernels) for s in slices]
@@ -467,10 +486,13 @@ def backward(
     lse = np.where(np.isneginf(saved.lse), np.inf, saved.lse).reshape(n, L)  # fully masked rows: P = 0, (B·H, L)
     # as in the forward: skip blocks with no key allowed only when they could add no NaN
     finite = all(np.isfinite(x).all() for x in (pb.query, pb.key, pb.value, grad_output, saved.delta))
+    exponent = _gradient_exponent(pb.value, grad_output)
+    value = np.ldexp(pb.value, -exponent) if exponent else pb.value  # V·2⁻ᵏ, (B…, S, Ev)
     with np.errstate(all="ignore"):
-        delta = _exact_delta(pb, grad_output, saved, lse, finite)  # δ, (B·H, L)
+        delta = _exact_delta(pb, grad_output, saved, lse, finite, value, exponent)  # δ·2⁻ᵏ, (B·H, L)
     bp = BackwardPass(
         pb,
+        value,
         grad_output,
         lse,
         delta,
@@ -483,12 +505,16 @@ def backward(
     compiled = kernels.backward_tasks(bp, threads) if kernels.backward_tasks is not None and pb.plain else None
     tasks = _backward_tasks(bp, kernels) if compiled is None else compiled
     run(tasks, threads)
+    grad_mask = _grad_mask(bp)
+    if exponent:  # dZ was made in units of 2ᵏ: dQ, dK and the mask's gradient (not dV = Pᵀ·dO)
+        for grad in (bp.grad_query, bp.grad_key, *([] if grad_mask is None else [grad_mask])):
+            np.ldexp(grad, exponent, out=grad)
     batch = pb.batch_shape
     return (
         bp.grad_query.reshape(*batch, L, E),  # (B…, L, E)
         bp.grad_key.reshape(*batch, S, E),  # (B…, S, E), one key head per query head
         bp.grad_value.reshape(*batch, S, Ev),  # (B…, S, Ev)
-        _grad_mask(bp),
+        grad_mask,
     )
 
 
