@@ -100,3 +100,21 @@ def test_values_near_the_float64_maximum_give_finite_dq_and_dk(engine, largest):
         exact = np.ldexp(e, 10)
         np.testing.assert_allclose(g, exact, rtol=0, atol=1e-13 * np.abs(exact).max(), err_msg=name)
     np.testing.assert_allclose(got.value, expected[2], rtol=0, atol=1e-13)  # dV = Pᵀ·dO does not read V
+
+
+@requires("torch")
+@pytest.mark.parametrize("engine", BLOCKED)
+def test_near_tie_at_a_huge_score_keeps_every_weight(engine):
+    """Three keys share the top score of about 2.8e14 to within 1 (every score exact: q has
+    one element 2⁵⁰ and the keys' are quarters), so lse = m + log l rounded to a quarter
+    would lose log l's digits: the weights, and dQ, dK, dV, follow m and l apart."""
+    q, k, v, grad_output = _arrays(6)
+    q[0, 3] = 0.0
+    q[0, 3, 2] = 2.0**50
+    k[0, :, 2] = np.round(k[0, :, 2] * 4) / 4
+    k[0, 5, 2] = k[0, 9, 2] = k[0, :, 2].max()
+    k[0, 5, 2] += 2.0**-48  # one more than keys 9 and the first maximum, after the scale 1/4
+    expected = _torch_gradients(q, k, v, grad_output, 0.25)
+    got = al.attention(q, k, v, scale=0.25, engine=engine).backward(grad_output)
+    for name, g, e in zip(("dQ", "dK", "dV"), got, expected, strict=True):
+        np.testing.assert_allclose(g, e, rtol=0, atol=1e-14 * max(np.abs(e).max(), 1.0), err_msg=name)

@@ -77,9 +77,10 @@ BLOCK_K = 512
 # work); below it, it splits slices into blocks to keep every thread busy. A constant,
 # not the thread count, decides, so the bits never depend on the thread count.
 ONE_PASS_BACKWARD_FROM = 8
-# Rows whose |lse| is at least this have their δ recomputed as Σ_j P_ij·dP_ij (``_exact_delta``):
-# only huge scores make one key take a row's whole weight with digits to lose, and ordinary
-# attention's lse (log S plus a few) stays far below it, so its backward does no more work.
+# Rows whose |lse| is at least this have their lse split into m + log l and their δ
+# recomputed as Σ_j P_ij·dP_ij (``_exact_rows``): only huge scores lose digits to the lse's
+# rounding or make one key take a row's whole weight, and ordinary attention's lse (log S
+# plus a few) stays far below it, so its backward does no more work.
 EXACT_DELTA_FROM = 64.0
 
 Task = Callable[[], None]
@@ -106,7 +107,8 @@ class BackwardPass:
     pb: Problem
     value: Array  # V·2⁻ᵏ, (B…, S, Ev): dP = dO·Vᵀ cannot overflow (``_gradient_exponent``)
     grad_output: Array  # dO, (n, L, Ev)
-    lse: Array  # (n, L), +∞ where every key is masked (P = 0 there)
+    lse: Array  # (n, L), +∞ where every key is masked (P = 0 there); m in the rows of a huge lse
+    lse_low: Array  # (n, L): log l in the rows of a huge lse, else 0; P = exp((Z − lse) − lse_low)
     delta: Array  # δ·2⁻ᵏ, (n, L)
     skip: bool  # skip the blocks no key of which is allowed (none could make a NaN)
     scale: Array  # 0-d, in the compute dtype
@@ -127,8 +129,9 @@ class Kernels:
     # m' = max(m, rowmax Z); Z ← exp(Z − m'[:, None]); l ← α·l + rowsum Z; m ← m'; returns
     # α = e^(m − m'), (l,); arguments Z, m, l, with m and l (l,) updated in place
     online_softmax_: Callable[[Array, Array, Array], Array]
-    # Z ← P = exp(Z − lse[:, None]);  dP ← dZ = P∘(dP − δ[:, None]);  arguments Z, lse, dP, δ
-    softmax_backward_: Callable[[Array, Array, Array, Array], None]
+    # Z ← P = exp((Z − lse[:, None]) − low[:, None]);  dP ← dZ = P∘(dP − δ[:, None]);
+    # arguments Z, lse, dP, δ, low (None: 0)
+    softmax_backward_: Callable[[Array, Array, Array, Array, Array | None], None]
     # The tasks of a whole forward or backward, compiled, for attention with no mask, no
     # mask function and no dropout, given the pass and the thread count (None, or a call
     # that returns None: the loops below, in Python).
@@ -148,8 +151,10 @@ def _online_softmax_numpy(scores: Array, row_max: Array, row_sum: Array) -> Arra
     return rescale
 
 
-def _softmax_backward_numpy(scores: Array, lse: Array, grad: Array, delta: Array) -> None:
+def _softmax_backward_numpy(scores: Array, lse: Array, grad: Array, delta: Array, low: Array | None = None) -> None:
     scores -= lse[:, None]
+    if low is not None and low.any():
+        scores -= low[:, None]
     np.exp(scores, out=scores)
     grad -= delta[:, None]
     grad *= scores
@@ -311,47 +316,75 @@ def forward(pb: Problem, threads: int | None = None, kernels: Kernels = NUMPY) -
     return fp.output.reshape(pb.output_shape), fp.lse.reshape(*pb.batch_shape, L)  # (B…, L, Ev), (B…, L)
 
 
-def _exact_delta(
+def _exact_rows(
     pb: Problem, grad_output: Array, saved: Saved, lse: Array, skip: bool, value: Array, exponent: int
-) -> Array:
-    """δ (n, L), recomputed as Σ_j P_ij·dP_ij − dlse_i for the rows whose |lse| is at least
-    EXACT_DELTA_FROM, as softmax's own backward (and torch's) makes it: rowsum(dO∘O) is the
-    same sum in another order, and where one key takes a row's whole weight (a huge score:
-    a large query or key element, a huge scale) dZ = P∘(dP − δ) must be exactly 0 there,
-    not a rounding error that dK = scale·dZᵀ·Q multiplies by the huge element. The saved
-    δ = rowsum(dO∘O) − dlse becomes δ + (Σ_j P_ij·dP_ij − rowsum(dO∘O)), the difference
-    of two nearly equal sums, exact (Sterbenz), so that without a dlse δ is Σ_j P_ij·dP_ij
-    itself. All of it in units of 2ᵏ, k = ``exponent``, with ``value`` = V·2⁻ᵏ: δ·2⁻ᵏ is
-    returned. ``lse`` (n, L) is +∞ where every key is masked; other rows keep the saved δ."""
+) -> tuple[Array, Array, Array]:
+    """(lse (n, L), lse_low (n, L), δ·2⁻ᵏ (n, L)) for the backward, the rows whose |lse| is
+    at least EXACT_DELTA_FROM recomputed in the forward's order of operations:
+
+        m = max(max_j Z_ij, sink),  l = Σ_j e^(Z_ij − m) + e^(sink − m)
+        lse_i → m,  lse_low_i = log l,  so that P_ij = exp((Z_ij − m) − log l)
+        δ_i → Σ_j P_ij·dP_ij − dlse_i
+
+    lse = m + log l rounds away the digits of log l (and so of every P) once |m| is large,
+    and rowsum(dO∘O), the same sum as Σ_j P_ij·dP_ij in another order, must be exactly dP_ij
+    where one key takes a row's whole weight, or dZ = P∘(dP − δ) is a rounding error that
+    dK = scale·dZᵀ·Q multiplies by the huge element; softmax's own backward (and torch's)
+    makes it so. The saved δ = rowsum(dO∘O) − dlse becomes δ + (Σ_j P_ij·dP_ij −
+    rowsum(dO∘O)), the difference of two nearly equal sums, exact (Sterbenz), so that
+    without a dlse δ is Σ_j P_ij·dP_ij itself. All of δ in units of 2ᵏ, k = ``exponent``,
+    with ``value`` = V·2⁻ᵏ. ``lse`` (n, L) is +∞ where every key is masked; other rows keep
+    the saved lse and δ."""
     L = pb.lengths[0]
     delta = saved.delta.reshape(pb.slices, L)  # (B·H, L)
     delta = np.ldexp(delta, -exponent) if exponent else delta  # exact: a power of two
+    low = np.zeros_like(lse)  # (B·H, L)
     risky = np.isfinite(lse) & (np.abs(lse) >= EXACT_DELTA_FROM)  # (B·H, L)
     if not risky.any():
-        return delta
-    delta = delta.copy()
+        return lse, low, delta
+    lse, delta = lse.copy(), delta.copy()
     output = saved.output.reshape(pb.slices, L, -1)  # O, (B·H, L, Ev)
     output = np.ldexp(output, -exponent) if exponent else output
+    sinks = pb.per_slice(pb.sinks)
     for s in _slices(pb, value):
         for rows in blocks(L, BLOCK_Q):
-            if not risky[s.n, rows].any():
-                continue
-            total = np.zeros(rows.stop - rows.start, dtype=delta.dtype)  # Σ_j P_ij·dP_ij, (block_q,)
-            q_scaled = s.q[rows] * np.asarray(pb.scale, dtype=s.q.dtype)  # (block_q, E)
-            for cols in _key_blocks(pb, rows, skip):
-                block = _scores(pb, s, q_scaled, rows, cols, skip)
-                if block is None:
-                    continue
-                weights = np.exp(block[0] - lse[s.n, rows, None])  # P_ij, (block_q, block_k)
-                grad_weights = grad_output[s.n, rows] @ s.v[cols].T  # dP_ij, (block_q, block_k)
-                dropout = pb.dropout(s.n, rows, cols)
-                if dropout is not None:
-                    grad_weights *= dropout
-                total += (weights * grad_weights).sum(axis=1)
-            row_sums = np.einsum("le,le->l", grad_output[s.n, rows], output[s.n, rows])  # rowsum(dO∘O), (block_q,)
             keep = risky[s.n, rows]
-            delta[s.n, rows][keep] += (total - row_sums)[keep]
-    return delta
+            if keep.any():
+                top, total, weighted = _row_sums(pb, s, rows, skip, grad_output, None if sinks is None else sinks[s.n])
+                row_sums = np.einsum("le,le->l", grad_output[s.n, rows], output[s.n, rows])  # rowsum(dO∘O), (block_q,)
+                lse[s.n, rows][keep] = top[keep]
+                low[s.n, rows][keep] = np.log(total[keep])
+                delta[s.n, rows][keep] += (weighted / total - row_sums)[keep]
+    return lse, low, delta
+
+
+def _row_sums(
+    pb: Problem, s: _Slice, rows: slice, skip: bool, grad_output: Array, sink: float | None
+) -> tuple[Array, Array, Array]:
+    """(m, l, Σ_j e^(Z_ij − m)·dP_ij) of the query rows ``rows`` of slice ``s`` (block_q,),
+    by two passes over their blocks of keys (the first for m); ``_exact_rows``."""
+    q_scaled = s.q[rows] * np.asarray(pb.scale, dtype=s.q.dtype)  # (block_q, E)
+    count = rows.stop - rows.start
+    top = np.full(count, -np.inf if sink is None else sink, dtype=q_scaled.dtype)  # m, (block_q,)
+    cols_list = _key_blocks(pb, rows, skip)
+    for cols in cols_list:
+        block = _scores(pb, s, q_scaled, rows, cols, skip)
+        if block is not None:
+            np.maximum(top, block[0].max(axis=1), out=top)
+    total = np.zeros(count, dtype=q_scaled.dtype) if sink is None else np.exp(sink - top)  # l, (block_q,)
+    weighted = np.zeros(count, dtype=q_scaled.dtype)  # Σ_j e^(Z_ij − m)·dP_ij, (block_q,)
+    for cols in cols_list:
+        block = _scores(pb, s, q_scaled, rows, cols, skip)
+        if block is None:
+            continue
+        weights = np.exp(block[0] - top[:, None])  # e^(Z_ij − m), (block_q, block_k)
+        grad_weights = grad_output[s.n, rows] @ s.v[cols].T  # dP_ij, (block_q, block_k)
+        dropout = pb.dropout(s.n, rows, cols)
+        if dropout is not None:
+            grad_weights *= dropout
+        total += weights.sum(axis=1)
+        weighted += (weights * grad_weights).sum(axis=1)
+    return top, total, weighted
 
 
 def _backward_block(
@@ -367,7 +400,8 @@ def _backward_block(
     grad_scores = bp.grad_output[s.n, rows] @ s.v[cols].T  # dP_ij, (block_q, block_k)
     if dropout is not None:
         grad_scores *= dropout
-    kernels.softmax_backward_(weights, bp.lse[s.n, rows], grad_scores, bp.delta[s.n, rows])  # P_ij, dZ = P∘(dP − δ)
+    # P_ij, dZ = P∘(dP − δ)
+    kernels.softmax_backward_(weights, bp.lse[s.n, rows], grad_scores, bp.delta[s.n, rows], bp.lse_low[s.n, rows])
     return weights, dropout, grad_scores, grad_scores if cap_derivative is None else grad_scores * cap_derivative
 
 
@@ -489,12 +523,13 @@ def backward(
     exponent = _gradient_exponent(pb.value, grad_output)
     value = np.ldexp(pb.value, -exponent) if exponent else pb.value  # V·2⁻ᵏ, (B…, S, Ev)
     with np.errstate(all="ignore"):
-        delta = _exact_delta(pb, grad_output, saved, lse, finite, value, exponent)  # δ·2⁻ᵏ, (B·H, L)
+        lse, lse_low, delta = _exact_rows(pb, grad_output, saved, lse, finite, value, exponent)  # (B·H, L) each
     bp = BackwardPass(
         pb,
         value,
         grad_output,
         lse,
+        lse_low,
         delta,
         finite,
         np.asarray(pb.scale, dtype=dtype),

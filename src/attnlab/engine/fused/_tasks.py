@@ -136,7 +136,7 @@ def backward_tasks(bp: BackwardPass, threads: int | None) -> list[Task] | None:
         return None
     L, S = pb.lengths
     n = pb.slices
-    arrays = (*_stacked(pb, bp.value), np.ascontiguousarray(bp.grad_output), bp.lse, bp.delta)  # V·2⁻ᵏ, δ·2⁻ᵏ
+    arrays = (*_stacked(pb, bp.value), np.ascontiguousarray(bp.grad_output), bp.lse, bp.delta, bp.lse_low)  # V·2⁻ᵏ
     options = (_variant(pb), bp.skip, bp.scale[()], (_tiled.BLOCK_Q, _tiled.BLOCK_K))
     keys = functools.partial(_backward_keys, arrays, pb.groups)
     queries = functools.partial(_backward_queries, arrays, pb.groups)
