@@ -15,7 +15,9 @@ Forward, for one slice and one block of queries (Milakov & Gimelshein 2018; Dao 
                                         l' = e^(m − m')·l + e^(s − m'), O = e^(m − m')·acc / l')
 
 Backward recomputes P_ij = exp(Z_ij − lse_i) block by block instead of storing P, with
-δ_i = rowsum(dO_i∘O_i) − dlse_i, dZ_ij = P_ij∘(dO_i·V_jᵀ − δ_i) and dX_ij = dZ_ij∘softcap′:
+δ_i = rowsum(dO_i∘O_i) − dlse_i, dZ_ij = P_ij∘(dO_i·V_jᵀ − δ_i) and dX_ij = dZ_ij∘softcap′
+(in a row of a huge lse, P_ij = exp((Z_ij − m_i) − log l_i) and δ_i = Σ_j P_ij·dP_ij − dlse_i,
+recomputed: ``_exact_rows``; V by 2⁻ᵏ where dO·Vᵀ could overflow, dQ and dK scaled back):
 
     dV_j = Σ_i P_ijᵀ·dO_i    dK_j = scale·Σ_i dX_ijᵀ·Q_i    dQ_i = scale·Σ_j dX_ij·K_j
 
@@ -229,13 +231,18 @@ def _value_exponent(value: Array, length: int) -> tuple[int, bool]:
     return (max(0, int(np.ceil(np.log2(largest / headroom)))) if largest > headroom else 0), finite
 
 
+def _largest_finite(x: Array) -> float:
+    """max |x| over the finite elements (0 for none), in one pass where all are finite."""
+    largest = float(np.max(np.abs(x), initial=0.0))  # NaN or ∞ if any is
+    return largest if math.isfinite(largest) else float(np.max(np.abs(x), initial=0.0, where=np.isfinite(x)))
+
+
 def _gradient_exponent(value: Array, grad_output: Array) -> int:
     """k such that dP = dO·(V·2⁻ᵏ)ᵀ, and dP − δ·2⁻ᵏ, cannot overflow for the finite values:
     0 unless max|V|·max|dO|·Ev is within a factor 4 of the dtype's largest number. The
     backward then makes dZ in units of 2ᵏ and scales dQ and dK back (exact: a power of two),
     as the forward scales V (``_value_exponent``)."""
-    largest_value = float(np.max(np.abs(value), initial=0.0, where=np.isfinite(value)))
-    largest_grad = float(np.max(np.abs(grad_output), initial=0.0, where=np.isfinite(grad_output)))
+    largest_value, largest_grad = _largest_finite(value), _largest_finite(grad_output)
     if largest_value == 0.0 or largest_grad == 0.0:
         return 0
     bits = math.log2(largest_value) + math.log2(largest_grad) + math.log2(max(value.shape[-1], 1)) + 2
