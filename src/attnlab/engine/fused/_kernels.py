@@ -326,16 +326,22 @@ def online_softmax(scores, row_max, row_sum, rescale):  # type: ignore[no-untype
 
 
 @compile_
-def _softmax_backward_row(row, grad, shift, low, d):  # type: ignore[no-untyped-def]
-    """``softmax_backward`` on one row, with its lse ``shift`` + ``low`` and its δ ``d``
-    (arguments, so locals: an element read inside the loop stops it vectorising). P =
-    exp((Z − shift) − low): a row with ``low`` ≠ 0 (``_tiled._exact_rows``: shift = m, the
-    row's maximum, and low = log l) keeps Z's digits however large Z is; the others
-    (low = 0) run the loop of one subtraction."""
+def _softmax_backward_row(row, grad, shift, d):  # type: ignore[no-untyped-def]
+    """``softmax_backward`` on one row, with its lse ``shift`` and its δ ``d`` (arguments, so
+    locals: an element read inside the loop stops it vectorising)."""
+    for j in range(row.shape[0]):
+        row[j] = _exp(row[j] - shift, row)
+        grad[j] = row[j] * (grad[j] - d)
+
+
+@compile_
+def _softmax_backward_split_row(row, grad, shift, low, d):  # type: ignore[no-untyped-def]
+    """``_softmax_backward_row`` with the lse in two parts, P = exp((Z − shift) − low): in
+    a row of a huge lse (``_tiled._exact_rows``: shift = m, the row's maximum, and
+    low = log l) it keeps Z's digits however large Z is; a row with low = 0 takes
+    ``_softmax_backward_row``, one subtraction per element."""
     if low == 0:
-        for j in range(row.shape[0]):
-            row[j] = _exp(row[j] - shift, row)
-            grad[j] = row[j] * (grad[j] - d)
+        _softmax_backward_row(row, grad, shift, d)
         return
     for j in range(row.shape[0]):
         row[j] = _exp((row[j] - shift) - low, row)
@@ -345,16 +351,15 @@ def _softmax_backward_row(row, grad, shift, low, d):  # type: ignore[no-untyped-
 @compile_
 def softmax_backward(scores, lse, grad, delta):  # type: ignore[no-untyped-def]
     """scores ← P = exp(scores − lse[:, None]);  grad ← P∘(grad − delta[:, None])."""
-    zero = _in_dtype_of(0.0, lse)
     for i in range(scores.shape[0]):
-        _softmax_backward_row(scores[i], grad[i], lse[i], zero, delta[i])
+        _softmax_backward_row(scores[i], grad[i], lse[i], delta[i])
 
 
 @compile_
 def softmax_backward_split(scores, lse, low, grad, delta):  # type: ignore[no-untyped-def]
     """scores ← P = exp((scores − lse[:, None]) − low[:, None]);  grad ← P∘(grad − delta[:, None])."""
     for i in range(scores.shape[0]):
-        _softmax_backward_row(scores[i], grad[i], lse[i], low[i], delta[i])
+        _softmax_backward_split_row(scores[i], grad[i], lse[i], low[i], delta[i])
 
 
 @compile_
@@ -626,13 +631,20 @@ def _backward_block(arrays, n, head, rows, keys, variant, scale, work):  # type:
     np.dot(q, key[head, start:end].T, scores)
     np.dot(d_out, value[head, start:end].T, grad)
     modifiers = _slice_modifiers(variant, n)
+    split = low.shape[0] > 0  # the lse in two parts somewhere (else low is empty, (0, 0))
     if _unmodified(modifiers, rows, keys):
-        softmax_backward_split(scores, lse[n, first:stop], low[n, first:stop], grad, delta[n, first:stop])
+        if split:
+            softmax_backward_split(scores, lse[n, first:stop], low[n, first:stop], grad, delta[n, first:stop])
+        else:
+            softmax_backward(scores, lse[n, first:stop], grad, delta[n, first:stop])
         return q, d_out, scores, grad
     for i in range(count):
         row, grad_row = scores[i], grad[i]
         _modify_row_with_derivative_(row, first + i, start, modifiers, derivative)
-        _softmax_backward_row(row, grad_row, lse[n, first + i], low[n, first + i], delta[n, first + i])
+        if split:
+            _softmax_backward_split_row(row, grad_row, lse[n, first + i], low[n, first + i], delta[n, first + i])
+        else:
+            _softmax_backward_row(row, grad_row, lse[n, first + i], delta[n, first + i])
         if modifiers[2][0]:
             _multiply_(grad_row, derivative)
     return q, d_out, scores, grad
@@ -650,7 +662,8 @@ def backward_keys(arrays, groups, slices, keys, with_queries, variant, skip, sca
 
     arrays = (query, key, value, dO, lse, δ, low), lse +∞ where every key is masked (the lse
     includes the sink, and δ the gradient of the lse: the sinks need nothing more here);
-    P = exp((Z − lse) − low), low 0 but in the rows of a huge lse (``_tiled._exact_rows``)."""
+    P = exp((Z − lse) − low), low 0 but in the rows of a huge lse (``_tiled._exact_rows``),
+    and empty, (0, 0), where it is 0 everywhere (the kernels of one subtraction then run)."""
     query, key, value = arrays[0], arrays[1], arrays[2]
     grad_q, grad_k, grad_v = grads
     block_q, block_k = blocks
