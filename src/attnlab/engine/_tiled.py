@@ -15,7 +15,9 @@ Forward, for one slice and one block of queries (Milakov & Gimelshein 2018; Dao 
                                         l' = e^(m − m')·l + e^(s − m'), O = e^(m − m')·acc / l')
 
 Backward recomputes P_ij = exp(Z_ij − lse_i) block by block instead of storing P, with
-δ_i = rowsum(dO_i∘O_i) − dlse_i, dZ_ij = P_ij∘(dO_i·V_jᵀ − δ_i) and dX_ij = dZ_ij∘softcap′:
+δ_i = rowsum(dO_i∘O_i) − dlse_i, dZ_ij = P_ij∘(dO_i·V_jᵀ − δ_i) and dX_ij = dZ_ij∘softcap′
+(in a row of a huge lse, P_ij = exp((Z_ij − m_i) − log l_i) and δ_i = Σ_j P_ij·dP_ij − dlse_i,
+recomputed: ``_exact_rows``; V by 2⁻ᵏ where dO·Vᵀ could overflow, dQ and dK scaled back):
 
     dV_j = Σ_i P_ijᵀ·dO_i    dK_j = scale·Σ_i dX_ijᵀ·Q_i    dQ_i = scale·Σ_j dX_ij·K_j
 
@@ -51,6 +53,7 @@ from ._threads import run
 __all__ = [
     "BLOCK_K",
     "BLOCK_Q",
+    "EXACT_DELTA_FROM",
     "NUMPY",
     "ONE_PASS_BACKWARD_FROM",
     "TILED",
@@ -76,6 +79,11 @@ BLOCK_K = 512
 # work); below it, it splits slices into blocks to keep every thread busy. A constant,
 # not the thread count, decides, so the bits never depend on the thread count.
 ONE_PASS_BACKWARD_FROM = 8
+# Rows whose |lse| is at least this have their lse split into m + log l and their δ
+# recomputed as Σ_j P_ij·dP_ij (``_exact_rows``): only huge scores lose digits to the lse's
+# rounding or make one key take a row's whole weight, and ordinary attention's lse (log S
+# plus a few) stays far below it, so its backward does no more work.
+EXACT_DELTA_FROM = 64.0
 
 Task = Callable[[], None]
 
@@ -99,9 +107,11 @@ class BackwardPass:
     rows), over the n = B·H slices."""
 
     pb: Problem
+    value: Array  # V·2⁻ᵏ, (B…, S, Ev): dP = dO·Vᵀ cannot overflow (``_gradient_exponent``)
     grad_output: Array  # dO, (n, L, Ev)
-    lse: Array  # (n, L), +∞ where every key is masked (P = 0 there)
-    delta: Array  # δ, (n, L)
+    lse: Array  # (n, L), +∞ where every key is masked (P = 0 there); m in the rows of a huge lse
+    lse_low: Array  # (n, L): log l in the rows of a huge lse, else 0; P = exp((Z − lse) − lse_low)
+    delta: Array  # δ·2⁻ᵏ, (n, L)
     skip: bool  # skip the blocks no key of which is allowed (none could make a NaN)
     scale: Array  # 0-d, in the compute dtype
     grad_query: Array  # dQ, (n, L, E)
@@ -121,8 +131,9 @@ class Kernels:
     # m' = max(m, rowmax Z); Z ← exp(Z − m'[:, None]); l ← α·l + rowsum Z; m ← m'; returns
     # α = e^(m − m'), (l,); arguments Z, m, l, with m and l (l,) updated in place
     online_softmax_: Callable[[Array, Array, Array], Array]
-    # Z ← P = exp(Z − lse[:, None]);  dP ← dZ = P∘(dP − δ[:, None]);  arguments Z, lse, dP, δ
-    softmax_backward_: Callable[[Array, Array, Array, Array], None]
+    # Z ← P = exp((Z − lse[:, None]) − low[:, None]);  dP ← dZ = P∘(dP − δ[:, None]);
+    # arguments Z, lse, dP, δ, low (None: 0)
+    softmax_backward_: Callable[[Array, Array, Array, Array, Array | None], None]
     # The tasks of a whole forward or backward, compiled, for attention with no mask, no
     # mask function and no dropout, given the pass and the thread count (None, or a call
     # that returns None: the loops below, in Python).
@@ -142,8 +153,10 @@ def _online_softmax_numpy(scores: Array, row_max: Array, row_sum: Array) -> Arra
     return rescale
 
 
-def _softmax_backward_numpy(scores: Array, lse: Array, grad: Array, delta: Array) -> None:
+def _softmax_backward_numpy(scores: Array, lse: Array, grad: Array, delta: Array, low: Array | None = None) -> None:
     scores -= lse[:, None]
+    if low is not None and low.any():
+        scores -= low[:, None]
     np.exp(scores, out=scores)
     grad -= delta[:, None]
     grad *= scores
@@ -216,6 +229,24 @@ def _value_exponent(value: Array, length: int) -> tuple[int, bool]:
     largest = max(-low, high) if finite else float(np.max(np.abs(value), initial=0.0, where=np.isfinite(value)))
     headroom = float(np.finfo(value.dtype).max) / max(length, 1) / 4
     return (max(0, int(np.ceil(np.log2(largest / headroom)))) if largest > headroom else 0), finite
+
+
+def _largest_finite(x: Array) -> float:
+    """max |x| over the finite elements (0 for none), in one pass where all are finite."""
+    largest = float(np.max(np.abs(x), initial=0.0))  # NaN or ∞ if any is
+    return largest if math.isfinite(largest) else float(np.max(np.abs(x), initial=0.0, where=np.isfinite(x)))
+
+
+def _gradient_exponent(value: Array, grad_output: Array) -> int:
+    """k such that dP = dO·(V·2⁻ᵏ)ᵀ, and dP − δ·2⁻ᵏ, cannot overflow for the finite values:
+    0 unless max|V|·max|dO|·Ev is within a factor 4 of the dtype's largest number. The
+    backward then makes dZ in units of 2ᵏ and scales dQ and dK back (exact: a power of two),
+    as the forward scales V (``_value_exponent``)."""
+    largest_value, largest_grad = _largest_finite(value), _largest_finite(grad_output)
+    if largest_value == 0.0 or largest_grad == 0.0:
+        return 0
+    bits = math.log2(largest_value) + math.log2(largest_grad) + math.log2(max(value.shape[-1], 1)) + 2
+    return max(0, math.ceil(bits - math.log2(float(np.finfo(value.dtype).max))))
 
 
 def _scores(
@@ -292,6 +323,77 @@ def forward(pb: Problem, threads: int | None = None, kernels: Kernels = NUMPY) -
     return fp.output.reshape(pb.output_shape), fp.lse.reshape(*pb.batch_shape, L)  # (B…, L, Ev), (B…, L)
 
 
+def _exact_rows(
+    pb: Problem, grad_output: Array, saved: Saved, lse: Array, skip: bool, value: Array, exponent: int
+) -> tuple[Array, Array, Array]:
+    """(lse (n, L), lse_low (n, L), δ·2⁻ᵏ (n, L)) for the backward, the rows whose |lse| is
+    at least EXACT_DELTA_FROM recomputed in the forward's order of operations:
+
+        m = max(max_j Z_ij, sink),  l = Σ_j e^(Z_ij − m) + e^(sink − m)
+        lse_i → m,  lse_low_i = log l,  so that P_ij = exp((Z_ij − m) − log l)
+        δ_i → Σ_j P_ij·dP_ij − dlse_i
+
+    lse = m + log l rounds away the digits of log l (and so of every P) once |m| is large,
+    and rowsum(dO∘O), the same sum as Σ_j P_ij·dP_ij in another order, must be exactly dP_ij
+    where one key takes a row's whole weight, or dZ = P∘(dP − δ) is a rounding error that
+    dK = scale·dZᵀ·Q multiplies by the huge element; softmax's own backward (and torch's)
+    makes it so. The saved δ = rowsum(dO∘O) − dlse becomes δ + (Σ_j P_ij·dP_ij −
+    rowsum(dO∘O)), the difference of two nearly equal sums, exact (Sterbenz), so that
+    without a dlse δ is Σ_j P_ij·dP_ij itself. All of δ in units of 2ᵏ, k = ``exponent``,
+    with ``value`` = V·2⁻ᵏ. ``lse`` (n, L) is +∞ where every key is masked; other rows keep
+    the saved lse and δ."""
+    L = pb.lengths[0]
+    delta = saved.delta.reshape(pb.slices, L)  # (B·H, L)
+    delta = np.ldexp(delta, -exponent) if exponent else delta  # exact: a power of two
+    low = np.zeros_like(lse)  # (B·H, L)
+    risky = np.isfinite(lse) & (np.abs(lse) >= EXACT_DELTA_FROM)  # (B·H, L)
+    if not risky.any():
+        return lse, low, delta
+    lse, delta = lse.copy(), delta.copy()
+    output = saved.output.reshape(pb.slices, L, -1)  # O, (B·H, L, Ev)
+    output = np.ldexp(output, -exponent) if exponent else output
+    sinks = pb.per_slice(pb.sinks)
+    for s in _slices(pb, value):
+        for rows in blocks(L, BLOCK_Q):
+            keep = risky[s.n, rows]
+            if keep.any():
+                top, total, weighted = _row_sums(pb, s, rows, skip, grad_output, None if sinks is None else sinks[s.n])
+                row_sums = np.einsum("le,le->l", grad_output[s.n, rows], output[s.n, rows])  # rowsum(dO∘O), (block_q,)
+                lse[s.n, rows][keep] = top[keep]
+                low[s.n, rows][keep] = np.log(total[keep])
+                delta[s.n, rows][keep] += (weighted / total - row_sums)[keep]
+    return lse, low, delta
+
+
+def _row_sums(
+    pb: Problem, s: _Slice, rows: slice, skip: bool, grad_output: Array, sink: float | None
+) -> tuple[Array, Array, Array]:
+    """(m, l, Σ_j e^(Z_ij − m)·dP_ij) of the query rows ``rows`` of slice ``s`` (block_q,),
+    by two passes over their blocks of keys (the first for m); ``_exact_rows``."""
+    q_scaled = s.q[rows] * np.asarray(pb.scale, dtype=s.q.dtype)  # (block_q, E)
+    count = rows.stop - rows.start
+    top = np.full(count, -np.inf if sink is None else sink, dtype=q_scaled.dtype)  # m, (block_q,)
+    cols_list = _key_blocks(pb, rows, skip)
+    for cols in cols_list:
+        block = _scores(pb, s, q_scaled, rows, cols, skip)
+        if block is not None:
+            np.maximum(top, block[0].max(axis=1), out=top)
+    total = np.zeros(count, dtype=q_scaled.dtype) if sink is None else np.exp(sink - top)  # l, (block_q,)
+    weighted = np.zeros(count, dtype=q_scaled.dtype)  # Σ_j e^(Z_ij − m)·dP_ij, (block_q,)
+    for cols in cols_list:
+        block = _scores(pb, s, q_scaled, rows, cols, skip)
+        if block is None:
+            continue
+        weights = np.exp(block[0] - top[:, None])  # e^(Z_ij − m), (block_q, block_k)
+        grad_weights = grad_output[s.n, rows] @ s.v[cols].T  # dP_ij, (block_q, block_k)
+        dropout = pb.dropout(s.n, rows, cols)
+        if dropout is not None:
+            grad_weights *= dropout
+        total += weights.sum(axis=1)
+        weighted += (weights * grad_weights).sum(axis=1)
+    return top, total, weighted
+
+
 def _backward_block(
     bp: BackwardPass, s: _Slice, rows: slice, cols: slice, kernels: Kernels
 ) -> tuple[Array, Array | None, Array, Array] | None:
@@ -305,7 +407,8 @@ def _backward_block(
     grad_scores = bp.grad_output[s.n, rows] @ s.v[cols].T  # dP_ij, (block_q, block_k)
     if dropout is not None:
         grad_scores *= dropout
-    kernels.softmax_backward_(weights, bp.lse[s.n, rows], grad_scores, bp.delta[s.n, rows])  # P_ij, dZ = P∘(dP − δ)
+    # P_ij, dZ = P∘(dP − δ)
+    kernels.softmax_backward_(weights, bp.lse[s.n, rows], grad_scores, bp.delta[s.n, rows], bp.lse_low[s.n, rows])
     return weights, dropout, grad_scores, grad_scores if cap_derivative is None else grad_scores * cap_derivative
 
 
@@ -376,7 +479,7 @@ def _backward_tasks(bp: BackwardPass, kernels: Kernels) -> list[Task]:
     and the last queries have the most work."""
     pb = bp.pb
     L, S = pb.lengths
-    slices = _slices(pb, pb.value)
+    slices = _slices(pb, bp.value)
     float_mask = pb.mask is not None and pb.mask.dtype != bool
     if pb.slices >= ONE_PASS_BACKWARD_FROM and not float_mask:  # one task per slice: 5 products, one exp per block
         return [functools.partial(_slice_task, bp, s, kernels) for s in slices]
@@ -421,15 +524,21 @@ def backward(
     n = pb.slices
     dtype = pb.compute_dtype
     grad_output = np.broadcast_to(grad_output, pb.output_shape).reshape(n, L, Ev)  # dO, (B·H, L, Ev)
-    delta = saved.delta.reshape(n, L)  # δ, (B·H, L)
+    lse = np.where(np.isneginf(saved.lse), np.inf, saved.lse).reshape(n, L)  # fully masked rows: P = 0, (B·H, L)
     # as in the forward: skip blocks with no key allowed only when they could add no NaN
-    finite = (np.isfinite(x).all() for x in (pb.query, pb.key, pb.value, grad_output, delta))
+    finite = all(np.isfinite(x).all() for x in (pb.query, pb.key, pb.value, grad_output, saved.delta))
+    exponent = _gradient_exponent(pb.value, grad_output)
+    value = np.ldexp(pb.value, -exponent) if exponent else pb.value  # V·2⁻ᵏ, (B…, S, Ev)
+    with np.errstate(all="ignore"):
+        lse, lse_low, delta = _exact_rows(pb, grad_output, saved, lse, finite, value, exponent)  # (B·H, L) each
     bp = BackwardPass(
         pb,
+        value,
         grad_output,
-        np.where(np.isneginf(saved.lse), np.inf, saved.lse).reshape(n, L),  # fully masked rows: P = 0, (B·H, L)
+        lse,
+        lse_low,
         delta,
-        all(finite),
+        finite,
         np.asarray(pb.scale, dtype=dtype),
         np.empty((n, L, E), dtype=dtype),  # (B·H, L, E)
         np.empty((n, S, E), dtype=dtype),  # (B·H, S, E)
@@ -438,12 +547,16 @@ def backward(
     compiled = kernels.backward_tasks(bp, threads) if kernels.backward_tasks is not None and pb.plain else None
     tasks = _backward_tasks(bp, kernels) if compiled is None else compiled
     run(tasks, threads)
+    grad_mask = _grad_mask(bp)
+    if exponent:  # dZ was made in units of 2ᵏ: dQ, dK and the mask's gradient (not dV = Pᵀ·dO)
+        for grad in (bp.grad_query, bp.grad_key, *([] if grad_mask is None else [grad_mask])):
+            np.ldexp(grad, exponent, out=grad)
     batch = pb.batch_shape
     return (
         bp.grad_query.reshape(*batch, L, E),  # (B…, L, E)
         bp.grad_key.reshape(*batch, S, E),  # (B…, S, E), one key head per query head
         bp.grad_value.reshape(*batch, S, Ev),  # (B…, S, Ev)
-        _grad_mask(bp),
+        grad_mask,
     )
 
 

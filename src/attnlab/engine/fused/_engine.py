@@ -9,6 +9,7 @@ products still by BLAS. ``KERNELS`` gives ``_tiled`` two layers of kernels:
       forward:   m' = max(m, rowmax Z);  Z_ij ← exp(Z_ij − m'_i);  l ← e^(m − m')·l + rowsum Z
                                                                      online_softmax_
       backward:  P_ij = exp(Z_ij − lse_i);  dZ_ij = P_ij·(dP_ij − δ_i)   softmax_backward_
+                 (lse_i in two parts, m_i and log l_i, in the rows of a huge lse: ``_tiled``)
 
 - Whole tasks, for attention with no attention mask, no mask function and no dropout
   (``Problem.plain``), whatever its window, causal rule (either alignment), softcap, ALiBi
@@ -94,13 +95,18 @@ def online_softmax_(scores: Array, row_max: Array, row_sum: Array) -> Array:
     return rescale
 
 
-def softmax_backward_(scores: Array, lse: Array, grad: Array, delta: Array) -> None:
-    """scores (l, s) ← P = exp(scores − lse[:, None]); grad (l, s) ← P∘(grad − delta[:, None])."""
-    from ._kernels import softmax_backward
+def softmax_backward_(scores: Array, lse: Array, grad: Array, delta: Array, low: Array | None = None) -> None:
+    """scores (l, s) ← P = exp((scores − lse[:, None]) − low[:, None]) (low None: 0);
+    grad (l, s) ← P∘(grad − delta[:, None])."""
+    from ._kernels import softmax_backward, softmax_backward_split
 
     if grad.shape != scores.shape or grad.dtype != scores.dtype:
         raise fail("grad", f"shape {scores.shape} {scores.dtype} as scores", f"{grad.shape} {grad.dtype}")
-    softmax_backward(scores, _rows("lse", lse, scores), grad, _rows("delta", delta, scores))
+    lse, delta = _rows("lse", lse, scores), _rows("delta", delta, scores)
+    if low is None or not low.any():
+        softmax_backward(scores, lse, grad, delta)
+    else:
+        softmax_backward_split(scores, lse, _rows("low", low, scores), grad, delta)
 
 
 class FusedEngine(BlockedEngine):

@@ -18,7 +18,15 @@ import scipy.linalg.cython_blas  # noqa: F401  # numba's np.dot calls SciPy's BL
 from numba import njit, types
 from numba.extending import overload
 
-__all__ = ["attend", "backward_keys", "backward_queries", "online_softmax", "softcap_", "softmax_backward"]
+__all__ = [
+    "attend",
+    "backward_keys",
+    "backward_queries",
+    "online_softmax",
+    "softcap_",
+    "softmax_backward",
+    "softmax_backward_split",
+]
 
 
 def _probe() -> None:
@@ -327,10 +335,31 @@ def _softmax_backward_row(row, grad, shift, d):  # type: ignore[no-untyped-def]
 
 
 @compile_
+def _softmax_backward_split_row(row, grad, shift, low, d):  # type: ignore[no-untyped-def]
+    """``_softmax_backward_row`` with the lse in two parts, P = exp((Z − shift) − low): in
+    a row of a huge lse (``_tiled._exact_rows``: shift = m, the row's maximum, and
+    low = log l) it keeps Z's digits however large Z is; a row with low = 0 takes
+    ``_softmax_backward_row``, one subtraction per element."""
+    if low == 0:
+        _softmax_backward_row(row, grad, shift, d)
+        return
+    for j in range(row.shape[0]):
+        row[j] = _exp((row[j] - shift) - low, row)
+        grad[j] = row[j] * (grad[j] - d)
+
+
+@compile_
 def softmax_backward(scores, lse, grad, delta):  # type: ignore[no-untyped-def]
     """scores ← P = exp(scores − lse[:, None]);  grad ← P∘(grad − delta[:, None])."""
     for i in range(scores.shape[0]):
         _softmax_backward_row(scores[i], grad[i], lse[i], delta[i])
+
+
+@compile_
+def softmax_backward_split(scores, lse, low, grad, delta):  # type: ignore[no-untyped-def]
+    """scores ← P = exp((scores − lse[:, None]) − low[:, None]);  grad ← P∘(grad − delta[:, None])."""
+    for i in range(scores.shape[0]):
+        _softmax_backward_split_row(scores[i], grad[i], lse[i], low[i], delta[i])
 
 
 @compile_
@@ -591,7 +620,7 @@ def _backward_block(arrays, n, head, rows, keys, variant, scale, work):  # type:
     forward, P_ij = exp(Z_ij − lse_i), dZ_ij = P_ij·(dP_ij − δ_i) and, with a softcap,
     dX_ij = dZ_ij·(1 − tanh²) (``_tiled._backward_block``). Returns views of the work
     arrays: scale·Q_i (l, E), dO_i (l, Ev), P and dX (l, keys)."""
-    query, key, value, grad_out, lse, delta = arrays
+    query, key, value, grad_out, lse, delta, low = arrays
     (first, stop), (start, end) = rows, keys
     count = stop - first
     q, d_out = _matrix(work[0], count, query.shape[2]), _matrix(work[1], count, value.shape[2])
@@ -602,13 +631,20 @@ def _backward_block(arrays, n, head, rows, keys, variant, scale, work):  # type:
     np.dot(q, key[head, start:end].T, scores)
     np.dot(d_out, value[head, start:end].T, grad)
     modifiers = _slice_modifiers(variant, n)
+    split = low.shape[0] > 0  # the lse in two parts somewhere (else low is empty, (0, 0))
     if _unmodified(modifiers, rows, keys):
-        softmax_backward(scores, lse[n, first:stop], grad, delta[n, first:stop])
+        if split:
+            softmax_backward_split(scores, lse[n, first:stop], low[n, first:stop], grad, delta[n, first:stop])
+        else:
+            softmax_backward(scores, lse[n, first:stop], grad, delta[n, first:stop])
         return q, d_out, scores, grad
     for i in range(count):
         row, grad_row = scores[i], grad[i]
         _modify_row_with_derivative_(row, first + i, start, modifiers, derivative)
-        _softmax_backward_row(row, grad_row, lse[n, first + i], delta[n, first + i])
+        if split:
+            _softmax_backward_split_row(row, grad_row, lse[n, first + i], low[n, first + i], delta[n, first + i])
+        else:
+            _softmax_backward_row(row, grad_row, lse[n, first + i], delta[n, first + i])
         if modifiers[2][0]:
             _multiply_(grad_row, derivative)
     return q, d_out, scores, grad
@@ -624,8 +660,10 @@ def backward_keys(arrays, groups, slices, keys, with_queries, variant, skip, sca
         with_queries (``keys`` is every key: the task owns whole slices):
         dQ_i = scale·Σ_j dX_ij·K_j                                             BLAS
 
-    arrays = (query, key, value, dO, lse, δ), lse +∞ where every key is masked (the lse
-    includes the sink, and δ the gradient of the lse: the sinks need nothing more here)."""
+    arrays = (query, key, value, dO, lse, δ, low), lse +∞ where every key is masked (the lse
+    includes the sink, and δ the gradient of the lse: the sinks need nothing more here);
+    P = exp((Z − lse) − low), low 0 but in the rows of a huge lse (``_tiled._exact_rows``),
+    and empty, (0, 0), where it is 0 everywhere (the kernels of one subtraction then run)."""
     query, key, value = arrays[0], arrays[1], arrays[2]
     grad_q, grad_k, grad_v = grads
     block_q, block_k = blocks

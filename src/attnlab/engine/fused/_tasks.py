@@ -136,7 +136,8 @@ def backward_tasks(bp: BackwardPass, threads: int | None) -> list[Task] | None:
         return None
     L, S = pb.lengths
     n = pb.slices
-    arrays = (*_stacked(pb, pb.value), np.ascontiguousarray(bp.grad_output), bp.lse, bp.delta)
+    low = bp.lse_low if bp.lse_low.any() else np.zeros((0, 0), bp.lse_low.dtype)  # empty: 0 in every row
+    arrays = (*_stacked(pb, bp.value), np.ascontiguousarray(bp.grad_output), bp.lse, bp.delta, low)  # V·2⁻ᵏ
     options = (_variant(pb), bp.skip, bp.scale[()], (_tiled.BLOCK_Q, _tiled.BLOCK_K))
     keys = functools.partial(_backward_keys, arrays, pb.groups)
     queries = functools.partial(_backward_queries, arrays, pb.groups)
