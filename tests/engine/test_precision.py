@@ -15,6 +15,7 @@ from oracles import optional_module, requires
 torch = optional_module("torch")
 
 BLOCKED = ["tiled", *(["fused"] if _fused.available() else [])]
+EVERY_ENGINE = ["naive", *BLOCKED]
 
 
 def _arrays(seed: int = 0) -> tuple[np.ndarray, ...]:
@@ -40,7 +41,7 @@ def _check(q, k, v, grad_output, scale, engine):  # type: ignore[no-untyped-def]
 
 
 @requires("torch")
-@pytest.mark.parametrize("engine", BLOCKED)
+@pytest.mark.parametrize("engine", EVERY_ENGINE)
 def test_one_huge_query_element_keeps_dk_exact(engine):
     q, k, v, grad_output = _arrays()
     q[0, 3, 2] = 1e15
@@ -48,7 +49,7 @@ def test_one_huge_query_element_keeps_dk_exact(engine):
 
 
 @requires("torch")
-@pytest.mark.parametrize("engine", BLOCKED)
+@pytest.mark.parametrize("engine", EVERY_ENGINE)
 def test_one_huge_key_element_keeps_dq_exact(engine):
     q, k, v, grad_output = _arrays(1)
     k[0, 3, 2] = 1e15
@@ -56,7 +57,7 @@ def test_one_huge_key_element_keeps_dq_exact(engine):
 
 
 @requires("torch")
-@pytest.mark.parametrize("engine", BLOCKED)
+@pytest.mark.parametrize("engine", EVERY_ENGINE)
 def test_huge_scale_gives_exactly_zero_dq_and_dk(engine):
     q, k, v, grad_output = _arrays(2)
     got = al.attention(q, k, v, scale=1e10, engine=engine).backward(grad_output)

@@ -356,12 +356,14 @@ def backward(
     impl = ENGINES[engine]
     output, lse = impl.forward(pb, threads)[:2] if saved is None else saved
     delta = np.einsum("...le,...le->...l", grad_output, output)  # rowsum(dO∘O), (B…, L)
+    d_lse = None
     if grad_lse is not None:
-        d_lse = float_array("grad_lse", grad_lse, min_ndim=1)
+        d_lse = float_array("grad_lse", grad_lse, min_ndim=1).astype(pb.compute_dtype, copy=False)
         if d_lse.shape != lse.shape:
             raise fail("grad_lse", f"the lse's shape {lse.shape}", f"shape {d_lse.shape}")
-        delta -= d_lse.astype(pb.compute_dtype, copy=False)
-    grad_query, grad_key, grad_value, grad_mask = impl.backward(pb, grad_output, Saved(output, lse, delta), threads)
+        delta -= d_lse
+    saved_results = Saved(output, lse, delta, d_lse)
+    grad_query, grad_key, grad_value, grad_mask = impl.backward(pb, grad_output, saved_results, threads)
     if pb.groups > 1:  # sum each group of G query heads back onto its key/value head
         *batch, H, S, E = grad_key.shape
         grad_key = grad_key.reshape(*batch, H // pb.groups, pb.groups, S, E).sum(axis=-3)  # (B…, Hk, S, E)

@@ -3,7 +3,7 @@
     Z = softcap(scale · Q·Kᵀ) + biases, masked     P = softmax(Z) (with the sinks)
     O = dropout(P)·V
 
-Backward, given δ = rowsum(dO∘O) − dlse (dropout folded into dP; dlse the gradient of
+Backward, with δ = rowsum(dP∘P) − dlse (dropout folded into dP; dlse the gradient of
 the lse, 0 when not given):
 
     dV = dropout(P)ᵀ·dO    dP = dropout(dO·Vᵀ)    dZ = P∘(dP − δ)   (the float mask's gradient)
@@ -21,7 +21,7 @@ import numpy as np
 
 from .._validation import Array
 from ._masks import mask_mod_allows, modify_scores_
-from ._problem import Engine, Problem, sum_to_shape
+from ._problem import Engine, Problem, Saved, sum_to_shape
 from ._softmax import softmax_lse_
 
 __all__ = ["NAIVE", "NaiveEngine", "backward", "forward"]
@@ -75,9 +75,9 @@ def forward(pb: Problem) -> tuple[Array, Array, Array]:
     return output, weights, lse
 
 
-def backward(pb: Problem, grad_output: Array, delta: Array) -> tuple[Array, Array, Array, Array | None]:
+def backward(pb: Problem, grad_output: Array, grad_lse: Array | None) -> tuple[Array, Array, Array, Array | None]:
     """(dQ (B…, L, E), dK (B…, S, E), dV (B…, S, Ev), the float mask's gradient in its
-    shape or None) from dO (B…, L, Ev) and δ (B…, L)."""
+    shape or None) from dO (B…, L, Ev) and dlse (B…, L) or None."""
     key, value = _expand_heads(pb)
     weights, _, _, cap_derivative = _weights(pb, key, derivative=True)
     dropout = _dropout(pb)
@@ -86,6 +86,12 @@ def backward(pb: Problem, grad_output: Array, delta: Array) -> tuple[Array, Arra
     grad_weights = grad_output @ np.swapaxes(value, -1, -2)  # dP, (B…, L, S)
     if dropout is not None:
         grad_weights *= dropout
+    # δ = Σ_j P·dP − dlse, the sum over the weights themselves (as torch's softmax backward):
+    # rowsum(dO∘O) is the same sum in another order, whose rounding a one-hot row at a huge
+    # score would multiply into dQ and dK
+    delta = (grad_weights * weights).sum(axis=-1)  # δ, (B…, L)
+    if grad_lse is not None:
+        delta -= grad_lse
     grad_scores = weights * (grad_weights - delta[..., None])  # dZ, (B…, L, S)
     has_float_mask = pb.mask is not None and pb.mask.dtype != bool
     grad_mask = sum_to_shape(grad_scores, pb.mask.shape) if has_float_mask else None  # type: ignore[union-attr]
@@ -118,12 +124,12 @@ class NaiveEngine:
         return output, lse, weights
 
     def backward(
-        self, pb: Problem, grad_output: Array, saved: tuple[Array, Array, Array], threads: int | None
+        self, pb: Problem, grad_output: Array, saved: Saved, threads: int | None
     ) -> tuple[Array, Array, Array, Array | None]:
-        """:func:`backward` from δ, the last of ``saved`` (the forward's O and lse are not
-        used: it recomputes the weights); ``threads`` is not used."""
+        """:func:`backward` with ``saved``'s dlse (the forward's O and lse are not used: it
+        recomputes the weights, and δ from them); ``threads`` is not used."""
         with np.errstate(all="ignore"):
-            return backward(pb, grad_output, saved[2])
+            return backward(pb, grad_output, saved.grad_lse)
 
 
 NAIVE = NaiveEngine()

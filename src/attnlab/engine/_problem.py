@@ -44,12 +44,13 @@ Engine = Literal["naive", "tiled", "fused"]  # the engines' names, the values of
 
 class Saved(NamedTuple):
     """What a backward starts from, in the compute dtype: the forward's O (B…, L, Ev) and
-    lse (B…, L), and δ = rowsum(dO∘O) − dlse (B…, L), dlse the gradient of the lse (0 when
-    not given)."""
+    lse (B…, L), δ = rowsum(dO∘O) − dlse (B…, L), and dlse, the gradient of the lse
+    (B…, L), or None (0)."""
 
     output: Array
     lse: Array
     delta: Array
+    grad_lse: Array | None = None
 
 
 @dataclass(frozen=True)
