@@ -89,6 +89,18 @@ def test_a_path_in_an_unknown_users_home_is_an_error_and_one_cli_line(tmp_path):
     ]
 
 
+def test_an_empty_model_name_is_refused_not_the_working_directory(capsys):
+    """Path("") is "." (a directory): an empty name must not load the working directory."""
+    with pytest.raises(models.CheckpointError, match=r"got ''$"):
+        models.load("")
+    from attnlab.cli._main import main
+
+    assert main(["trace", "--model", "", "--text", "a b"]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "attnlab trace: error: --model: expected a checkpoint directory or a hub id, got ''"
+    ]
+
+
 # --- item 4: settings accepted that should be refused ----------------------------------------
 
 
@@ -120,6 +132,13 @@ def test_a_nan_or_negative_norm_epsilon_is_refused(saved, tmp_path, kind, key, v
 def test_load_with_dtype_none_is_refused_not_float64(saved):
     with pytest.raises(ArgumentTypeError, match=r"dtype: expected numpy\.float32 or numpy\.float64, got None"):
         models.load(saved["gpt2"], dtype=None)
+
+
+@pytest.mark.parametrize("dtype", ["x", "bogus!!", 3, "int64"])
+def test_load_with_a_dtype_numpy_cannot_read_is_refused_not_float64(saved, dtype):
+    """np.dtype(None) is float64, so an unreadable dtype must not be compared as None."""
+    with pytest.raises(ArgumentError, match=r"^dtype: expected numpy\.float32 or numpy\.float64"):
+        models.load(saved["gpt2"], dtype=dtype)
 
 
 def test_a_special_token_with_null_content_is_refused(saved, tmp_path):

@@ -117,3 +117,20 @@ def test_a_saved_trace_with_a_lone_surrogate_token_is_traced_viewed_and_plotted(
     assert main(["view", saved_path, "-o", str(tmp_path / "s.html")]) == 0
     pytest.importorskip("matplotlib")
     assert main(["plot", saved_path, "-o", str(tmp_path / "s.png")]) == 0, capsys.readouterr().err
+
+
+def test_a_trace_of_no_rows_is_refused_naming_x():
+    """A trace shows rows: one of none could not be drawn, paged or read back."""
+    import attnlab as al
+
+    with pytest.raises(al.ArgumentError, match=r"^X: expected at least one row \(token\) to trace, got 0 rows"):
+        al.SelfAttention(8, 4).trace(np.zeros((0, 8)))
+    with pytest.raises(al.ArgumentError, match=r"^x: expected shape \(N, L, 8\).*got shape \(1, 0, 8\)"):
+        al.MultiheadAttention(8, 2, batch_first=True).trace(np.zeros((1, 0, 8), dtype=np.float32))
+
+
+def test_a_saved_trace_with_a_bool_scale_says_it_got_a_bool():
+    data = al.SelfAttention(4, 4).trace(np.eye(3, 4)).to_dict()
+    data["scale"] = True
+    with pytest.raises(al.ArgumentError, match=r"scale: expected a finite number, got True$"):
+        Trace.from_dict(data)

@@ -138,7 +138,7 @@ def trace_from_args(args: argparse.Namespace, page: bool = False) -> Trace | Mod
     sequence, or a saved trace (a JSON object from ``attnlab trace --format json``). What
     it would hold (L²·heads·layers scores), and for a ``page`` what the page would
     (:func:`~attnlab.viz._page.check_page_size`), is checked before the work."""
-    if args.model:
+    if args.model is not None:
         return _model_trace(args, page)
     if args.text is not None:
         if args.layer is not None:

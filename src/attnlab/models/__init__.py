@@ -59,7 +59,7 @@ def load(name_or_dir: str | os.PathLike[str], *, dtype: Any = np.float32) -> Mod
         compute = np.dtype(dtype)
     except TypeError:
         compute = None
-    if compute not in (np.dtype(np.float32), np.dtype(np.float64)):
+    if compute is None or compute not in (np.dtype(np.float32), np.dtype(np.float64)):  # dtype == None is float64
         raise fail("dtype", "numpy.float32 or numpy.float64", repr(dtype))
     directory = locate(name_or_dir)
     config = read_config(directory)

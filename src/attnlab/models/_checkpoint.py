@@ -74,6 +74,8 @@ def locate(name_or_dir: str | os.PathLike[str]) -> Path:
     else a hub id found in the local cache or downloaded."""
     if not isinstance(name_or_dir, (str, os.PathLike)):
         raise fail("name_or_dir", "a directory or a Hugging Face hub id (str)", type(name_or_dir).__name__, TypeError)
+    if not str(name_or_dir).strip():  # Path("") is ".": the working directory, silently
+        raise CheckpointError(f"name_or_dir: expected a checkpoint directory or a hub id, got {str(name_or_dir)!r}")
     try:
         path = Path(name_or_dir).expanduser()
     except RuntimeError:  # ~nosuchuser: a home that cannot be found

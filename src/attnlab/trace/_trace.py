@@ -301,7 +301,7 @@ def _trace_from_dict(data: Any, source: str) -> Trace:
     except OverflowError:  # an integer beyond float range
         finite = False
     if not finite:
-        got = f"an integer of {len(str(scale))} digits" if isinstance(scale, int) else repr(scale)
+        got = f"an integer of {len(str(scale))} digits" if type(scale) is int else repr(scale)  # a bool: True
         raise ArgumentError(f"{source}: scale: expected a finite number, got {got}")
     # kept as saved, lone surrogates (a Linux argument's undecodable bytes) included: each
     # display (text, plot, page) escapes them and control characters, as display_text says
@@ -488,6 +488,8 @@ def build_trace(
     """
     scale = 1.0 / math.sqrt(Q.shape[-1]) if scale is None else real_number("scale", scale)
     L = len(inputs)
+    if L == 0:  # a trace shows rows: none is nothing to show, and a page or plot of it would fail
+        raise fail("X", "at least one row (token) to trace", "0 rows")
     if isinstance(tokens, str):
         raise fail("tokens", f"{L} labels, one per row of the input", "a string", TypeError)
     if tokens is not None and len(tokens) != L:
