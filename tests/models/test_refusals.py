@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 import warnings
@@ -148,6 +149,20 @@ def test_a_special_token_with_null_content_is_refused(saved, tmp_path):
     decoder = {"2": {"content": None, "special": True}}
     (directory / "tokenizer_config.json").write_text(json.dumps({"added_tokens_decoder": decoder}))
     with pytest.raises(models.CheckpointError, match="special token's content to be a non-empty string, got None"):
+        models.load(directory)
+
+
+@pytest.mark.parametrize("token_id", ["-1", "x", "2.0"])
+def test_a_special_token_with_an_id_that_is_not_a_count_is_refused(saved, tmp_path, token_id):
+    """tokenizers would give it an id of its own choosing (2 over a vocabulary of 2)."""
+    directory = copy_of(saved["gpt2"], tmp_path / "bad-id")
+    (directory / "vocab.json").write_text('{"a": 0, "b": 1}')
+    (directory / "merges.txt").write_text("")
+    decoder = {token_id: {"content": "<x>", "special": True}}
+    (directory / "tokenizer_config.json").write_text(json.dumps({"added_tokens_decoder": decoder}))
+    with pytest.raises(
+        models.CheckpointError, match=f"expected ids that are integers >= 0, got '{re.escape(token_id)}'"
+    ):
         models.load(directory)
 
 

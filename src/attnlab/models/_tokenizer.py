@@ -187,6 +187,12 @@ def read_tokenizer(directory: Path) -> Tokenizer | None:
     added = settings.get("added_tokens_decoder") or {}
     if not isinstance(added, dict) or not all(isinstance(t, dict) for t in added.values()):
         raise CheckpointError(f"{directory}: tokenizer_config.json: added_tokens_decoder: expected an object of tokens")
+    bad_id = next((repr(i) for i in added if not (isinstance(i, str) and i.isdecimal())), None)
+    if bad_id is not None:  # the tokenizer would give the token an id of its own choosing
+        raise CheckpointError(
+            f"{directory}: tokenizer_config.json: added_tokens_decoder: expected ids that are integers >= 0, "
+            f"got {bad_id}"
+        )
     special = [t.get("content") for t in added.values() if t.get("special")]
     empty = next((repr(c) for c in special if not isinstance(c, str) or not c), None)
     if empty is not None:  # str(None) would become a token "None" with an id past the vocabulary
