@@ -134,3 +134,26 @@ def test_a_saved_trace_with_a_bool_scale_says_it_got_a_bool():
     data["scale"] = True
     with pytest.raises(al.ArgumentError, match=r"scale: expected a finite number, got True$"):
         Trace.from_dict(data)
+
+
+@pytest.mark.parametrize(
+    ("field", "index", "value", "message"),
+    [
+        ("weights", (1, 1), None, r"weights: expected a softmax's weights .*got null at row 1, column 1"),
+        ("weights", (1, 1), "Infinity", r"weights: expected a softmax's weights .*got \"Infinity\" at row 1, column 1"),
+        ("weights", (1, 1), -0.5, r"weights: expected a softmax's weights .*got -0.5 at row 1, column 1"),
+        ("weights", (2,), [0.9, 0.9, 0.9], r"weights: expected a softmax's weights .*got a sum of 2.7 in row 2"),
+        ("output", (0, 0), "NaN", r"output: expected numbers, got NaN at \(0, 0\)"),
+        ("Q", (0, 0), "NaN", r"Q: expected numbers, got NaN at \(0, 0\)"),
+        ("tokens", (1,), None, r"tokens: expected labels \(strings\), got null"),
+    ],
+)
+def test_a_hand_edited_trace_whose_numbers_no_engine_makes_is_refused(field, index, value, message):
+    """A softmax never gives a weight outside [0, 1] or a row over 1; finite inputs give no NaN."""
+    data = json.loads(json.dumps(al.SelfAttention(4, 4).trace(np.eye(3, 4), tokens=["a", "b", "c"]).to_dict()))
+    target = data[field]
+    for step in index[:-1]:
+        target = target[step]
+    target[index[-1]] = value
+    with pytest.raises(al.ArgumentError, match=message):
+        Trace.from_dict(data)

@@ -295,6 +295,9 @@ def _trace_from_dict(data: Any, source: str) -> Trace:
             f"{source}: tokens: expected {L} labels, one per input row, got "
             f"{len(tokens) if isinstance(tokens, list) else type(tokens).__name__}"
         )
+    if tokens is not None and not all(isinstance(t, str) for t in tokens):
+        bad = next(t for t in tokens if not isinstance(t, str))
+        raise ArgumentError(f"{source}: tokens: expected labels (strings), got {json.dumps(bad)}")
     scale = data["scale"]
     try:
         finite = not isinstance(scale, bool) and isinstance(scale, (int, float)) and math.isfinite(scale)
@@ -356,6 +359,24 @@ def _check_not_numbers(arrays: dict[str, Array], scale: float, bias: Array | Non
         raise ArgumentError(
             f"{source}: weights: expected numbers (no score of row {i} can overflow), got NaN at row {i}, column {j}"
         )
+    with np.errstate(invalid="ignore"):  # a softmax's weights: each in [0, 1], a row summing to at most 1 (sinks: less)
+        outside = ~can_be_nan & ~((weights >= 0) & (weights <= 1 + 1e-6))
+        sums = np.where(can_be_nan[..., 0], 0.0, np.nansum(weights, axis=-1))
+    expected = "a softmax's weights (each in [0, 1], a row's sum at most 1)"
+    if outside.any():
+        cell = tuple(np.argwhere(outside)[0])
+        got = json.dumps(_json_field(np.asarray(weights[cell]).reshape(1))[0])
+        raise ArgumentError(f"{source}: weights: expected {expected}, got {got} at row {cell[-2]}, column {cell[-1]}")
+    over = sums > 1 + 1e-5
+    if over.any():
+        cell = tuple(np.argwhere(over)[0])
+        raise ArgumentError(f"{source}: weights: expected {expected}, got a sum of {sums[cell]:.6g} in row {cell[-1]}")
+    for name in ("inputs", "Q", "K", "V", "output"):  # NaN only where a row's weights can be NaN
+        nan = np.isnan(arrays[name]) if name != "output" else np.isnan(arrays[name]) & ~can_be_nan
+        if nan.any():
+            raise ArgumentError(
+                f"{source}: {name}: expected numbers, got NaN at {tuple(map(int, np.argwhere(nan)[0]))}"
+            )
 
 
 def _saved_variants(data: dict[str, Any], shape: tuple[int, ...], source: str) -> tuple[Array | None, Variants | None]:
