@@ -236,23 +236,19 @@ def _run_layer(X: Array, tokens: list[str] | None, args: argparse.Namespace) -> 
     """The trace of the seed's layer (one head) or a MultiheadAttention on X (L, d_model):
     random weights drawn from --seed, which the trace carries (pages and plots say so)."""
     scale = {"sqrt": None, "none": 1.0}.get(args.scale, args.scale)
+    layer: SelfAttention | MultiheadAttention
     if args.num_heads == 1:
         layer = SelfAttention(X.shape[1], args.d_k or min(X.shape[1], DEFAULT_MAX_D_K), seed=args.seed)
-        trace = layer.trace(
-            X, is_causal=args.causal, scale=scale, tokens=tokens, window=args.window,
-            causal_alignment=args.causal_alignment, softcap=args.softcap,
-        )  # fmt: skip
-        trace.random_seed = args.seed
-        return trace
-    if args.d_k is not None:
+    elif args.d_k is not None:
         raise InputError(
             f"--d-k: with --num-heads {args.num_heads} each head is the input's width / {args.num_heads} wide; "
             "drop --d-k, or use one head"
         )
-    if X.shape[1] % args.num_heads:
+    elif X.shape[1] % args.num_heads:
         raise InputError(f"--num-heads: expected a divisor of the input's width {X.shape[1]}, got {args.num_heads}")
-    heads = MultiheadAttention(X.shape[1], args.num_heads, seed=args.seed, dtype=np.float64)
-    trace = heads.trace(
+    else:
+        layer = MultiheadAttention(X.shape[1], args.num_heads, seed=args.seed, dtype=np.float64)
+    trace = layer.trace(
         X, is_causal=args.causal, scale=scale, tokens=tokens, window=args.window,
         causal_alignment=args.causal_alignment, softcap=args.softcap,
     )  # fmt: skip

@@ -488,7 +488,9 @@ def _backward_tasks(bp: BackwardPass, kernels: Kernels) -> list[Task]:
         functools.partial(_keys_task, bp, s, cols, kernels) for cols in blocks(S, BLOCK_K) for s in slices
     ]
     reads = _mask_slices(pb) if float_mask else np.arange(pb.slices)  # each group: the slices of one mask slice
-    groups = {int(m): [s for s in slices if reads[s.n] == m] for m in dict.fromkeys(reads.tolist())}
+    groups: dict[int, list[_Slice]] = {}
+    for s in slices:  # one pass: n slices each reading their own mask slice are n groups of one
+        groups.setdefault(int(reads[s.n]), []).append(s)
     tasks += [
         functools.partial(_queries_task, bp, group, rows, kernels, m)
         for rows in reversed(blocks(L, BLOCK_Q))
