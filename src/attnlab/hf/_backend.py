@@ -1,0 +1,202 @@
+"""attnlab's engine as a transformers attention function: the one signature of
+transformers' ``AttentionInterface``, every keyword it passes honoured or refused.
+
+transformers calls ``attention_forward(module, query, key, value, attention_mask,
+scaling=, dropout=, **kwargs)`` from inside each attention module, with query (B, H, L, E)
+after RoPE, key (B, Hk, S, E) and value (B, Hk, S, Ev) after the cache, and expects the
+output (B, L, H, Ev) and the weights (B, H, L, S) or None back. The mask is what the mask
+function registered beside it made (``sdpa_mask``'s: bool, True = attend, (B, 1, L, S)),
+a model's own float mask, or None with the module's ``is_causal``: then, as in
+transformers' sdpa, a query block of L > 1 is causal (top left) and a decode step (L = 1)
+is not.
+"""
+
+from __future__ import annotations
+
+import contextvars
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .._validation import AttnlabError
+from ..engine._attention import Attention, attention
+from ._torch import from_numpy, to_numpy, torch, transformers
+
+__all__ = ["EngineCall", "UnsupportedModelError", "attention_forward", "recorder"]
+
+
+class UnsupportedModelError(AttnlabError, ValueError):
+    """A model, or a feature of one, that attnlab's backend cannot run exactly: the message
+    names the model type and the feature."""
+
+
+# Keywords that reach the attention function but do not change what it computes: the
+# mask carries the window, the padding and the packed sequences (the mask function builds
+# them from these, as for sdpa), and the rest are the cache's and the outputs' bookkeeping,
+# with every keyword transformers' models take as ``TransformersKwargs``.
+_BOOKKEEPING = frozenset(
+    {
+        "cache_position", "use_cache", "past_key_values", "past_key_value", "cache", "return_dict", "layer_idx",
+        "token_type_ids", "sliding_window", *transformers.utils.generic.TransformersKwargs.__annotations__,
+    }
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class EngineCall:
+    """One attention module's call, as the engine takes it (NumPy, the compute dtype):
+    query (B, H, L, E), key (B, Hk, S, E), value (B, Hk, S, Ev), ``mask`` bool or float
+    (broadcasting to (B, H, L, S)) or None, and the keywords of :func:`attnlab.attention`."""
+
+    module: Any
+    query: Any
+    key: Any
+    value: Any
+    mask: Any
+    sinks: Any
+    options: dict[str, Any]
+
+    @classmethod
+    def of(
+        cls, module: Any, query: Any, key: Any, value: Any, mask: Any, sinks: Any, options: dict[str, Any]
+    ) -> EngineCall:
+        """The call of these tensors, as NumPy arrays (float16 and bfloat16 widened to float32)."""
+        return cls(module, to_numpy(query), to_numpy(key), to_numpy(value), to_numpy(mask), to_numpy(sinks), options)
+
+
+# While attnlab.hf.trace runs, the function that records a call and returns its output
+# (B, H, L, Ev) as NumPy; None otherwise.
+recorder: contextvars.ContextVar[Callable[[EngineCall], np.ndarray] | None] = contextvars.ContextVar(
+    "attnlab_hf_recorder", default=None
+)
+
+
+def attention_forward(
+    module: Any,
+    query: Any,
+    key: Any,
+    value: Any,
+    attention_mask: Any,
+    dropout: float = 0.0,
+    scaling: float | None = None,
+    is_causal: bool | None = None,
+    softcap: float | None = None,
+    s_aux: Any = None,
+    position_bias: Any = None,
+    output_attentions: bool = False,
+    **kwargs: Any,
+) -> tuple[Any, Any]:
+    """O = dropout(softmax(Z))·V on attnlab's engine, with Z = softcap(scaling·Q·Kᵀ) +
+    position_bias + mask and the sinks ``s_aux`` in the softmax's sum: transformers'
+    attention function (``attn_implementation="attnlab"``).
+
+    Args:
+        module: the attention module calling (its ``is_causal``, ``training``, config).
+        query: (B, H, L, E), after RoPE.
+        key: (B, Hk, S, E), H a multiple of Hk (GQA).
+        value: (B, Hk, S, Ev).
+        attention_mask: bool (True = attend) or float (added), broadcasting to (B, H, L, S), or None.
+        dropout: the weights' dropout probability (transformers passes 0 outside training).
+        scaling: the scores' multiplier; None: 1/√E.
+        is_causal: overrides the module's ``is_causal``; causal applies only with no mask and L > 1.
+        softcap: c: the scaled scores become c·tanh(Z / c) (Gemma 2).
+        s_aux: one sink logit per query head (H,) (gpt-oss).
+        position_bias: a float bias added to the scores, (1 or B, H, L, S) (T5).
+        output_attentions: return the weights (B, H, L, S) too.
+        kwargs: the cache's and outputs' bookkeeping, which does not change the result.
+
+    Returns:
+        (output (B, L, H, Ev) in query's dtype and device, weights (B, H, L, S) or None).
+
+    Raises:
+        UnsupportedModelError: a keyword attnlab cannot honour, naming the model type.
+    """
+    unknown = sorted(name for name, value in kwargs.items() if name not in _BOOKKEEPING and value is not None)
+    if unknown:
+        raise UnsupportedModelError(
+            f"{_model_type(module)}: attnlab's attention cannot honour the keyword(s) {', '.join(unknown)}; "
+            "load the model with attn_implementation='sdpa' or 'eager'"
+        )
+    L = query.shape[-2]
+    causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
+    causal = bool(causal) and attention_mask is None and L > 1
+    mask = attention_mask
+    if mask is not None and mask.shape[-1] > key.shape[-2]:  # a static cache's mask, longer than the keys
+        mask = mask[..., : key.shape[-2]]
+    if position_bias is not None:
+        mask = _with_bias(position_bias, mask)
+    p = float(dropout) if getattr(module, "training", False) else 0.0
+    options: dict[str, Any] = dict(
+        is_causal=causal, scale=scaling, softcap=softcap, enable_gqa=query.shape[1] != key.shape[1],
+        dropout_p=p, rng=_rng() if p > 0 else None, need_weights=bool(output_attentions),
+    )  # fmt: skip
+    record = recorder.get()
+    if record is not None:
+        call = EngineCall(
+            module, to_numpy(query), to_numpy(key), to_numpy(value), to_numpy(mask), to_numpy(s_aux), options
+        )
+        output = from_numpy(record(call), query)  # (B, H, L, Ev)
+        return output.transpose(1, 2).contiguous(), None
+    output, weights = _EngineFunction.apply(query, key, value, mask, s_aux, options)
+    return output.transpose(1, 2).contiguous(), weights  # (B, L, H, Ev)
+
+
+def _with_bias(position_bias: Any, mask: Any) -> Any:
+    """T5's relative bias as the float mask: the bias where the mask allows, −∞ where a
+    bool mask rules a key out, the bias plus a float mask. Made with torch, so that the
+    bias's gradient flows back through it."""
+    if mask is None:
+        return position_bias
+    if mask.dtype == torch.bool:
+        return position_bias.masked_fill(~mask, -float("inf"))
+    return position_bias + mask
+
+
+def _rng() -> np.random.Generator:
+    """The dropout's generator, seeded from torch's default generator: ``torch.manual_seed``
+    makes a training run repeat, as it does with eager attention (the masks differ from
+    torch's own, which no NumPy generator can replay)."""
+    seed = int(torch.randint(0, 2**62, (1,)).item())
+    return np.random.default_rng(seed)
+
+
+def _model_type(module: Any) -> str:
+    config = getattr(module, "config", None)
+    return str(getattr(config, "model_type", None) or type(module).__name__)
+
+
+def _engine_call(call: EngineCall) -> Attention:
+    return attention(call.query, call.key, call.value, attn_mask=call.mask, sinks=call.sinks, **call.options)
+
+
+class _EngineFunction(torch.autograd.Function):
+    """attnlab's forward and its own backward under torch's autograd: the gradients of
+    query, key, value, a float mask (T5's bias) and the sinks, from :meth:`Attention.backward`."""
+
+    @staticmethod
+    def forward(ctx: Any, query: Any, key: Any, value: Any, mask: Any, sinks: Any, options: Any) -> Any:
+        call = EngineCall(
+            None, to_numpy(query), to_numpy(key), to_numpy(value), to_numpy(mask), to_numpy(sinks), options
+        )
+        result = _engine_call(call)
+        ctx.result = result
+        ctx.formats = tuple(None if x is None else (x.dtype, x.device) for x in (query, key, value, mask, sinks))
+        weights = None if result.weights is None else from_numpy(result.weights, query)
+        if weights is not None:
+            ctx.mark_non_differentiable(weights)
+        return from_numpy(result.output, query), weights
+
+    @staticmethod
+    def backward(ctx: Any, grad_output: Any, _grad_weights: Any) -> Any:
+        result: Attention = ctx.result
+        grads = result.backward(to_numpy(grad_output, result.problem.result_dtype))
+        wanted = (grads.query, grads.key, grads.value, grads.attn_mask, grads.sinks)
+        return (
+            *(
+                from_numpy(grad, like) if needed and grad is not None else None
+                for grad, like, needed in zip(wanted, ctx.formats, ctx.needs_input_grad, strict=False)
+            ),
+            None,  # options
+        )
