@@ -35,12 +35,17 @@ class UnsupportedModelError(AttnlabError, ValueError):
 # Keywords that reach the attention function but do not change what it computes: the
 # mask carries the window, the padding and the packed sequences (the mask function builds
 # them from these, as for sdpa), and the rest are the cache's and the outputs' bookkeeping,
-# with every keyword transformers' models take as ``TransformersKwargs``.
+# with every keyword transformers' models take as ``TransformersKwargs`` (flash-attention's
+# packed lengths apart: they are checked against the mask, see _packed) and flash-attention's
+# ``deterministic`` (ModernBERT passes it to every backend; attnlab's backward is deterministic).
+_PACKED = ("cu_seq_lens_q", "cu_seq_lens_k")
 _BOOKKEEPING = frozenset(
     {
         "cache_position", "use_cache", "past_key_values", "past_key_value", "cache", "return_dict", "layer_idx",
-        "token_type_ids", "sliding_window", *transformers.utils.generic.TransformersKwargs.__annotations__,
+        "token_type_ids", "sliding_window", "deterministic",
+        *transformers.utils.generic.TransformersKwargs.__annotations__,
     }
+    - set(_PACKED)
 )  # fmt: skip
 
 
@@ -102,44 +107,58 @@ def attention_forward(
         scaling: the scores' multiplier; None: 1/√E.
         is_causal: overrides the module's ``is_causal``; causal applies only with no mask and L > 1.
         softcap: c: the scaled scores become c·tanh(Z / c) (Gemma 2).
-        s_aux: one sink logit per query head (H,) (gpt-oss).
+        s_aux: one sink logit per query head, H values (gpt-oss's (H,)).
         position_bias: a float bias added to the scores, (1 or B, H, L, S) (T5).
-        output_attentions: return the weights (B, H, L, S) too.
-        kwargs: the cache's and outputs' bookkeeping, which does not change the result.
+        output_attentions: return the weights (B, H, L, S) too; so does transformers' output
+            recorder collecting attentions, which some models never pass down.
+        kwargs: the cache's and outputs' bookkeeping, which does not change the result, and
+            flash-attention's ``cu_seq_lens_q``/``cu_seq_lens_k`` (one row of packed
+            sequences: a key of another sequence is masked).
 
     Returns:
         (output (B, L, H, Ev) in query's dtype and device, weights (B, H, L, S) or None).
 
     Raises:
-        UnsupportedModelError: a keyword attnlab cannot honour, naming the model type.
+        UnsupportedModelError: a keyword attnlab cannot honour (any not named here, per-token
+            sinks, packed lengths of a batch or a decode step), naming the model type and the keyword.
     """
-    unknown = sorted(name for name, value in kwargs.items() if name not in _BOOKKEEPING and value is not None)
+    unknown = sorted(
+        name for name, value in kwargs.items() if name not in _BOOKKEEPING and name not in _PACKED and value is not None
+    )
     if unknown:
         raise UnsupportedModelError(
             f"{_model_type(module)}: attnlab's attention cannot honour the keyword(s) {', '.join(unknown)}; "
             "load the model with attn_implementation='sdpa' or 'eager'"
         )
-    L = query.shape[-2]
+    B, H, L = query.shape[0], query.shape[1], query.shape[-2]
     causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
     causal = bool(causal) and attention_mask is None and L > 1
     mask = attention_mask
     if mask is not None and mask.shape[-1] > key.shape[-2]:  # a static cache's mask, longer than the keys
         mask = mask[..., : key.shape[-2]]
+    if any(kwargs.get(name) is not None for name in _PACKED):
+        mask = _packed(module, kwargs.get("cu_seq_lens_q"), kwargs.get("cu_seq_lens_k"), mask, B, L, key.shape[-2])
     if position_bias is not None:
         mask = _with_bias(position_bias, mask)
+    if s_aux is not None and s_aux.numel() != H:  # per-token sinks: not one logit per head
+        raise UnsupportedModelError(
+            f"{_model_type(module)}: attnlab's attention cannot honour s_aux of shape {tuple(s_aux.shape)} "
+            f"(its sinks are one logit per query head, ({H},)); load the model with attn_implementation='eager'"
+        )
+    sinks = None if s_aux is None else s_aux.reshape(H)  # (H,)
     p = float(dropout) if getattr(module, "training", False) else 0.0
     options: dict[str, Any] = dict(
         is_causal=causal, scale=scaling, softcap=softcap, enable_gqa=query.shape[1] != key.shape[1],
-        dropout_p=p, rng=_rng() if p > 0 else None, need_weights=bool(output_attentions),
+        dropout_p=p, rng=_rng() if p > 0 else None, need_weights=_weights_wanted(output_attentions),
     )  # fmt: skip
     record = recorder.get()
     if record is not None:
         call = EngineCall(
-            module, to_numpy(query), to_numpy(key), to_numpy(value), to_numpy(mask), to_numpy(s_aux), options
+            module, to_numpy(query), to_numpy(key), to_numpy(value), to_numpy(mask), to_numpy(sinks), options
         )
         output = from_numpy(record(call), query)  # (B, H, L, Ev)
         return output.transpose(1, 2).contiguous(), None
-    output, weights = _EngineFunction.apply(query, key, value, mask, s_aux, options)
+    output, weights = _EngineFunction.apply(query, key, value, mask, sinks, options)
     return output.transpose(1, 2).contiguous(), weights  # (B, L, H, Ev)
 
 
@@ -154,12 +173,55 @@ def _with_bias(position_bias: Any, mask: Any) -> Any:
     return position_bias + mask
 
 
+def _weights_wanted(output_attentions: bool) -> bool:
+    """Whether the caller wants the weights back: ``output_attentions``, or transformers'
+    output recorder collecting attentions (GPT-2, among others, records them from the
+    attention module's output and never passes ``output_attentions`` down: without the
+    weights the recorder silently drops the layer, and the model returns no attentions)."""
+    if output_attentions:
+        return True
+    try:
+        from transformers.utils.output_capturing import _active_collector
+    except ImportError:  # a transformers without the recorder: output_attentions is passed down
+        return False
+    collecting = _active_collector.get()
+    return bool(collecting) and any(key.endswith("attentions") for key in collecting)
+
+
 def _rng() -> np.random.Generator:
     """The dropout's generator, seeded from torch's default generator: ``torch.manual_seed``
     makes a training run repeat, as it does with eager attention (the masks differ from
     torch's own, which no NumPy generator can replay)."""
     seed = int(torch.randint(0, 2**62, (1,)).item())
     return np.random.default_rng(seed)
+
+
+def _packed(module: Any, cu_q: Any, cu_k: Any, mask: Any, B: int, L: int, S: int) -> Any:
+    """flash-attention's packed sequences (``cu_seq_lens_q``/``_k``: the cumulative lengths
+    of the sequences laid end to end in one row) as a (1, 1, L, S) bool mask, True within a
+    sequence, combined with ``mask``: the same attention whatever the mask function made
+    of ``position_ids`` (sdpa ignores the lengths and trusts the mask; so does attnlab, but
+    a key of another sequence is never seen). Only one row of the same sequences for the
+    queries and the keys (training, a prefill) can be read so.
+
+    Raises:
+        UnsupportedModelError: lengths of another form (a batch, a decode step), naming the model type.
+    """
+    same = cu_q is not None and cu_k is not None and cu_q.shape == cu_k.shape and bool((cu_q == cu_k).all())
+    if not (same and B == 1 and L == S and int(cu_q[-1]) == L and int(cu_q[0]) == 0):
+        raise UnsupportedModelError(
+            f"{_model_type(module)}: attnlab's attention cannot honour cu_seq_lens_q/cu_seq_lens_k other than "
+            f"one row of the same packed sequences for queries and keys ({L} = {S} tokens, batch 1); "
+            "load the model with attn_implementation='sdpa' or 'eager'"
+        )
+    positions = torch.arange(L, device=cu_q.device)
+    sequence = torch.bucketize(positions, cu_q[1:].to(positions.dtype), right=True)  # (L,) each token's sequence
+    within = (sequence[:, None] == sequence[None, :]).view(1, 1, L, S)  # (1, 1, L, S)
+    if mask is None:
+        return within
+    if mask.dtype == torch.bool:
+        return mask & within
+    return mask.masked_fill(~within, -float("inf"))
 
 
 def _model_type(module: Any) -> str:

@@ -1,17 +1,28 @@
 """attnlab under the name "attnlab" in transformers' two registries: the attention
 function and, beside it, the mask function (without one transformers would hand the
-function ``attention_mask=None`` and the padding would be lost)."""
+function ``attention_mask=None`` and the padding would be lost); and the check that a
+model's attention goes through them."""
 
 from __future__ import annotations
 
+import functools
+import inspect
+import types
 from typing import Any
 
 from ._backend import UnsupportedModelError, attention_forward
-from ._torch import transformers
+from ._torch import torch, transformers
 
 __all__ = ["NAME", "check_model", "register"]
 
 NAME = "attnlab"
+
+# The names an attention module's code reads when it looks its attention function up in
+# transformers' registry (the one path attn_implementation="attnlab" reaches) ...
+_ROUTES = frozenset({"ALL_ATTENTION_FUNCTIONS", "AttentionInterface"})
+# ... and those it reads when it computes the attention itself (any name with one of these
+# in it: softmax, nn.Softmax, DeBERTa's XSoftmax, flash_attn_func, multi_head_attention_forward).
+_COMPUTES = ("softmax", "scaled_dot_product_attention", "flash_attn", "flex_attention", "einsum", "attention_forward")
 
 
 def register() -> None:
@@ -29,19 +40,72 @@ def register() -> None:
 
 
 def check_model(model: Any) -> None:
-    """Refuse a model whose attention does not go through transformers' attention
-    interface (Falcon's, for one): it would accept ``attn_implementation="attnlab"`` and
-    silently run its own attention instead.
+    """Refuse a model with an attention module that computes its attention in its own
+    code rather than through transformers' attention interface (Falcon's, Gemma 4's audio
+    tower, a ``torch.nn.MultiheadAttention``), or with no module that goes through it
+    (a convolutional or state-space model): ``attn_implementation="attnlab"`` would
+    silently not run there.
+
+    A module goes through the interface when its class's code (its bases' in the model's
+    own module included) reads ``ALL_ATTENTION_FUNCTIONS``; one computes its own when its
+    class is named for attention and its code calls a softmax, sdpa, flash or flex
+    attention or an einsum instead. ``is_backend_compatible()`` is not the test: it is False for T5,
+    BART and Whisper, whose attention does go through the interface.
 
     Args:
-        model: a transformers ``PreTrainedModel``.
+        model: a transformers ``PreTrainedModel`` (or any ``torch.nn.Module`` with a ``config``).
 
     Raises:
-        UnsupportedModelError: naming the model type.
+        UnsupportedModelError: naming the model type and, where one is found, the module
+            (path and class) that computes its own attention.
     """
-    if not type(model).is_backend_compatible():
-        model_type = getattr(model.config, "model_type", type(model).__name__)
+    model_type = getattr(getattr(model, "config", None), "model_type", None) or type(model).__name__
+    routed = False
+    for path, module in model.named_modules():
+        kind = _attention_kind(type(module))
+        if kind == "own":
+            raise UnsupportedModelError(
+                f"{model_type}: the module {path or '(the model)'} ({type(module).__name__}) computes attention in its "
+                "own code, not through transformers' attention interface, so attnlab cannot run it "
+                "(attn_implementation='attnlab' would be ignored there); use attn_implementation='eager' or 'sdpa'"
+            )
+        routed = routed or kind == "routed"
+    if not routed:
         raise UnsupportedModelError(
-            f"{model_type}: this architecture computes attention in its own code, not through transformers' "
-            "attention interface, so attnlab cannot run it (attn_implementation='attnlab' would be ignored)"
+            f"{model_type}: no module of this model goes through transformers' attention interface, so "
+            "attn_implementation='attnlab' would change nothing"
         )
+
+
+@functools.cache
+def _attention_kind(cls: type) -> str | None:
+    """"routed" (the class's code looks its attention function up in transformers'
+    registry), "own" (named for attention, its code calls a softmax or a kernel itself)
+    or None. The code is the class's own and its bases' up to transformers' and torch's
+    own classes (``PreTrainedModel`` names the registry for every model)."""
+    if issubclass(cls, torch.nn.MultiheadAttention):
+        return "own"
+    names: set[str] = set()
+    for klass in cls.__mro__:
+        if klass.__module__.startswith(("torch", "builtins")) or (
+            klass.__module__.startswith("transformers.") and not klass.__module__.startswith("transformers.models.")
+        ):
+            continue
+        for member in vars(klass).values():
+            code = getattr(inspect.unwrap(member), "__code__", None) if callable(member) else None
+            if code is not None:
+                names |= _names(code)
+    if names & _ROUTES:
+        return "routed"
+    named_for_attention = any(word in cls.__name__.lower() for word in ("attention", "attn"))
+    computes = any(word in name.lower() for name in names for word in _COMPUTES)
+    return "own" if named_for_attention and computes else None
+
+
+def _names(code: types.CodeType) -> set[str]:
+    """The global and attribute names a function's code reads, its nested functions' too."""
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            names |= _names(const)
+    return names
