@@ -12,11 +12,14 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-import attnlab.hf  # noqa: E402
-from attnlab.hf import _backend  # noqa: E402
 from hf_zoo import ARCHS, attention_rows, batch, cast, main_output, oracle_attention  # noqa: E402
 
-PADDED = [(name, pad) for name, arch in ARCHS.items() for pad in ("left", "right") if arch.kind not in ("vision", "speech")]
+import attnlab.hf  # noqa: E402
+from attnlab.hf import _backend  # noqa: E402
+
+PADDED = [
+    (name, pad) for name, arch in ARCHS.items() for pad in ("left", "right") if arch.kind not in ("vision", "speech")
+]
 UNPADDED = [(name, None) for name, arch in ARCHS.items() if arch.kind in ("vision", "speech")]
 WEIGHT_FIELDS = ("attentions", "encoder_attentions", "decoder_attentions", "cross_attentions")
 
@@ -99,16 +102,18 @@ def test_packed_sequences_are_detected_by_the_mask_function_as_for_sdpa(name: st
 
 
 def test_flash_attention_packed_lengths_are_honoured():
-    """cu_seq_lens_q/_k with no position_ids (so no mask function sees the packing): each
-    sequence attends to itself only, as flash-attention's varlen kernels would do."""
+    """cu_seq_lens_q/_k beside a 2D mask of ones (so the mask function does not look for
+    packing, and makes a plain causal mask): each sequence still attends to itself only,
+    as flash-attention's varlen kernels do, where eager ignores the lengths."""
     model = ARCHS["llama"].build()
     ids = torch.randint(3, 97, (1, 10), generator=torch.Generator().manual_seed(1))
     lengths = torch.tensor([0, 4, 7, 10], dtype=torch.int32)
-    inputs = {"input_ids": ids, "use_cache": False, "cu_seq_lens_q": lengths, "cu_seq_lens_k": lengths}
-    inputs |= {"position_ids": torch.tensor([PACKED_POSITIONS])}
+    inputs = {"input_ids": ids, "attention_mask": torch.ones(1, 10, dtype=torch.long), "use_cache": False}
+    inputs |= {"position_ids": torch.tensor([PACKED_POSITIONS]), "cu_seq_lens_q": lengths, "cu_seq_lens_k": lengths}
     ours = main_output(run(model, inputs, attnlab.hf.NAME))
     alone = torch.cat([main_output(run(model, {"input_ids": ids[:, a:b]}, "eager")) for a, b in PIECES], dim=1)
     assert (ours - alone).abs().max() <= 1e-5
+    assert (main_output(run(model, inputs, "eager")) - alone).abs().max() > 1e-2  # the lengths did matter
 
 
 class Module(torch.nn.Module):

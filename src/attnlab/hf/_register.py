@@ -5,7 +5,7 @@ model's attention goes through them."""
 
 from __future__ import annotations
 
-import functools
+import dis
 import inspect
 import types
 from typing import Any
@@ -20,9 +20,10 @@ NAME = "attnlab"
 # The names an attention module's code reads when it looks its attention function up in
 # transformers' registry (the one path attn_implementation="attnlab" reaches) ...
 _ROUTES = frozenset({"ALL_ATTENTION_FUNCTIONS", "AttentionInterface"})
-# ... and those it reads when it computes the attention itself (any name with one of these
-# in it: softmax, nn.Softmax, DeBERTa's XSoftmax, flash_attn_func, multi_head_attention_forward).
-_COMPUTES = ("softmax", "scaled_dot_product_attention", "flash_attn", "flex_attention", "einsum", "attention_forward")
+# ... and those it reads when it computes the attention itself: a kernel, or a softmax (any
+# name with it in: nn.Softmax, DeBERTa's XSoftmax) beside a product (the operator @ reads as "@").
+_KERNELS = ("scaled_dot_product_attention", "flash_attn", "flex_attention", "attention_forward")
+_PRODUCTS = ("matmul", "bmm", "einsum", "@")
 
 
 def register() -> None:
@@ -48,8 +49,8 @@ def check_model(model: Any) -> None:
 
     A module goes through the interface when its class's code (its bases' in the model's
     own module included) reads ``ALL_ATTENTION_FUNCTIONS``; one computes its own when its
-    class is named for attention and its code calls a softmax, sdpa, flash or flex
-    attention or an einsum instead. ``is_backend_compatible()`` is not the test: it is False for T5,
+    class is named for attention and its code calls sdpa, flash or flex attention, or a
+    softmax beside a matrix product, instead. ``is_backend_compatible()`` is not the test: it is False for T5,
     BART and Whisper, whose attention does go through the interface.
 
     Args:
@@ -62,7 +63,7 @@ def check_model(model: Any) -> None:
     model_type = getattr(getattr(model, "config", None), "model_type", None) or type(model).__name__
     routed = False
     for path, module in model.named_modules():
-        kind = _attention_kind(type(module))
+        kind = _kind(type(module))
         if kind == "own":
             raise UnsupportedModelError(
                 f"{model_type}: the module {path or '(the model)'} ({type(module).__name__}) computes attention in its "
@@ -77,11 +78,20 @@ def check_model(model: Any) -> None:
         )
 
 
-@functools.cache
-def _attention_kind(cls: type) -> str | None:
-    """"routed" (the class's code looks its attention function up in transformers'
-    registry), "own" (named for attention, its code calls a softmax or a kernel itself)
-    or None. The code is the class's own and its bases' up to transformers' and torch's
+_KINDS: dict[type, str | None] = {}  # each class's kind, read once
+
+
+def _kind(cls: type) -> str | None:
+    """The kind of a module's class (see _read_kind), read once."""
+    if cls not in _KINDS:
+        _KINDS[cls] = _read_kind(cls)
+    return _KINDS[cls]
+
+
+def _read_kind(cls: type) -> str | None:
+    """How a module's class attends: "routed" (its code looks its attention function up
+    in transformers' registry), "own" (named for attention, its code calls a kernel, or a
+    softmax and a matrix product, itself) or None (no attention of its own). The code is the class's own and its bases' up to transformers' and torch's
     own classes (``PreTrainedModel`` names the registry for every model)."""
     if issubclass(cls, torch.nn.MultiheadAttention):
         return "own"
@@ -98,13 +108,18 @@ def _attention_kind(cls: type) -> str | None:
     if names & _ROUTES:
         return "routed"
     named_for_attention = any(word in cls.__name__.lower() for word in ("attention", "attn"))
-    computes = any(word in name.lower() for name in names for word in _COMPUTES)
-    return "own" if named_for_attention and computes else None
+    lowered = [name.lower() for name in names]
+    kernel = any(word in name for name in lowered for word in _KERNELS)
+    softmax = any("softmax" in name for name in lowered) and any(name in _PRODUCTS for name in lowered)
+    return "own" if named_for_attention and (kernel or softmax) else None
 
 
 def _names(code: types.CodeType) -> set[str]:
-    """The global and attribute names a function's code reads, its nested functions' too."""
+    """The global and attribute names a function's code reads, and "@" where it multiplies
+    matrices, its nested functions' too."""
     names = set(code.co_names)
+    if any(op.argrepr in ("@", "@=") for op in dis.get_instructions(code) if op.opname.startswith("BINARY_OP")):
+        names.add("@")
     for const in code.co_consts:
         if isinstance(const, types.CodeType):
             names |= _names(const)

@@ -1,0 +1,63 @@
+"""attnlab as transformers' attention backend, backward: in float64, every parameter's
+gradient equals the oracle's (the attention written out by hand in torch float64, in
+hf_zoo) to 1e-8 relative, T5's relative_attention_bias and gpt-oss's sinks included; and
+eager's, where eager is float64 throughout (llama's, qwen2's, phi3's, deepseek_v3's and
+ViT's eager softmax in float32 even for a float64 model: eager is 5e-7 off there)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from hf_zoo import ARCHS, ORACLE, batch, cast, gradient_difference, main_output, register_oracle  # noqa: E402
+
+import attnlab.hf  # noqa: E402
+
+register_oracle()
+
+CASES = [
+    (n, pad) for n, a in ARCHS.items() for pad in (("left", "right") if a.kind not in ("vision", "speech") else (None,))
+]
+EAGER_FLOAT64 = ["gpt2", "bert", "mistral", "gemma2", "gemma3", "gpt_oss", "t5", "bart", "whisper"]
+OWN_PARAMETERS = {"t5": "relative_attention_bias", "gpt_oss": "sinks"}  # attention's own, through its backward
+
+
+def gradients(model: Any, inputs: dict[str, Any], keep: torch.Tensor, implementation: str) -> dict[str, Any]:
+    """d/dθ of Σ w·output over the non-pad positions, w fixed random: every parameter's gradient."""
+    model.set_attn_implementation(implementation)
+    model.zero_grad(set_to_none=True)
+    output = main_output(model(**cast(inputs, torch.float64)))
+    weights = torch.randn(output.shape, generator=torch.Generator().manual_seed(7), dtype=torch.float64)
+    (output * weights)[keep].sum().backward()
+    return {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
+
+
+@pytest.mark.parametrize(("name", "padding"), CASES)
+def test_every_gradient_equals_the_float64_oracle(name: str, padding: str | None):
+    arch = ARCHS[name]
+    model, data = arch.build(torch.float64), batch(arch, padding)  # eval(): no dropout anywhere
+    expected = gradients(model, data.inputs, data.keep, ORACLE)
+    got = gradients(model, data.inputs, data.keep, attnlab.hf.NAME)
+    unreached = {n for n, p in model.named_parameters() if p.requires_grad} - got.keys()
+    assert all(".pooler." in f".{n}" for n in unreached)  # every parameter but the unused pooler's
+    assert gradient_difference(expected, got) <= 1e-8
+    own = [g for n, g in got.items() if OWN_PARAMETERS.get(name, "-") in n]
+    assert all(g.abs().max() > 0 for g in own)
+    if name in OWN_PARAMETERS:
+        assert own  # the relative bias and the sinks have their gradients, from attnlab's backward
+
+
+@pytest.mark.parametrize("name", EAGER_FLOAT64)
+def test_every_gradient_equals_eager_where_eager_is_float64(name: str):
+    """Right padding: with left padding a causal model's first rows have every key masked,
+    and eager's softmax over them is 0/0 (its NaN reaches every gradient through the
+    backward even where the loss does not look)."""
+    arch = ARCHS[name]
+    model, data = arch.build(torch.float64), batch(arch, "right" if arch.kind != "speech" else None)
+    eager = gradients(model, data.inputs, data.keep, "eager")
+    assert gradient_difference(eager, gradients(model, data.inputs, data.keep, ORACLE)) <= 1e-8  # the oracle's check
+    assert gradient_difference(eager, gradients(model, data.inputs, data.keep, attnlab.hf.NAME)) <= 1e-8
