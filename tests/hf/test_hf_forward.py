@@ -152,10 +152,39 @@ def test_a_half_precision_model_is_as_close_to_float32_as_eager_is(name: str, dt
     own, with a factor 2 for the two runs' roundings falling differently."""
     arch = ARCHS[name]
     data = batch(arch, "left")
-    reference = main_output(run(arch.build(), data.inputs, "eager"))[data.keep]
     model = arch.build(dtype)
+    same_weights = arch.build(dtype).float()  # the half weights, exactly, in float32
+    reference = main_output(run(same_weights, data.inputs, "eager"))[data.keep]
     eager = main_output(run(model, cast(data.inputs, dtype), "eager"))[data.keep].float()
     ours_out = main_output(run(model, cast(data.inputs, dtype), attnlab.hf.NAME))
     assert ours_out.dtype == dtype
     ours = ours_out[data.keep].float()
     assert (ours - reference).abs().max() <= 2 * (eager - reference).abs().max()
+
+
+def _no_window(model: Any) -> None:
+    model.config.sliding_window = None
+
+
+def _no_softcap(model: Any) -> None:
+    for layer in model.model.layers:
+        layer.self_attn.attn_logit_softcapping = None
+
+
+def _no_sinks(model: Any) -> None:
+    with torch.no_grad():
+        for layer in model.model.layers:
+            layer.self_attn.sinks.fill_(-torch.inf)  # e^{-∞} = 0: the sink's column takes nothing
+
+
+@pytest.mark.parametrize(
+    ("name", "without"), [("mistral", _no_window), ("gemma2", _no_softcap), ("gpt_oss", _no_sinks)]
+)
+def test_the_variant_each_model_is_here_for_does_change_its_output(name: str, without: Any):
+    """The window, the softcap and the sinks the matrix checks are not idle: without them,
+    eager's output moves by more than the tolerance by far."""
+    arch = ARCHS[name]
+    model, data = arch.build(), batch(arch, "left")
+    ours = main_output(run(model, data.inputs, attnlab.hf.NAME))
+    without(model)
+    assert (ours - main_output(run(model, data.inputs, "eager")))[data.keep].abs().max() > 1e-2
