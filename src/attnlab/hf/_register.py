@@ -91,8 +91,9 @@ def _kind(cls: type) -> str | None:
 def _read_kind(cls: type) -> str | None:
     """How a module's class attends: "routed" (its code looks its attention function up
     in transformers' registry), "own" (named for attention, its code calls a kernel, or a
-    softmax and a matrix product, itself) or None (no attention of its own). The code is the class's own and its bases' up to transformers' and torch's
-    own classes (``PreTrainedModel`` names the registry for every model)."""
+    softmax and a matrix product, itself) or None (no attention of its own). The code is
+    the class's own and its bases' up to transformers' and torch's own classes
+    (``PreTrainedModel`` names the registry for every model)."""
     if issubclass(cls, torch.nn.MultiheadAttention):
         return "own"
     names: set[str] = set()
@@ -118,9 +119,16 @@ def _names(code: types.CodeType) -> set[str]:
     """The global and attribute names a function's code reads, and "@" where it multiplies
     matrices, its nested functions' too."""
     names = set(code.co_names)
-    if any(op.argrepr in ("@", "@=") for op in dis.get_instructions(code) if op.opname.startswith("BINARY_OP")):
+    if any(_is_matmul(op) for op in dis.get_instructions(code)):
         names.add("@")
     for const in code.co_consts:
         if isinstance(const, types.CodeType):
             names |= _names(const)
     return names
+
+
+def _is_matmul(op: dis.Instruction) -> bool:
+    """An ``a @ b`` (or ``@=``): BINARY_OP "@" from Python 3.11, its own opcodes before."""
+    if op.opname == "BINARY_OP":
+        return op.argrepr in ("@", "@=")
+    return op.opname in ("BINARY_MATRIX_MULTIPLY", "INPLACE_MATRIX_MULTIPLY")
