@@ -4,6 +4,7 @@ takes, padded on either side where the architecture takes an attention mask."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -263,12 +264,15 @@ def gradient_difference(reference: dict[str, torch.Tensor], other: dict[str, tor
     """max over the parameters of max |g − g_ref| / max |g_ref|. A gradient that is zero in
     exact arithmetic (a key projection's bias: the softmax does not change when every score of
     a row moves together) is rounding noise on both sides, so its difference is measured on
-    the scale of the model's largest gradient instead."""
+    the scale of the model's largest gradient instead. NaN if either side has a NaN."""
     assert reference.keys() == other.keys()
     largest = max(g.abs().max().item() for g in reference.values())
     worst = 0.0
     for name, g in reference.items():
         scale = g.abs().max().item()
         scale = largest if scale < 1e-10 * largest else scale
-        worst = max(worst, (other[name] - g).abs().max().item() / scale)
+        difference = (other[name] - g).abs().max().item() / scale
+        worst = difference if math.isnan(difference) else max(worst, difference)  # max() would drop a NaN
+        if math.isnan(worst):
+            return worst
     return worst
