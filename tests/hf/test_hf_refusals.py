@@ -124,3 +124,31 @@ def test_modernbert_which_passes_deterministic_to_every_backend_runs():
     keep = mask.bool()
     check_model(model)
     assert (outputs[attnlab.hf.NAME] - outputs["eager"])[keep].abs().max() <= 1e-5
+
+
+@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore:Initializing zero-element tensors:UserWarning")  # on the meta device
+def test_check_model_gives_a_verdict_on_every_model_type_transformers_builds():
+    """Every base model class of transformers' auto mapping, built from its default
+    configuration on the meta device (no memory): check_model accepts it or refuses it with
+    UnsupportedModelError, never another error; the known ones go as they should."""
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+    from transformers.models.auto.modeling_auto import MODEL_MAPPING_NAMES
+
+    verdicts: dict[str, str] = {}
+    for model_type, class_name in sorted(MODEL_MAPPING_NAMES.items()):
+        name = class_name[0] if isinstance(class_name, (list, tuple)) else class_name
+        try:
+            with torch.device("meta"):
+                model = getattr(transformers, name)(CONFIG_MAPPING[model_type]())
+        except Exception:  # a default configuration that does not build, or a missing extra (timm, natten)
+            continue
+        try:
+            check_model(model)
+            verdicts[model_type] = "accepted"
+        except UnsupportedModelError as error:
+            assert str(error).startswith(f"{model.config.model_type}: ")
+            verdicts[model_type] = "refused"
+    assert len(verdicts) > 400
+    assert all(verdicts[t] == "refused" for t in ("falcon", "bloom", "mpt", "gpt_neo", "deberta", "mamba", "resnet"))
+    assert all(verdicts[t] == "accepted" for t in ("llama", "mistral", "t5", "bart", "whisper", "vit", "gpt_oss"))
