@@ -211,7 +211,7 @@ def _packed(module: Any, cu_q: Any, cu_k: Any, mask: Any, B: int, L: int, S: int
     if not (same and B == 1 and L == S and int(cu_q[-1]) == L and int(cu_q[0]) == 0):
         raise UnsupportedModelError(
             f"{_model_type(module)}: attnlab's attention cannot honour cu_seq_lens_q/cu_seq_lens_k other than "
-            f"one row of the same packed sequences for queries and keys ({L} = {S} tokens, batch 1); "
+            f"one row of the same packed sequences for queries and keys (got batch {B}, {L} queries, {S} keys); "
             "load the model with attn_implementation='sdpa' or 'eager'"
         )
     positions = torch.arange(L, device=cu_q.device)
