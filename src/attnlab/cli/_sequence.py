@@ -27,6 +27,7 @@ from ._inputs import (
     split_text,
 )
 from ._options import at_least, positive_number, window_sides
+from ._transformers import BACKENDS, backend_for, transformers_trace
 
 __all__ = ["add_input_options", "trace_from_args"]
 
@@ -69,6 +70,7 @@ def add_input_options(parser: argparse.ArgumentParser) -> None:
         "input", nargs="?", metavar="INPUT", help="a .json (list of rows), .csv or .npy file, or - for JSON on stdin"
     )
     source.add_argument("--text", help="a sentence: split on spaces, or into characters when it has none")
+    source.add_argument("--image", metavar="FILE", help="with --model of a vision model (ViT): the picture it sees")
     parser.add_argument(
         "--embed",
         choices=("onehot", "random"),
@@ -122,14 +124,21 @@ def add_input_options(parser: argparse.ArgumentParser) -> None:
     model.add_argument(
         "--model",
         metavar="NAME|DIR",
-        help="run --text through a GPT-2, BERT, Llama, Mistral or Qwen2 checkpoint: a Hugging Face hub id "
-        "(the local cache first) or a directory",
+        help="run --text (or --image) through a checkpoint of any architecture transformers loads: a Hugging "
+        "Face hub id (the local cache first) or a directory",
+    )
+    model.add_argument(
+        "--backend",
+        choices=BACKENDS,
+        help="numpy: attnlab's own model (GPT-2, BERT, Llama, Mistral, Qwen2); transformers: the model as "
+        "transformers builds it, on attnlab's engine (pip install 'attnlab[hf]'). Default: numpy where it can",
     )
     model.add_argument(
         "--layer",
         type=_layer,
-        help="with --model: a layer index (negative counts from the end) or 'all' "
-        "(default: all for view, the last for trace and plot)",
+        help="with --model: a layer index (negative counts from the end; on the transformers backend, the "
+        "index of an attention module in the order the forward runs them) or 'all' (default: all for view, "
+        "the last for trace and plot)",
     )
 
 
@@ -140,6 +149,9 @@ def trace_from_args(args: argparse.Namespace, page: bool = False) -> Trace | Mod
     (:func:`~attnlab.viz._page.check_page_size`), is checked before the work."""
     if args.model is not None:
         return _model_trace(args, page)
+    for option, given in (("--image", args.image), ("--backend", args.backend)):
+        if given is not None:
+            raise InputError(f"{option}: expected --model with it (the checkpoint that reads it)")
     if args.text is not None:
         if args.layer is not None:
             raise InputError(ONE_LAYER)
@@ -161,11 +173,21 @@ def _model_trace(args: argparse.Namespace, page: bool) -> ModelTrace:
     """Run the --model on --text and trace --layer (default: all for a page, else the
     last), once its L²·heads·layers scores, and for a ``page`` the page, fit."""
     from ..models import load
+    from ..models._checkpoint import locate
 
     _refuse(args, f"--model {args.model} fixes the weights, the embedding and the scale")
     _refuse_variants(args, f"--model {args.model} attends as its config says (its causal mask, its own window)")
-    if args.input is not None or args.text is None:
-        raise InputError("--model: expected --text with the sentence to run, got an input file")
+    if args.input is not None:
+        raise InputError("--model: expected --text with the sentence to run (or --image), got an input file")
+    directory = locate(args.model)
+    if backend_for(args, directory) == "transformers":
+        trace = transformers_trace(args, directory, page)
+        _check_trace_size(len(trace.tokens), trace.num_heads * len(trace.layers), "--layer N")
+        if page:
+            check_page_size(trace, "--text", "--layer N")
+        return trace
+    if args.text is None:
+        raise InputError(f"--image: {args.model} runs in attnlab's NumPy models, which read text (--text)")
     model = load(args.model)
     if model.tokenizer is None:
         raise InputError(f"--model: {args.model} has no tokenizer (tokenizer.json, vocab.txt or vocab.json)")

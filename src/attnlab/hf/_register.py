@@ -4,6 +4,9 @@ function ``attention_mask=None`` and the padding would be lost)."""
 
 from __future__ import annotations
 
+import inspect
+import sys
+from collections.abc import Iterator
 from typing import Any
 
 from ._backend import UnsupportedModelError, attention_forward
@@ -31,17 +34,44 @@ def register() -> None:
 def check_model(model: Any) -> None:
     """Refuse a model whose attention does not go through transformers' attention
     interface (Falcon's, for one): it would accept ``attn_implementation="attnlab"`` and
-    silently run its own attention instead.
+    silently run its own attention instead. Each attention module that holds no other
+    (BertSelfAttention, not BertAttention around it) must dispatch through the interface.
 
     Args:
         model: a transformers ``PreTrainedModel``.
 
     Raises:
-        UnsupportedModelError: naming the model type.
+        UnsupportedModelError: naming the model type and the attention class that does not.
     """
-    if not type(model).is_backend_compatible():
-        model_type = getattr(model.config, "model_type", type(model).__name__)
+    model_type = getattr(model.config, "model_type", type(model).__name__)
+    attentions = {type(m) for m in model.modules() if _is_attention(m) and not any(map(_is_attention, _below(m)))}
+    bypassing = sorted(cls.__name__ for cls in attentions if not _dispatches(cls))
+    if not attentions:
+        raise UnsupportedModelError(f"{model_type}: no attention module, so nothing for attnlab to run or trace")
+    if bypassing:
         raise UnsupportedModelError(
-            f"{model_type}: this architecture computes attention in its own code, not through transformers' "
+            f"{model_type}: {', '.join(bypassing)} computes attention in its own code, not through transformers' "
             "attention interface, so attnlab cannot run it (attn_implementation='attnlab' would be ignored)"
         )
+
+
+def _is_attention(module: Any) -> bool:
+    return "Attention" in type(module).__name__
+
+
+def _below(module: Any) -> Iterator[Any]:
+    modules = module.modules()
+    next(modules)  # the module itself
+    return modules
+
+
+def _dispatches(cls: type) -> bool:
+    """Whether the class's forward looks its attention function up in transformers'
+    interface (its source names ALL_ATTENTION_FUNCTIONS; without the source, its module)."""
+    try:
+        return _INTERFACE in inspect.getsource(cls.forward)  # type: ignore[attr-defined]
+    except (OSError, TypeError):
+        return _INTERFACE in vars(sys.modules[cls.__module__])
+
+
+_INTERFACE = "ALL_ATTENTION_FUNCTIONS"
