@@ -6,7 +6,7 @@ patches as tokens), or the model's own inputs."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -40,7 +40,6 @@ class Sequences:
     target: Sequence | None = None
     image: Array | None = None
     patch_grid: tuple[int, int] | None = None
-    notes: list[str] = field(default_factory=list)
 
     def labels(self, kind: str, side: str) -> list[str] | None:
         """The labels of an entry's rows (``side="rows"``) or keys (``"keys"``; None: the
@@ -153,8 +152,7 @@ def _audio(config: Any, text: str, processor: Any, tokenizer: Any) -> Sequences:
     target = _text(tokenizer, text)
     frames = int(config.max_source_positions)
     inputs = {"input_features": features, "decoder_input_ids": torch.tensor([target.ids])}
-    note = "the encoder heard silence: no audio was given"
-    return Sequences(inputs, _positions(frames, "silence"), target, notes=[note])
+    return Sequences(inputs, _positions(frames, "silence"), target)
 
 
 def _image(config: Any, image: Any, processor: Any) -> Sequences:
