@@ -15,34 +15,41 @@ from typing import Any
 from ..trace import ModelTrace
 from ._inputs import InputError
 
-__all__ = ["BACKENDS", "backend_for", "transformers_trace"]
+__all__ = ["BACKENDS", "backend_for", "say_backend", "transformers_trace"]
 
 BACKENDS = ("numpy", "transformers")
 
 
-def backend_for(args: argparse.Namespace, directory: Path) -> str:
-    """The backend --model runs on: --backend, else numpy for the architectures attnlab
-    re-implements (their config's model_type) and transformers for the rest."""
+def backend_for(args: argparse.Namespace, directory: Path) -> tuple[str, str]:
+    """The backend --model runs on, and the model type: --backend, else numpy for the
+    architectures attnlab re-implements (their config's model_type) and transformers for
+    the rest."""
     from ..models._architectures import ARCHITECTURES
 
     model_type = _model_type(directory)
     native = model_type in ARCHITECTURES
-    backend = args.backend or ("numpy" if native and args.image is None else "transformers")
-    if backend == "numpy" and not native:
+    unread = model_type is None  # attnlab's loader names what is missing
+    backend = args.backend or ("numpy" if (native or unread) and args.image is None else "transformers")
+    if backend == "numpy" and not native and not unread:
         raise InputError(
             f"--backend numpy: {args.model} is a {model_type!r} model; attnlab runs {', '.join(ARCHITECTURES)} "
             "in NumPy (use --backend transformers)"
         )
+    return backend, str(model_type)
+
+
+def say_backend(args: argparse.Namespace, backend: str, model_type: str) -> None:
+    """The line on stderr that says which path ran --model."""
     name = "attnlab's NumPy model" if backend == "numpy" else "transformers, on attnlab's engine (attnlab.hf)"
-    print(f"attnlab: --model {args.model} ({model_type}) runs in {name}", file=sys.stderr)
-    return backend
+    print(f"attnlab: --model {args.model} ({model_type}) ran in {name}", file=sys.stderr)
 
 
-def _model_type(directory: Path) -> str:
+def _model_type(directory: Path) -> str | None:
+    """config.json's model_type, None without a readable one."""
     try:
         return str(json.loads((directory / "config.json").read_text(encoding="utf-8")).get("model_type"))
     except (OSError, ValueError, AttributeError):
-        raise InputError(f"--model: {directory} has no readable config.json") from None
+        return None
 
 
 def transformers_trace(args: argparse.Namespace, directory: Path, page: bool) -> ModelTrace:
@@ -54,7 +61,11 @@ def transformers_trace(args: argparse.Namespace, directory: Path, page: bool) ->
     except ImportError as error:
         raise InputError(f"--backend transformers: {error}") from None
     with _quiet(transformers):
-        model = transformers.AutoModel.from_pretrained(directory, attn_implementation=hf.NAME)
+        try:
+            model = transformers.AutoModel.from_pretrained(directory, attn_implementation=hf.NAME)
+        except (OSError, ValueError, KeyError, RuntimeError) as error:
+            first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+            raise InputError(f"--model: transformers cannot load {args.model}: {first}") from None
         processor = _processor(transformers, directory)
     hf.check_model(model)
     inputs: Any = args.text
