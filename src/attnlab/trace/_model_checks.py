@@ -6,22 +6,28 @@ from __future__ import annotations
 
 import base64
 import binascii
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from .._validation import ArgumentError
 from ._trace import Trace
 
-if TYPE_CHECKING:
-    from ._model_trace import ModelTrace
+# ModelTrace is typed Any here: its module imports this one, and a TYPE_CHECKING import
+# back would be the one cycle in the package (lint-imports counts it)
+ModelTrace = Any
 
-__all__ = ["KINDS", "check_model_trace", "model_trace_from_dict"]
+__all__ = ["KINDS", "check_model_trace", "image_sequence", "model_trace_from_dict"]
 
 # "self": a decoder-only or encoder-only model's layer; an encoder-decoder model's two
 # self-attentions ("encoder", over the source; "decoder", over the tokens) and its "cross"
 # attention (the decoder's queries over the encoder's keys)
 KINDS = ("self", "encoder", "decoder", "cross")
+
+
+def image_sequence(trace: ModelTrace) -> str | None:
+    """Which sequence a trace's image's patches are: "source" (an encoder-decoder's, TrOCR's), "tokens", or None."""
+    return None if trace.patch_grid is None else "source" if trace.source_tokens is not None else "tokens"
 
 
 def check_model_trace(trace: ModelTrace, source: str) -> None:
@@ -124,17 +130,18 @@ def _check_image(trace: ModelTrace, source: str) -> None:
             f"{source}: patch_grid: expected rows and cols that cut the {height}×{width} image into equal patches, "
             f"got {rows}×{cols}"
         )
-    special = trace.source_special if trace.image_sequence == "source" else trace.special
+    on_source = image_sequence(trace) == "source"
+    special = trace.source_special if on_source else trace.special
     patches = special.count(False)
     if patches != rows * cols:
-        sequence = "source tokens" if trace.image_sequence == "source" else "tokens"
+        sequence = "source tokens" if on_source else "tokens"
         raise ArgumentError(
             f"{source}: patch_grid: expected {patches} patches, one per {sequence[:-1]} not marked special "
             f"([CLS] and the like), got {rows}×{cols} = {rows * cols}"
         )
 
 
-def model_trace_from_dict(cls: type[ModelTrace], data: Any, source: str) -> ModelTrace:
+def model_trace_from_dict(cls: Any, data: Any, source: str) -> Any:
     """See :meth:`ModelTrace.from_dict`."""
     if not isinstance(data, dict) or not isinstance(data.get("layers"), dict) or not data["layers"]:
         raise ArgumentError(f"{source}: expected a model's trace, with its layers (as ModelTrace.to_dict gives)")

@@ -1,7 +1,22 @@
 """A model's trace: every step of attention in the traced entries of one forward, one
 :class:`attnlab.Trace` per attention module, with the tokens as the model's tokenizer reads
 them: a decoder-only or encoder-only model's layers, an encoder-decoder model's encoder,
-decoder and cross attention over its two sequences, a vision transformer's patches."""
+decoder and cross attention over its two sequences, a vision transformer's patches.
+
+**Two sequences.** ``tokens``/``ids`` are the only sequence of a decoder-only or
+encoder-only model, or the decoder's (the target) of an encoder-decoder model, whose
+encoder's input (the source) is ``source_tokens``/``source_ids``. By kind, an entry is
+over: "self" and "decoder", the tokens (S = L); "encoder", the source tokens; "cross",
+the tokens on its rows (the decoder's queries) and the source tokens on its keys (its
+:attr:`Trace.key_tokens`).
+
+**An image.** A vision transformer's ``image`` is the picture as the model saw it, uint8
+(height, width, 3), cut into ``patch_grid`` (rows, cols) patches of (height / rows,
+width / cols) pixels. Its patches are the tokens of the sequence the image goes into (the
+source when there is one, as in TrOCR, else the tokens) that are not marked special, in
+order, row by row; every other token, [CLS], a distillation token, register tokens, is
+marked special (``special``/``source_special``) and drawn apart.
+"""
 
 from __future__ import annotations
 
@@ -13,62 +28,15 @@ import numpy as np
 
 from .._validation import Array, fail
 from ._display import notebook_html
-from ._model_checks import KINDS, check_model_trace, model_trace_from_dict
+from ._model_checks import KINDS, check_model_trace, image_sequence, model_trace_from_dict
 from ._trace import Trace
 
 __all__ = ["KINDS", "ModelTrace"]
 
 
 @dataclass
-class ModelTrace:
-    """Every step of attention in the traced entries (attention modules) of one forward.
-
-    ``layers[i]`` is entry i's :class:`attnlab.Trace`: its inputs (L, D) (the hidden state
-    after the norm where the norm comes first), per head Q (H, L, E) after RoPE where the
-    model rotates, K and V (H, S, E) (a key/value head repeated for each of its query
-    heads), scores, scaled scores, weights (H, L, S), outputs (H, L, Ev) and the module's
-    output after its out projection (L, D). Entries are numbered in the model's order.
-
-    **Two sequences.** ``tokens``/``ids`` are the only sequence of a decoder-only or
-    encoder-only model, or the decoder's (the target) of an encoder-decoder model, whose
-    encoder's input (the source) is ``source_tokens``/``source_ids``. By kind, an entry is
-    over: "self" and "decoder", the tokens (S = L); "encoder", the source tokens; "cross",
-    the tokens on its rows (the decoder's queries) and the source tokens on its keys (its
-    :attr:`Trace.key_tokens`).
-
-    **An image.** A vision transformer's ``image`` is the picture as the model saw it,
-    uint8 (height, width, 3), cut into ``patch_grid`` (rows, cols) patches of
-    (height / rows, width / cols) pixels. Its patches are the tokens of the sequence the
-    image goes into (the source when there is one, else the tokens) that are not marked
-    special, in order, row by row; every other token, [CLS], a distillation token,
-    register tokens, is marked special (``special``/``source_special``) and drawn apart.
-
-    Args:
-        model: the checkpoint's name.
-        ids: the L token ids ([] when the model reads no ids: an image's patches).
-        tokens: the L tokens as text (:meth:`Tokenizer.readable`).
-        layers: the traced entries' :class:`attnlab.Trace`, by index.
-        num_layers: the model's entries (traced or not): its layers, or its attention modules.
-        num_heads: heads per entry.
-        special: per token, whether it is a special token ([CLS]).
-        parts: per token, the characters split over several tokens that it holds bytes of.
-        opens: the view its page opens on, {"layer", "head", "query"} (a model's config may
-            name its answering head, as builtin:coref's does), or None: the first layer,
-            head 0, query 0.
-        modules: each entry's module path ("model.decoder.layers.0.encoder_attn"), by
-            index; empty: "layer i".
-        kinds: each entry's kind, one of :data:`KINDS`, by index; empty: every entry "self".
-        source_ids: the encoder's S token ids (None or []: none, such as audio frames).
-        source_tokens: the encoder's S tokens as text, or None (one sequence).
-        source_special: per source token, whether it is special.
-        source_parts: per source token, the characters split over several tokens it holds bytes of.
-        image: the picture the model saw, uint8 (height, width, 3), or None.
-        patch_grid: (rows, cols) of its patches, or None.
-
-    Raises:
-        ArgumentError: kinds, modules, the source sequence, the image or the patch grid
-            that do not fit the entries and the tokens.
-    """
+class _Fields:
+    """The fields of a :class:`ModelTrace` (documented there), filled in and checked when made."""
 
     model: str
     ids: list[int]
@@ -89,15 +57,39 @@ class ModelTrace:
     patch_grid: tuple[int, int] | None = None
 
     def __post_init__(self) -> None:
-        self.special = self.special or [False] * len(self.tokens)
-        self.parts = self.parts or [""] * len(self.tokens)
-        if self.source_tokens is not None:
-            self.source_special = self.source_special or [False] * len(self.source_tokens)
-            self.source_parts = self.source_parts or [""] * len(self.source_tokens)
-        if self.patch_grid is not None:
-            self.patch_grid = (self.patch_grid[0], self.patch_grid[1])
-        if self.modules or self.kinds or self.source_tokens is not None or self.image is not None or self.patch_grid:
-            check_model_trace(self, "trace")  # what the NumPy models never give: checked as a saved trace is
+        _fill_and_check(self)
+
+
+class ModelTrace(_Fields):
+    """Every step of attention in the traced entries (attention modules) of one forward.
+
+    ``layers[i]`` is entry i's :class:`attnlab.Trace`, in the model's order: its inputs (L, D) (after the norm
+    where the norm comes first), per head Q (H, L, E) after RoPE, K and V (H, S, E) (a key/value head repeated
+    for each of its query heads), scores, weights (H, L, S), outputs and the output after the out projection
+    (L, D). Two sequences (an encoder-decoder's) and an image (a ViT's): see the module's docstring.
+
+    Args:
+        model: the checkpoint's name.
+        ids: the L token ids ([] when the model reads no ids: an image's patches).
+        tokens: the L tokens as text (:meth:`Tokenizer.readable`).
+        layers: the traced entries' :class:`attnlab.Trace`, by index.
+        num_layers: the model's entries (traced or not): its layers, or its attention modules.
+        num_heads: heads per entry.
+        special: per token, whether it is a special token ([CLS]).
+        parts: per token, the characters split over several tokens that it holds bytes of.
+        opens: the view its page opens on, {"layer", "head", "query"} (builtin:coref's answering head), or None.
+        modules: each entry's module path ("model.decoder.layers.0.encoder_attn"), by index; empty: "layer i".
+        kinds: each entry's kind, one of :data:`KINDS`, by index; empty: every entry "self".
+        source_ids: the encoder's S token ids (None or []: none, such as audio frames).
+        source_tokens: the encoder's S tokens as text, or None (one sequence).
+        source_special: per source token, whether it is special.
+        source_parts: per source token, the characters split over several tokens it holds bytes of.
+        image: the picture the model saw, uint8 (height, width, 3), or None.
+        patch_grid: (rows, cols) of its patches, or None.
+
+    Raises:
+        ArgumentError: kinds, modules, a source sequence, an image or a patch grid that do not fit the entries.
+    """
 
     @property
     def weights(self) -> Array:
@@ -105,41 +97,36 @@ class ModelTrace:
         return np.stack([self.layers[i].weights for i in sorted(self.layers)])
 
     def kind(self, index: int) -> str:
-        """Entry ``index``'s kind: "self", "encoder", "decoder" or "cross"."""
+        """Entry ``index``'s kind.
+
+        Args:
+            index: the entry's index (a key of ``layers``).
+        """
         return self.kinds.get(index, "self")
 
     def name(self, index: int) -> str:
-        """Entry ``index``'s module path, or "layer i" when the trace names none."""
+        """Entry ``index``'s module path, or "layer i" when the trace names none.
+
+        Args:
+            index: the entry's index (a key of ``layers``).
+        """
         return self.modules.get(index, f"layer {index}")
 
     @property
     def image_sequence(self) -> str | None:
         """Which sequence the image's patches are: "source", "tokens", or None without an image."""
-        return None if self.patch_grid is None else "source" if self.source_tokens is not None else "tokens"
+        return image_sequence(self)
 
     def _repr_html_(self) -> str | None:
         """Jupyter's display: the page, as for :class:`attnlab.Trace`."""
         return notebook_html(self)
 
     def __getitem__(self, key: int | str) -> Trace:
-        """Entry ``key``'s trace: by index (a negative one counts from the model's last
-        entry), or by module path ("model.decoder.layers.0.encoder_attn")."""
-        if isinstance(key, str):
-            index = next((i for i, name in self.modules.items() if name == key and i in self.layers), None)
-            if index is None:
-                named = [self.modules[i] for i in self.layers if i in self.modules]
-                shown = ", ".join(named[:4]) + (", …" if len(named) > 4 else "")
-                raise KeyError(f"module: expected a traced module's path ({shown or 'none named'}), got {key!r}")
-            return self.layers[index]
-        index = key + self.num_layers if isinstance(key, int) and key < 0 else key
-        if index not in self.layers:
-            raise KeyError(f"layer: expected a traced layer among {sorted(self.layers)}, got {key!r}")
-        return self.layers[index]
+        """Entry ``key``'s trace: by index (negative: from the last entry) or module path ("model.encoder…")."""
+        return _entry(self, key)
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready: the model, ids, tokens and counts, each traced entry's
-        :meth:`attnlab.Trace.to_dict` under its index, the modules and kinds, the source
-        sequence, and the image as base64 of its bytes."""
+        """JSON-ready: every field, each entry's :meth:`attnlab.Trace.to_dict`, the image's bytes in base64."""
         return _to_dict(self)
 
     def to_json(self) -> str:
@@ -147,8 +134,7 @@ class ModelTrace:
 
     @classmethod
     def from_dict(cls, data: Any, source: str = "trace") -> ModelTrace:
-        """Inverse of :meth:`to_dict`, checked: each entry as :meth:`attnlab.Trace.from_dict`
-        checks it, over the tokens its kind says, and the image against the patch grid.
+        """Inverse of :meth:`to_dict`, checked: each entry, over the tokens its kind says; the image's grid.
 
         Args:
             data: what :meth:`to_dict` gave (JSON-decoded).
@@ -160,8 +146,7 @@ class ModelTrace:
         return model_trace_from_dict(cls, data, source)
 
     def labels(self) -> list[str]:
-        """The tokens as the text trace and the page label them: a byte-level piece that
-        shows nothing by itself (an earlier byte of 篮) reads ``‹piece of 篮›``."""
+        """The tokens as text and page label them: a piece that shows nothing (of 篮) reads ``‹piece of 篮›``."""
         return _marked(self.tokens, self.parts)
 
     def source_labels(self) -> list[str] | None:
@@ -169,8 +154,7 @@ class ModelTrace:
         return None if self.source_tokens is None else _marked(self.source_tokens, self.source_parts)
 
     def render(self, *, lang: str = "zh", precision: int = 4) -> str:
-        """Each traced entry's text (:meth:`attnlab.Trace.render`) under a title naming it,
-        its rows and keys labelled by :meth:`labels` and :meth:`source_labels` as its kind says.
+        """Each entry's text (:meth:`attnlab.Trace.render`) under its name, labelled by :meth:`labels`.
 
         Args:
             lang: the labels' language, ``"zh"`` or ``"en"``.
@@ -182,12 +166,46 @@ class ModelTrace:
         return _render(self, lang, precision)
 
     def __repr__(self) -> str:
-        source = "" if self.source_tokens is None else f", source_tokens={len(self.source_tokens)}"
-        image = "" if self.patch_grid is None else f", patch_grid={self.patch_grid}"
-        return (
-            f"ModelTrace(model={self.model!r}, tokens={len(self.tokens)}{source}, layers={sorted(self.layers)} "
-            f"of {self.num_layers}, heads={self.num_heads}{image})"
-        )
+        return _repr(self)
+
+
+def _fill_and_check(trace: _Fields) -> None:
+    """The defaults of the marks (none special, no parts), and the checks of what the
+    NumPy models never give (kinds, modules, a source, an image), as a saved trace's."""
+    trace.special = trace.special or [False] * len(trace.tokens)
+    trace.parts = trace.parts or [""] * len(trace.tokens)
+    if trace.source_tokens is not None:
+        trace.source_special = trace.source_special or [False] * len(trace.source_tokens)
+        trace.source_parts = trace.source_parts or [""] * len(trace.source_tokens)
+    if trace.patch_grid is not None:
+        trace.patch_grid = (trace.patch_grid[0], trace.patch_grid[1])
+    if trace.modules or trace.kinds or trace.source_tokens is not None or trace.image is not None or trace.patch_grid:
+        check_model_trace(trace, "trace")
+
+
+def _entry(trace: ModelTrace, key: int | str) -> Trace:
+    """See :meth:`ModelTrace.__getitem__`."""
+    if isinstance(key, str):
+        index = next((i for i, name in trace.modules.items() if name == key and i in trace.layers), None)
+        if index is None:
+            named = [trace.modules[i] for i in trace.layers if i in trace.modules]
+            shown = ", ".join(named[:4]) + (", …" if len(named) > 4 else "")
+            raise KeyError(f"module: expected a traced module's path ({shown or 'none named'}), got {key!r}")
+        return trace.layers[index]
+    index = key + trace.num_layers if isinstance(key, int) and key < 0 else key
+    if index not in trace.layers:
+        raise KeyError(f"layer: expected a traced layer among {sorted(trace.layers)}, got {key!r}")
+    return trace.layers[index]
+
+
+def _repr(trace: ModelTrace) -> str:
+    """See :meth:`ModelTrace.__repr__`."""
+    source = "" if trace.source_tokens is None else f", source_tokens={len(trace.source_tokens)}"
+    image = "" if trace.patch_grid is None else f", patch_grid={trace.patch_grid}"
+    return (
+        f"ModelTrace(model={trace.model!r}, tokens={len(trace.tokens)}{source}, layers={sorted(trace.layers)} "
+        f"of {trace.num_layers}, heads={trace.num_heads}{image})"
+    )
 
 
 def _marked(tokens: list[str], parts: list[str]) -> list[str]:

@@ -119,20 +119,16 @@ def _from_json(value: Any) -> Array:
 class Trace:
     """One forward pass of attention: L queries over S keys (S = L in self-attention).
 
-    inputs X (L, d_model), the queries' input; Q (L, d_k); K (S, d_k), V (S, d_v);
-    scores = Q·Kᵀ (L, S); ``scale``, the scores' multiplier; scaled_scores
-    Z = softcap(scale · scores) + bias, −inf where masked (L, S); weights = softmax(Z)
-    (L, S) (with the sinks, if any); output = weights·V (L, d_v); ``tokens`` label the
-    rows (None: positions); ``key_tokens`` the S keys' rows when they are not the queries'
-    (cross-attention: the other sequence's tokens; None: the same as ``tokens`` when S = L,
-    else positions). A multi-head trace has a leading head axis on every array but
-    ``inputs``: Q (H, L, d_k), weights (H, L, S), and so on, and ``layer_output`` (L, D),
-    the layer's output after out_proj (None for a single head).
-    ``random_seed``: the seed of the random (untrained) weights that made it, so that
-    pages and plots say so; None when not known to be random. ``bias``: what was added to
-    the softcapped scores (a float mask, ALiBi), of the scores' shape, None without.
-    ``variants``: the rules it was built with (:class:`Variants`); None when not
-    recorded. (Saved traces from before a field load with None.)
+    inputs X (L, d_model), the queries' input; Q (L, d_k); K (S, d_k), V (S, d_v); scores = Q·Kᵀ (L, S);
+    ``scale``, the scores' multiplier; scaled_scores Z = softcap(scale · scores) + bias, −inf where masked
+    (L, S); weights = softmax(Z) (L, S) (with the sinks, if any); output = weights·V (L, d_v); ``tokens``
+    label the rows (None: positions), ``key_tokens`` the keys (cross-attention: the other sequence's tokens;
+    None: as ``tokens`` when S = L, else positions). A multi-head trace has a leading head axis on every array
+    but ``inputs`` (Q (H, L, d_k), weights (H, L, S) …) and ``layer_output`` (L, D), the output after out_proj
+    (None for a single head). ``random_seed``: the seed of the random (untrained) weights that made it, said
+    by pages and plots, or None. ``bias``: what was added to the softcapped scores (a float mask, ALiBi), of
+    the scores' shape, or None. ``variants``: the rules it was built with (:class:`Variants`), or None.
+    (Saved traces from before a field load with None.)
     """
 
     inputs: Array
@@ -157,8 +153,7 @@ class Trace:
 
     @property
     def masked(self) -> Array:
-        """Where a rule ruled a key out, of the scores' shape: −∞ among the scaled scores
-        where the raw score was not −∞ already (that is overflow, not a mask)."""
+        """Where a rule ruled a key out: −∞ among the scaled scores, not among the raw ones (overflow)."""
         return np.isneginf(self.scaled_scores) & ~np.isneginf(self.scores)
 
     def head(self, h: int) -> Trace:
@@ -170,9 +165,7 @@ class Trace:
         Raises:
             ArgumentError: ``h`` is not a head of the trace.
         """
-        if isinstance(h, bool) or not isinstance(h, (int, np.integer)) or not 0 <= h < self.num_heads:
-            raise fail("h", f"a head index in 0..{self.num_heads - 1}", repr(h))
-        return self if self.weights.ndim == 2 else _one_head(self, h)
+        return _one_head(self, h)
 
     @property
     def labels(self) -> list[str]:
@@ -186,15 +179,11 @@ class Trace:
 
     @property
     def key_labels(self) -> list[str]:
-        """The S keys' labels: :attr:`key_tokens`, else the tokens when the keys are the
-        queries' rows (S = L), else the positions 0..S−1 as text."""
-        if self.key_tokens is not None:
-            return self.key_tokens
-        return self.labels if self.num_keys == len(self.inputs) else [str(j) for j in range(self.num_keys)]
+        """The keys' :attr:`key_tokens`, else :attr:`labels` when S = L, else the positions 0..S−1."""
+        return self.key_tokens or _key_positions(self)
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready: nested lists of Python floats (full precision); −inf as None,
-        +inf as "Infinity", NaN as "NaN"."""
+        """JSON-ready: nested lists of Python floats (exact); −inf as None, +inf "Infinity", NaN "NaN"."""
         return {f.name: _json_field(getattr(self, f.name)) for f in fields(self)}
 
     def to_json(self) -> str:
@@ -204,7 +193,6 @@ class Trace:
     @classmethod
     def from_reference(cls, inputs: Any, steps: AttentionSteps, tokens: list[str] | None = None) -> Trace:
         """The trace of ``attnlab.reference.SelfAttention``, bit for bit.
-
         Args:
             inputs: the reference's input X, (L, d_model) as nested lists.
             steps: the reference's ``AttentionSteps`` of that input.
@@ -222,14 +210,12 @@ class Trace:
             source: the name the errors give it (a file's name).
 
         Raises:
-            ArgumentError: naming ``source`` and the problem, when a field is missing or
-                the shapes do not fit together.
+            ArgumentError: naming ``source`` and the field missing, or the shapes that do not fit.
         """
         return _trace_from_dict(data, source)
 
     def render(self, *, lang: str = "zh", precision: int = 4, title: str | None = None) -> str:
-        """The seed demo's text, in Chinese (default) or English labels; a multi-head
-        trace shows each head's steps in turn.
+        """The seed demo's text, in Chinese (default) or English; a multi-head trace head by head.
 
         Args:
             lang: the labels' language, "zh" or "en".
@@ -242,18 +228,25 @@ class Trace:
         return _render(self, lang, precision, title)
 
     def _repr_html_(self) -> str | None:
-        """Jupyter's display: the interactive page in a sandboxed iframe, or None (the
-        text repr) when the trace is too large for a page."""
+        """Jupyter's display: the page in a sandboxed iframe, or None (the text repr) when too large."""
         return notebook_html(self)
 
     def __repr__(self) -> str:
-        L, d_model = self.inputs.shape
-        keys = f", S={self.num_keys}" if self.num_keys != L else ""
+        (L, d_model), keys = self.inputs.shape, f", S={self.num_keys}" if self.num_keys != len(self.inputs) else ""
         return f"Trace(L={L}{keys}, d_model={d_model}, heads={self.num_heads}, scale={self.scale:.4g})"
 
 
+def _key_positions(trace: Trace) -> list[str]:
+    """The keys' labels of a trace without key tokens: the rows' when S = L, else the positions 0..S−1."""
+    return trace.labels if trace.num_keys == len(trace.inputs) else [str(j) for j in range(trace.num_keys)]
+
+
 def _one_head(trace: Trace, h: int) -> Trace:
-    """Head ``h`` of a multi-head trace, without the layer's output."""
+    """Head ``h`` of a trace (itself when it has one head), without the layer's output."""
+    if isinstance(h, bool) or not isinstance(h, (int, np.integer)) or not 0 <= h < trace.num_heads:
+        raise fail("h", f"a head index in 0..{trace.num_heads - 1}", repr(h))
+    if trace.weights.ndim == 2:
+        return trace
     arrays = {name: getattr(trace, name)[h] for name in ARRAYS if name != "inputs"}
     bias = None if trace.bias is None else trace.bias[h]
     variants = None if trace.variants is None else trace.variants.head(h)

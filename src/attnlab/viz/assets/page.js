@@ -158,7 +158,7 @@ function summary() {
   const { H, E } = shownLayer();
   const length = rowSeq === colSeq ? `${L} tokens` : `${L} queries (${rowSeq.name}) × ${S} keys (${colSeq.name})`;
   return `${page.model ? page.model + ": " : ""}${length}, ` +
-    (layers.length > 1 ? `${layers.length} layers, ` : "") + `${H} head${H > 1 ? "s" : ""}, d_k = ${E}` +
+    (layers.length > 1 ? `${layers.length} ${grouped() ? "attention modules" : "layers"}, ` : "") + `${H} head${H > 1 ? "s" : ""}, d_k = ${E}` +
     (page.layers[0].dtype === "float24" ? "; q, k, v rounded to 17 significant bits to fit the page" : "");
 }
 
@@ -720,7 +720,7 @@ function buildImagePanel() {
   picture.patches.forEach((token, p) => patchCanvases.push(patchThumbnail(token, p, size)));
   $("patches").replaceChildren(...patchCanvases);
   $("apart").replaceChildren(...apartTokens());
-  const overlay = $("overlay"), shownWidth = Math.max(224, Math.min(448, picture.width));
+  const overlay = $("overlay"), shownWidth = Math.max(224, cols * size + 2 * (cols - 1)); // as wide as the thumbnails
   overlay.width = picture.width;
   overlay.height = picture.height;
   overlay.style.width = `${shownWidth}px`;
