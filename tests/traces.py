@@ -94,3 +94,20 @@ def vit(seed: int = 0) -> ModelTrace:
         modules={0: "vit.encoder.layer.0.attention.attention", 1: "vit.encoder.layer.1.attention.attention"},
         kinds={0: "self", 1: "self"}, image=picture(), patch_grid=GRID,
     )  # fmt: skip
+
+
+def image_to_text(seed: int = 0) -> ModelTrace:
+    """A TrOCR-shaped trace: a ViT encoder over the picture's patches ([CLS] and [REG]
+    apart), a text decoder over TARGET, and its cross-attention over the patches."""
+    rng = np.random.default_rng(seed)
+    layers = {
+        0: entry(rng, VIT_TOKENS, None),
+        1: entry(rng, TARGET, None, causal=True),
+        2: entry(rng, TARGET, VIT_TOKENS),
+    }
+    return ModelTrace(
+        "tiny-trocr", [0, 11, 12, 13], TARGET, layers, 3, HEADS, special=[True, False, False, False],
+        modules=dict(enumerate(["encoder.layer.0.attention", "decoder.layers.0.self_attn", "decoder.layers.0.cross"])),
+        kinds={0: "encoder", 1: "decoder", 2: "cross"}, source_tokens=VIT_TOKENS,
+        source_special=[True, True] + [False] * 49, image=picture(), patch_grid=GRID,
+    )  # fmt: skip

@@ -131,3 +131,20 @@ def test_a_vision_page_draws_its_patches_as_tokens_and_a_patchs_attention_over_t
     np.testing.assert_allclose(view(browser, "overlayWeights()"), trace[0].weights[0, 0, 2:], atol=1e-12)
     browser.execute_script("window.attnlabView.setHead(1)")  # another head, another overlay
     np.testing.assert_allclose(view(browser, "overlayWeights()"), trace[0].weights[1, 0, 2:], atol=1e-12)
+
+
+def test_an_image_to_text_page_shows_a_decoder_tokens_attention_over_the_encoders_patches(browser, tmp_path):
+    trace = traces.image_to_text()
+    open_page(browser, trace, tmp_path / "trocr.html")
+    assert len(browser.find_elements(By.CSS_SELECTOR, "#patches canvas")) == 49
+    assert (
+        view(browser, "layer") == 0 and view(browser, "overlayWeights()") is not None
+    )  # the encoder: patches × patches
+    browser.execute_script("window.attnlabView.useLayer(2); window.attnlabView.select(3)")  # cross, "sleeps"
+    labels = view(browser, "axisLabels")  # every 2nd: 51 keys make the cells small
+    assert labels == [[i, traces.TARGET[i]] for i in (0, 2)] and view(browser, "lengths") == [4, 51]
+    np.testing.assert_allclose(view(browser, "overlayWeights()"), trace[2].weights[0, 3, 2:], atol=1e-12)
+    assert "inert" in browser.find_element(By.ID, "patches").get_attribute("class")  # the queries are the decoder's
+    browser.execute_script("window.attnlabView.useLayer(1)")  # the decoder's self-attention: no patch among its keys
+    assert view(browser, "overlayWeights()") is None
+    assert "not the image's patches" in browser.find_element(By.ID, "overlay-note").text
