@@ -80,9 +80,9 @@ def test_an_encoder_decoder_page_shows_the_three_kinds_each_on_its_own_axes(brow
         z[one.masked] = -np.inf
         shown = np.array(view(browser, "weights(1)")).reshape(len(rows), len(keys))
         np.testing.assert_allclose(shown, softmax(z)[1], atol=1e-12)
-        margin, cell = view(browser, "geometry.margin"), view(browser, "geometry.cell")
+        margin, cell, rows_cell = (view(browser, f"geometry.{name}") for name in ("margin", "cell", "rowCell"))
         size = browser.execute_script("const c = document.getElementById('heatmap'); return [c.width, c.height]")
-        assert size == [int(margin + len(keys) * cell), int(margin + len(rows) * cell)]  # cross: not square
+        assert size == [int(margin + len(keys) * cell), int(margin + len(rows) * rows_cell)]  # cross: not square
         labels = [t.text for t in browser.find_elements(By.CSS_SELECTOR, "#headview text")]
         assert labels == rows + keys  # the head view: queries on the left, keys on the right
         steps = [td.text for td in browser.find_elements(By.CSS_SELECTOR, "#steps tr td:nth-child(2)")]
@@ -141,8 +141,10 @@ def test_an_image_to_text_page_shows_a_decoder_tokens_attention_over_the_encoder
         view(browser, "layer") == 0 and view(browser, "overlayWeights()") is not None
     )  # the encoder: patches × patches
     browser.execute_script("window.attnlabView.useLayer(2); window.attnlabView.select(3)")  # cross, "sleeps"
-    labels = view(browser, "axisLabels")  # every 2nd: 51 keys make the cells small
-    assert labels == [[i, traces.TARGET[i]] for i in (0, 2)] and view(browser, "lengths") == [4, 51]
+    assert [t for _, t in view(browser, "axisLabels")] == traces.TARGET  # 4 rows, each labelled
+    keys = view(browser, "keyAxisLabels")  # 51 keys make narrow columns: every 2nd labelled
+    assert keys == [[j, traces.VIT_TOKENS[j]] for j in range(0, 51, 2)] and view(browser, "lengths") == [4, 51]
+    assert view(browser, "geometry.rowCell") == 4 * view(browser, "geometry.cell")  # 48 pixels a row, 12 a column
     np.testing.assert_allclose(view(browser, "overlayWeights()"), trace[2].weights[0, 3, 2:], atol=1e-12)
     assert "inert" in browser.find_element(By.ID, "patches").get_attribute("class")  # the queries are the decoder's
     browser.execute_script("window.attnlabView.useLayer(1)")  # the decoder's self-attention: no patch among its keys

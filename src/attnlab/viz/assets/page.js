@@ -192,33 +192,41 @@ function paintWeights(target, layer, h, w, top) {
 const FONT = "12px system-ui, 'Noto Sans CJK SC', 'WenQuanYi Zen Hei', sans-serif";
 const WIDE_FONT = "bold 14px 'Noto Sans CJK SC', 'WenQuanYi Zen Hei', sans-serif";
 const canvas = $("heatmap"), bar = $("colourbar"), bitmap = document.createElement("canvas");
-// fixed while the layer's sequences are on show: the cell size, every `every`-th token
-// labelled when they would crowd (rows and columns alike), the labels of the rows (`shown`)
+// fixed while the layer's sequences are on show: the cells' width (`cell`, a column's) and
+// height (`rowCell`, a row's: the same when L = S; cross-attention's few queries over many
+// keys get taller rows, up to 4 times as tall as wide), every `every`-th column's and
+// `everyRow`-th row's token labelled when they would crowd, the labels of the rows (`shown`)
 // and of the columns (`shownKeys`), the margin that holds them, and whether the columns'
 // stand upright (one or two characters, a Chinese token, when every shown label fits its column)
 function heatmapLayout() {
   const measure = canvas.getContext("2d");
   measure.font = FONT;
-  const cell = Math.max(1, Math.min(48, Math.floor(640 / Math.max(L, S))));
-  const every = Math.max(1, Math.ceil(13 / cell));
-  const thinned = (seq) => seq.tokens.map((t, i) => (i % every === 0 ? shorten(t, 16) : null));
-  const shown = thinned(rowSeq), shownKeys = colSeq === rowSeq ? shown : thinned(colSeq);
+  const fit = (n) => Math.max(1, Math.min(48, Math.floor(640 / n)));
+  const cell = fit(Math.max(L, S)), rowCell = L === S ? cell : Math.max(cell, Math.min(fit(L), 4 * cell));
+  const every = Math.max(1, Math.ceil(13 / cell)), everyRow = Math.max(1, Math.ceil(13 / rowCell));
+  const thinned = (seq, n) => seq.tokens.map((t, i) => (i % n === 0 ? shorten(t, 16) : null));
+  const shown = thinned(rowSeq, everyRow), shownKeys = colSeq === rowSeq ? shown : thinned(colSeq, every);
   const labelled = [...shown, ...shownKeys].filter((t) => t !== null), widthOf = (t) => measure.measureText(t).width;
   const margin = Math.min(140, 10 + Math.max(16, ...labelled.map(widthOf)));
   const upright = shownKeys.filter((t) => t !== null).every((t) => [...t].length <= 2 && widthOf(t) <= every * cell - 2);
-  return { cell, shown, shownKeys, margin, upright, every };
+  return { cell, rowCell, shown, shownKeys, margin, upright, every, everyRow };
 }
-let { cell, shown, shownKeys, margin, upright, every } = heatmapLayout();
+let { cell, rowCell, shown, shownKeys, margin, upright, every, everyRow } = heatmapLayout();
 const ordinal = (n) => n + ((n % 100 >= 11 && n % 100 <= 13) ? "th" : ["th", "st", "nd", "rd"][n % 10] ?? "th");
 // labels thinned to fit: which ones the axes carry
-const axisNote = () => (every > 1
-  ? `axes: every ${ordinal(every)} token labelled (${Math.ceil(L / every)} of ${L}: tokens 0, ${every}, ${2 * every}, …); ` +
-    "hover a cell for its query and key" : "");
+const thinnedNote = (n, count, what) =>
+  `every ${ordinal(n)} ${what} labelled (${Math.ceil(count / n)} of ${count}: tokens 0, ${n}, ${2 * n}, …)`;
+function axisNote() {
+  if (every === 1 && everyRow === 1) return "";
+  const notes = rowSeq === colSeq ? [thinnedNote(every, L, "token")]
+    : [...(everyRow > 1 ? [thinnedNote(everyRow, L, "query")] : []), ...(every > 1 ? [thinnedNote(every, S, "key")] : [])];
+  return `axes: ${notes.join("; ")}; hover a cell for its query and key`;
+}
 const randomNote = () => (page.random_seed === null ? ""
   : `random weights (seed ${page.random_seed}), not trained: what a head shows here is chance, not something learned`);
 function sizeHeatmap() {
   canvas.width = margin + S * cell;
-  canvas.height = margin + L * cell;
+  canvas.height = margin + L * rowCell;
   bar.width = 70;
   bar.height = canvas.height + 8; // room for the 0 tick's label
   bitmap.width = S;
@@ -267,7 +275,7 @@ function drawLabels(ctx) {
   ctx.textBaseline = "middle";
   const draw = (labels, column) => labels.forEach((t, i) => {
     if (t === null) return;
-    const mid = margin + (i + 0.5) * cell;
+    const mid = margin + (i + 0.5) * (column ? cell : rowCell);
     ctx.font = WIDE_PUNCTUATION.test(t) ? WIDE_FONT : FONT; // as in the head view: "，" in a CJK font
     if (pieceOnly(column ? colSeq : rowSeq, i)) drawPieceMark(ctx, mid, column);
     if (column) drawKeyLabel(ctx, t, i, mid);
@@ -278,13 +286,13 @@ function drawLabels(ctx) {
 }
 // a stroke across each masked cell, from its bottom left to its top right, while cells are large enough to show it
 function strikeMasked(ctx) {
-  if (cell < 6) return;
+  if (Math.min(cell, rowCell) < 6) return;
   const rows = maskOf(shownLayer(), state.head);
   ctx.beginPath();
   for (let i = 0; i < L; i++) for (let j = 0; j < S; j++) {
     if (rows[i].charCodeAt(j) !== 49) continue;
-    ctx.moveTo(margin + j * cell + 1, margin + (i + 1) * cell - 1);
-    ctx.lineTo(margin + (j + 1) * cell - 1, margin + i * cell + 1);
+    ctx.moveTo(margin + j * cell + 1, margin + (i + 1) * rowCell - 1);
+    ctx.lineTo(margin + (j + 1) * cell - 1, margin + i * rowCell + 1);
   }
   ctx.strokeStyle = MASKED_STROKE;
   ctx.lineWidth = 1;
@@ -307,17 +315,17 @@ function drawHeatmap() {
   const ctx = canvas.getContext("2d");
   ctx.clearRect(0, 0, canvas.width, canvas.height);
   ctx.imageSmoothingEnabled = false;
-  ctx.drawImage(bitmap, margin, margin, S * cell, L * cell);
+  ctx.drawImage(bitmap, margin, margin, S * cell, L * rowCell);
   strikeMasked(ctx);
   drawLabels(ctx);
   ctx.strokeStyle = "#d00";
-  ctx.strokeRect(margin + 0.5, margin + state.query * cell + 0.5, S * cell - 1, Math.max(1, cell - 1));
+  ctx.strokeRect(margin + 0.5, margin + state.query * rowCell + 0.5, S * cell - 1, Math.max(1, rowCell - 1));
   drawBar(top);
   $("legend").textContent = legendText(top, bad);
   drawMaskLegend();
 }
 function drawBar(top) {
-  const ctx = bar.getContext("2d"), y0 = margin, height = L * cell;
+  const ctx = bar.getContext("2d"), y0 = margin, height = L * rowCell;
   ctx.clearRect(0, 0, bar.width, bar.height);
   for (let y = 0; y < height; y++) {
     const [r, g, b] = colour(1 - y / Math.max(1, height - 1));
@@ -335,7 +343,7 @@ function cellAt(event) {
   const box = canvas.getBoundingClientRect();
   const x = ((event.clientX - box.left) / box.width) * canvas.width - margin;
   const y = ((event.clientY - box.top) / box.height) * canvas.height - margin;
-  const i = Math.floor(y / cell), j = Math.floor(x / cell);
+  const i = Math.floor(y / rowCell), j = Math.floor(x / cell);
   return x >= 0 && y >= 0 && i < L && j < S ? [i, j] : null;
 }
 function showCell() {
@@ -532,7 +540,7 @@ function useLayer(l) {
 // heatmap's layout and size, the head view's labels, the query within the rows
 function enterSequences() {
   showSequences();
-  ({ cell, shown, shownKeys, margin, upright, every } = heatmapLayout());
+  ({ cell, rowCell, shown, shownKeys, margin, upright, every, everyRow } = heatmapLayout());
   sizeHeatmap();
   headView = buildHeadView();
   state.query = Math.min(state.query, L - 1);
@@ -546,7 +554,7 @@ function enterSequences() {
 function showRules() {
   const rules = shownLayer().rules;
   $("rules-note").hidden = !rules;
-  const grey = cell < 6 ? "Grey cells" : "Grey, struck-through cells"; // as strikeMasked draws them
+  const grey = Math.min(cell, rowCell) < 6 ? "Grey cells" : "Grey, struck-through cells"; // as strikeMasked draws them
   $("rules-note").textContent = rules ? `attention rules: ${rules}. ${grey} are masked keys.` : "";
 }
 // the slider is logarithmic: position p is 1/√d_k · 10^(p/100), from 1/100 to 100 times
@@ -583,8 +591,9 @@ function thumbnail(layer, l, h, size) {
   small.width = layer.S;
   small.height = layer.L;
   paintWeights(small, layer, h, weightsOf(layer, h, layer.scale), 1);
-  small.style.width = `${Math.max(4, Math.round((size * layer.S) / longer))}px`;
-  small.style.height = `${Math.max(4, Math.round((size * layer.L) / longer))}px`;
+  const side = (n) => Math.max(Math.min(size, 24), Math.round((size * n) / longer)); // a thin one stays clickable
+  small.style.width = `${side(layer.S)}px`;
+  small.style.height = `${side(layer.L)}px`;
   small.style.imageRendering = "pixelated";
   small.title = `${layer.name}, head ${h}`;
   small.dataset.layer = String(l);
@@ -838,9 +847,9 @@ const escapeXML = (t) =>
   t.replace(/[\u0000-\u0008\u000b\u000c\u000e-\u001f\ufffe\uffff]/g, "\ufffd") // not allowed in XML
     .replace(/[&<>"']/g, (c) => `&#${c.charCodeAt(0)};`);
 function svgAxisLabels() {
-  const middle = (i) => margin + (i + 0.5) * cell;
+  const middle = (i) => margin + (i + 0.5) * cell, rowMiddle = (i) => margin + (i + 0.5) * rowCell;
   const rows = shown.flatMap((t, i) => (t === null ? []
-    : [`<text x="${margin - 4}" y="${middle(i)}" text-anchor="end" dominant-baseline="middle">${escapeXML(t)}</text>`]));
+    : [`<text x="${margin - 4}" y="${rowMiddle(i)}" text-anchor="end" dominant-baseline="middle">${escapeXML(t)}</text>`]));
   const columns = shownKeys.flatMap((t, j) => (t === null ? [] : [upright
     ? `<text x="${middle(j)}" y="${margin - 10}" text-anchor="middle" dominant-baseline="middle">${escapeXML(t)}</text>`
     : `<text transform="translate(${middle(j)} ${margin - 4}) rotate(-90)" dominant-baseline="middle">${escapeXML(t)}</text>`]));
@@ -850,7 +859,7 @@ function svgCells(w, top) {
   const parts = [];
   for (let i = 0; i < L; i++) for (let j = 0; j < S; j++) {
     const [r, g, b] = cellColour(w[i * S + j], top, maskedIn(shownLayer(), state.head, i, j));
-    parts.push(`<rect x="${margin + j * cell}" y="${margin + i * cell}" width="${cell}" height="${cell}" fill="rgb(${r},${g},${b})"/>`);
+    parts.push(`<rect x="${margin + j * cell}" y="${margin + i * rowCell}" width="${cell}" height="${rowCell}" fill="rgb(${r},${g},${b})"/>`);
   }
   return parts;
 }
@@ -858,13 +867,13 @@ function svgColourBar(size, top) {
   const parts = [];
   for (let n = 0; n < 50; n++) {
     const [r, g, b] = colour(1 - n / 49);
-    parts.push(`<rect class="bar" x="${size + 8}" y="${margin + (n * L * cell) / 50}" width="14" height="${(L * cell) / 50 + 0.5}" fill="rgb(${r},${g},${b})"/>`);
+    parts.push(`<rect class="bar" x="${size + 8}" y="${margin + (n * L * rowCell) / 50}" width="14" height="${(L * rowCell) / 50 + 0.5}" fill="rgb(${r},${g},${b})"/>`);
   }
-  for (const f of [0, 0.5, 1]) parts.push(`<text x="${size + 26}" y="${margin + (1 - f) * L * cell}">${tick(f * top)}</text>`);
+  for (const f of [0, 0.5, 1]) parts.push(`<text x="${size + 26}" y="${margin + (1 - f) * L * rowCell}">${tick(f * top)}</text>`);
   return parts;
 }
 function exportSVG() {
-  const { w, top } = colourScale(), width = margin + S * cell, height = margin + L * cell;
+  const { w, top } = colourScale(), width = margin + S * cell, height = margin + L * rowCell;
   return [
     `<svg xmlns="http://www.w3.org/2000/svg" width="${width + 80}" height="${height + 30}" font-family="sans-serif" font-size="12">`,
     `<text x="0" y="16" font-size="14">${escapeXML(title())}</text><g transform="translate(0 30)">`,
@@ -940,7 +949,7 @@ const labelled = (labels) => labels.flatMap((t, i) => (t === null ? [] : [[i, t]
 window.attnlabView = {
   weights: (h) => Array.from(weights(h)), setScale, setHead, useLayer, openHead, select, exportSVG, exportPNG, colour,
   get axisLabels() { return labelled(shown); }, get keyAxisLabels() { return labelled(shownKeys); },
-  get geometry() { return { margin, cell }; }, get lengths() { return [L, S]; }, overlayWeights,
+  get geometry() { return { margin, cell, rowCell }; }, get lengths() { return [L, S]; }, overlayWeights,
   get scale() { return state.scale; }, get head() { return state.head; }, get layer() { return state.layer; },
   get query() { return state.query; }, get imageReady() { return picture === null || pictureElement !== null; },
   ready: true,
