@@ -38,6 +38,8 @@ def browser():
 
 
 def open_page(browser, trace, path: Path, **opens) -> None:
+    if trace.image is not None:
+        pytest.importorskip("PIL")  # the image goes in as a PNG (the hf extra's Pillow)
     al.view(trace, path, **opens)
     browser.get(path.as_uri())
     WebDriverWait(browser, 10).until(

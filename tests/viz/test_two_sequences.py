@@ -71,6 +71,9 @@ def test_a_vision_page_carries_its_image_as_a_png_and_its_patches():
     png = pil.open(io.BytesIO(base64.b64decode(image["png"])))
     assert png.format == "PNG" and png.mode == "RGB"
     np.testing.assert_array_equal(np.asarray(png), traces.picture())  # lossless
+    page = al.view(traces.vit())
+    assert page.count("data:image/png;base64,") == 1  # the one URL the page makes: its own image, nothing fetched
+    assert "http://" not in page.replace("http://www.w3.org/2000/svg", "") and "https://" not in page
 
 
 def test_a_vision_page_without_pillow_names_the_extra(monkeypatch):
