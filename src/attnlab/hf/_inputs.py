@@ -164,7 +164,9 @@ def _image(config: Any, image: Any, processor: Any) -> Sequences:
     mean, std = (np.asarray(x, np.float32).reshape(3, 1, 1) for x in (processor.image_mean, processor.image_std))
     seen = pixels[0].numpy() * std + mean  # the picture as the model saw it, in [0, 1]
     picture = np.clip(np.round(seen.transpose(1, 2, 0) * 255), 0, 255).astype(np.uint8)  # (3, h, w) -> (h, w, 3)
-    rows, cols = (int(n) // int(config.patch_size) for n in picture.shape[:2])
+    patch = int(config.patch_size)
+    rows, cols = (int(n) // patch for n in picture.shape[:2])
+    picture = picture[: rows * patch, : cols * patch]  # the pixels the patches cover
     tokens = ["[CLS]"] + [f"patch {r},{c}" for r in range(rows) for c in range(cols)]
     count = len(tokens)
     source = Sequence([], tokens, [True] + [False] * (count - 1), [""] * count)
