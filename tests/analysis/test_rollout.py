@@ -1,15 +1,20 @@
 """attnlab.analysis.rollout and .flow. Oracles: a 2-layer, 3-token example whose residual
 matrices, rollout and max-flows are worked out by hand below, and a floating-point linear
-programme (SciPy's HiGHS) for the max-flow's precision on random weights."""
+programme (SciPy's HiGHS) for the max-flow's precision on random weights; on a model's
+trace, the rollout written out here over transformers' own attention weights."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
+from tests.checkpoints import tiny_model
 
-from attnlab import ArgumentError, ArgumentTypeError
+from attnlab import ArgumentError, ArgumentTypeError, models
 from attnlab.analysis import FLOW_SCALE, flow, residual_attention, rollout
 from attnlab.trace import ModelTrace, Trace
+from oracles import requires
 
 pytest.importorskip("scipy")
 
@@ -154,3 +159,22 @@ def test_cross_attention_is_refused() -> None:
 def test_not_a_model_trace_is_refused() -> None:
     with pytest.raises(ArgumentTypeError, match="trace: expected a model's trace"):
         rollout(HAND.layers[0])
+
+
+@requires("transformers")
+def test_the_rollout_of_a_model_s_trace_is_that_of_transformers_weights(tmp_path: Path) -> None:
+    import torch
+
+    model = tiny_model("gpt2", initializer_range=0.3)
+    model.save_pretrained(tmp_path)
+    ids = [5, 17, 42, 8, 99, 3, 250]
+    model.set_attn_implementation("eager")
+    with torch.no_grad():
+        attentions = [a[0].double().numpy() for a in model(torch.tensor([ids]), output_attentions=True).attentions]
+    expected, rolled = [], np.eye(len(ids))
+    for weights in attentions:  # (H, L, L): Â = ½I + ½·mean over heads, then R_l = Â_l·R_{l−1}
+        residual = 0.5 * np.eye(len(ids)) + 0.5 * weights[[1, 3]].mean(axis=0)
+        rolled = residual / residual.sum(-1, keepdims=True) @ rolled
+        expected.append(rolled)
+    trace = models.load(tmp_path).trace(np.array(ids))
+    np.testing.assert_allclose(rollout(trace, heads=[1, 3]), np.stack(expected), atol=1e-5)  # float32 models

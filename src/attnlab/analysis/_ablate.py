@@ -50,7 +50,8 @@ def ablate(
     is replaced where the engine returns it, before the out projection; on a transformers
     model (loaded with any attention implementation), the function registered as
     attn_implementation="attnlab" is wrapped while the forwards run, and its output
-    (B, L, H, Ev) replaced there. The forwards run several at a time, as one batch.
+    (B, L, H, Ev) replaced there (so, while it runs, that registration is the wrapper for the
+    whole process: run one ablation at a time). The forwards run several at a time, as one batch.
 
     Args:
         model: an :class:`attnlab.models.Model`, or a transformers model with a language-

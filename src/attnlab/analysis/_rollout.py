@@ -89,7 +89,7 @@ def flow(trace: ModelTrace, *, heads: Sequence[int] | None = None) -> Array:
     floating-point linear programme to 1e-6). The flows are not renormalised (the paper's
     code divides each position's row by its sum: ``f / f.sum(-1, keepdims=True)``). It solves
     layers·L² flow problems, each over up to (layers + 1)·L nodes and layers·L² edges: meant
-    for short texts (seconds at 32 tokens and 4 layers).
+    for short texts (on 2 cores: 0.9 s at 4 layers × 32 tokens, 3 s at 12 × 32, 7 s at 6 × 64).
 
     Args:
         trace: a model's trace with every layer traced, self-attention only.
