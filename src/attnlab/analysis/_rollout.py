@@ -89,7 +89,7 @@ def flow(trace: ModelTrace, *, heads: Sequence[int] | None = None) -> Array:
     floating-point linear programme to 1e-6). The flows are not renormalised (the paper's
     code divides each position's row by its sum: ``f / f.sum(-1, keepdims=True)``). It solves
     layers·L² flow problems, each over up to (layers + 1)·L nodes and layers·L² edges: meant
-    for short texts (on 2 cores: 0.9 s at 4 layers × 32 tokens, 3 s at 12 × 32, 7 s at 6 × 64).
+    for short texts (on 2 shared cores: 0.6–0.9 s at 4 layers × 32 tokens, 2–4 s at 12 × 32, 7–11 s at 6 × 64).
 
     Args:
         trace: a model's trace with every layer traced, self-attention only.
@@ -103,7 +103,6 @@ def flow(trace: ModelTrace, *, heads: Sequence[int] | None = None) -> Array:
         ArgumentError, ArgumentTypeError: as :func:`residual_attention`.
         MissingDependencyError: SciPy is not installed (``attnlab[models]``).
     """
-    from scipy.sparse import csr_matrix
     from scipy.sparse.csgraph import maximum_flow
 
     residual = residual_attention(trace, heads)
@@ -111,7 +110,7 @@ def flow(trace: ModelTrace, *, heads: Sequence[int] | None = None) -> Array:
     capacities = np.rint(residual * FLOW_SCALE).astype(np.int32)  # (layers, L, L)
     flows = np.zeros((layers, L, L))
     for layer in range(layers):
-        graph = csr_matrix(_layer_graph(capacities[: layer + 1]))
+        graph = _layer_graph(capacities[: layer + 1])
         top = (layer + 1) * L
         for i in range(L):
             for j in range(L):
@@ -120,15 +119,15 @@ def flow(trace: ModelTrace, *, heads: Sequence[int] | None = None) -> Array:
 
 
 def _layer_graph(capacities: Array) -> Any:
-    """The capacities (n, L, L) as the adjacency matrix of n + 1 levels of L nodes, node
-    l·L + j for position j at level l: an edge from (l, j) to (l + 1, i) of capacity [l, i, j]."""
+    """The capacities (n, L, L) as the sparse adjacency matrix of n + 1 levels of L nodes,
+    node l·L + j for position j at level l: an edge from (l, j) to (l + 1, i) of capacity
+    [l, i, j] where it is not 0."""
+    from scipy.sparse import csr_matrix
+
     n, L, _ = capacities.shape
-    levels = n + 1
-    adjacency = np.zeros((levels * L, levels * L), np.int32)
-    for level in range(n):
-        rows, cols = slice(level * L, (level + 1) * L), slice((level + 1) * L, (level + 2) * L)
-        adjacency[rows, cols] = capacities[level].T  # (i, j) -> (j, i): from j below to i above
-    return adjacency
+    level, i, j = np.nonzero(capacities)  # each (n, L, L) entry that is an edge
+    size = (n + 1) * L
+    return csr_matrix((capacities[level, i, j], (level * L + j, (level + 1) * L + i)), shape=(size, size))
 
 
 def _layer_weights(trace: Any) -> Array:
