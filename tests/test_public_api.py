@@ -30,6 +30,7 @@ PUBLIC = {
     ],
     "attnlab.distributed": ["LAYOUTS", "RingError", "ring_attention", "ring_attention_backward", "shard", "unshard"],
     "attnlab.hf": ["NAME", "UnsupportedModelError", "attention_forward", "check_model", "register", "trace"],
+    "attnlab.analysis": ["FLOW_SCALE", "MODES", "Ablation", "ablate", "flow", "residual_attention", "rollout"],
 }  # fmt: skip
 
 
