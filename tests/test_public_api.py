@@ -29,6 +29,8 @@ PUBLIC = {
         "TransformerBlock", "clip_grad_norm", "cross_entropy", "gelu", "train",
     ],
     "attnlab.distributed": ["LAYOUTS", "RingError", "ring_attention", "ring_attention_backward", "shard", "unshard"],
+    "attnlab.hf": ["NAME", "UnsupportedModelError", "attention_forward", "check_model", "register", "trace"],
+    "attnlab.analysis": ["FLOW_SCALE", "MODES", "Ablation", "ablate", "flow", "residual_attention", "rollout"],
 }  # fmt: skip
 
 
@@ -46,6 +48,16 @@ def test_the_same_objects_under_both_names():
     assert al.attention is al.functional.attention
     assert al.models.ModelTrace is importlib.import_module("attnlab.trace").ModelTrace
     assert al.MultiheadAttention is importlib.import_module("attnlab.layers").MultiheadAttention
+
+
+def test_import_attnlab_leaves_the_transformers_backend_unregistered():
+    """attnlab.hf registers itself with transformers when imported, and only then."""
+    import subprocess
+    import sys
+
+    code = "import sys, attnlab; print('attnlab.hf' in sys.modules, 'transformers' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["False", "False"]
 
 
 def test_a_renamed_name_is_a_deprecated_alias_of_the_new_one():

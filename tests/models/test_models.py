@@ -536,6 +536,10 @@ def test_cli_trace_of_a_model_is_its_last_layer_or_all(checkpoint_with_tokenizer
     every = json.loads(run_cli("trace", "--model", directory, "--text", SENTENCE, "--layer", "all", "--format",
                                "json").stdout)  # fmt: skip
     assert list(every["layers"]) == ["0", "1"]
+    both = json.loads(run_cli("trace", "--model", directory, "--text", SENTENCE, "--layer", "0,-1", "--format",
+                              "json").stdout)  # fmt: skip
+    assert sorted(both["layers"]) == ["0", "1"]  # a list, negative from the end
+    np.testing.assert_allclose(both["layers"]["0"]["weights"], expected[0].weights, atol=1e-7)
     text = run_cli("trace", "--model", directory, "--text", "小明", "--lang", "en", "--layer", "0")
     assert text.returncode == 0 and "layer 0 of 2" in text.stdout and "-- head 3 --" in text.stdout
 
@@ -558,8 +562,12 @@ def test_cli_plot_of_layer_all_writes_a_png(checkpoint_with_tokenizer, tmp_path)
         (["--model", "{ckpt}", "--text", "a", "--layer", "5"], r"--layer: expected layer indices in -2\.\.1"),
         (["--model", "{ckpt}", "--text", SENTENCE * 2], "--text: expected at most 40 tokens"),
         (["--text", "a b", "--layer", "1"], "--layer: expected --model"),
-        (["--model", "{ckpt}", "--text", "a", "--layer", "x"], "expected a layer index or 'all'"),
-        (["--model", "{t5}", "--text", "a"], "model_type: expected one of gpt2, bert, llama, qwen2, mistral, got 't5'"),
+        (
+            ["--model", "{ckpt}", "--text", "a", "--layer", "x"],
+            r"expected a layer index, a list of them \(0,5,-1\) or 'all'",
+        ),
+        (["--model", "{ckpt}", "--text", "a", "--layer", "0,x"], "expected a layer index, a list of them"),
+        (["--model", "{t5}", "--text", "a", "--backend", "numpy"], "--backend numpy: .* is a 't5' model; attnlab runs"),
         (["--model", "{pickled}", "--text", "a"], r"only pytorch_model\.bin \(pickle\)"),
         (["--model", "attnlab-test/no-such-model", "--text", "a"], "attnlab-test/no-such-model"),
     ],
@@ -605,6 +613,8 @@ def test_a_saved_model_trace_reads_back_and_the_cli_takes_it(checkpoint_with_tok
     one = run_cli("trace", str(saved), "--layer", "-1", "--format", "json")
     assert one.returncode == 0, one.stderr
     assert list(json.loads(one.stdout)["layers"]) == ["1"]
+    listed = run_cli("trace", str(saved), "--layer", "1,0", "--format", "json")
+    assert sorted(json.loads(listed.stdout)["layers"]) == ["0", "1"]
     assert run_cli("view", str(saved), "-o", str(tmp_path / "saved.html")).returncode == 0
     for argv, message in [
         (["--layer", "5"], "--layer: expected one of the saved layers [0, 1], got 5"),

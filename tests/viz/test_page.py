@@ -164,7 +164,7 @@ def test_a_pages_tokens_escape_control_characters_and_lone_surrogates(tmp_path, 
     from attnlab.viz._page import page_data
 
     trace = al.SelfAttention(2, 2, seed=0).trace(np.eye(2), tokens=["a\udcff", "b\x1b[0m"])
-    assert page_data(trace)["tokens"] == ["a\\udcff", "b\\x1b[0m"]
+    assert page_data(trace)["sequences"][0]["tokens"] == ["a\\udcff", "b\\x1b[0m"]
     assert main(["view", "--text", "a\udcff b\x07", "-o", str(tmp_path / "s.html")]) == 0, capsys.readouterr().err
     page = (tmp_path / "s.html").read_text(encoding="utf-8")  # a surrogate used to fail the UTF-8 write
     assert "a\\\\udcff" in page and "b\\\\x07" in page  # the escapes, as JSON strings in the page

@@ -16,12 +16,12 @@ from collections.abc import Sequence
 
 from .. import __version__
 from .._validation import AttnlabError
-from . import _bench, _demo, _experiment, _plot, _ring, _trace, _view
+from . import _ablate, _bench, _demo, _experiment, _plot, _ring, _trace, _view
 from ._options import Parser, add_command
 
 __all__ = ["build_parser", "main"]
 
-COMMANDS = (_demo, _trace, _plot, _view, _bench, _experiment, _ring)  # in the order --help lists them
+COMMANDS = (_demo, _trace, _plot, _view, _ablate, _bench, _experiment, _ring)  # in the order --help lists them
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -27,6 +27,7 @@ from ._inputs import (
     split_text,
 )
 from ._options import at_least, positive_number, window_sides
+from ._transformers import BACKENDS, backend_for, say_backend, transformers_trace
 
 __all__ = ["add_input_options", "trace_from_args"]
 
@@ -53,13 +54,17 @@ def _scale(text: str) -> float | str:
     return value
 
 
-def _layer(text: str) -> int | str:
+def _layer(text: str) -> int | list[int] | str:
+    """--layer: 'all', an index, or a list of them (0,5,-1)."""
     if text == "all":
         return text
     try:
-        return int(text)
+        indices = [int(part) for part in text.split(",")]
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a layer index or 'all', got {text!r}") from None
+        raise argparse.ArgumentTypeError(
+            f"expected a layer index, a list of them (0,5,-1) or 'all', got {text!r}"
+        ) from None
+    return indices[0] if len(indices) == 1 else indices
 
 
 def add_input_options(parser: argparse.ArgumentParser) -> None:
@@ -69,6 +74,7 @@ def add_input_options(parser: argparse.ArgumentParser) -> None:
         "input", nargs="?", metavar="INPUT", help="a .json (list of rows), .csv or .npy file, or - for JSON on stdin"
     )
     source.add_argument("--text", help="a sentence: split on spaces, or into characters when it has none")
+    source.add_argument("--image", metavar="FILE", help="with --model of a vision model (ViT): the picture it sees")
     parser.add_argument(
         "--embed",
         choices=("onehot", "random"),
@@ -122,13 +128,20 @@ def add_input_options(parser: argparse.ArgumentParser) -> None:
     model.add_argument(
         "--model",
         metavar="NAME|DIR",
-        help="run --text through a GPT-2, BERT, Llama, Mistral or Qwen2 checkpoint: a Hugging Face hub id "
-        "(the local cache first) or a directory",
+        help="run --text (or --image) through a checkpoint of any architecture transformers loads: a Hugging "
+        "Face hub id (the local cache first) or a directory",
+    )
+    model.add_argument(
+        "--backend",
+        choices=BACKENDS,
+        help="numpy: attnlab's own model (GPT-2, BERT, Llama, Mistral, Qwen2); transformers: the model as "
+        "transformers builds it, on attnlab's engine (pip install 'attnlab[hf]'). Default: numpy where it can",
     )
     model.add_argument(
         "--layer",
         type=_layer,
-        help="with --model: a layer index (negative counts from the end) or 'all' "
+        help="with --model: a layer index (negative counts from the end; on the transformers backend, the "
+        "index of an attention module in the order the forward runs them), a list of them (0,5,-1) or 'all' "
         "(default: all for view, the last for trace and plot)",
     )
 
@@ -140,6 +153,9 @@ def trace_from_args(args: argparse.Namespace, page: bool = False) -> Trace | Mod
     (:func:`~attnlab.viz._page.check_page_size`), is checked before the work."""
     if args.model is not None:
         return _model_trace(args, page)
+    for option, given in (("--image", args.image), ("--backend", args.backend)):
+        if given is not None:
+            raise InputError(f"{option}: expected --model with it (the checkpoint that reads it)")
     if args.text is not None:
         if args.layer is not None:
             raise InputError(ONE_LAYER)
@@ -160,12 +176,31 @@ def trace_from_args(args: argparse.Namespace, page: bool = False) -> Trace | Mod
 def _model_trace(args: argparse.Namespace, page: bool) -> ModelTrace:
     """Run the --model on --text and trace --layer (default: all for a page, else the
     last), once its L²·heads·layers scores, and for a ``page`` the page, fit."""
-    from ..models import load
+    from ..models._checkpoint import locate
 
     _refuse(args, f"--model {args.model} fixes the weights, the embedding and the scale")
     _refuse_variants(args, f"--model {args.model} attends as its config says (its causal mask, its own window)")
-    if args.input is not None or args.text is None:
-        raise InputError("--model: expected --text with the sentence to run, got an input file")
+    if args.input is not None:
+        raise InputError("--model: expected --text with the sentence to run (or --image), got an input file")
+    directory = locate(args.model)
+    backend, model_type = backend_for(args, directory)
+    if backend == "transformers":
+        trace = transformers_trace(args, directory, page)
+        _check_trace_size(len(trace.tokens), trace.num_heads * len(trace.layers), "--layer N")
+        if page:
+            check_page_size(trace, "--text", "--layer N")
+    else:
+        trace = _numpy_model_trace(args, page)
+    say_backend(args, backend, model_type)
+    return trace
+
+
+def _numpy_model_trace(args: argparse.Namespace, page: bool) -> ModelTrace:
+    """--model on attnlab's NumPy models."""
+    from ..models import load
+
+    if args.text is None:
+        raise InputError(f"--image: {args.model} runs in attnlab's NumPy models, which read text (--text)")
     model = load(args.model)
     if model.tokenizer is None:
         raise InputError(f"--model: {args.model} has no tokenizer (tokenizer.json, vocab.txt or vocab.json)")
@@ -175,7 +210,8 @@ def _model_trace(args: argparse.Namespace, page: bool) -> ModelTrace:
     layer = ("all" if page else -1) if args.layer is None else args.layer
     layers = None if layer == "all" else layer
     c = model.config
-    heads, count = c.num_attention_heads, (c.num_hidden_layers if layers is None else 1)
+    heads = c.num_attention_heads
+    count = c.num_hidden_layers if layers is None else len(layers) if isinstance(layers, list) else 1
     _check_trace_size(len(ids), heads * count, "--layer N" if layers is None else "")
     if page:
         check_page_size(PageShape(len(ids), heads, count, (c.head_dim, c.head_dim), model=True), "--text", "--layer N")
@@ -274,13 +310,21 @@ def _saved_trace(data: dict[str, object], args: argparse.Namespace, page: bool) 
             raise InputError(f"--tokens: {args.input} is a saved model's trace; its tokens are the model's")
         saved = ModelTrace.from_dict(data, source)
         if args.layer not in (None, "all"):
-            wanted = args.layer % saved.num_layers if -saved.num_layers <= args.layer < saved.num_layers else None
-            if wanted not in saved.layers:
-                raise InputError(f"--layer: expected one of the saved layers {sorted(saved.layers)}, got {args.layer}")
-            saved.layers = {wanted: saved.layers[wanted]}
+            saved.layers = _saved_layers(saved, args.layer)
         _check_trace_size(len(saved.tokens), saved.num_heads * len(saved.layers), "--layer N")
     if page:
         check_page_size(saved, source, "--layer N")
     elif isinstance(saved, Trace):
         _check_trace_size(len(saved.inputs), saved.num_heads)
     return saved
+
+
+def _saved_layers(saved: ModelTrace, layer: int | list[int]) -> dict[int, Trace]:
+    """The saved layers --layer names (negative: from the model's last layer), each one saved."""
+    chosen = {}
+    for index in [layer] if isinstance(layer, int) else layer:
+        wanted = index % saved.num_layers if -saved.num_layers <= index < saved.num_layers else None
+        if wanted not in saved.layers:
+            raise InputError(f"--layer: expected one of the saved layers {sorted(saved.layers)}, got {index}")
+        chosen[wanted] = saved.layers[wanted]
+    return chosen

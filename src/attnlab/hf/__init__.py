@@ -10,8 +10,9 @@ engine, forward and backward, with the real q and k (after RoPE)::
 """
 
 from ._backend import UnsupportedModelError, attention_forward
+from ._record import trace
 from ._register import NAME, check_model, register
 
-__all__ = ["NAME", "UnsupportedModelError", "attention_forward", "check_model", "register"]
+__all__ = ["NAME", "UnsupportedModelError", "attention_forward", "check_model", "register", "trace"]
 
 register()

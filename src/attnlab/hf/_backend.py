@@ -169,7 +169,7 @@ def _with_bias(position_bias: Any, mask: Any) -> Any:
     if mask is None:
         return position_bias
     if mask.dtype == torch.bool:
-        return position_bias.masked_fill(~mask, -float("inf"))
+        return torch.where(mask, position_bias, -float("inf"))  # broadcast: bias (1, H, L, S), mask (B, 1, L, S)
     return position_bias + mask
 
 

@@ -50,27 +50,35 @@ def check_model(model: Any) -> None:
     A module goes through the interface when its class's code (its bases' in the model's
     own module included) reads ``ALL_ATTENTION_FUNCTIONS``; one computes its own when its
     class is named for attention and its code calls sdpa, flash or flex attention, or a
-    softmax beside a matrix product, instead. ``is_backend_compatible()`` is not the test: it is False for T5,
-    BART and Whisper, whose attention does go through the interface.
+    softmax beside a matrix product, instead. Attention that is no softmax of scores
+    (linear and delta-rule layers, deformable attention) is nothing attnlab could run: a
+    hybrid model's softmax layers run on attnlab, those as they would on any backend.
+    ``is_backend_compatible()`` is not the test: it is False for T5, BART and Whisper,
+    whose attention does go through the interface.
 
     Args:
         model: a transformers ``PreTrainedModel`` (or any ``torch.nn.Module`` with a ``config``).
 
     Raises:
-        UnsupportedModelError: naming the model type and, where one is found, the module
-            (path and class) that computes its own attention.
+        UnsupportedModelError: naming the model type and, where there are, the classes that
+            compute their own attention (and the first module of each).
     """
     model_type = getattr(getattr(model, "config", None), "model_type", None) or type(model).__name__
+    own: dict[str, str] = {}  # class name: the first module path of that class
     routed = False
     for path, module in model.named_modules():
         kind = _kind(type(module))
         if kind == "own":
-            raise UnsupportedModelError(
-                f"{model_type}: the module {path or '(the model)'} ({type(module).__name__}) computes attention in its "
-                "own code, not through transformers' attention interface, so attnlab cannot run it "
-                "(attn_implementation='attnlab' would be ignored there); use attn_implementation='eager' or 'sdpa'"
-            )
+            own.setdefault(type(module).__name__, path or "(the model)")
         routed = routed or kind == "routed"
+    if own:
+        names = sorted(own)
+        raise UnsupportedModelError(
+            f"{model_type}: {', '.join(names)} {'computes' if len(names) == 1 else 'compute'} attention in its own "
+            f"code (at {', '.join(own[name] for name in names)}), not through transformers' attention interface, "
+            "so attnlab cannot run it (attn_implementation='attnlab' would be ignored there); "
+            "use attn_implementation='eager' or 'sdpa'"
+        )
     if not routed:
         raise UnsupportedModelError(
             f"{model_type}: no module of this model goes through transformers' attention interface, so "

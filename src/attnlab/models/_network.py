@@ -104,12 +104,16 @@ class Cache(Protocol):
 
 @dataclass
 class Recorder:
-    """What a forward keeps beyond its output: each layer's weights, traces of some layers."""
+    """What a forward keeps beyond its output: each layer's weights, traces of some layers;
+    ``head_outputs``, when given, is called as ``head_outputs(layer, out)`` with each layer's
+    engine output (B, H, L, Ev), before the out projection, and its result goes on instead
+    (attnlab.analysis replaces heads' outputs through it)."""
 
     attentions: bool = False
     trace_layers: frozenset[int] = frozenset()
     weights: list[Array] = field(default_factory=list)
     traces: dict[int, Trace] = field(default_factory=dict)
+    head_outputs: Callable[[int, Array], Array] | None = None
 
 
 @dataclass(frozen=True)
@@ -182,6 +186,8 @@ class Block:
             need_weights=keep,
         )  # fmt: skip
         out, weights = result.output.astype(h.dtype, copy=False), result.weights
+        if record is not None and record.head_outputs is not None:
+            out = record.head_outputs(layer, out)  # (B, H, L, Ev), some heads replaced
         merged = out.transpose(0, 2, 1, 3).reshape(B, L, H * E)  # (B, H, L, E) -> (B, L, H·E)
         projected = self.out(merged)
         if record is not None and weights is not None:

@@ -1,9 +1,10 @@
 """Traces: every intermediate of one attention forward (:class:`Trace`) or of a model's
-traced layers (:class:`ModelTrace`), as text, JSON and, through :mod:`attnlab.viz`, a page."""
+traced attention modules (:class:`ModelTrace`), as text, JSON and, through
+:mod:`attnlab.viz`, a page."""
 
 from ._display import register_notebook_html
-from ._model_trace import ModelTrace
+from ._model_trace import KINDS, ModelTrace
 from ._trace import LANGUAGES, Trace, build_trace
 from ._variants import Variants
 
-__all__ = ["LANGUAGES", "ModelTrace", "Trace", "Variants", "build_trace", "register_notebook_html"]
+__all__ = ["KINDS", "LANGUAGES", "ModelTrace", "Trace", "Variants", "build_trace", "register_notebook_html"]

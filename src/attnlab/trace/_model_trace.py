@@ -1,5 +1,22 @@
-"""A model's trace: every step of attention in the traced layers of one forward, one
-:class:`attnlab.Trace` per layer, with the tokens as the model's tokenizer reads them."""
+"""A model's trace: every step of attention in the traced entries of one forward, one
+:class:`attnlab.Trace` per attention module, with the tokens as the model's tokenizer reads
+them: a decoder-only or encoder-only model's layers, an encoder-decoder model's encoder,
+decoder and cross attention over its two sequences, a vision transformer's patches.
+
+**Two sequences.** ``tokens``/``ids`` are the only sequence of a decoder-only or
+encoder-only model, or the decoder's (the target) of an encoder-decoder model, whose
+encoder's input (the source) is ``source_tokens``/``source_ids``. By kind, an entry is
+over: "self" and "decoder", the tokens (S = L); "encoder", the source tokens; "cross",
+the tokens on its rows (the decoder's queries) and the source tokens on its keys (its
+:attr:`Trace.key_tokens`).
+
+**An image.** A vision transformer's ``image`` is the picture as the model saw it, uint8
+(height, width, 3), cut into ``patch_grid`` (rows, cols) patches of (height / rows,
+width / cols) pixels. Its patches are the tokens of the sequence the image goes into (the
+source when there is one, as in TrOCR, else the tokens) that are not marked special, in
+order, row by row; every other token, [CLS], a distillation token, register tokens, is
+marked special (``special``/``source_special``) and drawn apart.
+"""
 
 from __future__ import annotations
 
@@ -9,36 +26,17 @@ from typing import Any
 
 import numpy as np
 
-from .._validation import ArgumentError, Array, fail
+from .._validation import Array, fail
 from ._display import notebook_html
+from ._model_checks import KINDS, check_model_trace, image_sequence, model_trace_from_dict
 from ._trace import Trace
 
-__all__ = ["ModelTrace"]
+__all__ = ["KINDS", "ModelTrace"]
 
 
 @dataclass
-class ModelTrace:
-    """Every step of attention in the traced layers of one forward over one sequence.
-
-    ``layers[i]`` is layer i's :class:`attnlab.Trace`: its inputs (L, D) (the hidden state
-    after the norm where the norm comes first), per head Q (H, L, E) after RoPE where the
-    model rotates, K and V (H, L, E) (a key/value head repeated for each of its query
-    heads), scores, scaled scores, weights (H, L, L), outputs (H, L, E) and the layer's
-    attention output after its out projection (L, D).
-
-    Args:
-        model: the checkpoint's name.
-        ids: the L token ids.
-        tokens: the L tokens as text (:meth:`Tokenizer.readable`).
-        layers: the traced layers' :class:`attnlab.Trace`, by index.
-        num_layers: the model's layers (traced or not).
-        num_heads: heads per layer.
-        special: per token, whether it is a special token ([CLS]).
-        parts: per token, the characters split over several tokens that it holds bytes of.
-        opens: the view its page opens on, {"layer", "head", "query"} (a model's config may
-            name its answering head, as builtin:coref's does), or None: the first layer,
-            head 0, query 0.
-    """
+class _Fields:
+    """The fields of a :class:`ModelTrace` (documented there), filled in and checked when made."""
 
     model: str
     ids: list[int]
@@ -49,47 +47,94 @@ class ModelTrace:
     special: list[bool] = field(default_factory=list)  # [CLS], <|endoftext|>: not text
     parts: list[str] = field(default_factory=list)  # the characters split over several tokens each holds
     opens: dict[str, int] | None = None
+    modules: dict[int, str] = field(default_factory=dict)
+    kinds: dict[int, str] = field(default_factory=dict)
+    source_ids: list[int] | None = None
+    source_tokens: list[str] | None = None
+    source_special: list[bool] = field(default_factory=list)
+    source_parts: list[str] = field(default_factory=list)
+    image: Array | None = field(default=None, repr=False)
+    patch_grid: tuple[int, int] | None = None
 
     def __post_init__(self) -> None:
-        self.special = self.special or [False] * len(self.tokens)
-        self.parts = self.parts or [""] * len(self.tokens)
+        _fill_and_check(self)
+
+
+class ModelTrace(_Fields):
+    """Every step of attention in the traced entries (attention modules) of one forward.
+
+    ``layers[i]`` is entry i's :class:`attnlab.Trace`, in the model's order: its inputs (L, D) (after the norm
+    where the norm comes first), per head Q (H, L, E) after RoPE, K and V (H, S, E) (a key/value head repeated
+    for each of its query heads), scores, weights (H, L, S), outputs and the output after the out projection
+    (L, D). Two sequences (an encoder-decoder's) and an image (a ViT's): see the module's docstring.
+
+    Args:
+        model: the checkpoint's name.
+        ids: the L token ids ([] when the model reads no ids: an image's patches).
+        tokens: the L tokens as text (:meth:`Tokenizer.readable`).
+        layers: the traced entries' :class:`attnlab.Trace`, by index.
+        num_layers: the model's entries (traced or not): its layers, or its attention modules.
+        num_heads: heads per entry.
+        special: per token, whether it is a special token ([CLS]).
+        parts: per token, the characters split over several tokens that it holds bytes of.
+        opens: the view its page opens on, {"layer", "head", "query"} (builtin:coref's answering head), or None.
+        modules: each entry's module path ("model.decoder.layers.0.encoder_attn"), by index; empty: "layer i".
+        kinds: each entry's kind, one of :data:`KINDS`, by index; empty: every entry "self".
+        source_ids: the encoder's S token ids (None or []: none, such as audio frames).
+        source_tokens: the encoder's S tokens as text, or None (one sequence).
+        source_special: per source token, whether it is special.
+        source_parts: per source token, the characters split over several tokens it holds bytes of.
+        image: the picture the model saw, uint8 (height, width, 3), or None.
+        patch_grid: (rows, cols) of its patches, or None.
+
+    Raises:
+        ArgumentError: kinds, modules, a source sequence, an image or a patch grid that do not fit the entries.
+    """
 
     @property
     def weights(self) -> Array:
-        """The traced layers' weights, (layers, H, L, L), in layer order."""
+        """The traced entries' weights, (layers, H, L, S), in order (entries of one shape)."""
         return np.stack([self.layers[i].weights for i in sorted(self.layers)])
+
+    def kind(self, index: int) -> str:
+        """Entry ``index``'s kind.
+
+        Args:
+            index: the entry's index (a key of ``layers``).
+        """
+        return self.kinds.get(index, "self")
+
+    def name(self, index: int) -> str:
+        """Entry ``index``'s module path, or "layer i" when the trace names none.
+
+        Args:
+            index: the entry's index (a key of ``layers``).
+        """
+        return self.modules.get(index, f"layer {index}")
+
+    @property
+    def image_sequence(self) -> str | None:
+        """Which sequence the image's patches are: "source", "tokens", or None without an image."""
+        return image_sequence(self)
 
     def _repr_html_(self) -> str | None:
         """Jupyter's display: the page, as for :class:`attnlab.Trace`."""
         return notebook_html(self)
 
-    def __getitem__(self, layer: int) -> Trace:
-        """Layer ``layer``'s trace; a negative index counts from the model's last layer."""
-        index = layer + self.num_layers if isinstance(layer, int) and layer < 0 else layer
-        if index not in self.layers:
-            raise KeyError(f"layer: expected a traced layer among {sorted(self.layers)}, got {layer!r}")
-        return self.layers[index]
+    def __getitem__(self, key: int | str) -> Trace:
+        """Entry ``key``'s trace: by index (negative: from the last entry) or module path ("model.encoder…")."""
+        return _entry(self, key)
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready: the model, ids, tokens and counts, and each traced layer's
-        :meth:`attnlab.Trace.to_dict` under its index."""
-        fixed = {
-            "model": self.model,
-            "ids": self.ids,
-            "tokens": self.tokens,
-            "special": self.special,
-            "parts": self.parts,
-        }
-        counts = {"num_layers": self.num_layers, "num_heads": self.num_heads, "opens": self.opens}
-        return {**fixed, **counts, "layers": {str(i): trace.to_dict() for i, trace in self.layers.items()}}
+        """JSON-ready: every field, each entry's :meth:`attnlab.Trace.to_dict`, the image's bytes in base64."""
+        return _to_dict(self)
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), ensure_ascii=False, allow_nan=False)
 
     @classmethod
     def from_dict(cls, data: Any, source: str = "trace") -> ModelTrace:
-        """Inverse of :meth:`to_dict`, checked: each layer as :meth:`attnlab.Trace.from_dict`
-        checks it, and every layer over the same tokens.
+        """Inverse of :meth:`to_dict`, checked: each entry, over the tokens its kind says; the image's grid.
 
         Args:
             data: what :meth:`to_dict` gave (JSON-decoded).
@@ -98,19 +143,18 @@ class ModelTrace:
         Raises:
             ArgumentError: naming ``source`` and what is missing or does not fit.
         """
-        return _from_dict(cls, data, source)
+        return model_trace_from_dict(cls, data, source)
 
     def labels(self) -> list[str]:
-        """The tokens as the text trace and the page label them: a byte-level piece that
-        shows nothing by itself (an earlier byte of 篮) reads ``‹piece of 篮›``."""
-        return [
-            f"{token}‹piece of {part}›" if part and not token.strip() else token
-            for token, part in zip(self.tokens, self.parts, strict=True)
-        ]
+        """The tokens as text and page label them: a piece that shows nothing (of 篮) reads ``‹piece of 篮›``."""
+        return _marked(self.tokens, self.parts)
+
+    def source_labels(self) -> list[str] | None:
+        """The source tokens labelled as :meth:`labels` labels the tokens, or None."""
+        return None if self.source_tokens is None else _marked(self.source_tokens, self.source_parts)
 
     def render(self, *, lang: str = "zh", precision: int = 4) -> str:
-        """Each traced layer's text (:meth:`attnlab.Trace.render`) under a title naming it,
-        its rows labelled by :meth:`labels` (byte-level pieces marked).
+        """Each entry's text (:meth:`attnlab.Trace.render`) under its name, labelled by :meth:`labels`.
 
         Args:
             lang: the labels' language, ``"zh"`` or ``"en"``.
@@ -119,66 +163,105 @@ class ModelTrace:
         Raises:
             ArgumentError: ``lang`` or ``precision`` out of range.
         """
-        name = {"zh": "{model} 第 {i} 层（共 {n} 层）", "en": "{model}, layer {i} of {n}"}.get(lang)
-        if name is None:
-            raise fail("lang", "one of zh, en", repr(lang))
-        labels = self.labels()
-        return "\n\n".join(
-            replace(trace, tokens=labels).render(
-                lang=lang, precision=precision, title=name.format(model=self.model, i=i, n=self.num_layers)
-            )
-            for i, trace in self.layers.items()
-        )
+        return _render(self, lang, precision)
 
     def __repr__(self) -> str:
-        return (
-            f"ModelTrace(model={self.model!r}, tokens={len(self.tokens)}, layers={sorted(self.layers)} "
-            f"of {self.num_layers}, heads={self.num_heads})"
+        return _repr(self)
+
+
+def _fill_and_check(trace: _Fields) -> None:
+    """The defaults of the marks (none special, no parts), and the checks of what the
+    NumPy models never give (kinds, modules, a source, an image), as a saved trace's."""
+    trace.special = trace.special or [False] * len(trace.tokens)
+    trace.parts = trace.parts or [""] * len(trace.tokens)
+    if trace.source_tokens is not None:
+        trace.source_special = trace.source_special or [False] * len(trace.source_tokens)
+        trace.source_parts = trace.source_parts or [""] * len(trace.source_tokens)
+    if trace.patch_grid is not None:
+        trace.patch_grid = (trace.patch_grid[0], trace.patch_grid[1])
+    if trace.modules or trace.kinds or trace.source_tokens is not None or trace.image is not None or trace.patch_grid:
+        check_model_trace(trace, "trace")
+
+
+def _entry(trace: ModelTrace, key: int | str) -> Trace:
+    """See :meth:`ModelTrace.__getitem__`."""
+    if isinstance(key, str):
+        index = next((i for i, name in trace.modules.items() if name == key and i in trace.layers), None)
+        if index is None:
+            named = [trace.modules[i] for i in trace.layers if i in trace.modules]
+            shown = ", ".join(named[:4]) + (", …" if len(named) > 4 else "")
+            raise KeyError(f"module: expected a traced module's path ({shown or 'none named'}), got {key!r}")
+        return trace.layers[index]
+    index = key + trace.num_layers if isinstance(key, int) and key < 0 else key
+    if index not in trace.layers:
+        raise KeyError(f"layer: expected a traced layer among {sorted(trace.layers)}, got {key!r}")
+    return trace.layers[index]
+
+
+def _repr(trace: ModelTrace) -> str:
+    """See :meth:`ModelTrace.__repr__`."""
+    source = "" if trace.source_tokens is None else f", source_tokens={len(trace.source_tokens)}"
+    image = "" if trace.patch_grid is None else f", patch_grid={trace.patch_grid}"
+    return (
+        f"ModelTrace(model={trace.model!r}, tokens={len(trace.tokens)}{source}, layers={sorted(trace.layers)} "
+        f"of {trace.num_layers}, heads={trace.num_heads}{image})"
+    )
+
+
+def _marked(tokens: list[str], parts: list[str]) -> list[str]:
+    """Each token, or ``token‹piece of 篮›`` for a piece that shows nothing by itself."""
+    return [
+        f"{token}‹piece of {part}›" if part and not token.strip() else token
+        for token, part in zip(tokens, parts, strict=True)
+    ]
+
+
+def _to_dict(trace: ModelTrace) -> dict[str, Any]:
+    """See :meth:`ModelTrace.to_dict`."""
+    import base64
+
+    fixed = {"model": trace.model, "ids": trace.ids, "tokens": trace.tokens, "special": trace.special}
+    counts = {"parts": trace.parts, "num_layers": trace.num_layers, "num_heads": trace.num_heads, "opens": trace.opens}
+    named = {
+        "modules": {str(i): m for i, m in trace.modules.items()},
+        "kinds": {str(i): k for i, k in trace.kinds.items()},
+    }
+    source = {
+        "source_ids": trace.source_ids, "source_tokens": trace.source_tokens,
+        "source_special": trace.source_special if trace.source_tokens is not None else None,
+        "source_parts": trace.source_parts if trace.source_tokens is not None else None,
+    }  # fmt: skip
+    image = None
+    if trace.image is not None:
+        raw = np.ascontiguousarray(trace.image, dtype=np.uint8)
+        image = {"shape": list(raw.shape), "base64": base64.b64encode(raw.tobytes()).decode()}
+    pictures = {"image": image, "patch_grid": None if trace.patch_grid is None else list(trace.patch_grid)}
+    layers = {"layers": {str(i): t.to_dict() for i, t in trace.layers.items()}}
+    return {**fixed, **counts, **named, **source, **pictures, **layers}
+
+
+def _render(trace: ModelTrace, lang: str, precision: int) -> str:
+    """See :meth:`ModelTrace.render`."""
+    name = {"zh": "{model} 第 {i} 层（共 {n} 层）", "en": "{model}, layer {i} of {n}"}.get(lang)
+    if name is None:
+        raise fail("lang", "one of zh, en", repr(lang))
+    module = {"zh": "{model} {module}（{kind}）", "en": "{model}, {module} ({kind})"}[lang]
+    labels, source = trace.labels(), trace.source_labels()
+    texts = []
+    for i, one in trace.layers.items():
+        kind = trace.kind(i)
+        rows = source if kind == "encoder" and source is not None else labels
+        keys = source if kind == "cross" else None
+        title = (
+            module.format(model=trace.model, module=trace.modules[i], kind=_KIND_WORDS[lang][kind])
+            if i in trace.modules
+            else name.format(model=trace.model, i=i, n=trace.num_layers)
         )
+        texts.append(replace(one, tokens=rows, key_tokens=keys).render(lang=lang, precision=precision, title=title))
+    return "\n\n".join(texts)
 
 
-def _from_dict(cls: type[ModelTrace], data: Any, source: str) -> ModelTrace:
-    """See :meth:`ModelTrace.from_dict`."""
-    if not isinstance(data, dict) or not isinstance(data.get("layers"), dict) or not data["layers"]:
-        raise ArgumentError(f"{source}: expected a model's trace, with its layers (as ModelTrace.to_dict gives)")
-    tokens, ids = data.get("tokens"), data.get("ids")
-    if not isinstance(tokens, list) or not all(isinstance(t, str) for t in tokens):
-        raise ArgumentError(f"{source}: tokens: expected a list of strings")
-    if not isinstance(ids, list) or len(ids) != len(tokens) or not all(type(i) is int for i in ids):
-        raise ArgumentError(f"{source}: ids: expected {len(tokens)} integers, one per token")
-    num_layers, num_heads = data.get("num_layers"), data.get("num_heads")
-    if not (type(num_layers) is int and type(num_heads) is int and num_layers > 0 and num_heads > 0):
-        got = f"{num_layers!r} and {num_heads!r}"
-        raise ArgumentError(f"{source}: num_layers and num_heads: expected positive integers, got {got}")
-    layers = {}
-    for key, layer in data["layers"].items():
-        if not key.isdigit() or not int(key) < num_layers:
-            raise ArgumentError(f"{source}: layers: expected indices in 0..{num_layers - 1}, got {key!r}")
-        trace = Trace.from_dict(layer, f"{source}, layer {key}")
-        if trace.num_heads != num_heads:
-            raise ArgumentError(f"{source}, layer {key}: expected the trace's {num_heads} heads, got {trace.num_heads}")
-        if trace.tokens != tokens:
-            raise ArgumentError(f"{source}, layer {key}: tokens: {_first_difference(tokens, trace.tokens)}")
-        layers[int(key)] = trace
-    special, parts = data.get("special", [False] * len(tokens)), data.get("parts", [""] * len(tokens))
-    if not (isinstance(special, list) and len(special) == len(tokens) and all(type(x) is bool for x in special)):
-        raise ArgumentError(f"{source}: special: expected {len(tokens)} booleans, one per token")
-    if not (isinstance(parts, list) and len(parts) == len(tokens) and all(isinstance(x, str) for x in parts)):
-        raise ArgumentError(f"{source}: parts: expected {len(tokens)} strings, one per token")
-    layers = dict(sorted(layers.items()))
-    opens = data.get("opens")
-    if opens is not None and not (
-        isinstance(opens, dict)
-        and set(opens) <= {"layer", "head", "query"}
-        and all(type(x) is int and x >= 0 for x in opens.values())
-    ):
-        raise ArgumentError(f"{source}: opens: expected null or whole numbers ≥ 0 under layer, head, query")
-    return cls(str(data.get("model")), ids, tokens, layers, num_layers, num_heads, special, parts, opens)
-
-
-def _first_difference(tokens: list[str], got: list[str] | None) -> str:
-    """Where a layer's tokens part from the trace's: "expected …, got …" naming the first token that differs."""
-    if got is None or len(got) != len(tokens):
-        return f"expected the trace's {len(tokens)} tokens, got {'none' if got is None else len(got)}"
-    i = next(i for i, (want, have) in enumerate(zip(tokens, got, strict=True)) if want != have)
-    return f"expected the trace's tokens, got token {i} {got[i]!r} where the trace has {tokens[i]!r}"
+_KIND_WORDS = {
+    "en": {"self": "self-attention", "encoder": "encoder", "decoder": "decoder", "cross": "cross-attention"},
+    "zh": {"self": "自注意力", "encoder": "编码器", "decoder": "解码器", "cross": "交叉注意力"},
+}

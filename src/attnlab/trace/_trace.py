@@ -1,4 +1,5 @@
-"""Every intermediate of one self-attention forward pass, as data, text or JSON.
+"""Every intermediate of one attention forward pass, as data, text or JSON: self-attention
+over one sequence, or cross-attention of L queries over S keys of another sequence.
 
 The text has the seed program's sections in its order: the input's length and width,
 the shapes of Q, K and V, the raw scores, the scaled scores, the softmax weights and
@@ -47,6 +48,7 @@ _LABELS = {
         "head_output": "注意力头 {h} 的输出（out_proj 之前）",
         "layer_output": "层输出（拼接各头后经 out_proj）",
         "keys": "键",
+        "keys_length": "键序列长度",
         "rules": "注意力规则",
         "masked": "-inf：被屏蔽的键（权重为 0）",
     },
@@ -66,6 +68,7 @@ _LABELS = {
         "head_output": "Output of head {h} (before out_proj)",
         "layer_output": "Layer output (the heads side by side, through out_proj)",
         "keys": "keys",
+        "keys_length": "Keys' length",
         "rules": "attention rules",
         "masked": "-inf: a masked key (its weight is 0)",
     },
@@ -114,19 +117,18 @@ def _from_json(value: Any) -> Array:
 
 @dataclass
 class Trace:
-    """One forward pass of self-attention over L tokens.
+    """One forward pass of attention: L queries over S keys (S = L in self-attention).
 
-    inputs X (L, d_model); Q, K, V (L, d_k); scores = Q·Kᵀ (L, L); ``scale``, the scores'
-    multiplier; scaled_scores Z = softcap(scale · scores) + bias, −inf where masked (L, L);
-    weights = softmax(Z) (L, L) (with the sinks, if any); output = weights·V (L, d_k);
-    ``tokens`` label the rows (None: positions). A multi-head trace has a leading head
-    axis on every array but ``inputs``: Q (H, L, d_k), weights (H, L, L), and so on, and
-    ``layer_output`` (L, D), the layer's output after out_proj (None for a single head).
-    ``random_seed``: the seed of the random (untrained) weights that made it, so that
-    pages and plots say so; None when not known to be random. ``bias``: what was added to
-    the softcapped scores (a float mask, ALiBi), of the scores' shape, None without.
-    ``variants``: the rules it was built with (:class:`Variants`); None when not
-    recorded. (Saved traces from before a field load with None.)
+    inputs X (L, d_model), the queries' input; Q (L, d_k); K (S, d_k), V (S, d_v); scores = Q·Kᵀ (L, S);
+    ``scale``, the scores' multiplier; scaled_scores Z = softcap(scale · scores) + bias, −inf where masked
+    (L, S); weights = softmax(Z) (L, S) (with the sinks, if any); output = weights·V (L, d_v); ``tokens``
+    label the rows (None: positions), ``key_tokens`` the keys (cross-attention: the other sequence's tokens;
+    None: as ``tokens`` when S = L, else positions). A multi-head trace has a leading head axis on every array
+    but ``inputs`` (Q (H, L, d_k), weights (H, L, S) …) and ``layer_output`` (L, D), the output after out_proj
+    (None for a single head). ``random_seed``: the seed of the random (untrained) weights that made it, said
+    by pages and plots, or None. ``bias``: what was added to the softcapped scores (a float mask, ALiBi), of
+    the scores' shape, or None. ``variants``: the rules it was built with (:class:`Variants`), or None.
+    (Saved traces from before a field load with None.)
     """
 
     inputs: Array
@@ -143,6 +145,7 @@ class Trace:
     random_seed: int | None = None
     bias: Array | None = None
     variants: Variants | None = None
+    key_tokens: list[str] | None = None
 
     @property
     def num_heads(self) -> int:
@@ -150,8 +153,7 @@ class Trace:
 
     @property
     def masked(self) -> Array:
-        """Where a rule ruled a key out, of the scores' shape: −∞ among the scaled scores
-        where the raw score was not −∞ already (that is overflow, not a mask)."""
+        """Where a rule ruled a key out: −∞ among the scaled scores, not among the raw ones (overflow)."""
         return np.isneginf(self.scaled_scores) & ~np.isneginf(self.scores)
 
     def head(self, h: int) -> Trace:
@@ -163,18 +165,25 @@ class Trace:
         Raises:
             ArgumentError: ``h`` is not a head of the trace.
         """
-        if isinstance(h, bool) or not isinstance(h, (int, np.integer)) or not 0 <= h < self.num_heads:
-            raise fail("h", f"a head index in 0..{self.num_heads - 1}", repr(h))
-        return self if self.weights.ndim == 2 else _one_head(self, h)
+        return _one_head(self, h)
 
     @property
     def labels(self) -> list[str]:
         """The tokens, or the positions 0..L−1 as text."""
         return self.tokens if self.tokens is not None else [str(i) for i in range(len(self.inputs))]
 
+    @property
+    def num_keys(self) -> int:
+        """S, the keys' count (L in self-attention)."""
+        return int(self.weights.shape[-1])
+
+    @property
+    def key_labels(self) -> list[str]:
+        """The keys' :attr:`key_tokens`, else :attr:`labels` when S = L, else the positions 0..S−1."""
+        return self.key_tokens or _key_positions(self)
+
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready: nested lists of Python floats (full precision); −inf as None,
-        +inf as "Infinity", NaN as "NaN"."""
+        """JSON-ready: nested lists of Python floats (exact); −inf as None, +inf "Infinity", NaN "NaN"."""
         return {f.name: _json_field(getattr(self, f.name)) for f in fields(self)}
 
     def to_json(self) -> str:
@@ -184,7 +193,6 @@ class Trace:
     @classmethod
     def from_reference(cls, inputs: Any, steps: AttentionSteps, tokens: list[str] | None = None) -> Trace:
         """The trace of ``attnlab.reference.SelfAttention``, bit for bit.
-
         Args:
             inputs: the reference's input X, (L, d_model) as nested lists.
             steps: the reference's ``AttentionSteps`` of that input.
@@ -202,14 +210,12 @@ class Trace:
             source: the name the errors give it (a file's name).
 
         Raises:
-            ArgumentError: naming ``source`` and the problem, when a field is missing or
-                the shapes do not fit together.
+            ArgumentError: naming ``source`` and the field missing, or the shapes that do not fit.
         """
         return _trace_from_dict(data, source)
 
     def render(self, *, lang: str = "zh", precision: int = 4, title: str | None = None) -> str:
-        """The seed demo's text, in Chinese (default) or English labels; a multi-head
-        trace shows each head's steps in turn.
+        """The seed demo's text, in Chinese (default) or English; a multi-head trace head by head.
 
         Args:
             lang: the labels' language, "zh" or "en".
@@ -222,23 +228,31 @@ class Trace:
         return _render(self, lang, precision, title)
 
     def _repr_html_(self) -> str | None:
-        """Jupyter's display: the interactive page in a sandboxed iframe, or None (the
-        text repr) when the trace is too large for a page."""
+        """Jupyter's display: the page in a sandboxed iframe, or None (the text repr) when too large."""
         return notebook_html(self)
 
     def __repr__(self) -> str:
-        L, d_model = self.inputs.shape
-        return f"Trace(L={L}, d_model={d_model}, heads={self.num_heads}, scale={self.scale:.4g})"
+        (L, d_model), keys = self.inputs.shape, f", S={self.num_keys}" if self.num_keys != len(self.inputs) else ""
+        return f"Trace(L={L}{keys}, d_model={d_model}, heads={self.num_heads}, scale={self.scale:.4g})"
+
+
+def _key_positions(trace: Trace) -> list[str]:
+    """The keys' labels of a trace without key tokens: the rows' when S = L, else the positions 0..S−1."""
+    return trace.labels if trace.num_keys == len(trace.inputs) else [str(j) for j in range(trace.num_keys)]
 
 
 def _one_head(trace: Trace, h: int) -> Trace:
-    """Head ``h`` of a multi-head trace, without the layer's output."""
+    """Head ``h`` of a trace (itself when it has one head), without the layer's output."""
+    if isinstance(h, bool) or not isinstance(h, (int, np.integer)) or not 0 <= h < trace.num_heads:
+        raise fail("h", f"a head index in 0..{trace.num_heads - 1}", repr(h))
+    if trace.weights.ndim == 2:
+        return trace
     arrays = {name: getattr(trace, name)[h] for name in ARRAYS if name != "inputs"}
     bias = None if trace.bias is None else trace.bias[h]
     variants = None if trace.variants is None else trace.variants.head(h)
     return Trace(
         inputs=trace.inputs, scale=trace.scale, tokens=trace.tokens, random_seed=trace.random_seed, bias=bias,
-        variants=variants, **arrays,
+        variants=variants, key_tokens=trace.key_tokens, **arrays,
     )  # fmt: skip
 
 
@@ -269,17 +283,19 @@ def _trace_from_dict(data: Any, source: str) -> Trace:
         raise ArgumentError(f"{source}: inputs: expected a (L, d_model) matrix, got shape {arrays['inputs'].shape}")
     L = arrays["inputs"].shape[0]
     weights = arrays["weights"]
-    if weights.ndim not in (2, 3) or weights.shape[-2:] != (L, L):
+    if weights.ndim not in (2, 3) or weights.shape[-2] != L or weights.shape[-1] < 1:
         raise ArgumentError(
-            f"{source}: weights: expected shape (L, L) or (H, L, L) with L={L} input rows, got {weights.shape}"
+            f"{source}: weights: expected shape (L, S) or (H, L, S) with L={L} input rows, got {weights.shape}"
         )
+    S = weights.shape[-1]
     for name in ("scores", "scaled_scores"):
         if arrays[name].shape != weights.shape:
             raise ArgumentError(
                 f"{source}: {name}: expected shape {weights.shape} as weights, got {arrays[name].shape}"
             )
-    rows = weights.shape[:-1]  # (L,) or (H, L): every projection has one row per token and head
-    for name, like in (("Q", "Q"), ("K", "Q"), ("V", "V"), ("output", "V")):
+    queries = weights.shape[:-1]  # (L,) or (H, L): Q and the output have one row per query and head
+    keys = (*weights.shape[:-2], S)  # (S,) or (H, S): K and V one per key and head
+    for name, like, rows in (("Q", "Q", queries), ("K", "Q", keys), ("V", "V", keys), ("output", "V", queries)):
         shape, expected = arrays[name].shape, (*rows, arrays[like].shape[-1] if arrays[like].ndim else -1)
         if arrays[name].ndim != len(expected) or shape != expected or shape[-1] < 1:
             raise ArgumentError(f"{source}: {name}: expected shape {(*rows, 'width')}, got {shape}")
@@ -298,6 +314,7 @@ def _trace_from_dict(data: Any, source: str) -> Trace:
     if tokens is not None and not all(isinstance(t, str) for t in tokens):
         bad = next(t for t in tokens if not isinstance(t, str))
         raise ArgumentError(f"{source}: tokens: expected labels (strings), got {json.dumps(bad)}")
+    key_tokens = _saved_key_tokens(data, S, source)
     scale = data["scale"]
     try:
         finite = not isinstance(scale, bool) and isinstance(scale, (int, float)) and math.isfinite(scale)
@@ -316,8 +333,22 @@ def _trace_from_dict(data: Any, source: str) -> Trace:
     _check_not_numbers(arrays, float(scale), bias, source)
     return Trace(
         scale=float(data["scale"]), tokens=labels, layer_output=layer_output, random_seed=seed, bias=bias,
-        variants=variants, **arrays,
+        variants=variants, key_tokens=key_tokens, **arrays,
     )  # fmt: skip
+
+
+def _saved_key_tokens(data: dict[str, Any], keys: int, source: str) -> list[str] | None:
+    """A saved trace's key tokens: null (absent in traces from before), or ``keys`` strings, one per key."""
+    key_tokens = data.get("key_tokens")
+    if key_tokens is None:
+        return None
+    if not isinstance(key_tokens, list) or len(key_tokens) != keys:
+        got = f"{len(key_tokens)} labels" if isinstance(key_tokens, list) else type(key_tokens).__name__
+        raise ArgumentError(f"{source}: key_tokens: expected {keys} labels, one per key (S = {keys}), got {got}")
+    if not all(isinstance(t, str) for t in key_tokens):
+        bad = next(t for t in key_tokens if not isinstance(t, str))
+        raise ArgumentError(f"{source}: key_tokens: expected labels (strings), got {json.dumps(bad)}")
+    return list(key_tokens)
 
 
 # Below this no score of any dtype overflows (it is float16's largest number), so a saved
@@ -404,6 +435,9 @@ def _render(trace: Trace, lang: str, precision: int, title: str | None) -> str:
     t = _LABELS[lang]
 
     names = None if trace.tokens is None else [display_text(token) for token in trace.tokens]  # no ESC, no surrogate
+    # the columns' headers: the keys' own labels in cross-attention, else the tokens
+    keyed = trace.key_tokens is not None or (names is not None and trace.num_keys != len(names))
+    key_names = [display_text(token) for token in trace.key_labels] if keyed else names
 
     def label(key: str, i: int) -> str:
         return t[key].format(i=i, tok="" if names is None else f" ({names[i]})")
@@ -412,7 +446,7 @@ def _render(trace: Trace, lang: str, precision: int, title: str | None) -> str:
         cells = [[f"{x:.{precision}f}" for x in row] for row in matrix]
         width = max(len(c) for row in cells for c in row)
         # a column is as wide as its widest number, or its key's token when there is a header
-        widths = [max(width, _display_width(n)) for n in names] if header and names else [width] * len(cells[0])
+        widths = [max(width, _display_width(n)) for n in key_names] if header and key_names else [width] * len(cells[0])
         labels = [label(key, i) for i in range(len(cells))]
         # labels differ in width (a two-digit row, a Chinese token takes two columns): pad them
         label_width = max(_display_width(text) for text in labels)
@@ -420,8 +454,8 @@ def _render(trace: Trace, lang: str, precision: int, title: str | None) -> str:
             f"{_pad(text, label_width, left=False)}: [{', '.join(map(str.rjust, row, widths))}]"
             for text, row in zip(labels, cells, strict=True)
         ]
-        if header and names is not None:  # the keys above their columns
-            keys = ", ".join(_pad(n, w) for n, w in zip(names, widths, strict=True))
+        if header and key_names is not None:  # the keys above their columns
+            keys = ", ".join(_pad(n, w) for n, w in zip(key_names, widths, strict=True))
             lines.insert(0, f"{_pad(t['keys'], label_width)}   {keys}")
         return lines
 
@@ -430,6 +464,7 @@ def _render(trace: Trace, lang: str, precision: int, title: str | None) -> str:
 
     L, d_model = trace.inputs.shape
     lines = [_RULE, display_text(title or t["title"]), _RULE, f"{t['length']}: {L}", f"{t['width']}: {d_model}"]
+    lines += [f"{t['keys_length']}: {trace.num_keys}"] if keyed or trace.num_keys != L else []
     for h in range(trace.num_heads):
         one = trace.head(h)
         lines += [f"\n-- {t['head']} {h} --"] if trace.num_heads > 1 else []
@@ -481,31 +516,35 @@ def build_trace(
     alibi_slopes: ArrayLike | None = None,
     sinks: ArrayLike | None = None,
     mask_mod: MaskMod | None = None,
+    key_tokens: Sequence[str] | None = None,
 ) -> Trace:
-    """The trace of attention over projections Q, K (…, L, d_k) and V (…, L, d_v) of
-    ``inputs`` (L, d_model): the weights and output come from the engine, and the scores
-    beside them for display, the scaled ones modified as the engine modified them, through
-    the engine's own Problem (``engine._masks.modify_scores_``).
+    """The trace of attention over projections Q (…, L, d_k) of ``inputs`` (L, d_model)
+    and K (…, S, d_k), V (…, S, d_v): of the same rows in self-attention (S = L), of
+    another sequence's in cross-attention. The weights and output come from the engine,
+    and the scores beside them for display, the scaled ones modified as the engine
+    modified them, through the engine's own Problem (``engine._masks.modify_scores_``).
 
     Args:
-        inputs: X, (L, d_model).
+        inputs: X, (L, d_model), the queries' input.
         Q: (…, L, d_k), one head or (H, L, d_k).
-        K: (…, L, d_k).
-        V: (…, L, d_v).
+        K: (…, S, d_k).
+        V: (…, S, d_v).
         scale: multiplies Q·Kᵀ; None: 1/√d_k.
-        is_causal: query i attends to keys j <= i only.
+        is_causal: query i attends to keys j <= i only (j <= i + S − L bottom-right aligned).
         tokens: L labels of the rows, or None.
-        attn_mask: bool (True: may attend) or float (added), broadcasting to (…, L, L).
-        causal_alignment: "top_left" or "bottom_right" (the same here: L = S).
+        attn_mask: bool (True: may attend) or float (added), broadcasting to (…, L, S).
+        causal_alignment: "top_left" or "bottom_right" (the same when L = S).
         window: (left, right): query i attends to keys i − left … i + right only.
         softcap: c > 0: scale·Q·Kᵀ becomes c·tanh(scale·Q·Kᵀ / c).
         alibi_slopes: one slope per head, (H,) ((1,) for one head): adds −slope·|j − i|.
         sinks: one sink logit per head, (H,) ((1,) for one head).
         mask_mod: FlexAttention's mask function, as :func:`attnlab.attention` takes it.
+        key_tokens: S labels of K's and V's rows when they are not the queries' (the
+            other sequence's tokens in cross-attention), or None (the same as ``tokens``).
 
     Raises:
-        ValueError, TypeError: tokens that are not L labels, and any argument that
-            :func:`attnlab.attention` refuses.
+        ValueError, TypeError: tokens that are not L labels, key tokens that are not S
+            labels, and any argument that :func:`attnlab.attention` refuses.
     """
     scale = 1.0 / math.sqrt(Q.shape[-1]) if scale is None else real_number("scale", scale)
     L = len(inputs)
@@ -515,6 +554,11 @@ def build_trace(
         raise fail("tokens", f"{L} labels, one per row of the input", "a string", TypeError)
     if tokens is not None and len(tokens) != L:
         raise fail("tokens", f"{L} labels, one per row of the input", f"{len(tokens)} labels")
+    S = np.shape(K)[-2] if np.ndim(K) >= 2 else 0
+    if isinstance(key_tokens, str):
+        raise fail("key_tokens", f"{S} labels, one per row of K", "a string", TypeError)
+    if key_tokens is not None and len(key_tokens) != S:
+        raise fail("key_tokens", f"{S} labels, one per row of K and V", f"{len(key_tokens)} labels")
     result = attention(
         Q, K, V, attn_mask=attn_mask, is_causal=is_causal, causal_alignment=causal_alignment, window=window,
         softcap=softcap, alibi_slopes=alibi_slopes, sinks=sinks, mask_mod=mask_mod, scale=scale, need_weights=True,
@@ -540,7 +584,11 @@ def build_trace(
     labels = None if tokens is None else list(tokens)
     weights = result.weights
     assert weights is not None  # need_weights: the naive engine's
-    return Trace(inputs, Q, K, V, scores, scale, scaled, weights, result.output, labels, bias=bias, variants=variants)
+    key_labels = None if key_tokens is None else list(key_tokens)
+    return Trace(
+        inputs, Q, K, V, scores, scale, scaled, weights, result.output, labels, bias=bias, variants=variants,
+        key_tokens=key_labels,
+    )  # fmt: skip
 
 
 def _modify(pb: Problem, scores: Array) -> None:

@@ -1,9 +1,10 @@
 """The attention variants a trace was built with, recorded so that its text, page and plot
 can say them (the engine's semantics are in ``attnlab.engine._variants``).
 
-A trace is self-attention over one sequence, so L = S and the diagonal's offset is 0 with
-either causal alignment; every rule below reads with d = j − i, key j's distance from
-query i's diagonal.
+Self-attention is over one sequence, L = S, so the diagonal's offset is 0 with either
+causal alignment; cross-attention (L queries over S ≠ L keys) moves it to S − L when
+bottom-right aligned. Every rule below reads with d = j − i, key j's distance from query
+i's diagonal.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ _WORDS = {
         "last": "i + {n}",
         "start": "0",
         "end": "L − 1",
-        "alignment": "bottom-right aligned (the same as top-left here: as many keys as queries)",
+        "alignment": "bottom-right aligned (query i's diagonal is key i + S − L: the same as top-left when S = L)",
         "softcap": "softcap {c}: scores become {c}·tanh(z/{c}), within ±{c}",
         "alibi": "ALiBi: −slope·|j − i| added to the scores (slope {slopes})",
         "sinks": "sinks: one logit per head joins each softmax (logit {sinks}), so a row's weights sum to less than 1",
@@ -41,7 +42,7 @@ _WORDS = {
         "last": "i + {n}",
         "start": "0",
         "end": "L − 1",
-        "alignment": "右下对齐（此处与左上相同：键与查询一样多）",
+        "alignment": "右下对齐（查询 i 的对角线在键 i + S − L：S = L 时与左上相同）",
         "softcap": "softcap {c}：分数变为 {c}·tanh(z/{c})，落在 ±{c} 之内",
         "alibi": "ALiBi：分数加上 −slope·|j − i|（slope {slopes}）",
         "sinks": "sinks：每个头一个 logit 加入 softmax（logit {sinks}），一行的权重之和小于 1",

@@ -1,6 +1,12 @@
 """One self-contained HTML page that shows a trace: scripts, styles and data inline,
 nothing fetched from the network.
 
+A trace is over one sequence of tokens or two (cross-attention: an encoder-decoder
+model's decoder tokens on the rows, its encoder's on the columns); a model's page chooses
+its entries by name, grouped by kind (encoder, decoder, cross). A vision model's page
+carries its image (PNG, drawn by Pillow) and draws each patch as its token, with the
+chosen query's attention over the image.
+
 The page holds the raw scores Q·Kᵀ, the mask, and Q, K, V of every head, and the
 variants the trace was built with (softcap, the bias of a float mask and ALiBi, the
 sinks); it computes the weights itself as softmax(softcap(scale · scores) + bias) over
@@ -12,8 +18,10 @@ from __future__ import annotations
 
 import base64
 import html
+import io
 import json
 import re
+from collections.abc import Callable
 from importlib.resources import files
 from pathlib import Path
 from typing import NamedTuple
@@ -51,7 +59,10 @@ class PageShape(NamedTuple):
     """What a page's size depends on: L tokens, H heads and the layers it shows, the
     widths (E, Ev) of q, k and v, whether it is a model's page (rounded to fit) or a
     single layer's (exact), the bytes of one number of the trace, and the heads of a
-    bias (L, L) it carries (0: none)."""
+    bias (L, L) it carries (0: none). A page of entries of other lengths (an
+    encoder-decoder model's, cross-attention's L × S) gives its counts exactly: ``scores``
+    Σ L·S·H, ``cells`` Σ L·S (the masks), ``numbers`` Σ H·(L·E + S·(E + Ev)) (q, k and v)
+    and ``bias_scores`` Σ L·S·(the bias's heads); 0: from ``length`` as above."""
 
     length: int
     heads: int
@@ -60,16 +71,26 @@ class PageShape(NamedTuple):
     model: bool
     itemsize: int = 8
     bias_heads: int = 0
+    scores: int = 0
+    cells: int = 0
+    numbers: int = 0
+    bias_scores: int = 0
 
     @classmethod
     def of(cls, trace: Trace | ModelTrace) -> PageShape:
-        """The shape of the page of ``trace``."""
+        """The shape of the page of ``trace``, its counts exact."""
         traces = list(trace.layers.values()) if isinstance(trace, ModelTrace) else [trace]
         q, v = _with_heads(traces[0].Q), _with_heads(traces[0].V)  # (H, L, E), (H, L, Ev)
         itemsize = 8 if q.dtype == np.float64 else 4
-        bias_heads = sum(0 if t.bias is None else _with_heads(t.bias).shape[0] for t in traces)
+        bias_heads = [0 if t.bias is None else _with_heads(t.bias).shape[0] for t in traces]
         widths, model = (q.shape[-1], v.shape[-1]), isinstance(trace, ModelTrace)
-        return cls(q.shape[1], q.shape[0], len(traces), widths, model, itemsize, bias_heads)
+        cells = [len(t.inputs) * t.num_keys for t in traces]
+        numbers = sum(_with_heads(t.Q).size + _with_heads(t.K).size + _with_heads(t.V).size for t in traces)
+        return cls(
+            max(len(t.inputs) for t in traces), max(t.num_heads for t in traces), len(traces), widths, model,
+            itemsize, sum(bias_heads), sum(c * t.num_heads for c, t in zip(cells, traces, strict=True)), sum(cells),
+            numbers, sum(c * b for c, b in zip(cells, bias_heads, strict=True)),
+        )  # fmt: skip
 
 
 def _with_heads(x: Array) -> Array:
@@ -94,7 +115,7 @@ def _binary(x: Array, dtype: str) -> str:
 def page_bytes(shape: PageShape, itemsize: int = 3) -> int:
     """About the size of a page's q, k and v: L·H·layers·(2E + Ev) numbers of ``itemsize``
     bytes (3: float24, the least a page uses), in base64."""
-    numbers = shape.length * shape.heads * shape.layers * (2 * shape.widths[0] + shape.widths[1])
+    numbers = shape.numbers or shape.length * shape.heads * shape.layers * (2 * shape.widths[0] + shape.widths[1])
     return numbers * itemsize * 4 // 3
 
 
@@ -116,7 +137,7 @@ def check_page_size(
     """
     shape = page if isinstance(page, PageShape) else PageShape.of(page)
     length, heads, layers = shape.length, shape.heads, shape.layers
-    scores = length**2 * heads * layers
+    scores = shape.scores or length**2 * heads * layers
     if shape.model:
         max_scores, max_bytes, itemsize = MAX_MODEL_PAGE_SCORES, MAX_PAGE_BYTES, 3
         held = f"{length} tokens × {layers} layer{'s' * (layers > 1)} × {heads} heads"
@@ -127,8 +148,8 @@ def check_page_size(
         held, fewer = f"{length} tokens × {heads} heads", "fewer tokens or heads"
         too_many = f"a page keeps L×L matrices per head, at most {max_scores:,} scores (L²·heads)"
     given = scores * itemsize * 4 // 3 if scores <= GIVEN_SCORES_UP_TO else 0  # in base64, as q, k and v
-    bias = length**2 * shape.bias_heads * itemsize * 4 // 3
-    size = page_bytes(shape, itemsize) + given + length**2 * layers + bias
+    bias = (shape.bias_scores or length**2 * shape.bias_heads) * itemsize * 4 // 3
+    size = page_bytes(shape, itemsize) + given + (shape.cells or length**2 * layers) + bias
     if size > max_bytes:
         too_many = f"a page of about {size / 1e6:.1f} MB, at most {max_bytes / 1e6:g} MB"
     elif scores <= max_scores:
@@ -158,7 +179,7 @@ def opening(
     if opens.get("layer") not in indices:  # a saved trace of other layers than its answer's
         opens = {"layer": indices[0]}
     shown = trace.layers[opens["layer"]] if isinstance(trace, ModelTrace) else trace
-    length = len(trace.tokens if isinstance(trace, ModelTrace) else trace.labels)
+    length = len(shown.inputs)  # its queries: the tokens, or an encoder's the source tokens
     for name, given, limit in (("head", head, shown.num_heads), ("query", query, length)):
         if given is not None:
             if isinstance(given, bool) or not isinstance(given, (int, np.integer)) or not 0 <= given < limit:
@@ -170,30 +191,96 @@ def opening(
 
 
 def page_data(trace: Trace | ModelTrace, opens: dict[str, int] | None = None) -> dict[str, object]:
-    """What the page needs: the tokens and, per layer (one for a Trace), its name, scale,
-    mask and per-head q, k, v (H, L, ·) as base64 float arrays; the raw scores q·kᵀ
-    (H, L, L) too while the page holds at most GIVEN_SCORES_UP_TO of them in all, past
-    which the page computes them from q and k; the view it opens on (``opens``, as
-    :func:`opening` gives, its layer a position among the page's layers); the seed of
-    random weights (a note on the page), or None. Tokens are shown as
-    :func:`~attnlab.trace._display.display_text` gives."""
-    if isinstance(trace, ModelTrace):
-        named: list[tuple[int | None, Trace]] = list(trace.layers.items())
-        tokens, model, special, parts = trace.tokens, trace.model, trace.special, trace.parts
-    else:
-        named, tokens, model = [(None, trace)], trace.labels, ""
-        special, parts = [False] * len(tokens), [""] * len(tokens)
+    """What the page needs: its sequences of tokens (one, or two: an encoder-decoder
+    model's decoder tokens then its encoder's, a cross-attention trace's queries then its
+    keys), each with its marks, and, per layer (one for a Trace), its name (a module path,
+    "layer i"), kind, the sequences on its rows and columns, scale, mask and per-head q
+    (H, L, E), k, v (H, S, ·) as base64 float arrays; the raw scores q·kᵀ (H, L, S) too
+    while the page holds at most GIVEN_SCORES_UP_TO of them in all, past which the page
+    computes them from q and k; the view it opens on (``opens``, as :func:`opening` gives,
+    its layer a position among the page's layers); the seed of random weights (a note on
+    the page), or None; a vision model's image (:func:`image_data`), or None. Tokens are shown as
+    :func:`~attnlab.trace._display.display_text` gives.
+
+    Raises:
+        MissingDependencyError: the trace has an image and Pillow is not installed.
+    """
+    sequences, rows_cols = _sequences(trace)
+    named: list[tuple[int | None, Trace]] = (
+        list(trace.layers.items()) if isinstance(trace, ModelTrace) else [(None, trace)]
+    )
+    model = trace.model if isinstance(trace, ModelTrace) else ""
     given = sum(_with_heads(t.scores).size for _, t in named) <= GIVEN_SCORES_UP_TO
     shape = PageShape.of(trace)
     exact = page_bytes(shape, shape.itemsize) <= MAX_PAGE_BYTES * 0.95  # room for the rest
     # a model's page past 16 MB rounds its numbers to fit; a single layer's stays exact
     dtype = ("float64" if shape.itemsize == 8 else "float32") if exact or not model else "float24"
-    layers = [{"name": "" if i is None else f"layer {i}", "index": i, **_layer_data(t, given, dtype)} for i, t in named]
+    layers = []
+    for i, one in named:
+        name = "" if i is None else trace.name(i) if isinstance(trace, ModelTrace) else f"layer {i}"
+        kind = trace.kind(i) if isinstance(trace, ModelTrace) and i is not None else "self"
+        rows, cols = rows_cols(kind)
+        layers.append(
+            {"name": name, "index": i, "kind": kind, "rows": rows, "cols": cols, **_layer_data(one, given, dtype)}
+        )
     seeds = [t.random_seed for _, t in named if t.random_seed is not None]
     return {  # the page shows text: control characters and lone surrogates escaped (no page can encode those)
-        "tokens": [display_text(t) for t in tokens], "model": display_text(model), "special": special,
-        "parts": [display_text(p) for p in parts], "layers": layers,
-        "opens": opens or opening(trace), "random_seed": seeds[0] if seeds else None,
+        "model": display_text(model), "sequences": sequences, "layers": layers, "opens": opens or opening(trace),
+        "random_seed": seeds[0] if seeds else None,
+        "image": image_data(trace) if isinstance(trace, ModelTrace) else None,
+    }  # fmt: skip
+
+
+def _sequence(name: str, tokens: list[str], special: list[bool], parts: list[str]) -> dict[str, object]:
+    """One sequence of the page: its name and its tokens, as text fit for display, with their marks."""
+    return {
+        "name": name, "tokens": [display_text(t) for t in tokens], "special": list(special),
+        "parts": [display_text(p) for p in parts],
+    }  # fmt: skip
+
+
+def _sequences(trace: Trace | ModelTrace) -> tuple[list[dict[str, object]], Callable[[str], tuple[int, int]]]:
+    """The page's sequences, and which of them (rows, columns) an entry of a kind is over."""
+    if isinstance(trace, Trace):
+        rows = _sequence("queries", trace.labels, [False] * len(trace.labels), [""] * len(trace.labels))
+        if trace.key_tokens is None and trace.num_keys == len(trace.inputs):
+            rows["name"] = "tokens"
+            return [rows], lambda kind: (0, 0)
+        keys = trace.key_labels
+        return [rows, _sequence("keys", keys, [False] * len(keys), [""] * len(keys))], lambda kind: (0, 1)
+    if trace.source_tokens is None:
+        return [_sequence("tokens", trace.tokens, trace.special, trace.parts)], lambda kind: (0, 0)
+    target = _sequence("decoder", trace.tokens, trace.special, trace.parts)
+    source = _sequence("encoder", trace.source_tokens, trace.source_special, trace.source_parts)
+    over = {"encoder": (1, 1), "cross": (0, 1)}  # the decoder's self-attention: (0, 0)
+    return [target, source], lambda kind: over.get(kind, (0, 0))
+
+
+def image_data(trace: ModelTrace) -> dict[str, object] | None:
+    """A vision model's image for its page, or None: the PNG as base64, its height and
+    width, the patch grid (rows, cols), the sequence (0 or 1) whose tokens are the patches
+    and the patches' token indices, row by row (the tokens not marked special).
+
+    Raises:
+        MissingDependencyError: Pillow is not installed (``pip install 'attnlab[hf]'``).
+    """
+    if trace.image is None or trace.patch_grid is None:
+        return None
+    try:
+        from PIL import Image
+    except ImportError:
+        raise MissingDependencyError(
+            "a vision model's page draws its image with Pillow: pip install 'attnlab[hf]'"
+        ) from None
+    buffer = io.BytesIO()
+    Image.fromarray(np.ascontiguousarray(trace.image, dtype=np.uint8), "RGB").save(buffer, format="PNG")
+    on_source = trace.image_sequence == "source"
+    special = trace.source_special if on_source else trace.special
+    height, width, _ = trace.image.shape
+    return {
+        "png": base64.b64encode(buffer.getvalue()).decode(), "height": int(height), "width": int(width),
+        "grid": list(trace.patch_grid), "sequence": 1 if on_source else 0,
+        "patches": [i for i, marked in enumerate(special) if not marked],
     }  # fmt: skip
 
 

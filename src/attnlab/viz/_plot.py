@@ -1,7 +1,8 @@
 """Heatmaps of a trace with matplotlib (the ``viz`` extra): PNG, SVG, PDF, or an Axes.
 
 One panel per head in a grid, token labels on both axes (every n-th past 60 tokens;
-one- and two-character tokens upright), a colour bar, and the values written in the
+one- and two-character tokens upright; cross-attention's L × S matrix with the queries'
+tokens on the rows and the keys' on the columns), a colour bar, and the values written in the
 cells when the matrix is small. A masked cell of the weights or the scaled scores (a key
 that a rule rules out: causal, a window, a mask) is drawn light grey, hatched, with no
 number, and a legend under the panels says so, titled by the trace's attention rules.
@@ -166,7 +167,7 @@ class _Panel:
 
 
 def _masked_cells(panel: _Panel, stage: str) -> Any:
-    """The masked cells of the panel's matrix (L, L), none for the raw scores (Q·Kᵀ is
+    """The masked cells of the panel's matrix (L, S), none for the raw scores (Q·Kᵀ is
     computed before any mask)."""
     one = panel.trace.head(panel.head)
     return np.zeros(one.scores.shape, dtype=bool) if stage == "scores" else one.masked
@@ -211,19 +212,21 @@ def _draw(ax: Any, panel: _Panel, stage: str, low: float, high: float, font: dic
     trace, h = panel.trace, panel.head
     matrix = getattr(trace.head(h), STAGES[stage])
     masked = _masked_cells(panel, stage)
-    L = len(trace.labels)
+    longest = max(len(trace.labels), trace.num_keys)  # L queries, S keys
     shown = np.ma.array(matrix, mask=~np.isfinite(matrix) | masked)
     image = ax.imshow(shown, cmap="viridis", vmin=low, vmax=high, interpolation="nearest")
     if masked.any():
-        _grey_out(ax, masked, hatch=L <= LABELS_UP_TO)
-    positions, texts = _tick_labels(trace.labels, 12 if panel.small else LABELS_UP_TO)
+        _grey_out(ax, masked, hatch=longest <= LABELS_UP_TO)
+    most = 12 if panel.small else LABELS_UP_TO
+    positions, texts = _tick_labels(trace.labels, most)  # the rows: the queries' tokens
+    key_positions, key_texts = _tick_labels(trace.key_labels, most)  # the columns: the keys' (another sequence's)
     # one or two characters (Chinese ones above all) stand upright while there is room for them
-    upright = all(len(t) <= 2 for t in texts) and len(positions) <= 30
-    size = max(6, min(10, 500 / len(positions))) if positions else 10
+    upright = all(len(t) <= 2 for t in key_texts) and len(key_positions) <= 30
+    size = max(6, min(10, 500 / max(len(positions), len(key_positions), 1)))
     # parse_math=False: a token is drawn as typed, "$x^2$" as those five characters, not as mathtext
     ax.set_xticks(
-        positions, texts if panel.bottom else [], rotation=0 if upright else 90, fontdict=font, fontsize=size,
-        parse_math=False,
+        key_positions, key_texts if panel.bottom else [], rotation=0 if upright else 90, fontdict=font,
+        fontsize=size, parse_math=False,
     )  # fmt: skip
     ax.set_yticks(positions, texts if panel.left else [], fontdict=font, fontsize=size, parse_math=False)
     if panel.bottom:
@@ -235,7 +238,7 @@ def _draw(ax: Any, panel: _Panel, stage: str, low: float, high: float, font: dic
     ax.set_title(
         where if panel.small else f"{title} · {where}" if where else title, fontsize=9 if panel.small else None
     )
-    if L <= ANNOTATE_UP_TO and not panel.small:
+    if longest <= ANNOTATE_UP_TO and not panel.small:
         for (i, j), value in np.ndenumerate(matrix):
             if masked[i, j]:
                 continue  # the grey cell says it: no number, least of all −∞ as if it were a score
@@ -315,15 +318,20 @@ def plot(
     if stage not in STAGES:
         raise fail("stage", f"one of {', '.join(STAGES)}", repr(stage))
     chosen = select_heads(heads, trace.num_heads)
-    labels = trace.tokens if isinstance(trace, ModelTrace) else trace.labels
-    L = len(labels)
+    if isinstance(trace, ModelTrace):
+        labels = trace.tokens + (trace.source_tokens or [])
+        L = max(max(len(t.inputs), t.num_keys) for t in trace.layers.values())
+    else:
+        labels = trace.labels + (trace.key_tokens or [])
+        L = max(len(trace.inputs), trace.num_keys)
     size = min(max(3.5, 0.3 * min(L, LABELS_UP_TO) + 2.0), 10.0)  # inches a panel
     if isinstance(trace, ModelTrace):
         rows, columns = len(trace.layers), len(chosen)
         size = min(size, max(2.2, 30 / max(rows, columns)))  # a 12 × 12 grid stays a few thousand pixels
         small = size < 4.5
+        own_keys = not small or trace.source_tokens is not None  # two sequences: each panel labels its own keys
         panels = [
-            _Panel(t, h, f"layer {i} · head {h}", small, left=c == 0, bottom=r == rows - 1 or not small)
+            _Panel(t, h, f"{trace.name(i)} · head {h}", small, left=c == 0, bottom=r == rows - 1 or own_keys)
             for r, (i, t) in enumerate(trace.layers.items())
             for c, h in enumerate(chosen)
         ]

@@ -2,12 +2,18 @@
 // trace from the JSON block #attnlab-data, computes each head's weights as the engine did,
 // softmax(softcap(scale · q·kᵀ) + bias) over the unmasked keys (with the sink, if any),
 // and draws the heatmap (masked cells grey and struck through), the head view, the
-// step-by-step table and, for a model, the model view. What changes lives in `state`;
+// step-by-step table and, for a model, the model view (its entries grouped by kind), and
+// for a vision model the image's patches as its tokens and a query's attention over it.
+// A layer's L queries and S keys are tokens of the page's sequences (two for an
+// encoder-decoder model: cross-attention has the decoder's on its rows, the encoder's on
+// its columns). What changes lives in `state`, and the sequences on show with the layer;
 // everything else is fixed when the page opens. Tokens are only ever written as text.
 
 const $ = (id) => document.getElementById(id);
 const page = JSON.parse($("attnlab-data").textContent);
-const tokens = page.tokens, L = tokens.length;
+const sequences = page.sequences;
+// the shown layer's sequences: its rows' (L queries) and its columns' (S keys), set by showSequences
+let rowSeq = sequences[0], colSeq = sequences[0], L = rowSeq.tokens.length, S = L;
 
 // ---- numbers: decoding, scores, weights ----
 
@@ -27,13 +33,15 @@ function decode(text, dtype) {
   for (let n = 0; n < raw.length; n++) bytes[n] = raw.charCodeAt(n);
   return dtype === "float64" ? new Float64Array(bytes.buffer) : new Float32Array(bytes.buffer);
 }
-// a layer: q, k (H·L·E), v (H·L·Ev), the raw scores q·k (H·L·L, given, or computed once
-// per head), the masks (one per head, or one for all), the variants (softcap, the bias
-// added after it (1 or H)·L·L, one sink per head), and its caches: each head's weights at
-// one scale, the value norms
+// a layer: its L queries and S keys (rows and cols: which sequences), q (H·L·E), k (H·S·E),
+// v (H·S·Ev), the raw scores q·k (H·L·S, given, or computed once per head), the masks (one
+// per head, or one for all), the variants (softcap, the bias added after it (1 or H)·L·S,
+// one sink per head), and its caches: each head's weights at one scale, the value norms
 function layerOf(layer) {
   return {
-    name: layer.name, index: layer.index, scale: layer.scale, H: layer.heads, E: layer.d_k, Ev: layer.d_v,
+    name: layer.name, index: layer.index, kind: layer.kind, rows: layer.rows, cols: layer.cols,
+    L: sequences[layer.rows].tokens.length, S: sequences[layer.cols].tokens.length,
+    scale: layer.scale, H: layer.heads, E: layer.d_k, Ev: layer.d_v,
     masked: layer.masked, single: layer.dtype !== "float64", // float32 scores round (and overflow) as float32
     q: decode(layer.q, layer.dtype), k: decode(layer.k, layer.dtype), v: decode(layer.v, layer.dtype),
     given: layer.scores === null ? null : decode(layer.scores, layer.dtype), computed: new Map(), weights: new Map(),
@@ -42,67 +50,71 @@ function layerOf(layer) {
     largest: null,
   };
 }
-const vectorAt = (x, width, h, i) => Array.from(x.subarray((h * L + i) * width, (h * L + i + 1) * width));
-// head h's raw scores q·kᵀ (L·L), each rounded to float32 when the trace was float32
+// row i of head h of x (H·count·width): a query's q (count L) or a key's k, v (count S)
+const vectorAt = (x, width, count, h, i) =>
+  Array.from(x.subarray((h * count + i) * width, (h * count + i + 1) * width));
+// head h's raw scores q·kᵀ (L·S), each rounded to float32 when the trace was float32
 function computeScores(layer, h) {
-  const s = new Float64Array(L * L), E = layer.E, q = layer.q, k = layer.k;
+  const { L, S, E, q, k } = layer, s = new Float64Array(L * S);
   for (let i = 0; i < L; i++) {
     const qi = (h * L + i) * E;
-    for (let j = 0; j < L; j++) {
-      const kj = (h * L + j) * E;
+    for (let j = 0; j < S; j++) {
+      const kj = (h * S + j) * E;
       let dot = 0;
       for (let e = 0; e < E; e++) dot += q[qi + e] * k[kj + e];
-      s[i * L + j] = layer.single ? Math.fround(dot) : dot;
+      s[i * S + j] = layer.single ? Math.fround(dot) : dot;
     }
   }
   return s;
 }
 function scoresOf(layer, h) {
-  if (layer.given) return layer.given.subarray(h * L * L, (h + 1) * L * L);
+  const size = layer.L * layer.S;
+  if (layer.given) return layer.given.subarray(h * size, (h + 1) * size);
   if (!layer.computed.has(h)) layer.computed.set(h, computeScores(layer, h));
   return layer.computed.get(h);
 }
-const maskOf = (layer, h) => layer.masked[layer.masked.length === 1 ? 0 : h]; // L strings of "0" and "1"
+const maskOf = (layer, h) => layer.masked[layer.masked.length === 1 ? 0 : h]; // L strings of S "0" and "1"
 const maskedIn = (layer, h, i, j) => maskOf(layer, h)[i].charCodeAt(j) === 49; // "1"
 const hasMasked = (layer, h) => maskOf(layer, h).some((row) => row.includes("1"));
 const modified = (layer) => layer.softcap !== null || layer.bias !== null; // ② is more than × scale
 // z_ij of head h at `scale`: softcap(scale · s_ij) + bias_ij, as the engine modifies a score
 function scoreAt(layer, h, s, scale, i, j) {
-  let z = scale * s[i * L + j];
+  const { L, S } = layer;
+  let z = scale * s[i * S + j];
   if (layer.softcap !== null) z = layer.softcap * Math.tanh(z / layer.softcap);
-  if (layer.bias !== null) z += layer.bias[((layer.biasHeads === 1 ? 0 : h) * L + i) * L + j];
+  if (layer.bias !== null) z += layer.bias[((layer.biasHeads === 1 ? 0 : h) * L + i) * S + j];
   return z;
 }
 // row i of softmax(z) into w, masked entries excluded, the sink joining the sum: the engine's formula
 function softmaxRow(layer, h, s, scale, i, w) {
-  const z = new Float64Array(L), sink = layer.sinks === null ? -Infinity : layer.sinks[h];
+  const S = layer.S, z = new Float64Array(S), sink = layer.sinks === null ? -Infinity : layer.sinks[h];
   let max = sink;
-  for (let j = 0; j < L; j++) {
+  for (let j = 0; j < S; j++) {
     if (!maskedIn(layer, h, i, j)) { z[j] = scoreAt(layer, h, s, scale, i, j); max = Math.max(max, z[j]); }
   }
   let sum = layer.sinks === null ? 0 : Math.exp(sink - max);
-  for (let j = 0; j < L; j++) {
+  for (let j = 0; j < S; j++) {
     const e = maskedIn(layer, h, i, j) ? 0 : Math.exp(z[j] - max);
-    w[i * L + j] = e; sum += e;
+    w[i * S + j] = e; sum += e;
   }
-  for (let j = 0; j < L; j++) w[i * L + j] = sum === 0 ? 0 : w[i * L + j] / sum; // all masked: 0; NaN stays NaN
+  for (let j = 0; j < S; j++) w[i * S + j] = sum === 0 ? 0 : w[i * S + j] / sum; // all masked: 0; NaN stays NaN
 }
-// head h's weights (L·L) at `scale`, cached
+// head h's weights (L·S) at `scale`, cached
 function weightsOf(layer, h, scale) {
   const key = h + ":" + scale;
   if (layer.weights.has(key)) return layer.weights.get(key);
-  const s = scoresOf(layer, h), w = new Float64Array(L * L);
-  for (let i = 0; i < L; i++) softmaxRow(layer, h, s, scale, i, w);
+  const s = scoresOf(layer, h), w = new Float64Array(layer.L * layer.S);
+  for (let i = 0; i < layer.L; i++) softmaxRow(layer, h, s, scale, i, w);
   if (layer.weights.size > 2 * layer.H) layer.weights.clear(); // the grid's and the slider's, not every scale
   layer.weights.set(key, w);
   return w;
 }
 const norm = (xs) => Math.sqrt(xs.reduce((a, x) => a + x * x, 0));
-// ‖v_j‖ of every head and key (H·L) and each head's largest finite one, once per layer
+// ‖v_j‖ of every head and key (H·S) and each head's largest finite one, once per layer
 function normsOf(layer) {
   if (layer.norms === null) {
     const values = Array.from({ length: layer.H }, (_, h) =>
-      Array.from({ length: L }, (_, j) => norm(vectorAt(layer.v, layer.Ev, h, j))));
+      Array.from({ length: layer.S }, (_, j) => norm(vectorAt(layer.v, layer.Ev, layer.S, h, j))));
     layer.norms = { values, largest: values.map((norms) => Math.max(0, ...norms.filter(Number.isFinite))) };
   }
   return layer.norms;
@@ -119,6 +131,14 @@ const state = {
   hover: null, cell: null, byValue: false, relative: false,
 };
 const shownLayer = () => layers[state.layer];
+// the shown layer's sequences on the rows and columns
+function showSequences() {
+  rowSeq = sequences[shownLayer().rows];
+  colSeq = sequences[shownLayer().cols];
+  L = rowSeq.tokens.length;
+  S = colSeq.tokens.length;
+}
+showSequences();
 const defaultScale = () => 1 / Math.sqrt(shownLayer().E);
 const weights = (h) => weightsOf(shownLayer(), h, state.scale);
 
@@ -126,18 +146,19 @@ const weights = (h) => weightsOf(shownLayer(), h, state.scale);
 
 const vec = (xs) => "[" + xs.map((x) => x.toFixed(3)).join(", ") + "]";
 const shorten = (t, most) => ([...t].length > most ? [...t].slice(0, most - 1).join("") + "…" : t); // their start
-// a token's marks: special ([CLS]) or a piece of a character split over several tokens
-const tokenClass = (i) => (page.special[i] ? "special" : page.parts[i] ? "part" : "");
-const tokenTitle = (i) =>
-  page.special[i] ? "special token" : page.parts[i] ? `holds bytes of ${page.parts[i]}, split over several tokens` : "";
+// token i of sequence `seq`: its marks, special ([CLS]) or a piece of a character split over several tokens
+const tokenClass = (seq, i) => (seq.special[i] ? "special" : seq.parts[i] ? "part" : "");
+const tokenTitle = (seq, i) =>
+  seq.special[i] ? "special token" : seq.parts[i] ? `holds bytes of ${seq.parts[i]}, split over several tokens` : "";
 // a piece that shows no character of its own is named by the character it is part of
-const pieceOnly = (i) => page.parts[i] && !tokens[i].trim();
-const tokenLabel = (i) => (pieceOnly(i) ? `${tokens[i]}‹piece of ${page.parts[i]}›` : tokens[i]);
+const pieceOnly = (seq, i) => seq.parts[i] && !seq.tokens[i].trim();
+const tokenLabel = (seq, i) => (pieceOnly(seq, i) ? `${seq.tokens[i]}‹piece of ${seq.parts[i]}›` : seq.tokens[i]);
 const tick = (x) => (x === 0 || x >= 0.1 ? x.toFixed(2) : x.toPrecision(2)); // 0.0012, not 0.00
 function summary() {
   const { H, E } = shownLayer();
-  return `${page.model ? page.model + ": " : ""}${L} tokens, ` +
-    (layers.length > 1 ? `${layers.length} layers, ` : "") + `${H} head${H > 1 ? "s" : ""}, d_k = ${E}` +
+  const length = rowSeq === colSeq ? `${L} tokens` : `${L} queries (${rowSeq.name}) × ${S} keys (${colSeq.name})`;
+  return `${page.model ? page.model + ": " : ""}${length}, ` +
+    (layers.length > 1 ? `${layers.length} ${grouped() ? "attention modules" : "layers"}, ` : "") + `${H} head${H > 1 ? "s" : ""}, d_k = ${E}` +
     (page.layers[0].dtype === "float24" ? "; q, k, v rounded to 17 significant bits to fit the page" : "");
 }
 
@@ -155,11 +176,12 @@ function colour(t) {
 const weightColour = (w, top) => (Number.isFinite(w) ? colour(top > 0 ? w / top : 0) : NOT_A_NUMBER);
 // a cell's colour: grey when masked (the rules rule the key out), else its weight's
 const cellColour = (w, top, masked) => (masked ? MASKED : weightColour(w, top));
-// the L×L weights w of head h onto an L×L canvas, a pixel each
+// the L×S weights w of head h onto an S wide, L high canvas, a pixel each
 function paintWeights(target, layer, h, w, top) {
-  const context = target.getContext("2d"), image = context.createImageData(L, L), rows = maskOf(layer, h);
-  for (let n = 0; n < L * L; n++) {
-    const [r, g, b] = cellColour(w[n], top, rows[Math.floor(n / L)].charCodeAt(n % L) === 49);
+  const { L, S } = layer, context = target.getContext("2d"), image = context.createImageData(S, L);
+  const rows = maskOf(layer, h);
+  for (let n = 0; n < L * S; n++) {
+    const [r, g, b] = cellColour(w[n], top, rows[Math.floor(n / S)].charCodeAt(n % S) === 49);
     image.data.set([r, g, b, 255], 4 * n);
   }
   context.putImageData(image, 0, 0);
@@ -170,54 +192,71 @@ function paintWeights(target, layer, h, w, top) {
 const FONT = "12px system-ui, 'Noto Sans CJK SC', 'WenQuanYi Zen Hei', sans-serif";
 const WIDE_FONT = "bold 14px 'Noto Sans CJK SC', 'WenQuanYi Zen Hei', sans-serif";
 const canvas = $("heatmap"), bar = $("colourbar"), bitmap = document.createElement("canvas");
-// fixed when the page opens: the cell size, every `every`-th token labelled when they would
-// crowd, the margin that holds the labels, and whether they stand upright (one or two
-// characters, a Chinese token, when every shown label fits its column)
+// fixed while the layer's sequences are on show: the cells' width (`cell`, a column's) and
+// height (`rowCell`, a row's: the same when L = S; cross-attention's few queries over many
+// keys get taller rows, up to 4 times as tall as wide), every `every`-th column's and
+// `everyRow`-th row's token labelled when they would crowd, the labels of the rows (`shown`)
+// and of the columns (`shownKeys`), the margin that holds them, and whether the columns'
+// stand upright (one or two characters, a Chinese token, when every shown label fits its column)
 function heatmapLayout() {
   const measure = canvas.getContext("2d");
   measure.font = FONT;
-  const cell = Math.max(1, Math.min(48, Math.floor(640 / L)));
-  const every = Math.max(1, Math.ceil(13 / cell));
-  const shown = tokens.map((t, i) => (i % every === 0 ? shorten(t, 16) : null));
-  const labelled = shown.filter((t) => t !== null), widthOf = (t) => measure.measureText(t).width;
+  const fit = (n) => Math.max(1, Math.min(48, Math.floor(640 / n)));
+  const cell = fit(Math.max(L, S)), rowCell = L === S ? cell : Math.max(cell, Math.min(fit(L), 4 * cell));
+  const every = Math.max(1, Math.ceil(13 / cell)), everyRow = Math.max(1, Math.ceil(13 / rowCell));
+  const thinned = (seq, n) => seq.tokens.map((t, i) => (i % n === 0 ? shorten(t, 16) : null));
+  const shown = thinned(rowSeq, everyRow), shownKeys = colSeq === rowSeq ? shown : thinned(colSeq, every);
+  const labelled = [...shown, ...shownKeys].filter((t) => t !== null), widthOf = (t) => measure.measureText(t).width;
   const margin = Math.min(140, 10 + Math.max(16, ...labelled.map(widthOf)));
-  const upright = labelled.every((t) => [...t].length <= 2 && widthOf(t) <= every * cell - 2);
-  return { cell, shown, margin, upright, every };
+  const upright = shownKeys.filter((t) => t !== null).every((t) => [...t].length <= 2 && widthOf(t) <= every * cell - 2);
+  return { cell, rowCell, shown, shownKeys, margin, upright, every, everyRow };
 }
-const { cell, shown, margin, upright, every } = heatmapLayout();
+let { cell, rowCell, shown, shownKeys, margin, upright, every, everyRow } = heatmapLayout();
 const ordinal = (n) => n + ((n % 100 >= 11 && n % 100 <= 13) ? "th" : ["th", "st", "nd", "rd"][n % 10] ?? "th");
 // labels thinned to fit: which ones the axes carry
-const axisNote = () => (every > 1
-  ? `axes: every ${ordinal(every)} token labelled (${Math.ceil(L / every)} of ${L}: tokens 0, ${every}, ${2 * every}, …); ` +
-    "hover a cell for its query and key" : "");
+const thinnedNote = (n, count, what) =>
+  `every ${ordinal(n)} ${what} labelled (${Math.ceil(count / n)} of ${count}: tokens 0, ${n}, ${2 * n}, …)`;
+function axisNote() {
+  if (every === 1 && everyRow === 1) return "";
+  const notes = rowSeq === colSeq ? [thinnedNote(every, L, "token")]
+    : [...(everyRow > 1 ? [thinnedNote(everyRow, L, "query")] : []), ...(every > 1 ? [thinnedNote(every, S, "key")] : [])];
+  return `axes: ${notes.join("; ")}; hover a cell for its query and key`;
+}
 const randomNote = () => (page.random_seed === null ? ""
   : `random weights (seed ${page.random_seed}), not trained: what a head shows here is chance, not something learned`);
 function sizeHeatmap() {
-  canvas.width = canvas.height = margin + L * cell;
+  canvas.width = margin + S * cell;
+  canvas.height = margin + L * rowCell;
   bar.width = 70;
   bar.height = canvas.height + 8; // room for the 0 tick's label
-  bitmap.width = bitmap.height = L;
+  bitmap.width = S;
+  bitmap.height = L;
+}
+// what the heatmap's rows and columns are, in its heading
+function axesHeading() {
+  $("axes").textContent = rowSeq === colSeq ? "rows: queries, columns: keys"
+    : `rows: ${L} queries, ${rowSeq.name} tokens; columns: ${S} keys, ${colSeq.name} tokens`;
 }
 // colour is the weight itself (0 → 1) unless "relative" is on: then 0 → the head's largest
 function colourScale() {
   const w = weights(state.head);
   let top = 0, bad = 0;
-  for (let n = 0; n < L * L; n++) if (Number.isFinite(w[n])) top = Math.max(top, w[n]); else bad++;
+  for (let n = 0; n < L * S; n++) if (Number.isFinite(w[n])) top = Math.max(top, w[n]); else bad++;
   return { w, top: state.relative ? top : 1, bad };
 }
-// a piece that shows no character: an orange dash beside its row and column
-function drawPieceMark(ctx, mid) {
+// a piece that shows no character: an orange dash beside its row (or above its column)
+function drawPieceMark(ctx, mid, column) {
   ctx.fillStyle = "#b60";
-  ctx.fillRect(margin - 12, mid - 1, 8, 2);
-  ctx.fillRect(mid - 1, margin - 12, 2, 8);
+  if (column) ctx.fillRect(mid - 1, margin - 12, 2, 8);
+  else ctx.fillRect(margin - 12, mid - 1, 8, 2);
 }
 function drawQueryLabel(ctx, t, i, mid) { // query i, left of row i
-  ctx.fillStyle = i === state.query ? "#b00" : page.special[i] ? "#888" : "#222";
+  ctx.fillStyle = i === state.query ? "#b00" : rowSeq.special[i] ? "#888" : "#222";
   ctx.textAlign = "right";
   ctx.fillText(t, margin - 4, mid, margin - 6);
 }
 function drawKeyLabel(ctx, t, i, mid) { // key j, above column j: upright, or read bottom to top
-  ctx.fillStyle = page.special[i] ? "#888" : "#222";
+  ctx.fillStyle = colSeq.special[i] ? "#888" : "#222";
   ctx.save();
   if (upright) {
     ctx.textAlign = "center";
@@ -234,24 +273,26 @@ function drawLabels(ctx) {
   ctx.font = FONT;
   ctx.fillStyle = "#222";
   ctx.textBaseline = "middle";
-  shown.forEach((t, i) => {
+  const draw = (labels, column) => labels.forEach((t, i) => {
     if (t === null) return;
-    const mid = margin + (i + 0.5) * cell;
+    const mid = margin + (i + 0.5) * (column ? cell : rowCell);
     ctx.font = WIDE_PUNCTUATION.test(t) ? WIDE_FONT : FONT; // as in the head view: "，" in a CJK font
-    if (pieceOnly(i)) drawPieceMark(ctx, mid);
-    drawQueryLabel(ctx, t, i, mid);
-    drawKeyLabel(ctx, t, i, mid);
+    if (pieceOnly(column ? colSeq : rowSeq, i)) drawPieceMark(ctx, mid, column);
+    if (column) drawKeyLabel(ctx, t, i, mid);
+    else drawQueryLabel(ctx, t, i, mid);
   });
+  draw(shown, false);
+  draw(shownKeys, true);
 }
 // a stroke across each masked cell, from its bottom left to its top right, while cells are large enough to show it
 function strikeMasked(ctx) {
-  if (cell < 6) return;
+  if (Math.min(cell, rowCell) < 6) return;
   const rows = maskOf(shownLayer(), state.head);
   ctx.beginPath();
-  for (let i = 0; i < L; i++) for (let j = 0; j < L; j++) {
+  for (let i = 0; i < L; i++) for (let j = 0; j < S; j++) {
     if (rows[i].charCodeAt(j) !== 49) continue;
-    ctx.moveTo(margin + j * cell + 1, margin + (i + 1) * cell - 1);
-    ctx.lineTo(margin + (j + 1) * cell - 1, margin + i * cell + 1);
+    ctx.moveTo(margin + j * cell + 1, margin + (i + 1) * rowCell - 1);
+    ctx.lineTo(margin + (j + 1) * cell - 1, margin + i * rowCell + 1);
   }
   ctx.strokeStyle = MASKED_STROKE;
   ctx.lineWidth = 1;
@@ -274,17 +315,17 @@ function drawHeatmap() {
   const ctx = canvas.getContext("2d");
   ctx.clearRect(0, 0, canvas.width, canvas.height);
   ctx.imageSmoothingEnabled = false;
-  ctx.drawImage(bitmap, margin, margin, L * cell, L * cell);
+  ctx.drawImage(bitmap, margin, margin, S * cell, L * rowCell);
   strikeMasked(ctx);
   drawLabels(ctx);
   ctx.strokeStyle = "#d00";
-  ctx.strokeRect(margin + 0.5, margin + state.query * cell + 0.5, L * cell - 1, Math.max(1, cell - 1));
+  ctx.strokeRect(margin + 0.5, margin + state.query * rowCell + 0.5, S * cell - 1, Math.max(1, rowCell - 1));
   drawBar(top);
   $("legend").textContent = legendText(top, bad);
   drawMaskLegend();
 }
 function drawBar(top) {
-  const ctx = bar.getContext("2d"), y0 = margin, height = L * cell;
+  const ctx = bar.getContext("2d"), y0 = margin, height = L * rowCell;
   ctx.clearRect(0, 0, bar.width, bar.height);
   for (let y = 0; y < height; y++) {
     const [r, g, b] = colour(1 - y / Math.max(1, height - 1));
@@ -302,15 +343,15 @@ function cellAt(event) {
   const box = canvas.getBoundingClientRect();
   const x = ((event.clientX - box.left) / box.width) * canvas.width - margin;
   const y = ((event.clientY - box.top) / box.height) * canvas.height - margin;
-  const i = Math.floor(y / cell), j = Math.floor(x / cell);
-  return x >= 0 && y >= 0 && i < L && j < L ? [i, j] : null;
+  const i = Math.floor(y / rowCell), j = Math.floor(x / cell);
+  return x >= 0 && y >= 0 && i < L && j < S ? [i, j] : null;
 }
 function showCell() {
-  if (state.cell === null) return;
-  const [i, j] = state.cell, w = weights(state.head)[i * L + j];
+  if (state.cell === null || state.cell[0] >= L || state.cell[1] >= S) return;
+  const [i, j] = state.cell, w = weights(state.head)[i * S + j];
   const masked = maskedIn(shownLayer(), state.head, i, j) ? " (masked: the key is ruled out)" : "";
   $("cell-value").textContent = `head ${state.head}, scale ${state.scale.toFixed(4)}: ` +
-    `query ${i} (${tokenLabel(i)}) → key ${j} (${tokenLabel(j)}): ${w.toFixed(4)}${masked}`;
+    `query ${i} (${tokenLabel(rowSeq, i)}) → key ${j} (${tokenLabel(colSeq, j)}): ${w.toFixed(4)}${masked}`;
   $("cell-value").dataset.value = w.toFixed(4);
 }
 function bindHeatmap() {
@@ -334,15 +375,16 @@ function svgElement(name, attributes) {
 // full-width punctuation (，。、！？「」 …): the first font that has it draws a speck, so a CJK font draws it
 const WIDE_PUNCTUATION = /^[\u3000-\u303f\uff01-\uff0f\uff1a-\uff20\uff3b-\uff40\uff5b-\uff65]+$/;
 const labelX = (side) => (side ? HEAD_VIEW_WIDTH - 110 : 110);
-// token i's label on one side (0: queries, 1: keys)
+// token i's label on one side (0: queries, of the rows' sequence; 1: keys, of the columns')
 function headViewLabel(side, i) {
+  const seq = side ? colSeq : rowSeq, text = seq.tokens[i];
   const label = svgElement("text", { x: labelX(side), y: i * ROW + 16, "text-anchor": side ? "start" : "end" });
-  label.textContent = shorten(tokens[i], 14);
-  if (WIDE_PUNCTUATION.test(tokens[i])) label.classList.add("wide"); // "，" in a CJK font, not a Latin font's dot
-  if (tokenClass(i)) {
-    label.classList.add(tokenClass(i));
+  label.textContent = shorten(text, 14);
+  if (WIDE_PUNCTUATION.test(text)) label.classList.add("wide"); // "，" in a CJK font, not a Latin font's dot
+  if (tokenClass(seq, i)) {
+    label.classList.add(tokenClass(seq, i));
     const tooltip = svgElement("title", {});
-    tooltip.textContent = tokenTitle(i);
+    tooltip.textContent = tokenTitle(seq, i);
     label.appendChild(tooltip);
   }
   return label;
@@ -357,16 +399,17 @@ function bindQueryLabel(label, i) {
   label.addEventListener("mouseleave", () => { state.hover = null; drawHeadView(); });
   label.addEventListener("click", () => select(i));
 }
-// the svg's labels, once: the group the lines go into and the query labels
+// the svg's labels, once per pair of sequences: the group the lines go into and the query labels
 function buildHeadView() {
   const svg = $("headview"), queries = [];
+  svg.replaceChildren();
   svg.setAttribute("width", HEAD_VIEW_WIDTH);
-  svg.setAttribute("height", L * ROW + 8);
+  svg.setAttribute("height", Math.max(L, S) * ROW + 8);
   const lines = svgElement("g", {});
   svg.appendChild(lines);
   for (const side of [0, 1]) {
-    for (let i = 0; i < L; i++) {
-      if (pieceOnly(i)) svg.appendChild(pieceMark(side, i));
+    for (let i = 0; i < (side ? S : L); i++) {
+      if (pieceOnly(side ? colSeq : rowSeq, i)) svg.appendChild(pieceMark(side, i));
       const label = headViewLabel(side, i);
       if (!side) {
         bindQueryLabel(label, i);
@@ -381,8 +424,8 @@ function buildHeadView() {
 // largest; by value, α_j·‖v_j‖ over the head's largest ‖v‖
 function arrowWeights(i) {
   const w = weights(state.head), { values, largest } = normsOf(shownLayer()), top = largest[state.head], out = [];
-  for (let j = 0; j < L; j++) {
-    const a = state.byValue ? (top > 0 ? (w[i * L + j] * values[state.head][j]) / top : 0) : w[i * L + j];
+  for (let j = 0; j < S; j++) {
+    const a = state.byValue ? (top > 0 ? (w[i * S + j] * values[state.head][j]) / top : 0) : w[i * S + j];
     out.push(Number.isFinite(a) ? a : 0);
   }
   return out;
@@ -390,7 +433,7 @@ function arrowWeights(i) {
 function drawHeadView() {
   const i = state.hover === null ? state.query : state.hover;
   headView.lines.replaceChildren();
-  const faint = Math.min(0.01, 0.5 / L); // near-uniform rows of long sequences still show
+  const faint = Math.min(0.01, 0.5 / S); // near-uniform rows of long sequences still show
   arrowWeights(i).forEach((a, j) => {
     if (a < faint) return;
     headView.lines.appendChild(svgElement("line", {
@@ -418,33 +461,34 @@ function stepsHeader(table, layer) {
 // key j's row for `query` ({ i, h, layer, w, s }); adds α_j·v_j to total
 function stepRow(table, query, j, total) {
   const { i, h, layer, w, s } = query;
-  const k = vectorAt(layer.k, layer.E, h, j), dot = s[i * L + j], a = w[i * L + j];
-  const av = vectorAt(layer.v, layer.Ev, h, j).map((x) => a * x);
+  const k = vectorAt(layer.k, layer.E, S, h, j), dot = s[i * S + j], a = w[i * S + j];
+  const av = vectorAt(layer.v, layer.Ev, S, h, j).map((x) => a * x);
   av.forEach((x, n) => (total[n] += x));
   const z = maskedIn(layer, h, i, j) ? "masked" : scoreAt(layer, h, s, state.scale, i, j).toFixed(4);
-  const cells = [j, tokenLabel(j), vec(k), dot.toFixed(4), z, a.toFixed(4), vec(av), (a * normsOf(layer).values[h][j]).toFixed(4)];
+  const norms = (a * normsOf(layer).values[h][j]).toFixed(4);
+  const cells = [j, tokenLabel(colSeq, j), vec(k), dot.toFixed(4), z, a.toFixed(4), vec(av), norms];
   const tr = table.insertRow();
   tr.dataset.weight = String(a);
   cells.forEach((text, n) => {
     const td = tr.insertCell();
     td.textContent = String(text);
     if (n === 1) {
-      td.className = ("token " + tokenClass(j)).trim();
-      td.title = tokenTitle(j);
+      td.className = ("token " + tokenClass(colSeq, j)).trim();
+      td.title = tokenTitle(colSeq, j);
     }
   });
 }
 function drawSteps() {
   const layer = shownLayer(), i = state.query, h = state.head;
   const query = { i, h, layer, w: weights(h), s: scoresOf(layer, h) };
-  $("steps-token").textContent = `${i} (${tokenLabel(i)}), ${layer.name ? layer.name + ", " : ""}head ${h}`;
-  $("query-vector").textContent = "q = " + vec(vectorAt(layer.q, layer.E, h, i));
+  $("steps-token").textContent = `${i} (${tokenLabel(rowSeq, i)}), ${layer.name ? layer.name + ", " : ""}head ${h}`;
+  $("query-vector").textContent = "q = " + vec(vectorAt(layer.q, layer.E, L, h, i));
   const table = $("steps");
   table.replaceChildren();
   stepsHeader(table, layer);
   $("steps-rules").textContent = stepsRules(layer);
   const total = new Array(layer.Ev).fill(0);
-  for (let j = 0; j < L; j++) stepRow(table, query, j, total);
+  for (let j = 0; j < S; j++) stepRow(table, query, j, total);
   $("output-vector").textContent = "⑤ output = Σ α_j·v_j = " + vec(total);
 }
 
@@ -463,7 +507,7 @@ function stepsRules(layer) {
 
 // ---- what is on show: query, head, layer, scale ----
 
-function render() { drawHeatmap(); drawHeadView(); drawSteps(); showCell(); }
+function render() { drawHeatmap(); drawHeadView(); drawSteps(); showCell(); drawOverlay(); markPatch(); }
 // the head view's own box scrolls to the query; the page itself stays where it is, controls in view
 function scrollToQuery(i) {
   const box = $("headview-box");
@@ -480,7 +524,9 @@ const fillHeads = () =>
 // another layer: its numbers, its heads and its 1/√d_k; the query and the scale's ratio stay
 function useLayer(l) {
   const ratio = shownLayer().scale !== 0 ? state.scale / shownLayer().scale : 1; // against the model's own scale
+  const before = shownLayer();
   state.layer = l;
+  if (before.rows !== shownLayer().rows || before.cols !== shownLayer().cols) enterSequences();
   $("layer").value = String(l);
   fillHeads();
   state.head = Math.min(state.head, shownLayer().H - 1);
@@ -490,11 +536,25 @@ function useLayer(l) {
   setScale(ratio * shownLayer().scale);
   markGrid();
 }
+// another pair of sequences on the axes (an encoder's layer after a cross-attention's): the
+// heatmap's layout and size, the head view's labels, the query within the rows
+function enterSequences() {
+  showSequences();
+  ({ cell, rowCell, shown, shownKeys, margin, upright, every, everyRow } = heatmapLayout());
+  sizeHeatmap();
+  headView = buildHeadView();
+  state.query = Math.min(state.query, L - 1);
+  state.cell = null;
+  $("cell-value").textContent = "";
+  $("axis-note").textContent = axisNote();
+  axesHeading();
+  showPatches();
+}
 // the rules the layer on show was built with (a window, softcap …), and what its grey cells are
 function showRules() {
   const rules = shownLayer().rules;
   $("rules-note").hidden = !rules;
-  const grey = cell < 6 ? "Grey cells" : "Grey, struck-through cells"; // as strikeMasked draws them
+  const grey = Math.min(cell, rowCell) < 6 ? "Grey cells" : "Grey, struck-through cells"; // as strikeMasked draws them
   $("rules-note").textContent = rules ? `attention rules: ${rules}. ${grey} are masked keys.` : "";
 }
 // the slider is logarithmic: position p is 1/√d_k · 10^(p/100), from 1/100 to 100 times
@@ -524,12 +584,16 @@ function gridHeader(grid, heads) {
     header.appendChild(th);
   }
 }
-// head h of layer l, `size` pixels wide; a click, Enter or space opens it
+// head h of layer l, `size` pixels on its longer side (cross-attention's L × S is not square); a click,
+// Enter or space opens it
 function thumbnail(layer, l, h, size) {
-  const small = document.createElement("canvas");
-  small.width = small.height = L;
+  const small = document.createElement("canvas"), longer = Math.max(layer.L, layer.S);
+  small.width = layer.S;
+  small.height = layer.L;
   paintWeights(small, layer, h, weightsOf(layer, h, layer.scale), 1);
-  small.style.width = small.style.height = `${size}px`;
+  const side = (n) => Math.max(Math.min(size, 24), Math.round((size * n) / longer)); // a thin one stays clickable
+  small.style.width = `${side(layer.S)}px`;
+  small.style.height = `${side(layer.L)}px`;
   small.style.imageRendering = "pixelated";
   small.title = `${layer.name}, head ${h}`;
   small.dataset.layer = String(l);
@@ -543,16 +607,49 @@ function thumbnail(layer, l, h, size) {
   });
   return small;
 }
+// an encoder-decoder model's kinds, in the order the page groups them, and their headings
+const KINDS = ["self", "encoder", "decoder", "cross"];
+const KIND_TITLES = {
+  self: "self-attention", encoder: "encoder self-attention: encoder tokens × encoder tokens",
+  decoder: "decoder self-attention: decoder tokens × decoder tokens",
+  cross: "cross-attention: decoder tokens (rows, queries) × encoder tokens (columns, keys)",
+};
+// the layers' positions grouped by kind, each group in the model's order: [[kind, [l, …]], …]
+const groups = () => KINDS.map((kind) => [kind, layers.flatMap((x, l) => (x.kind === kind ? [l] : []))])
+  .filter(([, members]) => members.length > 0);
+const grouped = () => groups().length > 1 || layers.some((x) => x.kind !== "self");
 function drawGrid() {
   const grid = $("grid"), heads = Math.max(...layers.map((x) => x.H));
   const size = Math.max(36, Math.min(96, Math.floor(1100 / heads)));
   gridHeader(grid, heads);
-  layers.forEach((layer, l) => {
-    const tr = grid.insertRow(), th = document.createElement("th");
-    th.textContent = layer.name;
-    tr.appendChild(th);
-    for (let h = 0; h < layer.H; h++) tr.insertCell().appendChild(thumbnail(layer, l, h, size));
-  });
+  for (const [kind, members] of groups()) {
+    if (grouped()) {
+      const th = document.createElement("th");
+      th.colSpan = heads + 1;
+      th.className = "kind";
+      th.textContent = KIND_TITLES[kind];
+      grid.insertRow().appendChild(th);
+    }
+    for (const l of members) {
+      const layer = layers[l], tr = grid.insertRow(), th = document.createElement("th");
+      th.textContent = layer.name;
+      tr.dataset.kind = kind;
+      tr.appendChild(th);
+      for (let h = 0; h < layer.H; h++) tr.insertCell().appendChild(thumbnail(layer, l, h, size));
+    }
+  }
+}
+// the layer selector: every entry by name, in groups by kind where the model has kinds
+function fillLayers() {
+  const select = $("layer");
+  for (const [kind, members] of groups()) {
+    const parent = grouped() ? document.createElement("optgroup") : select;
+    if (grouped()) {
+      parent.label = kind === "cross" ? "cross-attention" : kind;
+      select.appendChild(parent);
+    }
+    for (const l of members) parent.appendChild(new Option(layers[l].name, String(l)));
+  }
 }
 function openHead(l, h) {
   if (l !== state.layer) useLayer(l);
@@ -584,6 +681,126 @@ function usableScale(s) {
   return Number.isFinite(s) && s >= 0 && (layer.softcap !== null || s * largestScore(layer) <= most);
 }
 
+// ---- the image: a vision model's patches as its tokens, and a query's attention over it ----
+
+// page.image: null, or the PNG (base64), its height and width, the grid (rows, cols), the
+// sequence whose tokens are the patches and the patches' token indices, row by row
+const picture = page.image;
+let pictureElement = null; // the decoded image, once loaded
+const patchCanvases = [], patchOf = new Map(); // a thumbnail per patch; token index → patch index
+const patchSize = () => [picture.height / picture.grid[0], picture.width / picture.grid[1]]; // (height, width) pixels
+// whether the shown layer's queries (rows) or keys (columns) are the image's patches
+const patchesAreQueries = () => picture !== null && shownLayer().rows === picture.sequence;
+const patchesAreKeys = () => picture !== null && shownLayer().cols === picture.sequence;
+// patch p's thumbnail: a canvas of the patch's own pixels, shown `size` pixels wide; a click chooses it
+function patchThumbnail(token, p, size) {
+  const [ph, pw] = patchSize(), cols = picture.grid[1], small = document.createElement("canvas");
+  small.width = pw;
+  small.height = ph;
+  small.style.width = `${size}px`;
+  small.style.height = `${Math.round((size * ph) / pw)}px`;
+  small.dataset.token = String(token);
+  small.dataset.patch = String(p);
+  small.title = `patch ${p}: row ${Math.floor(p / cols)}, column ${p % cols} (token ${token})`;
+  small.addEventListener("click", () => choosePatch(token));
+  return small;
+}
+// the tokens that are not patches ([CLS], a distillation token, registers), drawn apart as buttons
+function apartTokens() {
+  const seq = sequences[picture.sequence];
+  return seq.tokens.flatMap((t, i) => {
+    if (patchOf.has(i)) return [];
+    const button = document.createElement("button");
+    button.type = "button";
+    button.className = "apart-token";
+    button.textContent = t;
+    button.dataset.token = String(i);
+    button.title = `token ${i}: not a patch`;
+    button.addEventListener("click", () => choosePatch(i));
+    return [button];
+  });
+}
+function buildImagePanel() {
+  if (picture === null) return;
+  $("image-panel").hidden = false;
+  const cols = picture.grid[1], size = Math.max(10, Math.min(40, Math.floor(520 / cols)));
+  picture.patches.forEach((token, p) => patchOf.set(token, p));
+  $("patches").style.gridTemplateColumns = `repeat(${cols}, ${size}px)`;
+  picture.patches.forEach((token, p) => patchCanvases.push(patchThumbnail(token, p, size)));
+  $("patches").replaceChildren(...patchCanvases);
+  $("apart").replaceChildren(...apartTokens());
+  const overlay = $("overlay"), shownWidth = Math.max(224, cols * size + 2 * (cols - 1)); // as wide as the thumbnails
+  overlay.width = picture.width;
+  overlay.height = picture.height;
+  overlay.style.width = `${shownWidth}px`;
+  overlay.style.height = `${Math.round((shownWidth * picture.height) / picture.width)}px`;
+  overlay.addEventListener("click", (event) => {
+    const box = overlay.getBoundingClientRect(), [ph, pw] = patchSize();
+    const x = ((event.clientX - box.left) / box.width) * picture.width, y = ((event.clientY - box.top) / box.height) * picture.height;
+    const p = Math.floor(y / ph) * cols + Math.floor(x / pw);
+    if (p >= 0 && p < picture.patches.length) choosePatch(picture.patches[p]);
+  });
+  const image = new Image();
+  image.onload = () => { pictureElement = image; drawPatches(); drawOverlay(); };
+  image.src = "data:image/png;base64," + picture.png; // a data: URL, as the page's policy allows: nothing fetched
+  showPatches();
+}
+// each thumbnail: its patch's pixels, exactly (one canvas pixel per image pixel)
+function drawPatches() {
+  const [ph, pw] = patchSize(), cols = picture.grid[1];
+  patchCanvases.forEach((small, p) => {
+    small.getContext("2d").drawImage(pictureElement, (p % cols) * pw, Math.floor(p / cols) * ph, pw, ph, 0, 0, pw, ph);
+  });
+}
+function choosePatch(token) { if (patchesAreQueries()) select(token, true); }
+// what the thumbnails do for the shown layer: choose its query, or nothing (its queries are another sequence's)
+function showPatches() {
+  if (picture === null) return;
+  $("patches").classList.toggle("inert", !patchesAreQueries());
+  $("patches-note").textContent = patchesAreQueries()
+    ? `${picture.patches.length} patches (${picture.grid[0]} × ${picture.grid[1]}), each a token: click one to make it the query`
+    : `${picture.patches.length} patches (${picture.grid[0]} × ${picture.grid[1]}); this layer's queries are the ${rowSeq.name} tokens`;
+}
+function markPatch() {
+  if (picture === null) return;
+  const chosen = (element) => patchesAreQueries() && Number(element.dataset.token) === state.query;
+  for (const element of [...patchCanvases, ...$("apart").children]) element.classList.toggle("selected", chosen(element));
+}
+// the shown query's weight on each patch (the head on show), or null when the keys are not the patches
+function overlayWeights() {
+  if (!patchesAreKeys()) return null;
+  const w = weights(state.head);
+  return picture.patches.map((j) => w[state.query * S + j]);
+}
+// the image, and over each patch the query's weight on it, 0 (dark) → the largest of them (bright)
+function drawOverlay() {
+  if (picture === null || pictureElement === null) return;
+  const ctx = $("overlay").getContext("2d"), values = overlayWeights(), [ph, pw] = patchSize(), cols = picture.grid[1];
+  ctx.globalAlpha = 1;
+  ctx.drawImage(pictureElement, 0, 0);
+  if (values === null) {
+    $("overlay-note").textContent = `this layer's keys are the ${colSeq.name} tokens, not the image's patches`;
+    return;
+  }
+  const top = Math.max(0, ...values.filter(Number.isFinite)), total = values.reduce((a, x) => a + (Number.isFinite(x) ? x : 0), 0);
+  ctx.globalAlpha = 0.6;
+  values.forEach((a, p) => {
+    const [r, g, b] = weightColour(a, top);
+    ctx.fillStyle = `rgb(${r},${g},${b})`;
+    ctx.fillRect((p % cols) * pw, Math.floor(p / cols) * ph, pw, ph);
+  });
+  ctx.globalAlpha = 1;
+  if (patchesAreQueries() && patchOf.has(state.query)) {
+    const p = patchOf.get(state.query);
+    ctx.strokeStyle = "#d00";
+    ctx.lineWidth = Math.max(1, pw / 8);
+    ctx.strokeRect((p % cols) * pw, Math.floor(p / cols) * ph, pw, ph);
+  }
+  $("overlay-note").textContent = `query ${state.query} (${tokenLabel(rowSeq, state.query)}), head ${state.head}: ` +
+    `its weight on each patch, 0 (dark) → ${top.toFixed(4)} (bright, the largest); the patches take ${total.toFixed(4)} ` +
+    `of it, the tokens apart ${(1 - total).toFixed(4)}`;
+}
+
 // ---- controls ----
 
 function bindScaleControls() {
@@ -603,7 +820,7 @@ function bindControls() {
   $("relative").addEventListener("change", () => { state.relative = $("relative").checked; drawHeatmap(); });
   fillHeads();
   $("head").addEventListener("change", () => setHead(Number($("head").value)));
-  layers.forEach((layer, l) => $("layer").add(new Option(layer.name, String(l))));
+  fillLayers();
   $("layer-label").hidden = layers.length < 2;
   if (page.model) {
     $("model-view").hidden = false;
@@ -618,6 +835,7 @@ function bindControls() {
   $("random-note").hidden = !randomNote();
   showRules();
   $("axis-note").textContent = axisNote();
+  axesHeading();
 }
 
 // ---- exports: they carry the title, the labels and the colour bar as the page shows them ----
@@ -629,20 +847,19 @@ const escapeXML = (t) =>
   t.replace(/[\u0000-\u0008\u000b\u000c\u000e-\u001f\ufffe\uffff]/g, "\ufffd") // not allowed in XML
     .replace(/[&<>"']/g, (c) => `&#${c.charCodeAt(0)};`);
 function svgAxisLabels() {
-  return shown.flatMap((t, i) => {
-    if (t === null) return [];
-    const mid = margin + (i + 0.5) * cell;
-    return [`<text x="${margin - 4}" y="${mid}" text-anchor="end" dominant-baseline="middle">${escapeXML(t)}</text>`,
-      upright
-        ? `<text x="${mid}" y="${margin - 10}" text-anchor="middle" dominant-baseline="middle">${escapeXML(t)}</text>`
-        : `<text transform="translate(${mid} ${margin - 4}) rotate(-90)" dominant-baseline="middle">${escapeXML(t)}</text>`];
-  });
+  const middle = (i) => margin + (i + 0.5) * cell, rowMiddle = (i) => margin + (i + 0.5) * rowCell;
+  const rows = shown.flatMap((t, i) => (t === null ? []
+    : [`<text x="${margin - 4}" y="${rowMiddle(i)}" text-anchor="end" dominant-baseline="middle">${escapeXML(t)}</text>`]));
+  const columns = shownKeys.flatMap((t, j) => (t === null ? [] : [upright
+    ? `<text x="${middle(j)}" y="${margin - 10}" text-anchor="middle" dominant-baseline="middle">${escapeXML(t)}</text>`
+    : `<text transform="translate(${middle(j)} ${margin - 4}) rotate(-90)" dominant-baseline="middle">${escapeXML(t)}</text>`]));
+  return [...rows, ...columns];
 }
 function svgCells(w, top) {
   const parts = [];
-  for (let i = 0; i < L; i++) for (let j = 0; j < L; j++) {
-    const [r, g, b] = cellColour(w[i * L + j], top, maskedIn(shownLayer(), state.head, i, j));
-    parts.push(`<rect x="${margin + j * cell}" y="${margin + i * cell}" width="${cell}" height="${cell}" fill="rgb(${r},${g},${b})"/>`);
+  for (let i = 0; i < L; i++) for (let j = 0; j < S; j++) {
+    const [r, g, b] = cellColour(w[i * S + j], top, maskedIn(shownLayer(), state.head, i, j));
+    parts.push(`<rect x="${margin + j * cell}" y="${margin + i * rowCell}" width="${cell}" height="${rowCell}" fill="rgb(${r},${g},${b})"/>`);
   }
   return parts;
 }
@@ -650,17 +867,17 @@ function svgColourBar(size, top) {
   const parts = [];
   for (let n = 0; n < 50; n++) {
     const [r, g, b] = colour(1 - n / 49);
-    parts.push(`<rect class="bar" x="${size + 8}" y="${margin + (n * L * cell) / 50}" width="14" height="${(L * cell) / 50 + 0.5}" fill="rgb(${r},${g},${b})"/>`);
+    parts.push(`<rect class="bar" x="${size + 8}" y="${margin + (n * L * rowCell) / 50}" width="14" height="${(L * rowCell) / 50 + 0.5}" fill="rgb(${r},${g},${b})"/>`);
   }
-  for (const f of [0, 0.5, 1]) parts.push(`<text x="${size + 26}" y="${margin + (1 - f) * L * cell}">${tick(f * top)}</text>`);
+  for (const f of [0, 0.5, 1]) parts.push(`<text x="${size + 26}" y="${margin + (1 - f) * L * rowCell}">${tick(f * top)}</text>`);
   return parts;
 }
 function exportSVG() {
-  const { w, top } = colourScale(), size = margin + L * cell;
+  const { w, top } = colourScale(), width = margin + S * cell, height = margin + L * rowCell;
   return [
-    `<svg xmlns="http://www.w3.org/2000/svg" width="${size + 80}" height="${size + 30}" font-family="sans-serif" font-size="12">`,
+    `<svg xmlns="http://www.w3.org/2000/svg" width="${width + 80}" height="${height + 30}" font-family="sans-serif" font-size="12">`,
     `<text x="0" y="16" font-size="14">${escapeXML(title())}</text><g transform="translate(0 30)">`,
-    ...svgAxisLabels(), ...svgCells(w, top), ...svgColourBar(size, top), "</g></svg>",
+    ...svgAxisLabels(), ...svgCells(w, top), ...svgColourBar(width, top), "</g></svg>",
   ].join("");
 }
 function exportPNG() {
@@ -681,7 +898,8 @@ function download(name, url) {
   const a = document.createElement("a");
   a.href = url; a.download = name; document.body.appendChild(a); a.click(); a.remove();
 }
-const fileName = () => `attention-${shownLayer().name ? shownLayer().name.replace(" ", "") + "-" : ""}head${state.head}`;
+const fileName = () =>
+  `attention-${shownLayer().name ? shownLayer().name.replace(/[^A-Za-z0-9_.-]+/g, "") + "-" : ""}head${state.head}`;
 function bindExports() {
   $("export-png").addEventListener("click", () => download(`${fileName()}.png`, exportPNG()));
   $("export-svg").addEventListener("click", () => {
@@ -721,14 +939,18 @@ function applyLink() {
 
 sizeHeatmap();
 bindHeatmap();
-const headView = buildHeadView();
+let headView = buildHeadView();
 bindControls();
 bindExports();
+buildImagePanel();
 applyLink();
 window.addEventListener("hashchange", applyLink);
+const labelled = (labels) => labels.flatMap((t, i) => (t === null ? [] : [[i, t]]));
 window.attnlabView = {
   weights: (h) => Array.from(weights(h)), setScale, setHead, useLayer, openHead, select, exportSVG, exportPNG, colour,
-  axisLabels: shown.flatMap((t, i) => (t === null ? [] : [[i, t]])), geometry: { margin, cell },
+  get axisLabels() { return labelled(shown); }, get keyAxisLabels() { return labelled(shownKeys); },
+  get geometry() { return { margin, cell, rowCell }; }, get lengths() { return [L, S]; }, overlayWeights,
   get scale() { return state.scale; }, get head() { return state.head; }, get layer() { return state.layer; },
+  get query() { return state.query; }, get imageReady() { return picture === null || pictureElement !== null; },
   ready: true,
 };

@@ -1,0 +1,27 @@
+"""What a traced or running model's attention does across layers: attention rollout and
+flow (Abnar & Zuidema 2020) over a :class:`attnlab.models.ModelTrace`, and the effect of
+each head, by ablating or patching its output, on attnlab's NumPy models and on
+transformers models through attnlab's backend::
+
+    from attnlab import analysis, models
+
+    model = models.load("gpt2")
+    trace = model.trace("小明是个运动达人，他平时很爱打篮球")
+    analysis.rollout(trace)                         # (layers, L, L)
+    analysis.flow(trace, heads=[0, 1])              # (layers, L, L), max-flows
+    result = analysis.ablate(model, "The cat sat on the", heads="all", target=" mat")
+    result.effect                                   # (layers, heads): Δ log p(" mat")
+    print(result.render())
+
+``ablate`` on a transformers model needs ``pip install 'attnlab[hf]'``; ``flow`` needs SciPy.
+"""
+
+from ._ablate import MODES, ablate
+from ._ablation import Ablation
+from ._rollout import FLOW_SCALE, flow, residual_attention, rollout
+
+__all__ = ["FLOW_SCALE", "MODES", "Ablation", "ablate", "flow", "residual_attention", "rollout"]
+
+for _public in (Ablation, ablate, flow, residual_attention, rollout):
+    _public.__module__ = __name__
+del _public

@@ -1,0 +1,127 @@
+"""attnlab ablate: the effect of each attention head, by ablating or patching its output.
+
+Run --model on --text once per head with that head's output zeroed (or replaced by its
+mean over positions, or by its output on --patch-text), and print the layers × heads table
+of the change in log p(--target) at the last position, or without --target the KL
+divergence of the next-token distribution.
+
+Examples::
+
+  attnlab ablate --model gpt2 --text "The cat sat on the" --target " mat"
+  attnlab ablate --model gpt2 --text "The cat sat on the" --mode mean --heads 0:1,5:3
+  attnlab ablate --model gpt2 --text "The cat sat on the" --patch-text "The dog sat on the" --target " mat"
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from .._validation import AttnlabError
+from ._inputs import InputError
+from ._options import at_least
+from ._transformers import BACKENDS, _quiet, backend_for, say_backend
+
+__all__ = ["OPTIONS", "add_options", "run"]
+
+# ablate's argument names, as the options that carry them
+_OPTION_OF = {
+    "text": "--text", "patch_text": "--patch-text", "target": "--target", "mode": "--mode", "heads": "--heads",
+    "tokenizer": "--model", "model": "--model",
+}  # fmt: skip
+
+
+def _heads(text: str) -> str | list[tuple[int, int]]:
+    """An option type: 'all' or LAYER:HEAD pairs separated by commas (0:1,5:3)."""
+    if text == "all":
+        return text
+    try:
+        pairs = [tuple(int(n) for n in pair.split(":")) for pair in text.split(",")]
+    except ValueError:
+        pairs = []
+    if not pairs or any(len(pair) != 2 for pair in pairs):
+        raise argparse.ArgumentTypeError(f"expected 'all' or LAYER:HEAD pairs such as 0:1,5:3, got {text!r}")
+    return [(pair[0], pair[1]) for pair in pairs]
+
+
+def add_options(parser: argparse.ArgumentParser) -> None:
+    """ablate's options."""
+    parser.add_argument("--model", required=True, metavar="NAME|DIR", help="a checkpoint directory or hub id")
+    parser.add_argument("--text", required=True, help="the text whose next token is predicted")
+    parser.add_argument("--target", metavar="TOKEN", help="one token: measure the change in its log-probability")
+    parser.add_argument("--mode", choices=("zero", "mean"), default="zero", help="zero (default) or mean")
+    parser.add_argument("--patch-text", help="a text of as many tokens: patch in each head's output on it")
+    parser.add_argument("--heads", type=_heads, default="all", help="all (default) or LAYER:HEAD pairs (0:1,5:3)")
+    parser.add_argument(
+        "--backend",
+        choices=BACKENDS,
+        help="numpy: attnlab's own model (GPT-2, BERT, Llama, Mistral, Qwen2); transformers: the model as "
+        "transformers builds it, on attnlab's engine (pip install 'attnlab[hf]'). Default: numpy where it can",
+    )
+    parser.add_argument("--format", choices=("text", "json"), default="text", help="text (default) or json")
+    parser.add_argument("--precision", type=at_least(1, 17), default=4, help="significant digits (default 4)")
+    parser.set_defaults(image=None)  # backend_for's: ablate reads text only
+
+
+OPTIONS = (add_options,)
+
+
+def run(args: argparse.Namespace) -> None:
+    """Load --model on its backend, ablate --heads and print the table (or its JSON)."""
+    from ..analysis import ablate
+    from ..models._checkpoint import locate
+
+    directory = locate(args.model)
+    backend, model_type = backend_for(args, directory)
+    model, tokenizer = _numpy_model(args.model) if backend == "numpy" else _transformers_model(args, directory)
+    try:
+        result = ablate(
+            model, args.text, heads=args.heads, mode=args.mode, target=args.target, patch_text=args.patch_text,
+            tokenizer=tokenizer,
+        )  # fmt: skip
+    except AttnlabError as error:
+        raise _in_option_words(error) from None
+    say_backend(args, backend, model_type)
+    if args.format == "json":
+        print(json.dumps(result.to_dict(), ensure_ascii=False, allow_nan=False))
+    else:
+        print(result.render(precision=args.precision))
+
+
+def _numpy_model(name: str) -> tuple[Any, None]:
+    from ..models import load
+
+    return load(name), None
+
+
+def _transformers_model(args: argparse.Namespace, directory: Any) -> tuple[Any, Any]:
+    """The checkpoint with its language-modelling head, on attnlab's backend, and its tokenizer."""
+    try:
+        from .. import hf
+        from ..hf._torch import transformers
+    except ImportError as error:
+        raise InputError(f"--backend transformers: {error}") from None
+    with _quiet(transformers):
+        model = None
+        for auto in (transformers.AutoModelForCausalLM, transformers.AutoModelForMaskedLM):
+            try:
+                model = auto.from_pretrained(directory, attn_implementation=hf.NAME)
+                break
+            except (OSError, ValueError, KeyError, RuntimeError):
+                continue
+        if model is None:
+            raise InputError(f"--model: transformers cannot load {args.model} with a language-modelling head")
+        try:
+            tokenizer = transformers.AutoTokenizer.from_pretrained(directory)
+        except (OSError, ValueError, KeyError, TypeError):
+            raise InputError(f"--model: {args.model} has no tokenizer transformers can load") from None
+    return model, tokenizer
+
+
+def _in_option_words(error: AttnlabError) -> AttnlabError:
+    """The error with ablate's argument renamed to its option (one line)."""
+    message, argument = str(error), getattr(error, "argument", "")
+    if argument in _OPTION_OF and message.startswith(f"{argument}:"):
+        return InputError(_OPTION_OF[argument] + message[len(argument) :])
+    return error

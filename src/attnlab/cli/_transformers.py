@@ -1,0 +1,118 @@
+"""--model on any architecture transformers loads: the five that attnlab runs in NumPy
+take that path, the rest run in transformers with attnlab's engine as their attention
+(``attnlab.hf``); ``--backend`` forces one, and the command says which ran."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from ..trace import ModelTrace
+from ._inputs import InputError
+
+__all__ = ["BACKENDS", "backend_for", "say_backend", "transformers_trace"]
+
+BACKENDS = ("numpy", "transformers")
+
+
+def backend_for(args: argparse.Namespace, directory: Path) -> tuple[str, str]:
+    """The backend --model runs on, and the model type: --backend, else numpy for the
+    architectures attnlab re-implements (their config's model_type) and transformers for
+    the rest."""
+    from ..models._architectures import ARCHITECTURES
+
+    model_type = _model_type(directory)
+    native = model_type in ARCHITECTURES
+    unread = model_type is None  # attnlab's loader names what is missing
+    backend = args.backend or ("numpy" if (native or unread) and args.image is None else "transformers")
+    if backend == "numpy" and not native and not unread:
+        raise InputError(
+            f"--backend numpy: {args.model} is a {model_type!r} model; attnlab runs {', '.join(ARCHITECTURES)} "
+            "in NumPy (use --backend transformers)"
+        )
+    return backend, str(model_type)
+
+
+def say_backend(args: argparse.Namespace, backend: str, model_type: str) -> None:
+    """The line on stderr that says which path ran --model."""
+    name = "attnlab's NumPy model" if backend == "numpy" else "transformers, on attnlab's engine (attnlab.hf)"
+    print(f"attnlab: --model {args.model} ({model_type}) ran in {name}", file=sys.stderr)
+
+
+def _model_type(directory: Path) -> str | None:
+    """config.json's model_type, None without a readable one."""
+    try:
+        return str(json.loads((directory / "config.json").read_text(encoding="utf-8")).get("model_type"))
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def transformers_trace(args: argparse.Namespace, directory: Path, page: bool) -> ModelTrace:
+    """The trace of --text (or --image) through the model as transformers builds it:
+    --layer's entry, or every one (the default for a ``page``; else the last)."""
+    try:
+        from .. import hf
+        from ..hf._torch import transformers
+    except ImportError as error:
+        raise InputError(f"--backend transformers: {error}") from None
+    with _quiet(transformers):
+        try:
+            model = transformers.AutoModel.from_pretrained(directory, attn_implementation=hf.NAME)
+        except (OSError, ValueError, KeyError, RuntimeError) as error:
+            first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+            raise InputError(f"--model: transformers cannot load {args.model}: {first}") from None
+        processor = _processor(transformers, directory)
+    hf.check_model(model)
+    inputs: Any = args.text
+    if args.image is not None:
+        inputs = _image(args.image)
+    elif model.main_input_name == "pixel_values":
+        raise InputError(f"--model: {args.model} is a vision model; give it a picture with --image FILE")
+    layer = ("all" if page else -1) if args.layer is None else args.layer
+    return hf.trace(model, inputs, tokenizer=processor, layers=None if layer == "all" else layer)
+
+
+@contextlib.contextmanager
+def _quiet(transformers: Any) -> Iterator[None]:
+    """Loading without transformers' progress bars and notices (a command's output is its
+    own); its errors still raise."""
+    logging = transformers.utils.logging
+    verbosity, bars = logging.get_verbosity(), logging.is_progress_bar_enabled()
+    logging.set_verbosity_error()
+    logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        logging.set_verbosity(verbosity)
+        if bars:
+            logging.enable_progress_bar()
+
+
+def _processor(transformers: Any, directory: Path) -> Any:
+    """The directory's processor (an image processor, a speech processor) or tokenizer."""
+    for auto in (transformers.AutoProcessor, transformers.AutoTokenizer):
+        try:
+            return auto.from_pretrained(directory)
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+    return None
+
+
+def _image(path: str) -> Any:
+    """The picture of --image, read with Pillow (an RGB image)."""
+    try:
+        from PIL import Image, UnidentifiedImageError
+    except ImportError:
+        raise InputError("--image: reading a picture needs Pillow: pip install 'attnlab[hf]'") from None
+    try:
+        with Image.open(path) as image:
+            return image.convert("RGB")
+    except FileNotFoundError:
+        raise InputError(f"--image: no such file: {path}") from None
+    except (UnidentifiedImageError, OSError) as error:
+        raise InputError(f"--image: {path} is not a picture Pillow can read ({error})") from None

@@ -1,0 +1,139 @@
+"""attnlab trace|plot|view --model on any architecture transformers loads: the NumPy path
+for the ones attnlab re-implements, transformers on attnlab's engine for the rest, the
+command saying which; --backend forces one. Oracle: transformers' eager attention."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from tests.checkpoints import SENTENCE, tiny_model, train_tokenizers
+
+from attnlab.cli import main
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+pytest.importorskip("attnlab.hf")
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+@pytest.fixture(scope="module")
+def tokenizer_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return train_tokenizers(tmp_path_factory.mktemp("tokenizers"))["vocab+merges-tokenizer.json"]
+
+
+@pytest.fixture(scope="module")
+def mistral_dir(tmp_path_factory: pytest.TempPathFactory, tokenizer_dir: Path) -> Path:
+    directory = tmp_path_factory.mktemp("mistral")
+    tiny_model("mistral").save_pretrained(directory)
+    transformers.AutoTokenizer.from_pretrained(tokenizer_dir).save_pretrained(directory)
+    return directory
+
+
+@pytest.fixture(scope="module")
+def whisper_dir(tmp_path_factory: pytest.TempPathFactory, tokenizer_dir: Path) -> Path:
+    directory = tmp_path_factory.mktemp("whisper")
+    torch.manual_seed(7)
+    config = transformers.WhisperConfig(
+        vocab_size=300, d_model=32, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2,
+        decoder_attention_heads=2, encoder_ffn_dim=32, decoder_ffn_dim=32, max_source_positions=16, num_mel_bins=8,
+        max_target_positions=32, pad_token_id=0, bos_token_id=0, eos_token_id=0, decoder_start_token_id=0,
+    )  # fmt: skip
+    transformers.WhisperForConditionalGeneration(config).save_pretrained(directory)
+    transformers.WhisperFeatureExtractor(feature_size=8, chunk_length=0.32).save_pretrained(directory)
+    transformers.AutoTokenizer.from_pretrained(tokenizer_dir).save_pretrained(directory)
+    return directory
+
+
+@pytest.fixture(scope="module")
+def vit_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    directory = tmp_path_factory.mktemp("vit")
+    torch.manual_seed(8)
+    config = transformers.ViTConfig(
+        hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=32, image_size=32, patch_size=8
+    )
+    transformers.ViTModel(config).save_pretrained(directory)
+    transformers.ViTImageProcessorPil(size={"height": 32, "width": 32}).save_pretrained(directory)
+    return directory
+
+
+def test_a_mistral_directory_runs_on_the_numpy_path_and_on_transformers_when_forced(capsys, mistral_dir) -> None:
+    code, out, err = run(capsys, "trace", "--model", str(mistral_dir), "--text", SENTENCE, "--format", "json")
+    assert code == 0 and "(mistral) ran in attnlab's NumPy model" in err
+    numpy_path = json.loads(out)
+    code, out, err = run(
+        capsys,
+        "trace",
+        "--model",
+        str(mistral_dir),
+        "--text",
+        SENTENCE,
+        "--format",
+        "json",
+        "--backend",
+        "transformers",
+    )
+    assert code == 0 and "(mistral) ran in transformers, on attnlab's engine" in err
+    hf_path = json.loads(out)
+    assert list(hf_path["layers"]) == ["1"] == list(numpy_path["layers"])  # the last layer by default
+    assert hf_path["layers"]["1"]["tokens"] == numpy_path["layers"]["1"]["tokens"]
+    np.testing.assert_allclose(
+        np.array(hf_path["layers"]["1"]["weights"]), np.array(numpy_path["layers"]["1"]["weights"]), atol=1e-5
+    )
+
+
+def test_a_whisper_directory_traces_its_decoder_over_silence_and_says_so(capsys, whisper_dir, tmp_path) -> None:
+    page = tmp_path / "whisper.html"
+    code, _, err = run(capsys, "view", "--model", str(whisper_dir), "--text", "他很爱打篮球", "-o", str(page))
+    assert code == 0, err
+    assert "(whisper) ran in transformers, on attnlab's engine" in err
+    assert page.stat().st_size > 0
+    code, out, err = run(capsys, "trace", "--model", str(whisper_dir), "--text", "他很爱打篮球", "--format", "json")
+    assert code == 0, err
+    saved = json.loads(out)
+    assert saved["kinds"] == {"2": "cross"}  # the last entry: the decoder's cross-attention
+    assert saved["source_tokens"][0] == "silence 0" and len(saved["source_tokens"]) == 16
+    code, _, err = run(capsys, "plot", "--model", str(whisper_dir), "--text", "他很", "-o", str(tmp_path / "w.png"))
+    assert code == 0, err
+
+
+def test_a_vit_directory_reads_the_picture_of_image(capsys, vit_dir, tmp_path) -> None:
+    from PIL import Image
+
+    picture = tmp_path / "red.png"
+    pixels = np.zeros((32, 32, 3), np.uint8)
+    pixels[:, :16, 0] = 255
+    Image.fromarray(pixels).save(picture)
+    code, out, err = run(capsys, "trace", "--model", str(vit_dir), "--image", str(picture), "--format", "json")
+    assert code == 0, err
+    saved = json.loads(out)
+    assert saved["patch_grid"] == [4, 4] and saved["tokens"][:2] == ["[CLS]", "patch 0,0"]
+    assert len(saved["tokens"]) == 17
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--backend", "numpy"], "--backend numpy: {d} is a 'vit' model; attnlab runs gpt2, bert"),
+        ([], "--model: {d} is a vision model; give it a picture with --image FILE"),
+    ],
+)
+def test_bad_choices_are_one_line_with_exit_status_2(capsys, vit_dir, argv, message) -> None:
+    code, _, err = run(capsys, "trace", "--model", str(vit_dir), "--text", "a", *argv)
+    assert code == 2 and message.format(d=vit_dir) in err and len(err.strip().splitlines()) == 1
+
+
+def test_image_and_backend_need_a_model_and_a_missing_picture_is_named(capsys, vit_dir, tmp_path) -> None:
+    code, _, err = run(capsys, "trace", "--image", "x.png")
+    assert code == 2 and "--image: expected --model with it" in err
+    code, _, err = run(capsys, "trace", "--text", "a", "--backend", "numpy")
+    assert code == 2 and "--backend: expected --model with it" in err
+    code, _, err = run(capsys, "trace", "--model", str(vit_dir), "--image", str(tmp_path / "none.png"))
+    assert code == 2 and "--image: no such file" in err
