@@ -153,9 +153,7 @@ def attention_forward(
     )  # fmt: skip
     record = recorder.get()
     if record is not None:
-        call = EngineCall(
-            module, to_numpy(query), to_numpy(key), to_numpy(value), to_numpy(mask), to_numpy(sinks), options
-        )
+        call = EngineCall.of(module, query, key, value, mask, sinks, options)
         output = from_numpy(record(call), query)  # (B, H, L, Ev)
         return output.transpose(1, 2).contiguous(), None
     output, weights = _EngineFunction.apply(query, key, value, mask, sinks, options)
@@ -239,10 +237,7 @@ class _EngineFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx: Any, query: Any, key: Any, value: Any, mask: Any, sinks: Any, options: Any) -> Any:
-        call = EngineCall(
-            None, to_numpy(query), to_numpy(key), to_numpy(value), to_numpy(mask), to_numpy(sinks), options
-        )
-        result = _engine_call(call)
+        result = _engine_call(EngineCall.of(None, query, key, value, mask, sinks, options))
         ctx.result = result
         ctx.formats = tuple(None if x is None else (x.dtype, x.device) for x in (query, key, value, mask, sinks))
         weights = None if result.weights is None else from_numpy(result.weights, query)
