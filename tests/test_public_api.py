@@ -22,14 +22,16 @@ PUBLIC = {
     "attnlab.reference": ["AttentionSteps", "SelfAttention", "matmul", "softmax", "transpose"],
     "attnlab.interop": ["from_torch", "to_torch"],
     "attnlab.models": [
-        "CheckpointError", "Model", "ModelConfig", "ModelOutput", "ModelTrace", "SUPPORTED", "Tokenizer", "load",
+        "CheckpointError", "GenerationTrace", "Model", "ModelConfig", "ModelOutput", "ModelTrace", "SUPPORTED", "Tokenizer", "load",
     ],
     "attnlab.nn": [
         "AdamW", "Embedding", "LayerNorm", "Linear", "Module", "MultiheadSelfAttention", "Parameter", "RNN",
         "TransformerBlock", "clip_grad_norm", "cross_entropy", "gelu", "train",
     ],
     "attnlab.distributed": ["LAYOUTS", "RingError", "ring_attention", "ring_attention_backward", "shard", "unshard"],
-    "attnlab.hf": ["NAME", "UnsupportedModelError", "attention_forward", "check_model", "register", "trace"],
+    "attnlab.hf": [
+        "NAME", "UnsupportedModelError", "attention_forward", "check_model", "register", "trace", "trace_generation",
+    ],
 }  # fmt: skip
 
 
