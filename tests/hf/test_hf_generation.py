@@ -38,7 +38,7 @@ def test_bad_arguments_are_refused() -> None:
     model = tiny_model("gpt2")
     with pytest.raises(ValueError, match="max_new_tokens: expected at least one token"):
         hf.trace_generation(model, {"input_ids": PROMPT}, 0)
-    with pytest.raises(ValueError, match="layers: expected attention modules in 0..1"):
+    with pytest.raises(ValueError, match=r"layers: expected attention modules in 0\.\.1"):
         hf.trace_generation(model, {"input_ids": PROMPT}, 2, layers=7)
     with pytest.raises(ValueError, match="model: expected a causal language model"):
         hf.trace_generation(tiny_model("bert").bert, {"input_ids": PROMPT}, 2)
