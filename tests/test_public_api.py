@@ -13,7 +13,7 @@ PUBLIC = {
         "ArgumentError", "ArgumentTypeError", "Attention", "AttnlabError", "Gradients", "MissingDependencyError",
         "MissingFontWarning", "MultiheadAttention", "SelfAttention", "Trace", "__version__", "attention",
         "distributed", "functional", "interop", "models", "nn", "plot", "reference", "scaled_dot_product_attention",
-        "scaled_dot_product_attention_backward", "show", "softmax", "view",
+        "scaled_dot_product_attention_backward", "show", "softmax", "view", "view_ablation",
     ],
     "attnlab.functional": [
         "Attention", "Gradients", "attention", "scaled_dot_product_attention", "scaled_dot_product_attention_backward",

@@ -90,7 +90,7 @@ def trace_generation(
     prompt = sequences.inputs["input_ids"]
     chosen = _chosen(layers)
     steps = _Steps({id(module): name for name, module in model.named_modules()})
-    with _recorded(model, steps):
+    with _recorded(model, steps):  # type: ignore[arg-type]  # duck-typed: before, after and record
         ids = model.generate(
             **sequences.inputs, max_new_tokens=int(max_new_tokens), do_sample=False, num_beams=1,
             pad_token_id=getattr(model.generation_config, "pad_token_id", None) or 0,
