@@ -22,6 +22,7 @@ import argparse
 
 from ..trace import ModelTrace
 from ..trace._trace import Trace
+from ._inputs import InputError
 from ._options import at_least
 from ._page_views import MAX_GENERATE, check_texts, generation_page, pair_of_traces
 from ._sequence import add_input_options, trace_from_args
@@ -58,6 +59,12 @@ def run(args: argparse.Namespace) -> None:
 
     check_path(args.output)
     check_texts(args, two_allowed=True)
+    if args.rollout:
+        from ._rollout import require_analysis
+
+        if args.model is None:
+            raise InputError("--rollout: expected --model (rollout runs over a model's layers)")
+        require_analysis("--rollout")
     trace: Trace | ModelTrace
     if args.generate is not None:
         trace, generation = generation_page(args)

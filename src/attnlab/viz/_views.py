@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import base64
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 import numpy as np
@@ -210,7 +210,7 @@ def views_data(trace: Trace | ModelTrace, views: Views | None) -> dict[str, Any]
             generation of other tokens, arrays of another length, an ablation of another
             model's shape) or views over MAX_VIEWS_BYTES.
     """
-    if views is None or views == Views():
+    if views is None or all(getattr(views, f.name) is None for f in fields(views)):
         return None
     data = {
         "page_layers": list(trace.layers) if isinstance(trace, ModelTrace) else [0],
