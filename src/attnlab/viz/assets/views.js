@@ -27,6 +27,8 @@ function diverging(x, top) {
   const end = t < 0 ? [59, 76, 192] : [180, 4, 38], f = Math.abs(t);
   return [255, 255, 255].map((c, n) => Math.round(c + f * (end[n] - c)));
 }
+// a number in a cell: two decimals, or two significant digits when smaller (0.0033, not 0.00)
+const short = (x) => (x === 0 || Math.abs(x) >= 0.1 ? x.toFixed(2) : x.toPrecision(2));
 const fixed = (x) => (x === null || x === undefined ? "—" : x.toFixed(4));
 function element(tag, attributes = {}, text = null) {
   const e = document.createElement(tag);
@@ -76,9 +78,9 @@ function drawMatrix(canvas, spec) {
     ctx.fillStyle = `rgb(${r},${g},${b})`;
     ctx.fillRect(margin + j * cell, margin + i * cell, cell, cell);
     if (spec.text && cell >= 34 && v !== null) {
-      ctx.fillStyle = "#111";
+      ctx.fillStyle = (r + g + b) / 3 < 128 ? "#fff" : "#111"; // light text on a dark cell
       ctx.textAlign = "center";
-      ctx.fillText(v.toFixed(2), margin + (j + 0.5) * cell, margin + (i + 0.5) * cell, cell - 2);
+      ctx.fillText(short(v), margin + (j + 0.5) * cell, margin + (i + 0.5) * cell, cell - 2);
     }
   }
   if (spec.split) {
@@ -89,7 +91,7 @@ function drawMatrix(canvas, spec) {
     ctx.stroke();
   }
   if (spec.mark) {
-    ctx.strokeStyle = "#d00";
+    ctx.strokeStyle = spec.markColour ?? "#d00";
     ctx.lineWidth = 2;
     const [i, j] = spec.mark;
     if (j === null) ctx.strokeRect(margin + 1, margin + i * cell + 1, cols * cell - 2, cell - 2);
@@ -192,8 +194,12 @@ function generationView(generation) {
     const w = cache.get(layer.index), T = tokens.length - 1, h = Math.min(main.head, layer.heads - 1);
     byId("generation-view-title").textContent = `${layer.name}, head ${h}` + (missing ? " (the page's layer was not recorded)" : "");
     const at = (n, j) => (j < P + n ? w[(h * N + n) * T + j] : null);
+    let top = 0;
+    for (let n = h * N * T; n < (h + 1) * N * T; n++) top = Math.max(top, w[n]);
+    byId("generation-view-title").textContent += `; colour 0 (dark) → ${top.toFixed(4)} (bright), this head's largest`;
     drawMatrix(canvas, {
-      rows: tokens.slice(P), cols: tokens.slice(0, T), value: at, colour: viridis, split: P, side: 640, maxCell: 28,
+      rows: tokens.slice(P), cols: tokens.slice(0, T), value: at, colour: (x) => viridis(top > 0 ? x / top : 0),
+      split: P, side: 640, maxCell: 28,
       onHover: (n, j) => readout(value, `generated token ${P + n} (${tokens[P + n]}), chosen by the query ${P + n - 1} ` +
         `(${tokens[P + n - 1]}) → key ${j} (${tokens[j]}): ${at(n, j) === null ? "not yet a key" : fixed(at(n, j))}`, at(n, j)),
     });
@@ -268,11 +274,12 @@ function ablationView(ablation) {
   const top = Math.max(0, ...effect.flat().filter((x) => x !== null).map(Math.abs));
   return () => {
     const index = shownIndex();
-    byId("ablation-view-title").textContent = `${layers} layers × ${heads} heads`;
+    byId("ablation-view-title").textContent = `${layers} layers × ${heads} heads; colour −${short(top)} (blue) → ` +
+      `${short(top)} (red), the largest |effect|; outlined: the head on show (layer ${index}, head ${main.head})`;
     drawMatrix(canvas, {
       rows: effect.map((_, l) => `layer ${l}`), cols: effect[0].map((_, h) => `head ${h}`), value: (l, h) => effect[l][h],
-      colour: (x) => diverging(x, top), text: true, side: 44 * Math.max(layers, heads), maxCell: 44, minCell: 14,
-      mark: index === undefined ? null : [index, main.head],
+      colour: (x) => diverging(x, top), text: true, side: 56 * Math.max(layers, heads), maxCell: 56, minCell: 14,
+      mark: index === undefined ? null : [index, main.head], markColour: "#000",
       onHover: (l, h) => readout(value, `layer ${l}, head ${h}: ${ablation.metric}${target} = ${fixed(effect[l][h])}`, effect[l][h]),
       onClick: (l, h) => {
         const position = views.page_layers.indexOf(l);
