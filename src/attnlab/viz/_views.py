@@ -124,8 +124,9 @@ def _pair_data(first: ModelTrace, second: ModelTrace) -> dict[str, Any]:
 
 def _generation_data(trace: Trace | ModelTrace, generation: GenerationTrace) -> dict[str, Any]:
     """The generated tokens' rows, per layer (H, N, P + N − 1) float32."""
-    if isinstance(trace, ModelTrace) and list(trace.ids) != list(generation.ids)[: len(trace.ids)]:
-        raise fail("generation", "the generation whose tokens the trace is over", "another sequence's")
+    ids = list(trace.ids) if isinstance(trace, ModelTrace) else None
+    if ids is not None and ids not in (list(generation.ids), list(generation.ids)[: generation.prompt_length]):
+        raise fail("generation", "the generation whose tokens (or prompt) the trace is over", "another sequence's")
     return {
         "prompt": generation.prompt_length, "tokens": _texts(generation.tokens), "special": generation.special,
         "layers": [
