@@ -162,12 +162,14 @@ function pairView(pair) {
       rows: first.tokens, cols: first.tokens, value: wA, colour: viridis, side: 400,
       onHover: say("A", 0, 0, first.tokens, wA), mark: [main.query, null],
     });
+    const row = aligned.findIndex(([i]) => i === main.query); // the query's aligned row, if it has one
     drawMatrix(figures[1], { rows: second.tokens, cols: second.tokens, value: wB, colour: viridis, side: 400,
-      onHover: say("B", 0, 0, second.tokens, wB) });
+      onHover: say("B", 0, 0, second.tokens, wB), mark: row < 0 ? null : [aligned[row][1], null] });
     const labels = aligned.map(labelOf);
     const diff = (a, b) => wB(aligned[a][1], aligned[b][1]) - wA(aligned[a][0], aligned[b][0]);
     drawMatrix(figures[2], {
-      rows: labels, cols: labels, value: diff, colour: (x) => diverging(x, 1), side: 400,
+      rows: labels, cols: labels, value: diff, colour: (x) => diverging(x, 1), side: 400, markColour: "#000",
+      mark: row < 0 ? null : [row, null],
       onHover: (a, b) => readout(value, `B − A: query ${labels[a]} → key ${labels[b]}: ${wB(aligned[a][1], aligned[b][1]).toFixed(4)} − ` +
         `${wA(aligned[a][0], aligned[b][0]).toFixed(4)} = ${diff(a, b).toFixed(4)}`, diff(a, b)),
     });
