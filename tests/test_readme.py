@@ -32,7 +32,8 @@ def test_the_python_examples_run(tmp_path):
         exec(compile(block, "README.md", "exec"), namespace)
         results.append(namespace)
     seeing, views, model, backend, engine = results
-    assert (tmp_path / "two.html").stat().st_size > 0 and (tmp_path / "ablation.html").stat().st_size > 0
+    assert "她" in views["she"].tokens and (tmp_path / "two.html").stat().st_size > 0
+    assert (tmp_path / "ablation.html").stat().st_size > 0
     assert backend["trace"].modules[0] == "model.layers.0.self_attn"
     assert backend["trace"][0].Q.shape == (4, len(backend["trace"].tokens), 8)
     assert "".join(model["trace"].tokens) == "小明是个运动达人，他平时很爱打篮球"
