@@ -38,6 +38,8 @@ def test_bad_arguments_are_refused() -> None:
     model = tiny_model("gpt2")
     with pytest.raises(ValueError, match="max_new_tokens: expected at least one token"):
         hf.trace_generation(model, {"input_ids": PROMPT}, 0)
+    with pytest.raises(ValueError, match=r"max_new_tokens: expected at most 35 \(the model's 40 positions\), got 36"):
+        hf.trace_generation(model, {"input_ids": PROMPT}, 36)
     with pytest.raises(ValueError, match=r"layers: expected attention modules in 0\.\.1"):
         hf.trace_generation(model, {"input_ids": PROMPT}, 2, layers=7)
     with pytest.raises(ValueError, match="model: expected a causal language model"):

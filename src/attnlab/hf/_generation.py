@@ -75,8 +75,9 @@ def trace_generation(
     Raises:
         UnsupportedModelError: the model does not compute attention through the interface.
         ArgumentError, ArgumentTypeError: a model that cannot generate, inputs that are not
-            one sequence, ``max_new_tokens`` below 1, a module the model does not have, a
-            cache that drops keys (a sliding window's: its rows cannot be laid out by position).
+            one sequence, ``max_new_tokens`` below 1 or past the model's positions, a module
+            the model does not have, a cache that drops keys (a sliding window's: its rows
+            cannot be laid out by position).
     """
     check_model(model)
     if (
@@ -88,6 +89,12 @@ def trace_generation(
         raise fail("max_new_tokens", "at least one token to generate", repr(max_new_tokens))
     sequences = model_inputs(model, text, tokenizer)
     prompt = sequences.inputs["input_ids"]
+    positions = getattr(model.config, "max_position_embeddings", None)
+    if is_integer(positions) and prompt.shape[-1] + max_new_tokens > positions:
+        raise fail(
+            "max_new_tokens", f"at most {max(positions - prompt.shape[-1], 0)} (the model's {positions} positions)",
+            f"{max_new_tokens} after {prompt.shape[-1]} prompt tokens",
+        )  # fmt: skip
     chosen = _chosen(layers)
     steps = _Steps({id(module): name for name, module in model.named_modules()})
     with _recorded(model, steps):  # type: ignore[arg-type]  # duck-typed: before, after and record
