@@ -13,7 +13,7 @@ PUBLIC = {
         "ArgumentError", "ArgumentTypeError", "Attention", "AttnlabError", "Gradients", "MissingDependencyError",
         "MissingFontWarning", "MultiheadAttention", "SelfAttention", "Trace", "__version__", "attention",
         "distributed", "functional", "interop", "models", "nn", "plot", "reference", "scaled_dot_product_attention",
-        "scaled_dot_product_attention_backward", "show", "softmax", "view",
+        "scaled_dot_product_attention_backward", "show", "softmax", "view", "view_ablation",
     ],
     "attnlab.functional": [
         "Attention", "Gradients", "attention", "scaled_dot_product_attention", "scaled_dot_product_attention_backward",
@@ -22,14 +22,17 @@ PUBLIC = {
     "attnlab.reference": ["AttentionSteps", "SelfAttention", "matmul", "softmax", "transpose"],
     "attnlab.interop": ["from_torch", "to_torch"],
     "attnlab.models": [
-        "CheckpointError", "Model", "ModelConfig", "ModelOutput", "ModelTrace", "SUPPORTED", "Tokenizer", "load",
+        "CheckpointError", "GenerationTrace", "Model", "ModelConfig", "ModelOutput", "ModelTrace", "SUPPORTED",
+        "Tokenizer", "load",
     ],
     "attnlab.nn": [
         "AdamW", "Embedding", "LayerNorm", "Linear", "Module", "MultiheadSelfAttention", "Parameter", "RNN",
         "TransformerBlock", "clip_grad_norm", "cross_entropy", "gelu", "train",
     ],
     "attnlab.distributed": ["LAYOUTS", "RingError", "ring_attention", "ring_attention_backward", "shard", "unshard"],
-    "attnlab.hf": ["NAME", "UnsupportedModelError", "attention_forward", "check_model", "register", "trace"],
+    "attnlab.hf": [
+        "NAME", "UnsupportedModelError", "attention_forward", "check_model", "register", "trace", "trace_generation",
+    ],
     "attnlab.analysis": ["FLOW_SCALE", "MODES", "Ablation", "ablate", "flow", "residual_attention", "rollout"],
 }  # fmt: skip
 

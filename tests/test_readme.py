@@ -16,14 +16,14 @@ def test_the_python_examples_run(tmp_path):
     from checkpoints import tiny_checkpoint_with_tokenizer
 
     blocks = re.findall(r"```python\n(.*?)```", README.read_text(encoding="utf-8"), re.S)
-    assert len(blocks) == 4
+    assert len(blocks) == 5
     # no download here: the models example runs on a tiny GPT-2 in place of the hub's, the
     # transformers example on a tiny random Gemma 2 (softcap, sliding window) in place of Gemma 2's
     checkpoint = tiny_checkpoint_with_tokenizer(tmp_path)
-    assert 'models.load("gpt2")' in blocks[1]
-    blocks[1] = blocks[1].replace('models.load("gpt2")', f"models.load({str(checkpoint)!r})")
-    assert blocks[2].count('"google/gemma-2-2b"') == 2
-    blocks[2] = blocks[2].replace('"google/gemma-2-2b"', repr(str(_tiny_gemma2(tmp_path, checkpoint))))
+    assert 'models.load("gpt2")' in blocks[2]
+    blocks[2] = blocks[2].replace('models.load("gpt2")', f"models.load({str(checkpoint)!r})")
+    assert blocks[3].count('"google/gemma-2-2b"') == 2
+    blocks[3] = blocks[3].replace('"google/gemma-2-2b"', repr(str(_tiny_gemma2(tmp_path, checkpoint))))
     # the files the examples write go to tmp_path, not to the README's /tmp
     blocks = [block.replace('"/tmp/', f'"{tmp_path}/') for block in blocks]
     results = []
@@ -31,7 +31,9 @@ def test_the_python_examples_run(tmp_path):
         namespace: dict[str, object] = {}
         exec(compile(block, "README.md", "exec"), namespace)
         results.append(namespace)
-    seeing, model, backend, engine = results
+    seeing, views, model, backend, engine = results
+    assert "她" in views["she"].tokens and (tmp_path / "two.html").stat().st_size > 0
+    assert (tmp_path / "ablation.html").stat().st_size > 0
     assert backend["trace"].modules[0] == "model.layers.0.self_attn"
     assert backend["trace"][0].Q.shape == (4, len(backend["trace"].tokens), 8)
     assert "".join(model["trace"].tokens) == "小明是个运动达人，他平时很爱打篮球"

@@ -22,7 +22,7 @@ from .functional import (
 )
 from .layers import MultiheadAttention, SelfAttention
 from .trace import Trace
-from .viz import MissingFontWarning, plot, show, view
+from .viz import MissingFontWarning, plot, show, view, view_ablation
 
 try:
     __version__ = _metadata.version("attnlab")
@@ -54,6 +54,7 @@ __all__ = [
     "show",
     "softmax",
     "view",
+    "view_ablation",
 ]
 
 
@@ -73,6 +74,7 @@ for _public in (
     plot,
     show,
     view,
+    view_ablation,
     ArgumentError,
     ArgumentTypeError,
     Attention,

@@ -51,6 +51,7 @@ _OPTIONS = {
     "input_ids": "--text",
     "text_or_ids": "--text",
     "layers": "--layer",
+    "max_new_tokens": "--generate",
 }
 
 

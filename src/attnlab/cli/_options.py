@@ -17,6 +17,7 @@ from ..trace._trace import LANGUAGES, Trace
 
 __all__ = [
     "Parser",
+    "TextsAction",
     "add_command",
     "add_output_options",
     "at_least",
@@ -65,6 +66,17 @@ class Parser(argparse.ArgumentParser):
             hint = f"; did you mean {match}?" if match else ""
             self.error(f"unrecognized arguments: {' '.join(extras)}{hint}")
         return namespace, extras
+
+
+class TextsAction(argparse.Action):
+    """--text, which ``attnlab view --model`` takes twice (two texts compared): ``text``
+    is the first, ``texts`` every one given."""
+
+    def __call__(
+        self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any, option: str | None = None
+    ) -> None:
+        texts = [*(getattr(namespace, "texts", None) or []), values]
+        namespace.texts, namespace.text = texts, texts[0]
 
 
 def at_least(minimum: int, maximum: int | None = None) -> Callable[[str], int]:

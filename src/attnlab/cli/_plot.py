@@ -16,6 +16,7 @@ import sys
 import time
 import warnings
 
+from ..trace import ModelTrace
 from ._sequence import add_input_options, trace_from_args
 
 __all__ = ["OPTIONS", "add_options", "run"]
@@ -24,7 +25,13 @@ __all__ = ["OPTIONS", "add_options", "run"]
 def add_options(parser: argparse.ArgumentParser) -> None:
     """plot's own options."""
     parser.add_argument("-o", "--output", required=True, help="the picture to write: .png, .svg or .pdf")
-    parser.add_argument("--stage", choices=("weights", "scaled", "scores"), default="weights", help="what to draw")
+    parser.add_argument(
+        "--stage",
+        choices=("weights", "scaled", "scores", "rollout"),
+        default="weights",
+        help="what to draw; rollout (with --model, every layer): attention rollout and flow after --layer "
+        "(default the last), computed by attnlab.analysis",
+    )
     parser.add_argument("--heads", default="all", help="'all' (default) or head indices such as 0,2,5")
     parser.add_argument("--relative", action="store_true", help="colour weights from 0 to the largest, not from 0 to 1")
 
@@ -38,6 +45,9 @@ def run(args: argparse.Namespace) -> None:
     from ..viz._plot import MissingFontWarning, check_path, plot
 
     check_path(args.output)
+    if args.stage == "rollout":
+        _plot_rollout(args)
+        return
     trace = trace_from_args(args)
     start = time.perf_counter()
 
@@ -51,3 +61,25 @@ def run(args: argparse.Namespace) -> None:
         print(f"attnlab plot: warning: {warning.message}", file=sys.stderr)
     if time.perf_counter() - start > 1.0:
         print(f"attnlab plot: wrote {args.output} in {time.perf_counter() - start:.1f} s", file=sys.stderr)
+
+
+def _plot_rollout(args: argparse.Namespace) -> None:
+    """--stage rollout: every layer traced, the rollout (and the flow, on short texts)
+    computed by attnlab.analysis, --layer's drawn (one index; default the last)."""
+    from ..viz._plot_rollout import plot_rollout
+    from ._inputs import InputError
+    from ._rollout import require_analysis, rollout_and_flow
+
+    if args.model is None:
+        raise InputError("--stage rollout: expected --model (rollout runs over a model's layers)")
+    require_analysis("--stage rollout")
+    if isinstance(args.layer, list):
+        raise InputError("--stage rollout: expected one --layer to draw (every layer is traced), got a list")
+    layer = -1 if args.layer in (None, "all") else args.layer
+    args.layer = "all"
+    trace = trace_from_args(args)
+    rollout, flow = rollout_and_flow(trace, "--stage rollout")
+    if not -len(rollout) <= layer < len(rollout):
+        raise InputError(f"--layer: expected a layer in {-len(rollout)}..{len(rollout) - 1}, got {layer}")
+    tokens = trace.tokens if isinstance(trace, ModelTrace) else trace.labels
+    plot_rollout(tokens, rollout, args.output, flow=flow, layer=layer)

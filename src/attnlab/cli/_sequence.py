@@ -26,7 +26,7 @@ from ._inputs import (
     source_name,
     split_text,
 )
-from ._options import at_least, positive_number, window_sides
+from ._options import TextsAction, at_least, positive_number, window_sides
 from ._transformers import BACKENDS, backend_for, say_backend, transformers_trace
 
 __all__ = ["add_input_options", "trace_from_args"]
@@ -73,7 +73,11 @@ def add_input_options(parser: argparse.ArgumentParser) -> None:
     source.add_argument(
         "input", nargs="?", metavar="INPUT", help="a .json (list of rows), .csv or .npy file, or - for JSON on stdin"
     )
-    source.add_argument("--text", help="a sentence: split on spaces, or into characters when it has none")
+    source.add_argument(
+        "--text",
+        action=TextsAction,
+        help="a sentence: split on spaces, or into characters when it has none (view --model: twice, to compare two)",
+    )
     source.add_argument("--image", metavar="FILE", help="with --model of a vision model (ViT): the picture it sees")
     parser.add_argument(
         "--embed",
@@ -151,6 +155,9 @@ def trace_from_args(args: argparse.Namespace, page: bool = False) -> Trace | Mod
     sequence, or a saved trace (a JSON object from ``attnlab trace --format json``). What
     it would hold (L²·heads·layers scores), and for a ``page`` what the page would
     (:func:`~attnlab.viz._page.check_page_size`), is checked before the work."""
+    texts = getattr(args, "texts", None) or []
+    if len(texts) > 1:
+        raise InputError(f"--text: given {len(texts)} times; only 'attnlab view --model …' takes two texts")
     if args.model is not None:
         return _model_trace(args, page)
     for option, given in (("--image", args.image), ("--backend", args.backend)):

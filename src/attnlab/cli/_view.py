@@ -1,18 +1,30 @@
 """attnlab view: write one self-contained interactive HTML page.
 
 Write an HTML page (no network needed) with the heatmap, a head view, a step-by-step
-table for one query, a live scale slider and PNG/SVG export.
+table for one query, a live scale slider and PNG/SVG export. With --model, --text given
+twice shows both texts under the same layer and head, side by side, and their difference
+where the tokens align; --generate N shows each generated token's attention over
+everything before it, as the decode steps with the KV cache computed it; --rollout adds
+attention rollout and flow (attnlab.analysis).
 
 Examples::
 
   attnlab view --text "小明是个运动达人，他平时很爱打篮球" -o attention.html
   attnlab view --text 'the cat sat on the mat' --embed random --num-heads 4 -o heads.html
+  attnlab view --model builtin:coref --text "小明是个运动达人，小红是个音乐迷，他平时很爱打篮球" \\
+      --text "小明是个运动达人，小红是个音乐迷，她平时很爱弹钢琴" -o two.html
+  attnlab view --model gpt2 --text "The cat sat on the" --generate 8 -o generated.html
 """
 
 from __future__ import annotations
 
 import argparse
 
+from ..trace import ModelTrace
+from ..trace._trace import Trace
+from ._inputs import InputError
+from ._options import at_least
+from ._page_views import MAX_GENERATE, check_texts, generation_page, pair_of_traces
 from ._sequence import add_input_options, trace_from_args
 
 __all__ = ["OPTIONS", "add_options", "run"]
@@ -21,6 +33,18 @@ __all__ = ["OPTIONS", "add_options", "run"]
 def add_options(parser: argparse.ArgumentParser) -> None:
     """view's own options."""
     parser.add_argument("-o", "--output", required=True, help="the page to write (.html)")
+    parser.add_argument(
+        "--generate",
+        type=at_least(1, MAX_GENERATE),
+        metavar="N",
+        help=f"with --model of a causal model: generate N tokens (1..{MAX_GENERATE}, greedy, with the KV cache) after "
+        "--text and show each one's attention over everything before it",
+    )
+    parser.add_argument(
+        "--rollout",
+        action="store_true",
+        help="with --model: add attention rollout and flow (Abnar & Zuidema 2020) over every layer",
+    )
 
 
 OPTIONS = (add_input_options, add_options)  # the option groups, in --help's order
@@ -28,8 +52,31 @@ OPTIONS = (add_input_options, add_options)  # the option groups, in --help's ord
 
 def run(args: argparse.Namespace) -> None:
     """Write the page of the trace the input options name (a model's: every layer unless
-    --layer) to -o, once the page's size is known to fit."""
-    from ..viz._page import check_path, write_page
+    --layer) to -o, once the page's size is known to fit; with two --text, both texts'
+    traces; with --generate, the generation's and the whole sequence's."""
+    from ..viz._page import check_path, opening, write_page
+    from ..viz._views import Views
 
     check_path(args.output)
-    write_page(trace_from_args(args, page=True), args.output)
+    check_texts(args, two_allowed=True)
+    if args.rollout:
+        from ._rollout import require_analysis
+
+        if args.model is None:
+            raise InputError("--rollout: expected --model (rollout runs over a model's layers)")
+        require_analysis("--rollout")
+    trace: Trace | ModelTrace
+    if args.generate is not None:
+        trace, generation = generation_page(args)
+        views = Views(generation=generation)
+    elif len(getattr(args, "texts", None) or []) == 2:
+        trace, second = pair_of_traces(args)
+        views = Views(second=second)
+    else:
+        trace, views = trace_from_args(args, page=True), Views()
+    if args.rollout:
+        from ._rollout import rollout_and_flow
+
+        rollout, flow = rollout_and_flow(trace)
+        views = Views(views.second, views.generation, rollout, flow)
+    write_page(trace, args.output, opening(trace), views)

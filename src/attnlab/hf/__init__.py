@@ -10,9 +10,10 @@ engine, forward and backward, with the real q and k (after RoPE)::
 """
 
 from ._backend import UnsupportedModelError, attention_forward
+from ._generation import trace_generation
 from ._record import trace
 from ._register import NAME, check_model, register
 
-__all__ = ["NAME", "UnsupportedModelError", "attention_forward", "check_model", "register", "trace"]
+__all__ = ["NAME", "UnsupportedModelError", "attention_forward", "check_model", "register", "trace", "trace_generation"]
 
 register()

@@ -23,14 +23,24 @@ from typing import Any
 import numpy as np
 
 from .._validation import fail
-from ..trace import ModelTrace
+from ..trace import GenerationTrace, ModelTrace
 from ._architectures import ARCHITECTURES, end_tokens, read_network
 from ._checkpoint import CheckpointError, Weights, locate, read_config
 from ._model import Model, ModelOutput
 from ._network import ModelConfig
 from ._tokenizer import Tokenizer, read_tokenizer
 
-__all__ = ["SUPPORTED", "CheckpointError", "Model", "ModelConfig", "ModelOutput", "ModelTrace", "Tokenizer", "load"]
+__all__ = [
+    "SUPPORTED",
+    "CheckpointError",
+    "GenerationTrace",
+    "Model",
+    "ModelConfig",
+    "ModelOutput",
+    "ModelTrace",
+    "Tokenizer",
+    "load",
+]
 
 SUPPORTED = tuple(ARCHITECTURES)  # config.json model_type values
 
@@ -72,6 +82,6 @@ def load(name_or_dir: str | os.PathLike[str], *, dtype: Any = np.float32) -> Mod
     return Model(network, read_tokenizer(directory), str(name_or_dir))
 
 
-for _public in (CheckpointError, Model, ModelConfig, ModelOutput, ModelTrace, Tokenizer):
+for _public in (CheckpointError, GenerationTrace, Model, ModelConfig, ModelOutput, ModelTrace, Tokenizer):
     _public.__module__ = __name__
 del _public

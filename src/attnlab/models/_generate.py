@@ -14,7 +14,7 @@ import numpy as np
 from .._validation import Array, fail, flag
 from ..engine._dropout import check_rng
 from ._checks import generation_inputs
-from ._network import ModelConfig, Network
+from ._network import ModelConfig, Network, Recorder
 
 __all__ = ["generate"]
 
@@ -44,10 +44,14 @@ class _KVCache:
 
 
 def generate(
-    network: Network, ids: Any, steps: int, *, temperature: float = 0.0, rng: Any = None, output_logits: bool = False
-) -> Array | tuple[Array, Array]:
+    network: Network, ids: Any, steps: int, *, temperature: float = 0.0, rng: Any = None, output_logits: bool = False,
+    rows: list[list[Array]] | None = None,
+) -> Array | tuple[Array, Array]:  # fmt: skip
     """What :meth:`Model.generate` documents: ``ids`` (L,) followed by up to ``steps`` new
     tokens, with the logits (new, vocab) each was chosen from when ``output_logits``.
+    ``rows``, when given, gets one list per step of every layer's weights (H, S) of the
+    step's last query, the one that chose the step's token (the recording hook of
+    :meth:`Model.trace_generation`: the same forward, its weights kept).
 
     Raises:
         ArgumentError, ArgumentTypeError: a model that is not causal, ids that are not one
@@ -61,7 +65,10 @@ def generate(
     cache = _KVCache(config, 1, len(prompt) + steps, network.embed.dtype, steps)
     tokens, step_input, chosen_from = list(prompt), prompt, []
     for _ in range(steps):
-        last = network.forward(step_input[None], None, None, cache, None, None)[:, -1]  # (1, D): the last position's
+        record = None if rows is None else Recorder(attentions=True)
+        last = network.forward(step_input[None], None, None, cache, record, None)[:, -1]  # (1, D): the last position's
+        if record is not None and rows is not None:
+            rows.append([weights[0, :, -1] for weights in record.weights])  # (1, H, L, S) -> (H, S)
         logits = network.logits(last)
         assert logits is not None  # every causal model has a head
         chosen_from.append(logits[0])  # (vocab,)

@@ -11,8 +11,9 @@ from typing import Any, Literal, overload
 import numpy as np
 from numpy.typing import ArrayLike
 
-from .._validation import Array, flag
-from ..trace import ModelTrace
+from .._validation import Array, fail, flag, is_integer
+from ..trace import GenerationTrace, ModelTrace
+from ..trace._generation import stack_rows
 from ._checks import layer_indices, model_inputs, sequence_ids
 from ._generate import generate
 from ._network import ModelConfig, Network, Recorder
@@ -37,6 +38,27 @@ def answer_view(raw: dict[str, Any], tokens: list[str]) -> dict[str, int] | None
     asked = ASKED_ABOUT.get(str(block.get("task")), ()) if isinstance(block, dict) else ()
     query = max((i for i, t in enumerate(tokens) if t in asked), default=0)
     return {"layer": head["layer"], "head": head["head"], "query": query}
+
+
+def _trace_generation_method(
+    self: Model, text_or_ids: ArrayLike | str, max_new_tokens: int, *, layers: Any = None
+) -> GenerationTrace:
+    """The attention of the tokens a greedy generation adds, recorded from its own
+    decode steps with the KV cache: for each new token, the weights of the step that
+    chose it (one query, the token before it, over every position before the new
+    token), per head of the chosen layers (see :class:`GenerationTrace`).
+
+    Args:
+        text_or_ids: the prompt, a text (tokenized with the model's tokenizer and its
+            special tokens) or ids (L,).
+        max_new_tokens: the most tokens to add (at least 1; fewer after an end token).
+        layers: an index, a list of them, or None for all; negative from the end.
+
+    Raises:
+        ArgumentError, ArgumentTypeError: what :meth:`generate` and :meth:`trace`
+            refuse, and ``max_new_tokens`` below 1.
+    """
+    return _trace_generation(self, text_or_ids, max_new_tokens, layers)
 
 
 @dataclass(frozen=True)
@@ -170,6 +192,8 @@ class Model:
             self.network, input_ids, max_new_tokens, temperature=temperature, rng=rng, output_logits=output_logits
         )
 
+    trace_generation = _trace_generation_method  # defined above: the class stays under 120 lines
+
 
 def _forward(
     model: Model, input_ids: ArrayLike, attention_mask: ArrayLike | None, token_type_ids: ArrayLike | None,
@@ -192,6 +216,22 @@ def _forward(
         hidden_states=None if hidden is None else tuple(unbatch(h) for h in hidden),
         attentions=tuple(unbatch(w) for w in record.weights) if output_attentions else None,
     )
+
+
+def _trace_generation(model: Model, text_or_ids: ArrayLike | str, steps: int, layers: Any) -> GenerationTrace:
+    """See :meth:`Model.trace_generation`."""
+    if not is_integer(steps) or steps < 1:
+        raise fail("max_new_tokens", "at least one token to generate", repr(steps))
+    prompt = sequence_ids(model.config, model.tokenizer, text_or_ids)
+    chosen = layer_indices(model.config, layers)
+    rows: list[list[Array]] = []
+    ids = generate(model.network, prompt, int(steps), rows=rows)
+    assert isinstance(ids, np.ndarray)
+    tokenizer = model.tokenizer
+    tokens = tokenizer.pieces(ids)[0] if tokenizer is not None else [str(i) for i in ids]
+    special = [tokenizer.is_special(i) for i in ids] if tokenizer is not None else []
+    weights = {i: stack_rows([step[i] for step in rows], len(prompt)) for i in chosen}
+    return GenerationTrace(model.name, [int(i) for i in ids], tokens, len(prompt), weights, {}, special)
 
 
 def _trace(model: Model, text_or_ids: ArrayLike | str, layers: Any) -> ModelTrace:

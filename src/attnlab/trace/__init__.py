@@ -3,8 +3,18 @@ traced attention modules (:class:`ModelTrace`), as text, JSON and, through
 :mod:`attnlab.viz`, a page."""
 
 from ._display import register_notebook_html
+from ._generation import GenerationTrace
 from ._model_trace import KINDS, ModelTrace
 from ._trace import LANGUAGES, Trace, build_trace
 from ._variants import Variants
 
-__all__ = ["KINDS", "LANGUAGES", "ModelTrace", "Trace", "Variants", "build_trace", "register_notebook_html"]
+__all__ = [
+    "KINDS",
+    "LANGUAGES",
+    "GenerationTrace",
+    "ModelTrace",
+    "Trace",
+    "Variants",
+    "build_trace",
+    "register_notebook_html",
+]

@@ -2,9 +2,9 @@
 page (:func:`view`, :func:`show`, and a trace's Jupyter display, registered here)."""
 
 from ..trace import register_notebook_html
-from ._page import notebook_html, show, view
+from ._page import notebook_html, show, view, view_ablation
 from ._plot import MissingFontWarning, plot
 
 register_notebook_html(notebook_html)
 
-__all__ = ["MissingFontWarning", "plot", "show", "view"]
+__all__ = ["MissingFontWarning", "plot", "show", "view", "view_ablation"]

@@ -24,14 +24,16 @@ import re
 from collections.abc import Callable
 from importlib.resources import files
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from .._validation import Array, MissingDependencyError, fail, output_path
-from ..trace import ModelTrace
+from ..trace import GenerationTrace, ModelTrace
 from ..trace._display import display_text
 from ..trace._trace import Trace
+from ._views import Views, split_pair, views_data
 
 __all__ = [
     "PageShape",
@@ -44,6 +46,7 @@ __all__ = [
     "render_page",
     "show",
     "view",
+    "view_ablation",
     "write_page",
 ]
 
@@ -312,28 +315,40 @@ def _layer_data(trace: Trace, with_scores: bool, dtype: str) -> dict[str, object
     }
 
 
-def render_page(trace: Trace | ModelTrace, opens: dict[str, int] | None = None) -> str:
+def render_page(trace: Trace | ModelTrace, opens: dict[str, int] | None = None, views: Views | None = None) -> str:
     """The HTML text: assets/page.html with page.css and page.js inline, opening on
-    ``opens`` (:func:`opening`'s; default the trace's own). The data sits in a JSON
-    script block with '<', '>' and '&' escaped, so no token can end the block or inject
-    markup; the script only ever writes tokens as text."""
+    ``opens`` (:func:`opening`'s; default the trace's own), and the ``views`` beyond the
+    trace's (:mod:`._views`: a second text, generated tokens, rollout and flow, an
+    ablation) with views.css and views.js. The data sits in JSON script blocks with '<',
+    '>' and '&' escaped, so no token can end the block or inject markup; the scripts only
+    ever write tokens as text."""
     check_page_size(trace)
-    payload = json.dumps(page_data(trace, opens), ensure_ascii=False, allow_nan=False)
-    payload = payload.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
-    return _filled_page(payload)
+    extra = views_data(trace, views)
+    return _filled_page(_escaped_json(page_data(trace, opens)), _escaped_json(extra))
 
 
-_ASSET_SLOTS = {"__ATTNLAB_STYLE__": "page.css", "__ATTNLAB_SCRIPT__": "page.js"}  # in page.html: the file it holds
-_SLOT = re.compile("|".join(re.escape(slot) for slot in (*_ASSET_SLOTS, _PLACEHOLDER)))
+def _escaped_json(data: object) -> str:
+    payload = json.dumps(data, ensure_ascii=False, allow_nan=False)
+    return payload.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
 
-def _filled_page(payload: str) -> str:
-    """assets/page.html with assets/page.css in its <style>, assets/page.js in its
-    <script> and ``payload`` (escaped JSON) in its data block: one pass, so nothing
-    filled in is searched for slots again (a token may read __ATTNLAB_SCRIPT__)."""
+_ASSET_SLOTS = {  # in page.html: the file it holds
+    "__ATTNLAB_STYLE__": "page.css", "__ATTNLAB_SCRIPT__": "page.js",
+    "__ATTNLAB_VIEWS_STYLE__": "views.css", "__ATTNLAB_VIEWS_SCRIPT__": "views.js",
+}  # fmt: skip
+_VIEWS_PLACEHOLDER = "__ATTNLAB_VIEWS_DATA__"
+_SLOT = re.compile("|".join(re.escape(slot) for slot in (*_ASSET_SLOTS, _VIEWS_PLACEHOLDER, _PLACEHOLDER)))
+
+
+def _filled_page(payload: str, views_payload: str = "null") -> str:
+    """assets/page.html with assets/page.css and views.css in its <style>s, page.js and
+    views.js in its <script>s, ``payload`` (escaped JSON) in its data block and
+    ``views_payload`` in the views' block: one pass, so nothing filled in is searched for
+    slots again (a token may read __ATTNLAB_SCRIPT__)."""
     assets = files("attnlab.viz") / "assets"
     filling = {slot: (assets / name).read_text(encoding="utf-8") for slot, name in _ASSET_SLOTS.items()}
     filling[_PLACEHOLDER] = payload
+    filling[_VIEWS_PLACEHOLDER] = views_payload
     return _SLOT.sub(lambda slot: filling[slot[0]], (assets / "page.html").read_text(encoding="utf-8"))
 
 
@@ -342,27 +357,43 @@ def check_path(path: str | Path) -> Path:
     return output_path(path, (".html", ".htm"))
 
 
-def write_page(trace: Trace | ModelTrace, path: str | Path, opens: dict[str, int] | None = None) -> None:
-    """Write the page of ``trace`` to ``path`` (.html), opening on ``opens`` (see :func:`render_page`)."""
-    check_path(path).write_text(render_page(trace, opens), encoding="utf-8")
+def write_page(
+    trace: Trace | ModelTrace, path: str | Path, opens: dict[str, int] | None = None, views: Views | None = None
+) -> None:
+    """Write the page of ``trace`` to ``path`` (.html), opening on ``opens``, with ``views`` (see
+    :func:`render_page`)."""
+    check_path(path).write_text(render_page(trace, opens, views), encoding="utf-8")
 
 
 def view(
-    trace: Trace | ModelTrace,
+    trace: Trace | ModelTrace | tuple[ModelTrace, ModelTrace],
     path: str | Path | None = None,
     *,
     layer: int | None = None,
     head: int | None = None,
     query: int | None = None,
+    generation: GenerationTrace | None = None,
+    rollout: ArrayLike | None = None,
+    flow: ArrayLike | None = None,
 ) -> str | None:
     """The interactive page of ``trace``, self-contained: scripts, styles and data inline.
 
     Args:
-        trace: an :class:`attnlab.Trace` or a model's :class:`attnlab.models.ModelTrace`.
+        trace: an :class:`attnlab.Trace` or a model's :class:`attnlab.models.ModelTrace`;
+            or a pair (A, B) of ModelTraces of two texts through one model (the same
+            layers): A in the main views, and A and B side by side under the same layer
+            and head with their difference where the tokens align (a longest common
+            subsequence of the tokens, gaps of one length paired position by position).
         path: the .html file to write; None returns the page as HTML text.
         layer: the layer it opens on (a model's layer number, among the traced ones).
         head: the head it opens on.
         query: the query it opens on (a token's position, 0..L−1).
+        generation: a :class:`attnlab.models.GenerationTrace` (``Model.trace_generation``,
+            ``attnlab.hf.trace_generation``) of the tokens the trace is over: a view of
+            each generated token's attention over everything before it.
+        rollout: attention rollout over the trace's tokens, (layers, L, L) (as
+            ``attnlab.analysis.rollout`` gives): a view of a layer's matrix and a query's row.
+        flow: attention flow, (layers, L, L) (``attnlab.analysis.flow``), beside the rollout.
 
     Each of layer, head and query left None is the trace's own (a model's answering head
     where its config names one, such as builtin:coref's layer 1, head 0 on the pronoun),
@@ -371,22 +402,71 @@ def view(
 
     Raises:
         ArgumentError: a path that is not an .html file in an existing folder, a trace
-            too large for a browser, or a layer, head or query out of range.
+            too large for a browser, a layer, head or query out of range, or a view that
+            does not fit the trace (see :func:`._views.views_data`).
+        ArgumentTypeError: a trace, pair or generation of another type.
     """
-    if not isinstance(trace, (Trace, ModelTrace)):
-        raise fail("trace", "an attnlab.Trace or attnlab.models.ModelTrace", type(trace).__name__, TypeError)
-    opens = opening(trace, layer, head, query)
+    first, second = split_pair(trace)
+    _check_trace(first)
+    if generation is not None and not isinstance(generation, GenerationTrace):
+        raise fail("generation", "an attnlab.models.GenerationTrace", type(generation).__name__, TypeError)
+    opens = opening(first, layer, head, query)
+    views = Views(second, generation, rollout, flow)  # type: ignore[arg-type]  # views_data checks the arrays
     if path is None:
-        return render_page(trace, opens)
-    write_page(trace, path, opens)
+        return render_page(first, opens, views)
+    write_page(first, path, opens, views)
     return None
 
 
-def notebook_html(trace: Trace | ModelTrace, height: int = 900, opens: dict[str, int] | None = None) -> str:
-    """The page in a sandboxed iframe, for Jupyter, opening on ``opens`` (see
-    :func:`render_page`): its scripts run in an opaque origin that can reach neither the
-    notebook nor the network."""
-    page = html.escape(render_page(trace, opens), quote=True)
+def view_ablation(
+    trace: ModelTrace,
+    ablation: dict[str, Any],
+    path: str | Path | None = None,
+    *,
+    layer: int | None = None,
+    head: int | None = None,
+    query: int | None = None,
+) -> str | None:
+    """The page of ``trace`` with an ablation's layers × heads heatmap: each cell the
+    effect of ablating that head, and a click on it opens that head in the main views.
+
+    Args:
+        trace: the model's trace of the ablated text (every layer, for every cell to open).
+        ablation: ``{"effect": layers × heads floats (None: not ablated), "metric":
+            "Δ log p(target)" or "KL", "target": a token or None, "mode": "zero", "mean"
+            or "patch"}``, as ``attnlab.analysis.ablate(...).to_dict()`` gives (its other
+            keys ignored).
+        path: the .html file to write; None returns the page as HTML text.
+        layer: the layer it opens on, as :func:`view` takes it.
+        head: the head it opens on.
+        query: the query it opens on.
+
+    Raises:
+        ArgumentError, ArgumentTypeError: what :func:`view` refuses, and an ablation of
+            another shape than the model's layers × heads or with other fields.
+    """
+    if not isinstance(trace, ModelTrace):
+        raise fail("trace", "an attnlab.models.ModelTrace", type(trace).__name__, TypeError)
+    opens = opening(trace, layer, head, query)
+    views = Views(ablation=ablation)
+    if path is None:
+        return render_page(trace, opens, views)
+    write_page(trace, path, opens, views)
+    return None
+
+
+def _check_trace(trace: object) -> None:
+    if not isinstance(trace, (Trace, ModelTrace)):
+        raise fail("trace", "an attnlab.Trace or attnlab.models.ModelTrace", type(trace).__name__, TypeError)
+
+
+def notebook_html(
+    trace: Trace | ModelTrace, height: int = 900, opens: dict[str, int] | None = None, views: Views | None = None
+) -> str:
+    """The page in a sandboxed iframe, for Jupyter, opening on ``opens``, with ``views``
+    (see :func:`render_page`): its scripts run in an opaque origin that can reach neither
+    the notebook nor the network."""
+    page = html.escape(render_page(trace, opens, views), quote=True)
     return (  # in a div: IPython warns about HTML that starts with <iframe
         f'<div><iframe sandbox="allow-scripts allow-downloads" srcdoc="{page}" title="attnlab view" '
         f'style="width: 100%; height: {height}px; border: 1px solid #ddd"></iframe></div>'
@@ -394,12 +474,17 @@ def notebook_html(trace: Trace | ModelTrace, height: int = 900, opens: dict[str,
 
 
 def show(
-    trace: Trace | ModelTrace, *, layer: int | None = None, head: int | None = None, query: int | None = None
+    trace: Trace | ModelTrace | tuple[ModelTrace, ModelTrace],
+    *,
+    layer: int | None = None,
+    head: int | None = None,
+    query: int | None = None,
 ) -> None:
     """Display the page of ``trace`` in a Jupyter notebook (IPython's display).
 
     Args:
-        trace: an :class:`attnlab.Trace` or a model's :class:`attnlab.models.ModelTrace`.
+        trace: an :class:`attnlab.Trace` or a model's :class:`attnlab.models.ModelTrace`,
+            or a pair of ModelTraces of two texts (see :func:`view`).
         layer: the layer it opens on, as :func:`view` takes it.
         head: the head it opens on.
         query: the query it opens on.
@@ -408,11 +493,11 @@ def show(
         ArgumentError: a layer, head or query out of range (see :func:`view`).
         MissingDependencyError: IPython is not installed.
     """
-    if not isinstance(trace, (Trace, ModelTrace)):
-        raise fail("trace", "an attnlab.Trace or attnlab.models.ModelTrace", type(trace).__name__, TypeError)
-    opens = opening(trace, layer, head, query)
+    first, second = split_pair(trace)
+    _check_trace(first)
+    opens = opening(first, layer, head, query)
     try:
         from IPython.display import HTML, display
     except ImportError:
         raise MissingDependencyError("attnlab.show needs IPython (Jupyter): pip install ipython") from None
-    display(HTML(notebook_html(trace, opens=opens)))
+    display(HTML(notebook_html(first, opens=opens, views=Views(second))))

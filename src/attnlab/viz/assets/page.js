@@ -507,7 +507,10 @@ function stepsRules(layer) {
 
 // ---- what is on show: query, head, layer, scale ----
 
-function render() { drawHeatmap(); drawHeadView(); drawSteps(); showCell(); drawOverlay(); markPatch(); }
+function render() {
+  drawHeatmap(); drawHeadView(); drawSteps(); showCell(); drawOverlay(); markPatch();
+  document.dispatchEvent(new CustomEvent("attnlab:render")); // views.js redraws its views (two texts, generation, …)
+}
 // the head view's own box scrolls to the query; the page itself stays where it is, controls in view
 function scrollToQuery(i) {
   const box = $("headview-box");

@@ -1,0 +1,117 @@
+"""attnlab view's views beyond one trace: two texts through one model (``--text`` given
+twice) and a generation's tokens (``--generate N``), each checked before any work."""
+
+from __future__ import annotations
+
+import argparse
+import copy
+from typing import Any
+
+from ..trace import GenerationTrace, ModelTrace
+from ..viz._page import PageShape, check_page_size
+from ._inputs import InputError
+from ._sequence import trace_from_args
+
+__all__ = ["MAX_GENERATE", "check_texts", "generation_page", "pair_of_traces"]
+
+MAX_GENERATE = 256  # --generate's most new tokens: the page carries N × (P + N) weights per head and layer
+
+
+def check_texts(args: argparse.Namespace, two_allowed: bool) -> None:
+    """Refuse --text given more than twice, or twice where the command or the input cannot compare texts."""
+    texts = getattr(args, "texts", None) or []
+    if len(texts) <= 1:
+        return
+    if not two_allowed:
+        raise InputError(f"--text: given {len(texts)} times; only 'attnlab view --model …' takes two texts")
+    if len(texts) > 2:
+        raise InputError(f"--text: expected one text or two to compare, got {len(texts)}")
+    if args.model is None:
+        raise InputError("--text twice: expected --model with it (both texts go through the same model)")
+    if getattr(args, "generate", None) is not None:
+        raise InputError("--generate: expected one --text (the prompt), got two")
+
+
+def pair_of_traces(args: argparse.Namespace) -> tuple[ModelTrace, ModelTrace]:
+    """The traces of the two --text through the --model, the same layers, each page's size checked first."""
+    traces = []
+    for text in args.texts:
+        one = copy.copy(args)
+        one.text, one.texts = text, [text]
+        traces.append(trace_from_args(one, page=True))
+    first, second = traces
+    if not isinstance(first, ModelTrace) or not isinstance(second, ModelTrace):
+        raise InputError("--text twice: expected --model with it (both texts go through the same model)")
+    if first.source_tokens is not None:
+        raise InputError(f"--text twice: {args.model} is an encoder-decoder model; two texts compare one sequence each")
+    return first, second
+
+
+def generation_page(args: argparse.Namespace) -> tuple[ModelTrace, GenerationTrace]:
+    """The --generate N tokens after --text, recorded with the KV cache, and the trace of
+    the whole sequence (prompt and generated) for the main views; the page's size is
+    checked for P + N tokens before the model runs."""
+    from ..models._checkpoint import locate
+    from ._transformers import backend_for, say_backend
+
+    if args.model is None:
+        raise InputError("--generate: expected --model with it (the model that generates)")
+    if args.text is None:
+        raise InputError("--generate: expected --text with the prompt")
+    directory = locate(args.model)
+    backend, model_type = backend_for(args, directory)
+    layer = "all" if args.layer is None else args.layer
+    layers = None if layer == "all" else layer
+    if backend == "transformers":
+        full, generation = _transformers_generation(args, directory, layers)
+    else:
+        full, generation = _numpy_generation(args, layers)
+    say_backend(args, backend, model_type)
+    return full, generation
+
+
+def _numpy_generation(args: argparse.Namespace, layers: Any) -> tuple[ModelTrace, GenerationTrace]:
+    from ..models import load
+
+    model = load(args.model)
+    if model.tokenizer is None:
+        raise InputError(f"--model: {args.model} has no tokenizer (tokenizer.json, vocab.txt or vocab.json)")
+    if not model.config.causal:
+        raise InputError(f"--generate: {args.model} is a {model.config.model_type} model, which does not generate")
+    prompt = model.tokenizer.encode(args.text)
+    if len(prompt) == 0:
+        raise InputError(f"--text: expected a text of at least one token, got {args.text!r}")
+    c, length = model.config, len(prompt) + args.generate
+    if length > c.max_position_embeddings:
+        raise InputError(
+            f"--generate: {len(prompt)} prompt tokens + {args.generate} new ones is past the model's "
+            f"{c.max_position_embeddings} positions; generate at most {max(c.max_position_embeddings - len(prompt), 0)}"
+        )
+    count = c.num_hidden_layers if layers is None else len(layers) if isinstance(layers, list) else 1
+    shape = PageShape(length, c.num_attention_heads, count, (c.head_dim, c.head_dim), model=True)
+    check_page_size(shape, "--text and --generate", "--layer N")
+    generation = model.trace_generation(prompt, args.generate, layers=layers)
+    return model.trace(generation.ids, layers=layers), generation
+
+
+def _transformers_generation(
+    args: argparse.Namespace, directory: Any, layers: Any
+) -> tuple[ModelTrace, GenerationTrace]:
+    try:
+        from .. import hf
+        from ..hf._torch import torch, transformers
+    except ImportError as error:
+        raise InputError(f"--backend transformers: {error}") from None
+    from ._transformers import _processor, _quiet
+
+    with _quiet(transformers):
+        try:
+            model = transformers.AutoModelForCausalLM.from_pretrained(directory, attn_implementation=hf.NAME)
+        except (OSError, ValueError, KeyError, RuntimeError) as error:
+            first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+            raise InputError(f"--generate: transformers cannot load {args.model} as a causal model: {first}") from None
+        tokenizer = _processor(transformers, directory)
+        generation = hf.trace_generation(model, args.text, args.generate, tokenizer=tokenizer, layers=layers)
+    full = hf.trace(model, {"input_ids": torch.tensor([generation.ids])}, tokenizer=tokenizer, layers=layers)
+    check_page_size(full, "--text and --generate", "--layer N")
+    return full, generation

@@ -1,0 +1,48 @@
+"""Attention rollout and flow for view --rollout and plot --stage rollout, computed by
+``attnlab.analysis`` (imported only when asked for, so that every other command runs
+without it)."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+
+from .._validation import Array
+from ..trace import ModelTrace
+from ..trace._trace import Trace
+from ._inputs import InputError
+
+__all__ = ["MAX_FLOW_TOKENS", "require_analysis", "rollout_and_flow"]
+
+MAX_FLOW_TOKENS = 64  # flow solves layers·L² max-flow problems: seconds at 64 tokens, minutes past it
+
+
+def require_analysis(option: str) -> tuple[Callable[..., Array], Callable[..., Array]]:
+    """attnlab.analysis's rollout and flow; before any work, a one-line error where it is missing."""
+    try:
+        from ..analysis import flow, rollout
+    except ImportError:
+        raise InputError(
+            f"{option}: attention rollout needs attnlab.analysis, which this attnlab does not have"
+        ) from None
+    return rollout, flow
+
+
+def rollout_and_flow(trace: Trace | ModelTrace, option: str = "--rollout") -> tuple[Array, Array | None]:
+    """The rollout (layers, L, L) of a model's trace of every layer, and its flow while the
+    text has at most MAX_FLOW_TOKENS tokens (else None, said on standard error)."""
+    rollout, flow = require_analysis(option)
+    if not isinstance(trace, ModelTrace):
+        raise InputError(f"{option}: expected --model (rollout runs over a model's layers), got a single layer")
+    if len(trace.layers) != trace.num_layers:
+        raise InputError(
+            f"{option}: expected every layer traced (drop --layer), got {len(trace.layers)} of {trace.num_layers}"
+        )
+    rolled = rollout(trace)
+    if len(trace.tokens) > MAX_FLOW_TOKENS:
+        print(
+            f"attnlab: {option}: flow left out past {MAX_FLOW_TOKENS} tokens (it solves L² max-flows per layer)",
+            file=sys.stderr,
+        )
+        return rolled, None
+    return rolled, flow(trace)

@@ -1,0 +1,120 @@
+"""attnlab.hf.trace_generation: the calls of a transformers model's own ``generate``
+recorded, each new token's attention over everything before it (see
+:class:`attnlab.trace.GenerationTrace`).
+
+While ``model.generate`` runs greedily with its KV cache on attnlab's backend,
+:data:`_backend.recorder` hands each attention call to :class:`_Steps`, which computes it
+on the engine with its weights and keeps the last query's row: the prefill's last position
+(which chose the first new token), then each decode step's one query.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+from .._validation import fail, is_integer
+from ..trace import GenerationTrace
+from ..trace._generation import stack_rows
+from ._backend import EngineCall, _engine_call
+from ._inputs import _labelled, model_inputs
+from ._record import _chosen, _recorded
+from ._register import check_model
+
+__all__ = ["trace_generation"]
+
+
+@dataclass
+class _Steps:
+    """Each attention module's last-query rows (H, S), one per forward of the generation."""
+
+    names: dict[int, str]  # id(module) -> its path
+    order: list[int] = field(default_factory=list)  # id(module), in the order the first forward calls them
+    rows: dict[int, list[np.ndarray]] = field(default_factory=dict)
+
+    def before(self, module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        """No input is kept: a generation's record is its weights."""
+
+    def after(self, module: Any, args: Any, output: Any) -> None:
+        """Nothing after a module either."""
+
+    def record(self, call: EngineCall) -> np.ndarray:
+        """The call's output (B, H, L, Ev), computed with its weights, whose last row is kept."""
+        if call.query.shape[0] != 1:
+            raise fail("text", "one sequence (a batch of 1) to generate from", f"a batch of {call.query.shape[0]}")
+        result = _engine_call(replace(call, options={**call.options, "need_weights": True}))
+        key = id(call.module)
+        if key not in self.rows:
+            self.order.append(key)
+            self.rows[key] = []
+        assert result.weights is not None
+        self.rows[key].append(np.asarray(result.weights[0, :, -1], dtype=np.float64))  # (1, H, L, S) -> (H, S)
+        return np.asarray(result.output)
+
+
+def trace_generation(
+    model: Any, text: Any, max_new_tokens: int, *, tokenizer: Any = None, layers: Any = None
+) -> GenerationTrace:
+    """The attention of the tokens ``model.generate`` adds greedily to ``text``, recorded
+    from its own calls with the KV cache: for each new token, the weights of the step
+    that chose it (one query, the token before it, over every position before the new
+    token), per head of every attention module (a decoder-only model's layers).
+
+    Args:
+        model: a transformers causal language model (``AutoModelForCausalLM``) whose
+            attention goes through the attention interface.
+        text: the prompt: a text (tokenized with ``tokenizer``) or its input_ids, a
+            mapping of tensors of a batch of 1.
+        max_new_tokens: the most tokens to add (at least 1; fewer after an end token).
+        tokenizer: the model's tokenizer; None: the inputs must be tensors, shown as ids.
+        layers: the attention modules to keep, an index or a list of them (negative from
+            the end), or None for all.
+
+    Raises:
+        UnsupportedModelError: the model does not compute attention through the interface.
+        ArgumentError, ArgumentTypeError: a model that cannot generate, inputs that are not
+            one sequence, ``max_new_tokens`` below 1 or past the model's positions, a module
+            the model does not have, a cache that drops keys (a sliding window's: its rows
+            cannot be laid out by position).
+    """
+    check_model(model)
+    if (
+        not callable(getattr(model, "generate", None))
+        or getattr(model, "get_output_embeddings", lambda: None)() is None
+    ):
+        raise fail("model", "a causal language model that generates (AutoModelForCausalLM)", type(model).__name__)
+    if not is_integer(max_new_tokens) or isinstance(max_new_tokens, bool) or max_new_tokens < 1:
+        raise fail("max_new_tokens", "at least one token to generate", repr(max_new_tokens))
+    sequences = model_inputs(model, text, tokenizer)
+    prompt = sequences.inputs["input_ids"]
+    positions = getattr(model.config, "max_position_embeddings", None)
+    if is_integer(positions) and prompt.shape[-1] + max_new_tokens > positions:
+        raise fail(
+            "max_new_tokens", f"at most {max(positions - prompt.shape[-1], 0)} (the model's {positions} positions)",
+            f"{max_new_tokens} after {prompt.shape[-1]} prompt tokens",
+        )  # fmt: skip
+    chosen = _chosen(layers)
+    steps = _Steps({id(module): name for name, module in model.named_modules()})
+    with _recorded(model, steps):  # type: ignore[arg-type]  # duck-typed: before, after and record
+        ids = model.generate(
+            **sequences.inputs, max_new_tokens=int(max_new_tokens), do_sample=False, num_beams=1,
+            pad_token_id=getattr(model.generation_config, "pad_token_id", None) or 0,
+        )[0]  # fmt: skip
+    count = len(steps.order)
+    wanted = range(count) if chosen is None else sorted({i + count if i < 0 else i for i in chosen})
+    if any(not 0 <= i < count for i in wanted):
+        raise fail("layers", f"attention modules in 0..{count - 1} (each forward made {count})", repr(layers))
+    all_ids = [int(i) for i in ids]
+    P = int(prompt.shape[-1])
+    weights = {i: stack_rows(steps.rows[steps.order[i]], P) for i in wanted}
+    names = {i: steps.names.get(steps.order[i], f"attention {i}") for i in wanted}
+    text_tokenizer = getattr(tokenizer, "tokenizer", tokenizer)
+    if tokenizer is not None:
+        labelled = _labelled(text_tokenizer, all_ids)
+        tokens, special = labelled.tokens, labelled.special
+    else:
+        tokens, special = [str(i) for i in all_ids], []
+    name = str(getattr(model.config, "name_or_path", "") or type(model).__name__)
+    return GenerationTrace(name, all_ids, tokens, P, weights, names, special)

@@ -1,0 +1,89 @@
+"""The attention of generated tokens, recorded from the decode steps of a generation with
+a KV cache.
+
+A causal model given a prompt of P tokens makes N new ones: the prompt's forward (L = P)
+chooses token P from its last position, then each decode step runs one query, the token
+just chosen, against the cached keys of every position so far, and chooses the next. So
+the step that chose token P + n (n = 0..N − 1) had one query row, at position P + n − 1,
+over the P + n keys before token P + n: that row is token P + n's "attention over
+everything before it", and the generation's weights of a layer are those N rows,
+(H, N, P + N − 1), row n filled in its first P + n columns (0 past them: keys it did not
+have). The last new token is never a query (generation stops once it is chosen).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .._validation import Array, fail
+
+__all__ = ["GenerationTrace", "stack_rows"]
+
+
+@dataclass
+class GenerationTrace:
+    """What a generation's decode steps computed, per traced layer.
+
+    Args:
+        model: the model's name.
+        ids: the prompt's ids and then the generated ones, P + N of them.
+        tokens: their tokens, as text.
+        prompt_length: P, the prompt's tokens (at least 1).
+        weights: layer -> (H, N, P + N − 1) float: row n is the weights of the step that
+            chose token P + n, its one query at position P + n − 1 over the keys 0..P + n − 1
+            (its first P + n columns; 0 past them).
+        names: layer -> its name (a module path, or "layer i").
+        special: whether each token is special (<|endoftext|>), P + N of them; [] for none.
+
+    Raises:
+        ArgumentError: a prompt of no token, no token generated, tokens and ids of other
+            lengths, weights of another shape.
+    """
+
+    model: str
+    ids: list[int]
+    tokens: list[str]
+    prompt_length: int
+    weights: dict[int, Array] = field(repr=False)
+    names: dict[int, str] = field(default_factory=dict)
+    special: list[bool] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        count, prompt = len(self.ids), self.prompt_length
+        if not 1 <= prompt < count:
+            raise fail("prompt_length", f"a prompt of 1..{count - 1} tokens, before the generated ones", prompt)
+        if len(self.tokens) != count or (self.special and len(self.special) != count):
+            raise fail("tokens", f"{count} tokens (and marks), one per id", len(self.tokens))
+        if not self.weights:
+            raise fail("weights", "at least one layer's weights", "none")
+        for layer, rows in self.weights.items():
+            if rows.ndim != 3 or rows.shape[1:] != (count - prompt, count - 1):
+                raise fail(
+                    "weights", f"(H, {count - prompt}, {count - 1}) weights per layer", f"{rows.shape} ({layer})"
+                )
+        self.names = {i: self.names.get(i, f"layer {i}") for i in self.weights}
+        self.special = self.special or [False] * count
+
+    @property
+    def generated(self) -> int:
+        """N, the tokens generated."""
+        return len(self.ids) - self.prompt_length
+
+
+def stack_rows(rows: list[Array], prompt_length: int) -> Array:
+    """One layer's weights (H, N, P + N − 1) from its N recorded rows (H, P + n), each the
+    one query row of a step, padded with 0 past its keys.
+
+    Raises:
+        ArgumentError: a row that does not have P + n keys (a cache that dropped keys, such
+            as a sliding window's, cannot be laid out by position).
+    """
+    count = len(rows)
+    stacked = np.zeros((rows[0].shape[0], count, prompt_length + count - 1), dtype=np.float64)  # (H, N, P + N − 1)
+    for n, row in enumerate(rows):
+        if row.shape[-1] != prompt_length + n:
+            raise fail("the cache", f"{prompt_length + n} keys at step {n} (every position so far)", row.shape[-1])
+        stacked[:, n, : prompt_length + n] = row
+    return stacked
