@@ -92,3 +92,21 @@ def test_bad_input_is_one_line_and_exit_status_2(
     assert code == 2 and out == ""
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
     assert re.search(message, err), err
+
+
+@pytest.mark.parametrize("backend", ["numpy", "transformers"])
+def test_output_writes_the_page_with_the_heatmap(
+    capsys: pytest.CaptureFixture[str], checkpoint: Path, tmp_path: Path, backend: str
+) -> None:
+    page = tmp_path / "heads.html"
+    argv = ["ablate", "--model", str(checkpoint), "--text", TEXT, "--target", " the", "--backend", backend]
+    code, out, err = run(capsys, *argv, "--format", "json", "-o", str(page))
+    assert code == 0, err
+    html = page.read_text(encoding="utf-8")
+    views = json.loads(re.search(r'<script id="attnlab-views" type="application/json">(.*?)</script>', html, re.S)[1])
+    assert views["ablation"]["effect"] == json.loads(out)["effect"]  # the page's heatmap is the printed table
+
+
+def test_output_refuses_a_path_that_is_not_a_page(capsys: pytest.CaptureFixture[str], checkpoint: Path) -> None:
+    code, _, err = run(capsys, "ablate", "--model", str(checkpoint), "--text", TEXT, "-o", "heads.png")
+    assert code == 2 and "heads.png" in err and len(err.strip().splitlines()) == 1

@@ -3,11 +3,13 @@
 Run --model on --text once per head with that head's output zeroed (or replaced by its
 mean over positions, or by its output on --patch-text), and print the layers × heads table
 of the change in log p(--target) at the last position, or without --target the KL
-divergence of the next-token distribution.
+divergence of the next-token distribution. With -o, also write the page of the text with
+that table as a heatmap, whose cells open their head.
 
 Examples::
 
   attnlab ablate --model gpt2 --text "The cat sat on the" --target " mat"
+  attnlab ablate --model gpt2 --text "The cat sat on the" --target " mat" -o heads.html
   attnlab ablate --model gpt2 --text "The cat sat on the" --mode mean --heads 0:1,5:3
   attnlab ablate --model gpt2 --text "The cat sat on the" --patch-text "The dog sat on the" --target " mat"
 """
@@ -61,6 +63,10 @@ def add_options(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--format", choices=("text", "json"), default="text", help="text (default) or json")
     parser.add_argument("--precision", type=at_least(1, 17), default=4, help="significant digits (default 4)")
+    parser.add_argument(
+        "-o", "--output", metavar="PAGE.html",
+        help="also write the page of --text with the layers × heads heatmap; a click on a cell opens that head",
+    )  # fmt: skip
     parser.set_defaults(image=None)  # backend_for's: ablate reads text only
 
 
@@ -72,6 +78,10 @@ def run(args: argparse.Namespace) -> None:
     from ..analysis import ablate
     from ..models._checkpoint import locate
 
+    if args.output is not None:
+        from ..viz._page import check_path
+
+        check_path(args.output)
     directory = locate(args.model)
     backend, model_type = backend_for(args, directory)
     model, tokenizer = _numpy_model(args.model) if backend == "numpy" else _transformers_model(args, directory)
@@ -82,11 +92,27 @@ def run(args: argparse.Namespace) -> None:
         )  # fmt: skip
     except AttnlabError as error:
         raise _in_option_words(error) from None
+    if args.output is not None:
+        _write_page(args, model, tokenizer, result.to_dict())
     say_backend(args, backend, model_type)
     if args.format == "json":
         print(json.dumps(result.to_dict(), ensure_ascii=False, allow_nan=False))
     else:
         print(result.render(precision=args.precision))
+
+
+def _write_page(args: argparse.Namespace, model: Any, tokenizer: Any, ablation: dict[str, Any]) -> None:
+    """--output: the page of --text's trace, every layer, with the ablation's heatmap."""
+    from ..viz._page import check_page_size, view_ablation
+
+    if tokenizer is None:
+        trace = model.trace(args.text)
+    else:
+        from .. import hf
+
+        trace = hf.trace(model, args.text, tokenizer=tokenizer)
+    check_page_size(trace, "--text")
+    view_ablation(trace, ablation, args.output)
 
 
 def _numpy_model(name: str) -> tuple[Any, None]:
