@@ -22,7 +22,7 @@ import numpy as np
 
 from .._validation import AttnlabError
 from ..engine._attention import Attention, attention
-from ._torch import from_numpy, to_numpy, torch, transformers
+from ._torch import from_numpy, heads_last_copy, to_numpy, torch, transformers
 
 __all__ = ["EngineCall", "UnsupportedModelError", "attention_forward", "recorder"]
 
@@ -173,25 +173,35 @@ def _engine_call(call: EngineCall) -> Attention:
 
 class _EngineFunction(torch.autograd.Function):
     """attnlab's forward and its own backward under torch's autograd: the gradients of
-    query, key, value, a float mask (T5's bias) and the sinks, from :meth:`Attention.backward`."""
+    query, key, value, a float mask (T5's bias) and the sinks, from :meth:`Attention.backward`.
+
+    What it does for speed (``attnlab bench --hf``): query, key, value and dO go to the
+    engine in C order (transformers' query after RoPE and the dO of its transposed output
+    are strided views, over which the engine's products are slower than torch's copy); the
+    output is made in one copy whose memory is (B, L, H, Ev), so that transformers'
+    ``transpose(1, 2).contiguous()`` copies nothing more; and a float mask of only 0 and −∞
+    that needs no gradient (a model's own additive mask) goes to the engine as the bool
+    mask it is (mask == 0), exactly the same scores, without the float mask's gradient in
+    the backward.
+    """
 
     @staticmethod
     def forward(ctx: Any, query: Any, key: Any, value: Any, mask: Any, sinks: Any, options: Any) -> Any:
-        call = EngineCall(
-            None, to_numpy(query), to_numpy(key), to_numpy(value), to_numpy(mask), to_numpy(sinks), options
-        )
+        mask_needs_grad = ctx.needs_input_grad[3]
+        q, k, v = (to_numpy(x, contiguous=True) for x in (query, key, value))
+        call = EngineCall(None, q, k, v, _engine_mask(mask, mask_needs_grad), to_numpy(sinks), options)
         result = _engine_call(call)
         ctx.result = result
         ctx.formats = tuple(None if x is None else (x.dtype, x.device) for x in (query, key, value, mask, sinks))
         weights = None if result.weights is None else from_numpy(result.weights, query)
         if weights is not None:
             ctx.mark_non_differentiable(weights)
-        return from_numpy(result.output, query), weights
+        return heads_last_copy(result.exact_output, query), weights  # (B, H, L, Ev), memory (B, L, H, Ev)
 
     @staticmethod
     def backward(ctx: Any, grad_output: Any, _grad_weights: Any) -> Any:
         result: Attention = ctx.result
-        grads = result.backward(to_numpy(grad_output, result.problem.result_dtype))
+        grads = result.backward(to_numpy(grad_output, result.problem.result_dtype, contiguous=True))
         wanted = (grads.query, grads.key, grads.value, grads.attn_mask, grads.sinks)
         return (
             *(
@@ -200,3 +210,14 @@ class _EngineFunction(torch.autograd.Function):
             ),
             None,  # options
         )
+
+
+def _engine_mask(mask: Any, needs_grad: bool) -> Any:
+    """The mask as the engine takes it: a float mask that needs no gradient and holds only
+    0 and −∞ as the bool mask (mask == 0) that adds the same scores, so that the backward
+    computes no gradient for it; any other mask as it is (NumPy)."""
+    array = to_numpy(mask)
+    if needs_grad or array is None or array.dtype == bool:
+        return array
+    allowed = array == 0
+    return allowed if (allowed | np.isneginf(array)).all() else array
