@@ -109,3 +109,18 @@ def test_any_other_float_mask_stays_float_and_a_trainable_one_gets_sdpas_gradien
         (ours,) = _gradients(output, grad_output, mask)
         (theirs,) = _gradients(expected, grad_output, mask)
         np.testing.assert_allclose(ours, theirs, atol=1e-11, rtol=0)
+
+
+@pytest.mark.parametrize("context", ["no_grad", "inference_mode", "no input requires grad"])
+def test_without_gradients_the_forward_skips_autograd_and_gives_sdpas_output(context):
+    query, key, value, _ = _tensors(1, 2, 20, 20, 8)
+    if context == "no input requires grad":
+        query, key, value = (x.detach() for x in (query, key, value))
+    guard = {"no_grad": torch.no_grad, "inference_mode": torch.inference_mode}.get(context, torch.enable_grad)
+    module = _Module()
+    module.is_causal = True
+    with guard():
+        output, _ = attention_forward(module, query, key, value, None)
+    assert output.grad_fn is None and output.is_contiguous()
+    expected = _sdpa(query.detach(), key.detach(), value.detach(), is_causal=True)
+    np.testing.assert_allclose(output.numpy(), expected.numpy(), atol=1e-12, rtol=0)

@@ -139,7 +139,7 @@ def attention_forward(
         )
         output = from_numpy(record(call), query)  # (B, H, L, Ev)
         return output.transpose(1, 2).contiguous(), None
-    output, weights = _EngineFunction.apply(query, key, value, mask, s_aux, options)
+    output, weights = _run_engine(query, key, value, mask, s_aux, options)
     return output.transpose(1, 2).contiguous(), weights  # (B, L, H, Ev)
 
 
@@ -187,16 +187,12 @@ class _EngineFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx: Any, query: Any, key: Any, value: Any, mask: Any, sinks: Any, options: Any) -> Any:
-        mask_needs_grad = ctx.needs_input_grad[3]
-        q, k, v = (to_numpy(x, contiguous=True) for x in (query, key, value))
-        call = EngineCall(None, q, k, v, _engine_mask(mask, mask_needs_grad), to_numpy(sinks), options)
-        result = _engine_call(call)
+        result, output, weights = _forward(query, key, value, mask, sinks, options, ctx.needs_input_grad[3])
         ctx.result = result
         ctx.formats = tuple(None if x is None else (x.dtype, x.device) for x in (query, key, value, mask, sinks))
-        weights = None if result.weights is None else from_numpy(result.weights, query)
         if weights is not None:
             ctx.mark_non_differentiable(weights)
-        return heads_last_copy(result.exact_output, query), weights  # (B, H, L, Ev), memory (B, L, H, Ev)
+        return output, weights
 
     @staticmethod
     def backward(ctx: Any, grad_output: Any, _grad_weights: Any) -> Any:
@@ -210,6 +206,28 @@ class _EngineFunction(torch.autograd.Function):
             ),
             None,  # options
         )
+
+
+def _run_engine(query: Any, key: Any, value: Any, mask: Any, sinks: Any, options: dict[str, Any]) -> tuple[Any, Any]:
+    """(output (B, H, L, Ev), weights or None): :class:`_EngineFunction`, or, where no
+    gradient can flow (``torch.no_grad``, ``inference_mode``, no input requiring one), the
+    same forward without autograd's bookkeeping (0.1 ms a call)."""
+    inputs = (query, key, value, mask, sinks)
+    if torch.is_grad_enabled() and any(x is not None and x.requires_grad for x in inputs):
+        return tuple(_EngineFunction.apply(*inputs, options))
+    _, output, weights = _forward(*inputs, options, mask_needs_grad=False)
+    return output, weights
+
+
+def _forward(
+    query: Any, key: Any, value: Any, mask: Any, sinks: Any, options: dict[str, Any], mask_needs_grad: bool
+) -> tuple[Attention, Any, Any]:
+    """The engine's forward on these tensors: its result, the output (B, H, L, Ev) in
+    query's dtype and device, whose memory is (B, L, H, Ev), and the weights or None."""
+    q, k, v = (to_numpy(x, contiguous=True) for x in (query, key, value))
+    result = _engine_call(EngineCall(None, q, k, v, _engine_mask(mask, mask_needs_grad), to_numpy(sinks), options))
+    weights = None if result.weights is None else from_numpy(result.weights, query)
+    return result, heads_last_copy(result.exact_output, query), weights
 
 
 def _engine_mask(mask: Any, needs_grad: bool) -> Any:
