@@ -124,3 +124,14 @@ def test_without_gradients_the_forward_skips_autograd_and_gives_sdpas_output(con
     assert output.grad_fn is None and output.is_contiguous()
     expected = _sdpa(query.detach(), key.detach(), value.detach(), is_causal=True)
     np.testing.assert_allclose(output.numpy(), expected.numpy(), atol=1e-12, rtol=0)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_a_half_precision_output_comes_back_in_its_dtype_and_transformers_layout(dtype):
+    query, key, value, _ = _tensors(1, 2, 16, 16, 8)
+    half = getattr(torch, dtype)
+    q, k, v = (x.detach().to(half) for x in (query, key, value))
+    output, _ = attention_forward(_Module(), q, k, v, None)
+    assert output.dtype == half and output.shape == (1, 16, 2, 8) and output.is_contiguous()
+    expected = _sdpa(*(x.float().double() for x in (q, k, v)))  # the rounded inputs, computed exactly
+    np.testing.assert_allclose(output.double().numpy(), expected.numpy(), atol=2e-2, rtol=1e-2)
