@@ -7,9 +7,10 @@ has a module of its own run with ``python -m``; every time goes through one time
 The command line's entry points: :func:`main` (``attnlab bench``), :func:`engine_report`
 (``--engine-table``), :func:`run_models` and :func:`format_models` (``--models``),
 :func:`launch_ring` and :func:`format_ring` (``attnlab ring``), :func:`variant_rows` and
-:func:`format_variants` (``--variants``)."""
+:func:`format_variants` (``--variants``), :func:`hf_rows` and :func:`format_hf` (``--hf``)."""
 
 from ._engines import engine_report
+from ._hf import format_hf, hf_rows
 from ._machine import gemm_gflops, machine
 from ._models import format_models, run_models
 from ._report import main
@@ -18,10 +19,12 @@ from ._variants import format_variants, variant_rows
 
 __all__ = [
     "engine_report",
+    "format_hf",
     "format_models",
     "format_ring",
     "format_variants",
     "gemm_gflops",
+    "hf_rows",
     "launch_ring",
     "machine",
     "main",

@@ -10,6 +10,7 @@ Examples::
   attnlab bench --quick
   attnlab bench --json bench.json
   attnlab bench --variants   # sliding window, softcap and sinks only
+  attnlab bench --hf         # attnlab as transformers' attention backend, against sdpa and eager
   env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE attnlab bench   # let OpenBLAS pick its fastest kernels
   OPENBLAS_CORETYPE=Haswell NPY_DISABLE_CPU_FEATURES='X86_V4 AVX512_ICL AVX512_SPR' \
   NUMBA_CPU_NAME=haswell NUMBA_CPU_FEATURES=+avx2,+fma ATEN_CPU_CAPABILITY=avx2 \
@@ -33,7 +34,9 @@ def add_options(parser: argparse.ArgumentParser) -> None:
         "--quick", action="store_true", help="the shape classes only, attnlab's choice against torch: under a minute"
     )
     parser.add_argument("--json", metavar="PATH", help="also write every figure to this JSON file")
-    parser.add_argument("--repeat", type=at_least(1), help="timed runs per figure, best kept (default 3, quick 1)")
+    parser.add_argument(
+        "--repeat", type=at_least(1), help="timed runs per figure, best kept (default 3, quick 1, --hf 7)"
+    )
     parser.add_argument(
         "--models",
         action="store_true",
@@ -47,6 +50,14 @@ def add_options(parser: argparse.ArgumentParser) -> None:
         help="instead: the attention variants only: a causal sliding window against full causal attention, "
         "torch's SDPA with the same bool mask and flex_attention; softcap and sinks against the plain fused "
         "engine (about 70 s on 2 cores, flex_attention's compile included)",
+    )
+    parser.add_argument(
+        "--hf",
+        action="store_true",
+        help="instead: attnlab as transformers' attention backend (attn_implementation='attnlab') in a "
+        "Llama-shaped model (4 layers, hidden 256, 4 heads, 512 tokens, random weights, 2 threads) against "
+        "sdpa and eager: forward, forward+backward, one layer's attention alone (needs attnlab[hf]; about a "
+        "minute)",
     )
     parser.add_argument(
         "--engine-table",
@@ -87,6 +98,18 @@ def run(args: argparse.Namespace) -> None:
             with open(args.json, "w", encoding="utf-8") as file:
                 json.dump(variants, file, indent=1)
         print(format_variants(variants))
+        return
+    if args.hf:
+        from ..bench import format_hf, gemm_gflops, hf_rows, machine
+
+        described, ceiling = machine(), gemm_gflops()
+        rows = hf_rows(repeat=args.repeat or 7) | {"machine": described, "gemm_gflops": ceiling}
+        print("machine: " + ", ".join(f"{k} {v}" for k, v in described.items()))
+        print(f"float32 GEMM ceiling (2048², all cores): {ceiling:.0f} GFLOP/s\n")
+        if args.json:
+            with open(args.json, "w", encoding="utf-8") as file:
+                json.dump(rows, file, indent=1)
+        print(format_hf(rows))
         return
     if args.engine_table:
         from ..bench import engine_report

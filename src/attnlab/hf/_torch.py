@@ -15,18 +15,25 @@ try:
 except ImportError:
     raise MissingDependencyError("attnlab.hf needs PyTorch and transformers: pip install 'attnlab[hf]'") from None
 
-__all__ = ["from_numpy", "to_numpy", "torch", "transformers"]
+__all__ = ["from_numpy", "heads_last_copy", "to_numpy", "torch", "transformers"]
 
 
-def to_numpy(tensor: Any, dtype: Any = None) -> Any:
+def to_numpy(tensor: Any, dtype: Any = None, *, contiguous: bool = False) -> Any:
     """A tensor's values as a NumPy array (None stays None): float32 and float64 as they
-    are (no copy on the CPU), float16 and bfloat16 widened to float32, or ``dtype``."""
+    are (no copy on the CPU), float16 and bfloat16 widened to float32, or ``dtype``.
+    ``contiguous``: in C order, copied by NumPy if the tensor is a strided view, as
+    transformers' query (B, H, L, E) after RoPE is of a (B, L, H, E) buffer: the engine's
+    products over a strided slice cost it more than the copy. NumPy copies on the calling
+    thread; torch's copy would first wake its OpenMP threads, asleep while the engine ran,
+    which costs more than the copy itself."""
     if tensor is None:
         return None
     tensor = tensor.detach()
     if tensor.dtype in (torch.float16, torch.bfloat16):
         tensor = tensor.float()
     array = tensor.cpu().numpy()
+    if contiguous:
+        array = np.ascontiguousarray(array)
     return array if dtype is None or array.dtype == bool else array.astype(dtype, copy=False)
 
 
@@ -35,3 +42,12 @@ def from_numpy(array: np.ndarray, like: Any) -> Any:
     (dtype, device) pair)."""
     dtype, device = (like.dtype, like.device) if hasattr(like, "dtype") else like
     return torch.from_numpy(np.ascontiguousarray(array)).to(dtype=dtype, device=device)
+
+
+def heads_last_copy(array: np.ndarray, like: Any) -> Any:
+    """A (B, H, L, Ev) array as a tensor of ``like``'s dtype and device whose memory is
+    (B, L, H, Ev): the one copy made, in the layout transformers' attention output is
+    transposed to, so that its ``transpose(1, 2).contiguous()`` copies nothing."""
+    dtype, device = (like.dtype, like.device) if hasattr(like, "dtype") else like
+    heads_last = np.ascontiguousarray(np.swapaxes(array, -3, -2))  # (B, L, H, Ev), writable: our own copy
+    return torch.from_numpy(heads_last).transpose(-3, -2).to(dtype=dtype, device=device)  # (B, H, L, Ev) view
