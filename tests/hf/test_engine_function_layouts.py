@@ -58,8 +58,11 @@ def test_a_strided_query_and_dO_give_sdpas_output_and_gradients_in_the_layout_tr
         np.testing.assert_allclose(mine, oracle, atol=1e-11, rtol=0)
 
 
-def test_the_output_is_its_own_memory_the_engines_result_stays_intact(monkeypatch):
-    query, key, value, _ = _tensors(1, 2, 16, 16, 4)
+@pytest.mark.parametrize(
+    "shape", [(1, 2, 16, 16, 4), (1, 2, 1, 16, 4), (2, 1, 8, 8, 4)], ids=["prefill", "decode", "1 head"]
+)
+def test_the_output_is_its_own_memory_the_engines_result_stays_intact(monkeypatch, shape):
+    query, key, value, _ = _tensors(*shape)  # a decode step's and one head's (B, L, H, Ev) is C order without a copy
     results = []
     engine_call = _backend._engine_call
     monkeypatch.setattr(_backend, "_engine_call", lambda call: results.append(engine_call(call)) or results[-1])

@@ -41,7 +41,7 @@ def from_numpy(array: np.ndarray, like: Any) -> Any:
     """``array`` as a tensor of ``like``'s dtype and device (``like``: a tensor or a
     (dtype, device) pair)."""
     dtype, device = (like.dtype, like.device) if hasattr(like, "dtype") else like
-    return torch.from_numpy(np.ascontiguousarray(array)).to(dtype=dtype, device=device)
+    return torch.from_numpy(np.require(array, requirements=("C", "W"))).to(dtype=dtype, device=device)
 
 
 def heads_last_copy(array: np.ndarray, like: Any) -> Any:
@@ -49,5 +49,5 @@ def heads_last_copy(array: np.ndarray, like: Any) -> Any:
     (B, L, H, Ev): the one copy made, in the layout transformers' attention output is
     transposed to, so that its ``transpose(1, 2).contiguous()`` copies nothing."""
     dtype, device = (like.dtype, like.device) if hasattr(like, "dtype") else like
-    heads_last = np.ascontiguousarray(np.swapaxes(array, -3, -2))  # (B, L, H, Ev), writable: our own copy
+    heads_last = np.swapaxes(array, -3, -2).copy()  # (B, L, H, Ev), always our own (a decode step's is C order already)
     return torch.from_numpy(heads_last).transpose(-3, -2).to(dtype=dtype, device=device)  # (B, H, L, Ev) view
