@@ -86,23 +86,46 @@ function layerOf(layer) {
 // row i of head h of x (H·count·width): a query's q (count L) or a key's k, v (count S)
 const vectorAt = (x, width, count, h, i) =>
   Array.from(x.subarray((h * count + i) * width, (h * count + i + 1) * width));
-// rows i0 … i1 − 1 of head h's raw scores q·kᵀ into s (row i at (i − i0)·S), each rounded to float32
-// when the trace was float32; each dot product summed in order over e, as the engine's float64 does
-function scoreRows(layer, h, i0, i1, s) {
-  const { L, S, E, q, k } = layer, single = layer.single;
-  for (let i = i0; i < i1; i++) {
-    const qi = (h * L + i) * E, out = (i - i0) * S;
-    for (let j = 0; j < S; j++) {
-      const kj = (h * S + j) * E;
-      let dot = 0;
-      for (let e = 0; e < E; e++) dot += q[qi + e] * k[kj + e];
-      s[out + j] = single ? Math.fround(dot) : dot;
+// keys j0 … j1 − 1 of query i's raw scores q·k into s at `out` + j, each rounded to float32 when the
+// trace was float32; each dot product summed in order over e (four keys at a time, each its own sum)
+function dotRun(layer, h, i, j0, j1, s, out) {
+  const { L, S, E, q, k } = layer, single = layer.single, qi = (h * L + i) * E;
+  let j = j0;
+  for (; j + 4 <= j1; j += 4) {
+    const k0 = (h * S + j) * E, k1 = k0 + E, k2 = k1 + E, k3 = k2 + E;
+    let d0 = 0, d1 = 0, d2 = 0, d3 = 0;
+    for (let e = 0; e < E; e++) {
+      const x = q[qi + e];
+      d0 += x * k[k0 + e]; d1 += x * k[k1 + e]; d2 += x * k[k2 + e]; d3 += x * k[k3 + e];
     }
+    if (single) { d0 = Math.fround(d0); d1 = Math.fround(d1); d2 = Math.fround(d2); d3 = Math.fround(d3); }
+    s[out + j] = d0; s[out + j + 1] = d1; s[out + j + 2] = d2; s[out + j + 3] = d3;
+  }
+  for (; j < j1; j++) {
+    const kj = (h * S + j) * E;
+    let dot = 0;
+    for (let e = 0; e < E; e++) dot += q[qi + e] * k[kj + e];
+    s[out + j] = single ? Math.fround(dot) : dot;
+  }
+}
+// rows i0 … i1 − 1 of head h's raw scores q·kᵀ into s (row i at (i − i0)·S); `unmasked`: only the keys
+// its mask leaves in (their runs), the masked ones NaN (no weight needs them: half a causal head's work)
+function scoreRows(layer, h, i0, i1, s, unmasked = false) {
+  const S = layer.S, runs = layer.runs[layer.runs.length === 1 ? 0 : h];
+  for (let i = i0; i < i1; i++) {
+    const out = (i - i0) * S;
+    if (!unmasked) { dotRun(layer, h, i, 0, S, s, out); continue; }
+    let j = 0;
+    runs[i].forEach((run, n) => {
+      if (n % 2) s.fill(NaN, out + j, out + j + run);
+      else dotRun(layer, h, i, j, j + run, s, out);
+      j += run;
+    });
   }
   return s;
 }
-// head h's raw scores q·kᵀ (L·S)
-const computeScores = (layer, h) => scoreRows(layer, h, 0, layer.L, new Float64Array(layer.L * layer.S));
+// head h's raw scores q·kᵀ (L·S) of the unmasked keys (masked: NaN; a row's all: scoreRows)
+const computeScores = (layer, h) => scoreRows(layer, h, 0, layer.L, new Float64Array(layer.L * layer.S), true);
 // the heads' computed scores and weights, the most recently used kept while they hold at most
 // CACHE_CELLS numbers in all (a few heads of a long page; every head of a short one)
 const CACHE_CELLS = 2 ** 26, cache = new Map();
@@ -157,9 +180,11 @@ const maskedCount = (layer, h) =>
 const hasMasked = (layer, h) => maskedCount(layer, h) > 0;
 const modified = (layer) => layer.softcap !== null || layer.bias !== null; // ② is more than × scale
 // z_ij of head h at `scale`: softcap(scale · s_ij) + bias_ij, as the engine modifies a score
-function scoreAt(layer, h, s, scale, i, j) {
+const scoreAt = (layer, h, s, scale, i, j) => modify(layer, h, s[i * layer.S + j], scale, i, j);
+// z_ij of head h at `scale` from its raw score x
+function modify(layer, h, x, scale, i, j) {
   const { L, S } = layer;
-  let z = scale * s[i * S + j];
+  let z = scale * x;
   if (layer.softcap !== null) z = layer.softcap * Math.tanh(z / layer.softcap);
   if (layer.bias !== null) z += layer.bias[((layer.biasHeads === 1 ? 0 : h) * L + i) * S + j];
   return z;
@@ -172,7 +197,7 @@ function softmaxInto(layer, h, s, from, scale, i, w, at, z) {
   let max = sink;
   for (let j = 0; j < S; j++) {
     if (masked[row + j] === 1) continue;
-    z[j] = plain ? scale * s[from + j] : scoreAt(layer, h, s, scale, i, j);
+    z[j] = plain ? scale * s[from + j] : modify(layer, h, s[from + j], scale, i, j);
     max = Math.max(max, z[j]);
   }
   let sum = layer.sinks === null ? 0 : Math.exp(sink - max);
@@ -265,27 +290,42 @@ function colour(t) {
 const weightColour = (w, top) => (Number.isFinite(w) ? colour(top > 0 ? w / top : 0) : NOT_A_NUMBER);
 // a cell's colour: grey when masked (the rules rule the key out), else its weight's
 const cellColour = (w, top, masked) => (masked ? MASKED : weightColour(w, top));
-// colour(t)'s channels into data at n (RGBA), as colour computes them, without an array a cell
+// colour(t)'s channels into data at n (RGBA), exactly as colour computes them (Math.round(x) is
+// ⌊x + 0.5⌋ for x ≥ 0), without an array a cell
 function putColour(data, n, t) {
-  t = Math.min(1, Math.max(0, t)) * (VIRIDIS.length - 1);
+  t = (t < 0 ? 0 : t > 1 ? 1 : t) * (VIRIDIS.length - 1);
   const k = Math.min(VIRIDIS.length - 2, Math.floor(t)), f = t - k, low = VIRIDIS[k], high = VIRIDIS[k + 1];
-  data[n] = Math.round(low[0] + f * (high[0] - low[0]));
-  data[n + 1] = Math.round(low[1] + f * (high[1] - low[1]));
-  data[n + 2] = Math.round(low[2] + f * (high[2] - low[2]));
+  data[n] = Math.floor(low[0] + f * (high[0] - low[0]) + 0.5);
+  data[n + 1] = Math.floor(low[1] + f * (high[1] - low[1]) + 0.5);
+  data[n + 2] = Math.floor(low[2] + f * (high[2] - low[2]) + 0.5);
   data[n + 3] = 255;
+}
+// an opaque colour as one little-endian RGBA pixel of a Uint32Array over ImageData
+const pixel = ([r, g, b]) => ((255 << 24) | (b << 16) | (g << 8) | r) >>> 0;
+// colour(t) as such a pixel, computed as colour computes it
+function colourPixel(t) {
+  t = (t < 0 ? 0 : t > 1 ? 1 : t) * (VIRIDIS.length - 1);
+  const k = Math.min(VIRIDIS.length - 2, Math.floor(t)), f = t - k, low = VIRIDIS[k], high = VIRIDIS[k + 1];
+  const r = Math.floor(low[0] + f * (high[0] - low[0]) + 0.5), g = Math.floor(low[1] + f * (high[1] - low[1]) + 0.5);
+  return ((255 << 24) | (Math.floor(low[2] + f * (high[2] - low[2]) + 0.5) << 16) | (g << 8) | r) >>> 0;
+}
+function putRGB(data, n, [r, g, b]) {
+  data[n] = r; data[n + 1] = g; data[n + 2] = b; data[n + 3] = 255;
 }
 // cellColour's channels into data at n
 function putCell(data, n, w, top, masked) {
-  if (masked) data.set(MASKED, n);
-  else if (!Number.isFinite(w)) data.set(NOT_A_NUMBER, n);
-  else return putColour(data, n, top > 0 ? w / top : 0);
-  data[n + 3] = 255;
+  if (masked) putRGB(data, n, MASKED);
+  else if (w - w !== 0) putRGB(data, n, NOT_A_NUMBER); // NaN or ±∞: not a finite number
+  else putColour(data, n, top > 0 ? w / top : 0);
 }
 // the L×S weights w of head h onto an S wide, L high canvas, a pixel each
 function paintWeights(target, layer, h, w, top) {
   const { L, S } = layer, context = target.getContext("2d"), image = context.createImageData(S, L);
-  const masked = maskOf(layer, h), data = image.data;
-  for (let n = 0; n < L * S; n++) putCell(data, 4 * n, w[n], top, masked[n] === 1);
+  const masked = maskOf(layer, h), pixels = new Uint32Array(image.data.buffer), grey = pixel(MASKED), red = pixel(NOT_A_NUMBER);
+  for (let n = 0; n < L * S; n++) {
+    const x = w[n];
+    pixels[n] = masked[n] === 1 ? grey : x - x !== 0 ? red : colourPixel(top > 0 ? x / top : 0);
+  }
   context.putImageData(image, 0, 0);
 }
 
@@ -429,11 +469,9 @@ function drawHeatmap() {
 function drawBar(top) {
   const ctx = bar.getContext("2d"), y0 = margin, height = L * rowCell;
   ctx.clearRect(0, 0, bar.width, bar.height);
-  for (let y = 0; y < height; y++) {
-    const [r, g, b] = colour(1 - y / Math.max(1, height - 1));
-    ctx.fillStyle = `rgb(${r},${g},${b})`;
-    ctx.fillRect(0, y0 + y, 14, 1);
-  }
+  const strip = ctx.createImageData(14, Math.max(1, height)), pixels = new Uint32Array(strip.data.buffer);
+  for (let y = 0; y < height; y++) pixels.fill(colourPixel(1 - y / Math.max(1, height - 1)), 14 * y, 14 * (y + 1));
+  ctx.putImageData(strip, 0, y0);
   ctx.font = FONT;
   ctx.fillStyle = "#222";
   ctx.textAlign = "left";
@@ -560,13 +598,13 @@ function stepsHeader(table, layer) {
     head.appendChild(th);
   }
 }
-// key j's row for `query` ({ i, h, layer, w, s }); adds α_j·v_j to total
+// key j's row for `query` ({ i, h, layer, w, s: the query's raw scores, S }); adds α_j·v_j to total
 function stepRow(table, query, j, total) {
   const { i, h, layer, w, s } = query;
-  const k = vectorAt(layer.k, layer.E, S, h, j), dot = s[i * S + j], a = w[i * S + j];
+  const k = vectorAt(layer.k, layer.E, S, h, j), dot = s[j], a = w[i * S + j];
   const av = vectorAt(layer.v, layer.Ev, S, h, j).map((x) => a * x);
   av.forEach((x, n) => (total[n] += x));
-  const z = maskedIn(layer, h, i, j) ? "masked" : scoreAt(layer, h, s, state.scale, i, j).toFixed(4);
+  const z = maskedIn(layer, h, i, j) ? "masked" : modify(layer, h, dot, state.scale, i, j).toFixed(4);
   const norms = (a * normsOf(layer).values[h][j]).toFixed(4);
   const cells = [j, tokenLabel(colSeq, j), vec(k), dot.toFixed(4), z, a.toFixed(4), vec(av), norms];
   const tr = table.insertRow();
@@ -582,7 +620,9 @@ function stepRow(table, query, j, total) {
 }
 function drawSteps() {
   const layer = shownLayer(), i = state.query, h = state.head;
-  const query = { i, h, layer, w: weights(h), s: scoresOf(layer, h) };
+  const row = layer.given ? layer.given.subarray((h * L + i) * S, (h * L + i + 1) * S)
+    : scoreRows(layer, h, i, i + 1, new Float64Array(S)); // the masked keys' q·k too
+  const query = { i, h, layer, w: weights(h), s: row };
   $("steps-token").textContent = `${i} (${tokenLabel(rowSeq, i)}), ${layer.name ? layer.name + ", " : ""}head ${h}`;
   $("query-vector").textContent = "q = " + vec(vectorAt(layer.q, layer.E, L, h, i));
   const table = $("steps");
@@ -736,7 +776,7 @@ function* thumbnailRows({ canvas, layer, h }) {
   for (let i = 0; i < L; i++) {
     const row = Math.floor((i * height) / L) * width;
     if (known) w.set(known.subarray(i * S, (i + 1) * S));
-    else softmaxInto(layer, h, layer.given ? scoresOf(layer, h) : scoreRows(layer, h, i, i + 1, s),
+    else softmaxInto(layer, h, layer.given ? scoresOf(layer, h) : scoreRows(layer, h, i, i + 1, s, true),
       layer.given ? i * S : 0, layer.scale, i, w, 0, z);
     for (let j = 0; j < S; j++) {
       if (masked[i * S + j] === 1) continue;
@@ -1127,7 +1167,8 @@ const usableAt = performance.now();
 if (page.model) drawThumbnails();
 const labelled = (labels) => labels.flatMap((t, i) => (t === null ? [] : [[i, t]]));
 window.attnlabView = {
-  weights: (h) => Array.from(weights(h)), setScale, setHead, useLayer, openHead, select, exportSVG, exportPNG, colour,
+  weights: (h) => Array.from(weights(h)), weightRows: (h, rows) => rows.map((i) => Array.from(weights(h).subarray(i * S, (i + 1) * S))),
+  setScale, setHead, useLayer, openHead, select, exportSVG, exportPNG, colour,
   get axisLabels() { return labelled(shown); }, get keyAxisLabels() { return labelled(shownKeys); },
   get geometry() { return { margin, cell, rowCell }; }, get lengths() { return [L, S]; }, overlayWeights,
   get scale() { return state.scale; }, get head() { return state.head; }, get layer() { return state.layer; },
