@@ -10,6 +10,7 @@ import re
 import shutil
 import time
 from pathlib import Path
+from unittest.mock import ANY
 
 import numpy as np
 import pytest
@@ -19,7 +20,7 @@ from attnlab.trace import ModelTrace
 from attnlab.trace._trace import build_trace
 from attnlab.viz._page import PAGE_LIMITS, PageShape, check_page_size, encoding
 
-WORDS = "the cat sat on the mat because it was warm and then it slept".split()
+WORDS = ["the", "cat", "sat", "on", "the", "mat", "because", "it", "was", "warm", "and", "then", "it", "slept"]
 TODAY_128 = 14_425_000  # bytes: main's page of the 128-token case before this change (docs/benchmarks.md)
 
 
@@ -189,7 +190,40 @@ def switch_head(browser, head: int) -> float:
 
 
 def page_rows(browser, head: int, rows: list[int]) -> np.ndarray:
-    return np.array(browser.execute_script("return window.attnlabView.weightRows(arguments[0], arguments[1])", head, rows))
+    """Rows of the shown layer's head ``head``'s weights, as the page computed them."""
+    return np.array(browser.execute_script("return attnlabView.weightRows(arguments[0], arguments[1])", head, rows))
+
+
+@pytest.mark.browser
+def test_a_page_of_fixed_numbers_decodes_them_and_computes_the_engines_weights_within_their_rounding(
+    browser, tmp_path, monkeypatch
+):
+    import attnlab.viz._page
+
+    trace = gpt2_shaped(40, layers=2, heads=3, width=8, seed=2)
+    monkeypatch.setitem(PAGE_LIMITS, "exact", 100)
+    monkeypatch.setattr(attnlab.viz._page, "GIVEN_SCORES_UP_TO", 0)  # the page computes q·kᵀ from its fixed q, k
+    monkeypatch.setitem(PAGE_LIMITS, "page", 17_000)  # by hand: float24 24,000 bytes, fixed13 17,280, fixed12 16,320
+    dtype = encoding(PageShape.of(trace))
+    assert dtype == "fixed12"
+    path = tmp_path / "fixed.html"
+    al.view(trace, path, layer=1)
+    browser.get(path.as_uri())
+    assert browser.execute_script("return window.attnlabView.ready") is True
+    assert browser.get_log("browser") == []
+    summary = browser.find_element("id", "summary").text
+    assert f"q, k, v rounded to fit the page: {dtype[5:]} bits a number" in summary, summary
+    for head in range(3):
+        browser.execute_script("window.attnlabView.setHead(arguments[0])", head)
+        shown, expected = page_rows(browser, head, list(range(40))), trace.layers[1].weights[head].astype(np.float64)
+        bound = rounding_bound(trace, 1, head, dtype)
+        assert np.all(np.abs(shown - expected) <= expected * bound[:, None] + 1e-6)
+        assert np.abs(shown - expected).max() > 0  # rounded: not the exact weights
+    deadline = time.perf_counter() + 60  # the thumbnails, drawn after the first view
+    while browser.execute_script("return window.attnlabView.thumbnails.at") is None:
+        assert time.perf_counter() < deadline
+        time.sleep(0.1)
+    assert browser.execute_script("return window.attnlabView.thumbnails") == {"done": 6, "total": 6, "at": ANY}
 
 
 CASES = {  # length, layers; its target: usable (s), a head switch (s), page size (bytes)
