@@ -1,13 +1,15 @@
 // attnlab view: the page's script, inlined by attnlab.viz._page.render_page. It reads the
-// trace from the JSON block #attnlab-data, computes each head's weights as the engine did,
-// softmax(softcap(scale · q·kᵀ) + bias) over the unmasked keys (with the sink, if any),
-// and draws the heatmap (masked cells grey and struck through), the head view, the
+// trace from the JSON block #attnlab-data (q, k and v, never the weights), computes a head's
+// weights as the engine did when it shows the head, softmax(softcap(scale · q·kᵀ) + bias)
+// over the unmasked keys (with the sink, if any), keeping the most recent few, and draws the heatmap (masked cells grey and struck through), the head view, the
 // step-by-step table and, for a model, the model view (its entries grouped by kind), and
 // for a vision model the image's patches as its tokens and a query's attention over it.
 // A layer's L queries and S keys are tokens of the page's sequences (two for an
 // encoder-decoder model: cross-attention has the decoder's on its rows, the encoder's on
 // its columns). What changes lives in `state`, and the sequences on show with the layer;
-// everything else is fixed when the page opens. Tokens are only ever written as text.
+// everything else is fixed when the page opens, but for what is computed when first needed (a
+// layer's numbers, a head's weights) and the model view's thumbnails, drawn after the first view
+// in slices while the page is idle. Tokens are only ever written as text.
 
 const $ = (id) => document.getElementById(id);
 const page = JSON.parse($("attnlab-data").textContent);
@@ -302,12 +304,15 @@ function putColour(data, n, t) {
 }
 // an opaque colour as one little-endian RGBA pixel of a Uint32Array over ImageData
 const pixel = ([r, g, b]) => ((255 << 24) | (b << 16) | (g << 8) | r) >>> 0;
-// colour(t) as such a pixel, computed as colour computes it
+// colour(t) as such a pixel, computed as colour computes it (the stops flat: c + f·(next − c) per channel)
+const STOPS = Float64Array.from(VIRIDIS.flat()), LAST = VIRIDIS.length - 1;
 function colourPixel(t) {
-  t = (t < 0 ? 0 : t > 1 ? 1 : t) * (VIRIDIS.length - 1);
-  const k = Math.min(VIRIDIS.length - 2, Math.floor(t)), f = t - k, low = VIRIDIS[k], high = VIRIDIS[k + 1];
-  const r = Math.floor(low[0] + f * (high[0] - low[0]) + 0.5), g = Math.floor(low[1] + f * (high[1] - low[1]) + 0.5);
-  return ((255 << 24) | (Math.floor(low[2] + f * (high[2] - low[2]) + 0.5) << 16) | (g << 8) | r) >>> 0;
+  t = (t < 0 ? 0 : t > 1 ? 1 : t) * LAST;
+  const k = t >= LAST - 1 ? LAST - 1 : Math.floor(t), f = t - k, at = 3 * k;
+  const r = Math.floor(STOPS[at] + f * (STOPS[at + 3] - STOPS[at]) + 0.5);
+  const g = Math.floor(STOPS[at + 1] + f * (STOPS[at + 4] - STOPS[at + 1]) + 0.5);
+  const b = Math.floor(STOPS[at + 2] + f * (STOPS[at + 5] - STOPS[at + 2]) + 0.5);
+  return ((255 << 24) | (b << 16) | (g << 8) | r) >>> 0;
 }
 function putRGB(data, n, [r, g, b]) {
   data[n] = r; data[n + 1] = g; data[n + 2] = b; data[n + 3] = 255;
