@@ -92,6 +92,15 @@ def test_a_page_too_large_says_its_size_the_limit_and_what_to_use_fewer_of(shape
     assert "\n" not in str(refused.value)
 
 
+def test_exact_numbers_never_pass_the_pages_limit(monkeypatch):
+    # by hand: exact, (16·12·12·192 numbers + 16²·144 raw scores)·4 bytes·4/3 + 12·192 = 2,558,208 bytes;
+    # float24 (442,368 + 36,864)·3·4/3 + 2,304 = 1,919,232
+    shape = PageShape(16, 12, 12, (64, 64), model=True, itemsize=4)
+    assert encoding(shape) == "float32"
+    monkeypatch.setitem(PAGE_LIMITS, "page", 2_000_000)  # below its exact bytes, and below "exact" too
+    assert encoding(shape) == "float24"
+
+
 def test_the_limits_are_one_table():
     assert PAGE_LIMITS == {"page": 64 * 10**6, "exact": 16 * 10**6, "head_cells": 4096**2}
 

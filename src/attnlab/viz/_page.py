@@ -142,7 +142,7 @@ def encoding(shape: PageShape) -> str | None:
     page; past that a model's page rounds them, to the most precise of float24 and fixedN
     (N from 16 down to 10) whose page is at most PAGE_LIMITS["page"]. None: none fits."""
     exact = "float64" if shape.itemsize == 8 else "float32"
-    if page_bytes(shape, exact) <= PAGE_LIMITS["exact" if shape.model else "page"]:
+    if page_bytes(shape, exact) <= min(PAGE_LIMITS["page"], PAGE_LIMITS["exact"] if shape.model else math.inf):
         return exact
     if not shape.model:
         return None
