@@ -237,6 +237,30 @@ def test_a_page_of_fixed_numbers_decodes_them_and_computes_the_engines_weights_w
     assert browser.execute_script("return window.attnlabView.thumbnails") == {"done": 6, "total": 6, "at": ANY}
 
 
+@pytest.mark.browser
+@pytest.mark.parametrize("rules", [{"is_causal": True}, {"window": (2, 1)}, {"is_causal": True, "window": (3, 0)}])
+def test_scores_computed_over_the_unmasked_keys_give_the_engines_weights(browser, tmp_path, monkeypatch, rules):
+    from selenium.webdriver.common.by import By
+
+    import attnlab.viz._page
+
+    monkeypatch.setattr(attnlab.viz._page, "GIVEN_SCORES_UP_TO", 0)  # the page computes every score itself
+    rng = np.random.default_rng(3)
+    X = rng.standard_normal((11, 8))  # 11 rows: an odd count, the last row without a pair
+    trace = al.MultiheadAttention(8, 2, seed=0, dtype=np.float64).trace(X, **rules)
+    path = tmp_path / "rules.html"
+    al.view(trace, path, head=1, query=6)
+    browser.get(path.as_uri())
+    assert browser.execute_script("return window.attnlabView.ready") is True
+    for head in (0, 1):
+        browser.execute_script("window.attnlabView.setHead(arguments[0])", head)
+        shown = np.array(browser.execute_script("return window.attnlabView.weights(arguments[0])", head))
+        np.testing.assert_allclose(shown.reshape(11, 11), trace.weights[head], rtol=0, atol=1e-12)
+    # the step table's q·k of every key, the masked ones too, as the trace has them
+    column = [float(td.text) for td in browser.find_elements(By.CSS_SELECTOR, "#steps tr td:nth-child(4)")]
+    np.testing.assert_allclose(column, trace.scores[1, 6], atol=5e-5)
+
+
 CASES = {  # length, layers; its target: usable (s), a head switch (s), page size (bytes)
     "1024 tokens × 12 layers": (1024, 12, 3.0, 0.5, 64 * 10**6),
     "4096 tokens × 1 layer": (4096, 1, 3.0, None, None),

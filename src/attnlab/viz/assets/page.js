@@ -110,13 +110,47 @@ function dotRun(layer, h, i, j0, j1, s, out) {
     s[out + j] = single ? Math.fround(dot) : dot;
   }
 }
+// keys 0 … j1 − 1 of queries i and i + 1 at once (rows `out` and `out` + S of s): dotRun's sums, in its
+// order, each k read once for both queries
+function dotPair(layer, h, i, j1, s, out) {
+  const { L, S, E, q, k } = layer, single = layer.single, qa = (h * L + i) * E, qb = qa + E;
+  let j = 0;
+  for (; j + 4 <= j1; j += 4) {
+    const k0 = (h * S + j) * E, k1 = k0 + E, k2 = k1 + E, k3 = k2 + E;
+    let a0 = 0, a1 = 0, a2 = 0, a3 = 0, b0 = 0, b1 = 0, b2 = 0, b3 = 0;
+    for (let e = 0; e < E; e++) {
+      const x = q[qa + e], y = q[qb + e], c0 = k[k0 + e], c1 = k[k1 + e], c2 = k[k2 + e], c3 = k[k3 + e];
+      a0 += x * c0; a1 += x * c1; a2 += x * c2; a3 += x * c3;
+      b0 += y * c0; b1 += y * c1; b2 += y * c2; b3 += y * c3;
+    }
+    if (single) {
+      a0 = Math.fround(a0); a1 = Math.fround(a1); a2 = Math.fround(a2); a3 = Math.fround(a3);
+      b0 = Math.fround(b0); b1 = Math.fround(b1); b2 = Math.fround(b2); b3 = Math.fround(b3);
+    }
+    const o = out + j, p = o + S;
+    s[o] = a0; s[o + 1] = a1; s[o + 2] = a2; s[o + 3] = a3; s[p] = b0; s[p + 1] = b1; s[p + 2] = b2; s[p + 3] = b3;
+  }
+  dotRun(layer, h, i, j, j1, s, out);
+  dotRun(layer, h, i + 1, j, j1, s, out + S);
+}
 // rows i0 … i1 − 1 of head h's raw scores q·kᵀ into s (row i at (i − i0)·S); `unmasked`: only the keys
 // its mask leaves in (their runs), the masked ones NaN (no weight needs them: half a causal head's work)
 function scoreRows(layer, h, i0, i1, s, unmasked = false) {
   const S = layer.S, runs = layer.runs[layer.runs.length === 1 ? 0 : h];
+  // a row whose keys are one run from 0 (causal: [i + 1, L − i − 1]): its length, else −1
+  const prefix = (i) => (runs[i].length <= 2 ? runs[i][0] : -1);
   for (let i = i0; i < i1; i++) {
     const out = (i - i0) * S;
     if (!unmasked) { dotRun(layer, h, i, 0, S, s, out); continue; }
+    if (i + 1 < i1 && prefix(i) >= 0 && prefix(i + 1) >= 0) { // two rows at once over the keys both see
+      const a = prefix(i), b = prefix(i + 1), both = Math.min(a, b);
+      dotPair(layer, h, i, both, s, out);
+      dotRun(layer, h, a > b ? i : i + 1, both, Math.max(a, b), s, a > b ? out : out + S);
+      s.fill(NaN, out + a, out + S);
+      s.fill(NaN, out + S + b, out + 2 * S);
+      i++;
+      continue;
+    }
     let j = 0;
     runs[i].forEach((run, n) => {
       if (n % 2) s.fill(NaN, out + j, out + j + run);
