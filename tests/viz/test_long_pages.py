@@ -304,6 +304,12 @@ def test_a_long_gpt2_shaped_page_opens_usable_and_computes_the_engines_weights(b
     shown = page_rows(browser, 11, rows)
     assert np.all(np.abs(shown - expected) <= expected * bound[:, None] + 1e-6)
     print(f"weights within {np.abs(shown - expected).max():.2e} of the engine's (bound {bound.max():.2e})")
+    browser.execute_script("window.attnlabView.select(arguments[0])", length // 2)  # a query of many keys
+    listed = browser.find_elements("css selector", "#steps tr")
+    assert len(listed) - 1 == min(length, 512)  # a long query's table: the 512 keys of the largest weights
+    shown_output = browser.find_element("id", "output-vector").text.split("[")[1].rstrip("]")
+    output = trace.layers[0].output[11, length // 2]  # ⑤ over every key, listed or not (to the 3 decimals shown)
+    np.testing.assert_allclose([float(x) for x in shown_output.split(", ")], output, atol=2e-3)
     if length <= 128:  # every thumbnail drawn, in the end
         deadline = time.perf_counter() + 120
         while browser.execute_script("return window.attnlabView.thumbnails.at") is None:

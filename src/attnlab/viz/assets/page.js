@@ -667,10 +667,25 @@ function drawSteps() {
   const table = $("steps");
   table.replaceChildren();
   stepsHeader(table, layer);
-  $("steps-rules").textContent = stepsRules(layer);
-  const total = new Array(layer.Ev).fill(0);
-  for (let j = 0; j < S; j++) stepRow(table, query, j, total);
+  const keys = stepKeys(query.w.subarray(i * S, (i + 1) * S)), total = new Array(layer.Ev).fill(0);
+  const listed = keys.length < S ? `the ${keys.length} keys of the largest α_j of ${S} are listed (in order); ` +
+    `⑤ sums over all ${S}` : "";
+  $("steps-rules").textContent = [stepsRules(layer), listed].filter(Boolean).join("; ");
+  for (const j of keys) stepRow(table, query, j, total);
+  if (keys.length < S) { // the output over every key, listed or not
+    total.fill(0);
+    for (let j = 0; j < S; j++) vectorAt(layer.v, layer.Ev, S, h, j).forEach((x, n) => (total[n] += query.w[i * S + j] * x));
+  }
   $("output-vector").textContent = "⑤ output = Σ α_j·v_j = " + vec(total);
+}
+// the keys the step table lists: every one up to STEP_ROWS, else the STEP_ROWS of the largest weights
+// (a table of thousands of rows of vectors takes the browser seconds to lay out), in order
+const STEP_ROWS = 512;
+function stepKeys(w) {
+  const all = Array.from({ length: w.length }, (_, j) => j);
+  if (w.length <= STEP_ROWS) return all;
+  const weight = (j) => (Number.isFinite(w[j]) ? w[j] : -1);
+  return all.sort((a, b) => weight(b) - weight(a) || a - b).slice(0, STEP_ROWS).sort((a, b) => a - b);
 }
 
 // what ② and ③ do beyond × scale and softmax, in words, for a layer that modifies its scores
