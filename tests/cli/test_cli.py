@@ -268,23 +268,24 @@ def test_scores_that_overflow_give_valid_json_a_plot_and_a_page(tmp_path, monkey
 
 def test_a_page_too_large_for_a_browser_is_refused_before_work(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
-    (tmp_path / "long.json").write_text(json.dumps([[1.0, 0.0]] * 5000))
+    (tmp_path / "long.json").write_text(json.dumps([[1.0, 0.0]] * 4097))
     code, _, err = run(capsys, "view", "long.json", "-o", "x.html")
-    assert code == 2 and "a page keeps L×L matrices per head, at most 2,097,152 scores" in err
-    assert "use fewer tokens or heads" in err and not (tmp_path / "x.html").exists()
+    # 4097² cells of its one head, past 4096²: the page computes a head's scores and weights when it shows it
+    assert code == 2 and "a head of 16,785,409 cells (L·S) for the page to compute, at most 16,777,216 (4096²)" in err
+    assert "use fewer tokens" in err and not (tmp_path / "x.html").exists()
 
 
 @pytest.mark.parametrize(
     ("limit", "value", "message"),
-    [("MAX_TRACE_PAGE_SCORES", 8, "at most 8 scores (L²·heads); use fewer tokens or heads"),
-     ("MAX_TRACE_PAGE_BYTES", 300, "MB, at most 0.0003 MB; use fewer tokens or heads")],
+    [("head_cells", 8, "a head of 9 cells (L·S) for the page to compute, at most 8; use fewer tokens"),
+     ("page", 300, "MB (exact), at most 0.0003 MB; use fewer tokens or heads")],
 )  # fmt: skip
 def test_the_cli_and_the_page_refuse_a_page_by_the_same_numbers(tmp_path, monkeypatch, capsys, limit, value, message):
     import attnlab.viz._page
 
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(attnlab.viz._page, limit, value)
-    code, _, err = run(capsys, "view", "--text", "a b c", "-o", "x.html")  # 9 scores, about 400 bytes
+    monkeypatch.setitem(attnlab.viz._page.PAGE_LIMITS, limit, value)
+    code, _, err = run(capsys, "view", "--text", "a b c", "-o", "x.html")  # 9 cells, about 400 bytes
     assert (
         code == 2
         and err.startswith("attnlab view: error: --text: expected a page that a browser opens")

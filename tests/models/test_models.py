@@ -654,11 +654,12 @@ def test_cli_refuses_a_model_page_too_large_to_open_and_says_what_to_do(
     import attnlab.viz._page
     from attnlab.cli import main
 
-    monkeypatch.setattr(attnlab.viz._page, "MAX_PAGE_BYTES", 20_000)  # the tiny model's page as a big one's
+    monkeypatch.setitem(attnlab.viz._page.PAGE_LIMITS, "page", 20_000)  # the tiny model's page as a big one's
     page = tmp_path / "big.html"
     assert main(["view", "--model", str(checkpoint_with_tokenizer), "--text", SENTENCE, "-o", str(page)]) == 2
     error = capsys.readouterr().err
-    assert "MB, at most 0.02 MB" in error and "use --layer N or fewer tokens" in error, error
+    assert "MB (q, k and v at 10 bits, the least), at most 0.02 MB" in error, error
+    assert "use --layer N or a list of layers (--layer 0,5,-1), or fewer tokens" in error, error
     assert len(error.strip().splitlines()) == 1 and not page.exists()
     assert (
         main(["view", "--model", str(checkpoint_with_tokenizer), "--text", "小明", "--layer", "0", "-o", str(page)])

@@ -54,7 +54,7 @@ def test_overflow_is_not_mistaken_for_a_mask():
     from attnlab.viz._page import page_data
 
     trace = al.SelfAttention(2, 2).trace(np.array([[1e200, 1e200], [1e200, -1e200]]))
-    assert page_data(trace)["layers"][0]["masked"] == [["00", "00"]]  # one mask, shared by every head
+    assert page_data(trace)["layers"][0]["masks"] == [[[2], [2]]]  # one mask, shared by every head: no key masked
 
 
 def test_the_page_inlines_its_assets_and_leaves_tokens_that_name_a_slot_as_data():
@@ -142,8 +142,8 @@ def test_a_windowed_pages_data_carries_its_band_rules_and_variants():
 
     trace = al.SelfAttention(5, 3, seed=1).trace(np.eye(5), window=(1, 0), softcap=2.0)
     (data,) = page_data(trace)["layers"]
-    # by hand: query i sees keys i − 1 and i
-    assert data["masked"] == [["01111", "00111", "10011", "11001", "11100"]]
+    # by hand: query i sees keys i − 1 and i (runs: unmasked first; "01111", "00111", "10011", "11001", "11100")
+    assert data["masks"] == [[[1, 4], [2, 3], [0, 1, 2, 2], [0, 2, 2, 1], [0, 3, 2]]]
     assert data["rules"] == (
         "sliding window (1, 0): query i sees keys i − 1 … i; softcap 2: scores become 2·tanh(z/2), within ±2"
     )
@@ -152,7 +152,7 @@ def test_a_windowed_pages_data_carries_its_band_rules_and_variants():
         np.eye(4), alibi_slopes=[0.5, 0.25], sinks=[0.0, 1.0], mask_mod=lambda b, h, i, j: (j != 0) | (h == 0)
     )
     (data,) = page_data(heads)["layers"]
-    assert data["masked"] == [["0000"] * 4, ["1000"] * 4]  # one mask a head where they differ
+    assert data["masks"] == [[[4]] * 4, [[0, 1, 3]] * 4]  # one mask a head where they differ: "0000", "1000"
     bias = np.frombuffer(base64.b64decode(data["bias"]), "<f8").reshape(2, 4, 4)
     distance = np.abs(np.arange(4)[None, :] - np.arange(4)[:, None])
     np.testing.assert_array_equal(bias, -np.array([0.5, 0.25])[:, None, None] * distance)

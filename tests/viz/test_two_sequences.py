@@ -37,7 +37,7 @@ def test_an_encoder_decoder_page_carries_both_sequences_and_each_entrys_axes():
     np.testing.assert_array_equal(decoded(cross["q"], (2, 4, 4)), trace[3].Q)  # (H, L, E)
     np.testing.assert_array_equal(decoded(cross["k"], (2, 5, 4)), trace[3].K)  # (H, S, E)
     np.testing.assert_array_equal(decoded(cross["scores"], (2, 4, 5)), trace[3].scores)
-    assert cross["masked"] == [["00000"] * 4] and data["image"] is None
+    assert cross["masks"] == [[[5]] * 4] and data["image"] is None  # 4 rows of 5 keys, none masked
     assert opening(trace, layer=0, query=4) == {"layer": 0, "head": 0, "query": 4}  # an encoder's 5 queries
     with pytest.raises(al.ArgumentError, match=r"query: expected an index in 0\.\.3, got 4"):
         opening(trace, layer=3, query=4)  # the decoder's 4

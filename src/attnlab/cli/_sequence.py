@@ -34,6 +34,7 @@ __all__ = ["add_input_options", "trace_from_args"]
 # What a trace can hold: its (L, L) matrices are kept whole, several per head, so L²·H
 # is capped before any work (2²⁴ float64 scores are 128 MiB an array); widths likewise.
 MAX_SCORES = 2**24
+FEWER_LAYERS = "--layer N or a list of layers (--layer 0,5,-1)"  # what a page too large for all layers takes
 MAX_WIDTH = 2**16
 # --d-k's default: the input's width up to this. The weights are drawn in pure Python as
 # the seed draws them, d_model·d_k numbers each, so a 2000-token one-hot text with
@@ -195,7 +196,7 @@ def _model_trace(args: argparse.Namespace, page: bool) -> ModelTrace:
         trace = transformers_trace(args, directory, page)
         _check_trace_size(len(trace.tokens), trace.num_heads * len(trace.layers), "--layer N")
         if page:
-            check_page_size(trace, "--text", "--layer N")
+            check_page_size(trace, "--text", FEWER_LAYERS)
     else:
         trace = _numpy_model_trace(args, page)
     say_backend(args, backend, model_type)
@@ -221,7 +222,7 @@ def _numpy_model_trace(args: argparse.Namespace, page: bool) -> ModelTrace:
     count = c.num_hidden_layers if layers is None else len(layers) if isinstance(layers, list) else 1
     _check_trace_size(len(ids), heads * count, "--layer N" if layers is None else "")
     if page:
-        check_page_size(PageShape(len(ids), heads, count, (c.head_dim, c.head_dim), model=True), "--text", "--layer N")
+        check_page_size(PageShape(len(ids), heads, count, (c.head_dim, c.head_dim), model=True), "--text", FEWER_LAYERS)
     return model.trace(ids, layers=layers)
 
 
@@ -320,7 +321,7 @@ def _saved_trace(data: dict[str, object], args: argparse.Namespace, page: bool) 
             saved.layers = _saved_layers(saved, args.layer)
         _check_trace_size(len(saved.tokens), saved.num_heads * len(saved.layers), "--layer N")
     if page:
-        check_page_size(saved, source, "--layer N")
+        check_page_size(saved, source, FEWER_LAYERS)
     elif isinstance(saved, Trace):
         _check_trace_size(len(saved.inputs), saved.num_heads)
     return saved

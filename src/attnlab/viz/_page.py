@@ -20,6 +20,7 @@ import base64
 import html
 import io
 import json
+import math
 import re
 from collections.abc import Callable
 from importlib.resources import files
@@ -33,12 +34,15 @@ from .._validation import Array, MissingDependencyError, fail, output_path
 from ..trace import GenerationTrace, ModelTrace
 from ..trace._display import display_text
 from ..trace._trace import Trace
+from ._encoding import FIXED_BITS, binary, fixed_bits, mask_runs
 from ._views import Views, split_pair, views_data
 
 __all__ = [
+    "PAGE_LIMITS",
     "PageShape",
     "check_page_size",
     "check_path",
+    "encoding",
     "notebook_html",
     "opening",
     "page_bytes",
@@ -51,11 +55,14 @@ __all__ = [
 ]
 
 _PLACEHOLDER = "__ATTNLAB_DATA__"
-MAX_PAGE_BYTES = 16 * 10**6  # a model's page: what Chromium opens and draws in a few seconds
-MAX_TRACE_PAGE_BYTES = 64 * 10**6  # a single layer's page, exact always (as before there were models)
-MAX_MODEL_PAGE_SCORES = 2**22  # L²·heads·layers: the scores a model's page computes when it opens (about 2 s)
-MAX_TRACE_PAGE_SCORES = 2**21  # L²·heads: what a single layer's page computes and draws in a few seconds
+# The one place a page's size is limited (MB: 10⁶ bytes; measured in docs/benchmarks.md, "Long inputs in the page"):
+PAGE_LIMITS = {
+    "page": 64 * 10**6,  # the bytes of a page's data (q, k, v, masks, bias) at most: what Chromium opens in 3 s
+    "exact": 16 * 10**6,  # a model's page carries exact numbers up to this, rounded past it (a layer's: always)
+    "head_cells": 4096**2,  # L·S of one head, whose scores and weights the page computes when it shows the head
+}
 GIVEN_SCORES_UP_TO = 2**18  # scores in all: up to this many the page carries them, past it computes q·k
+_ROUNDED = ("float24", *(f"fixed{bits}" for bits in FIXED_BITS))  # past "exact": a model's page, most precise first
 
 
 class PageShape(NamedTuple):
@@ -64,8 +71,9 @@ class PageShape(NamedTuple):
     single layer's (exact), the bytes of one number of the trace, and the heads of a
     bias (L, L) it carries (0: none). A page of entries of other lengths (an
     encoder-decoder model's, cross-attention's L × S) gives its counts exactly: ``scores``
-    Σ L·S·H, ``cells`` Σ L·S (the masks), ``numbers`` Σ H·(L·E + S·(E + Ev)) (q, k and v)
-    and ``bias_scores`` Σ L·S·(the bias's heads); 0: from ``length`` as above."""
+    Σ L·S·H, ``cells`` Σ L·S, ``numbers`` Σ H·(L·E + S·(E + Ev)) (q, k and v),
+    ``bias_scores`` Σ L·S·(the bias's heads), ``rows`` Σ L (the masks' rows) and
+    ``head_cells`` the largest L·S (one head's); 0: from ``length`` as above."""
 
     length: int
     heads: int
@@ -78,6 +86,8 @@ class PageShape(NamedTuple):
     cells: int = 0
     numbers: int = 0
     bias_scores: int = 0
+    rows: int = 0
+    head_cells: int = 0
 
     @classmethod
     def of(cls, trace: Trace | ModelTrace) -> PageShape:
@@ -92,7 +102,8 @@ class PageShape(NamedTuple):
         return cls(
             max(len(t.inputs) for t in traces), max(t.num_heads for t in traces), len(traces), widths, model,
             itemsize, sum(bias_heads), sum(c * t.num_heads for c, t in zip(cells, traces, strict=True)), sum(cells),
-            numbers, sum(c * b for c, b in zip(cells, bias_heads, strict=True)),
+            numbers, sum(c * b for c, b in zip(cells, bias_heads, strict=True)), sum(len(t.inputs) for t in traces),
+            max(cells),
         )  # fmt: skip
 
 
@@ -101,62 +112,82 @@ def _with_heads(x: Array) -> Array:
     return x if x.ndim == 3 else x[None]
 
 
-def _binary(x: Array, dtype: str) -> str:
-    """A float array as base64 of its little-endian bytes, row-major: float64 and float32
-    exact (NaN and ±∞ included); "float24" is float32 rounded to nearest with 16 mantissa
-    bits (2⁻¹⁷ relative), its top three bytes, for pages that would not fit otherwise."""
-    if dtype != "float24":
-        return base64.b64encode(
-            np.ascontiguousarray(x, dtype="<f8" if dtype == "float64" else "<f4").tobytes()
-        ).decode()
-    bits = np.ascontiguousarray(np.where(np.isnan(x), np.nan, x), dtype="<f4").view("<u4")  # one NaN pattern
-    near_top = (bits & 0x7FFFFFFF) >= 0x7F7FFF80  # rounding up would reach ∞ (or already is ∞, NaN)
-    rounded = np.where(near_top, bits, bits + 0x80)
-    return base64.b64encode(rounded.view(np.uint8).reshape(-1, 4)[:, 1:].tobytes()).decode()
+def _base64(size: float) -> int:
+    """The characters of ``size`` bytes in base64."""
+    return int(size * 4 // 3)
 
 
-def page_bytes(shape: PageShape, itemsize: int = 3) -> int:
-    """About the size of a page's q, k and v: L·H·layers·(2E + Ev) numbers of ``itemsize``
-    bytes (3: float24, the least a page uses), in base64."""
-    numbers = shape.numbers or shape.length * shape.heads * shape.layers * (2 * shape.widths[0] + shape.widths[1])
-    return numbers * itemsize * 4 // 3
+def page_bytes(shape: PageShape, dtype: str) -> int:
+    """About the bytes of the data of a page of ``shape`` whose q, k and v are carried as
+    ``dtype`` (:func:`~attnlab.viz._encoding.binary`), all in base64: q, k and v,
+    L·H·layers·(2E + Ev) numbers (fixedN: N bits each and a float32 step a vector); the
+    raw scores while the page carries them, and a bias (float mask, ALiBi), in the
+    numbers' float (float24 beside fixed numbers); the masks, as runs, about 12 bytes a
+    row (a causal or windowed row's; :func:`render_page` checks the page's true size)."""
+    E, Ev = shape.widths
+    numbers = shape.numbers or shape.length * shape.heads * shape.layers * (2 * E + Ev)
+    exact = dtype in ("float64", "float32")
+    floats = shape.itemsize if exact else 3  # the bytes of a float: exact, or float24
+    if dtype.startswith("fixed"):
+        vectors = numbers * 3 // max(1, 2 * E + Ev)  # q's, k's and v's rows (exact where the widths are even)
+        carried = numbers * fixed_bits(dtype) / 8 + 4 * vectors
+    else:
+        carried = numbers * floats
+    scores = shape.scores or shape.length**2 * shape.heads * shape.layers
+    given = scores * floats if scores <= GIVEN_SCORES_UP_TO else 0
+    bias = (shape.bias_scores or shape.length**2 * shape.bias_heads) * floats
+    return _base64(carried + given + bias) + 12 * (shape.rows or shape.length * shape.layers)
+
+
+def encoding(shape: PageShape) -> str | None:
+    """How a page of ``shape`` carries q, k and v: exact (float64 or float32, as the trace)
+    while its data is at most PAGE_LIMITS["exact"] bytes, or always for a single layer's
+    page; past that a model's page rounds them, to the most precise of float24 and fixedN
+    (N from 16 down to 10) whose page is at most PAGE_LIMITS["page"]. None: none fits."""
+    exact = "float64" if shape.itemsize == 8 else "float32"
+    if page_bytes(shape, exact) <= min(PAGE_LIMITS["page"], PAGE_LIMITS["exact"] if shape.model else math.inf):
+        return exact
+    if not shape.model:
+        return None
+    return next((dtype for dtype in _ROUNDED if page_bytes(shape, dtype) <= PAGE_LIMITS["page"]), None)
 
 
 def check_page_size(
     page: Trace | ModelTrace | PageShape, name: str = "trace", fewer_layers: str = "fewer layers"
 ) -> None:
     """Refuse a page that a browser would not open in a few seconds, from its shape alone
-    (so before any work, given a :class:`PageShape`). A model's page computes its
-    L²·H·layers scores when it opens, at most MAX_MODEL_PAGE_SCORES, and holds at most
-    MAX_PAGE_BYTES of data at its least (float24); a single layer's page at most
-    MAX_TRACE_PAGE_SCORES scores (L²·H) and MAX_TRACE_PAGE_BYTES of data, exact. The data
-    is q, k and v (:func:`page_bytes`), the raw scores while the page carries them and the
-    mask, one character per (query, key) of each layer, and a bias (float mask, ALiBi)
-    where the trace has one.
+    (so before any work, given a :class:`PageShape`), by PAGE_LIMITS, the one place its
+    limits are: its data (:func:`page_bytes`) at most PAGE_LIMITS["page"] bytes however
+    it carries its numbers (:func:`encoding`: a model's rounded to fit, down to 10 bits;
+    a single layer's exact), and each head at most PAGE_LIMITS["head_cells"] (L·S) cells,
+    whose scores and weights the page computes when it shows the head.
 
     Raises:
-        ArgumentError: ``name``: a page too large, and what to use fewer of (a model's
-            layers in the words ``fewer_layers``, such as a command-line option).
+        ArgumentError: ``name``: a page too large, its size and the limit, and what to
+            use fewer of (a model's layers in the words ``fewer_layers``, such as a
+            command-line option).
     """
     shape = page if isinstance(page, PageShape) else PageShape.of(page)
     length, heads, layers = shape.length, shape.heads, shape.layers
-    scores = shape.scores or length**2 * heads * layers
     if shape.model:
-        max_scores, max_bytes, itemsize = MAX_MODEL_PAGE_SCORES, MAX_PAGE_BYTES, 3
         held = f"{length} tokens × {layers} layer{'s' * (layers > 1)} × {heads} heads"
-        fewer = f"{fewer_layers} or fewer tokens" if layers > 1 else "fewer tokens"
-        too_many = f"{scores:,} scores for the page to compute, at most {max_scores:,}"
+        fewer = f"{fewer_layers}, or fewer tokens" if layers > 1 else "fewer tokens"
     else:
-        max_scores, max_bytes, itemsize = MAX_TRACE_PAGE_SCORES, MAX_TRACE_PAGE_BYTES, shape.itemsize
         held, fewer = f"{length} tokens × {heads} heads", "fewer tokens or heads"
-        too_many = f"a page keeps L×L matrices per head, at most {max_scores:,} scores (L²·heads)"
-    given = scores * itemsize * 4 // 3 if scores <= GIVEN_SCORES_UP_TO else 0  # in base64, as q, k and v
-    bias = (shape.bias_scores or length**2 * shape.bias_heads) * itemsize * 4 // 3
-    size = page_bytes(shape, itemsize) + given + (shape.cells or length**2 * layers) + bias
-    if size > max_bytes:
-        too_many = f"a page of about {size / 1e6:.1f} MB, at most {max_bytes / 1e6:g} MB"
-    elif scores <= max_scores:
+    cells, most = shape.head_cells or length**2, PAGE_LIMITS["head_cells"]
+    if cells > most:
+        side = f" ({math.isqrt(most)}²)" if math.isqrt(most) ** 2 == most else ""
+        too_many = f"a head of {cells:,} cells (L·S) for the page to compute, at most {most:,}{side}"
+        raise fail(name, "a page that a browser opens in a few seconds", f"{held}: {too_many}; use fewer tokens")
+    if encoding(shape) is not None:
         return
+    least = "fixed10" if shape.model else ("float64" if shape.itemsize == 8 else "float32")
+    size, limit = page_bytes(shape, least), PAGE_LIMITS["page"]
+    how = "q, k and v at 10 bits, the least" if shape.model else "exact"
+    fit = limit * layers // size if shape.model and layers > 1 else 0
+    too_many = f"a page of about {size / 1e6:.1f} MB ({how}), at most {limit / 1e6:g} MB" + (
+        f" (about {fit} of its layers fit)" if fit else ""
+    )
     raise fail(name, "a page that a browser opens in a few seconds", f"{held}: {too_many}; use {fewer}")
 
 
@@ -198,11 +229,14 @@ def page_data(trace: Trace | ModelTrace, opens: dict[str, int] | None = None) ->
     model's decoder tokens then its encoder's, a cross-attention trace's queries then its
     keys), each with its marks, and, per layer (one for a Trace), its name (a module path,
     "layer i"), kind, the sequences on its rows and columns, scale, mask and per-head q
-    (H, L, E), k, v (H, S, ·) as base64 float arrays; the raw scores q·kᵀ (H, L, S) too
-    while the page holds at most GIVEN_SCORES_UP_TO of them in all, past which the page
-    computes them from q and k; the view it opens on (``opens``, as :func:`opening` gives,
-    its layer a position among the page's layers); the seed of random weights (a note on
-    the page), or None; a vision model's image (:func:`image_data`), or None. Tokens are shown as
+    (H, L, E), k, v (H, S, ·) as base64 arrays, exact or rounded to fit as :func:`encoding`
+    chooses (fixed numbers only where they are all finite; float24 for a layer with
+    others); the raw scores q·kᵀ (H, L, S) too while the page holds at most
+    GIVEN_SCORES_UP_TO of them in all, past which the page computes them from q and k
+    (never the weights: the page computes a head's when it shows it); the view it opens
+    on (``opens``, as :func:`opening` gives, its layer a position among the page's
+    layers); the seed of random weights (a note on the page), or None; a vision model's
+    image (:func:`image_data`), or None. Tokens are shown as
     :func:`~attnlab.trace._display.display_text` gives.
 
     Raises:
@@ -215,11 +249,12 @@ def page_data(trace: Trace | ModelTrace, opens: dict[str, int] | None = None) ->
     model = trace.model if isinstance(trace, ModelTrace) else ""
     given = sum(_with_heads(t.scores).size for _, t in named) <= GIVEN_SCORES_UP_TO
     shape = PageShape.of(trace)
-    exact = page_bytes(shape, shape.itemsize) <= MAX_PAGE_BYTES * 0.95  # room for the rest
-    # a model's page past 16 MB rounds its numbers to fit; a single layer's stays exact
-    dtype = ("float64" if shape.itemsize == 8 else "float32") if exact or not model else "float24"
+    exact = "float64" if shape.itemsize == 8 else "float32"
+    chosen = encoding(shape) or ("fixed10" if shape.model else exact)  # (past the limits: check_page_size's)
     layers = []
     for i, one in named:
+        finite = all(np.isfinite(x).all() for x in (one.Q, one.K, one.V))
+        dtype = "float24" if chosen.startswith("fixed") and not finite else chosen
         name = "" if i is None else trace.name(i) if isinstance(trace, ModelTrace) else f"layer {i}"
         kind = trace.kind(i) if isinstance(trace, ModelTrace) and i is not None else "self"
         rows, cols = rows_cols(kind)
@@ -288,8 +323,11 @@ def image_data(trace: ModelTrace) -> dict[str, object] | None:
 
 
 def _layer_data(trace: Trace, with_scores: bool, dtype: str) -> dict[str, object]:
-    """One attention layer's numbers for the page: its masks, one (L strings) per head
-    or one for all, and its variants (softcap, bias, sinks, their words)."""
+    """One attention layer's numbers for the page: q, k and v as ``dtype`` (the raw
+    scores and a bias in its float: float24 beside fixed numbers), whether the trace's
+    numbers are float32 (its scores round as float32), its masks as runs
+    (:func:`~attnlab.viz._encoding.mask_runs`), one per head or one for all, and its
+    variants (softcap, bias, sinks, their words)."""
     masked = _with_heads(trace.masked)  # (H, L, L)
     masked = masked[:1] if (masked == masked[:1]).all() else masked
     q, k, v = (_with_heads(x) for x in (trace.Q, trace.K, trace.V))  # (H, L, E), (H, L, E), (H, L, Ev)
@@ -298,16 +336,18 @@ def _layer_data(trace: Trace, with_scores: bool, dtype: str) -> dict[str, object
     if bias is not None and np.array_equal(bias, np.broadcast_to(bias[:1], bias.shape)):
         bias = bias[:1]  # every head adds the same (a float mask)
     sinks = None if variants is None or variants.sinks is None else list(variants.sinks)
+    floats = "float24" if dtype.startswith("fixed") else dtype
     return {
         "scale": trace.scale,
         "heads": q.shape[0],
         "d_k": int(q.shape[-1]),
         "d_v": int(v.shape[-1]),
         "dtype": dtype,
-        "masked": [["".join("1" if m else "0" for m in row) for row in head] for head in masked],
-        **{name: _binary(x, dtype) for name, x in (("q", q), ("k", k), ("v", v))},
-        "scores": _binary(_with_heads(trace.scores), dtype) if with_scores else None,
-        "bias": None if bias is None else _binary(bias, dtype),
+        "single": q.dtype != np.float64,
+        "masks": mask_runs(masked),
+        **{name: binary(x, dtype) for name, x in (("q", q), ("k", k), ("v", v))},
+        "scores": binary(_with_heads(trace.scores), floats) if with_scores else None,
+        "bias": None if bias is None else binary(bias, floats),
         "bias_heads": 0 if bias is None else bias.shape[0],
         "softcap": None if variants is None else variants.softcap,
         "sinks": None if sinks is None else sinks * (q.shape[0] if len(sinks) == 1 else 1),
@@ -323,12 +363,23 @@ def render_page(trace: Trace | ModelTrace, opens: dict[str, int] | None = None, 
     '>' and '&' escaped, so no token can end the block or inject markup; the scripts only
     ever write tokens as text."""
     check_page_size(trace)
-    extra = views_data(trace, views)
-    return _filled_page(_escaped_json(page_data(trace, opens)), _escaped_json(extra))
+    payload = json.dumps(page_data(trace, opens), ensure_ascii=False, allow_nan=False)
+    if len(payload) > PAGE_LIMITS["page"] + 10**6:  # masks of many runs a row, past page_bytes' estimate
+        shape = PageShape.of(trace)
+        raise fail(
+            "trace", "a page that a browser opens in a few seconds",
+            f"a page of {len(payload) / 1e6:.1f} MB, at most {PAGE_LIMITS['page'] / 1e6:g} MB: masks of many runs "
+            f"a row; use fewer tokens" + (" or fewer layers" if shape.layers > 1 else ""),
+        )  # fmt: skip
+    return _filled_page(_escaped(payload), _escaped_json(views_data(trace, views)))
 
 
 def _escaped_json(data: object) -> str:
-    payload = json.dumps(data, ensure_ascii=False, allow_nan=False)
+    return _escaped(json.dumps(data, ensure_ascii=False, allow_nan=False))
+
+
+def _escaped(payload: str) -> str:
+    """JSON that cannot close its <script> block."""
     return payload.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
 

@@ -1,13 +1,15 @@
 // attnlab view: the page's script, inlined by attnlab.viz._page.render_page. It reads the
-// trace from the JSON block #attnlab-data, computes each head's weights as the engine did,
-// softmax(softcap(scale · q·kᵀ) + bias) over the unmasked keys (with the sink, if any),
-// and draws the heatmap (masked cells grey and struck through), the head view, the
+// trace from the JSON block #attnlab-data (q, k and v, never the weights), computes a head's
+// weights as the engine did when it shows the head, softmax(softcap(scale · q·kᵀ) + bias)
+// over the unmasked keys (with the sink, if any), keeping the most recent few, and draws the heatmap (masked cells grey and struck through), the head view, the
 // step-by-step table and, for a model, the model view (its entries grouped by kind), and
 // for a vision model the image's patches as its tokens and a query's attention over it.
 // A layer's L queries and S keys are tokens of the page's sequences (two for an
 // encoder-decoder model: cross-attention has the decoder's on its rows, the encoder's on
 // its columns). What changes lives in `state`, and the sequences on show with the layer;
-// everything else is fixed when the page opens. Tokens are only ever written as text.
+// everything else is fixed when the page opens, but for what is computed when first needed (a
+// layer's numbers, a head's weights) and the model view's thumbnails, drawn after the first view
+// in slices while the page is idle. Tokens are only ever written as text.
 
 const $ = (id) => document.getElementById(id);
 const page = JSON.parse($("attnlab-data").textContent);
@@ -18,7 +20,8 @@ let rowSeq = sequences[0], colSeq = sequences[0], L = rowSeq.tokens.length, S = 
 // ---- numbers: decoding, scores, weights ----
 
 // the numbers travel as base64 of little-endian float32 or float64 (NaN and ±∞ included)
-// (float24: a float32's top three bytes, for pages that would not fit otherwise)
+// (float24: a float32's top three bytes; fixedN: N-bit whole numbers, a float32 step per
+// vector: both for pages that would not fit otherwise, as attnlab.viz._encoding.binary writes them)
 function decodeFloat24(raw) {
   const bits = new Uint32Array(raw.length / 3);
   for (let n = 0, b = 0; n < bits.length; n++, b += 3) {
@@ -26,88 +29,231 @@ function decodeFloat24(raw) {
   }
   return new Float32Array(bits.buffer);
 }
-function decode(text, dtype) {
+// fixedN of vectors `width` long: the steps (float32, one a vector) first, then every (u − m)·step, N bits each
+function decodeFixed(raw, bits, width) {
+  const vectors = Math.floor((8 * raw.length) / (32 + width * bits)), most = 2 ** (bits - 1) - 1, mask = 2 ** bits - 1;
+  const head = new Uint8Array(4 * vectors);
+  for (let b = 0; b < head.length; b++) head[b] = raw.charCodeAt(b);
+  const steps = new Float32Array(head.buffer), out = new Float32Array(vectors * width);
+  let acc = 0, have = 0, b = head.length;
+  for (let r = 0, n = 0; r < vectors; r++) {
+    const step = steps[r];
+    for (let e = 0; e < width; e++, n++) {
+      while (have < bits) { acc = ((acc << 8) | raw.charCodeAt(b++)) & 0xffffff; have += 8; } // at most 23 bits held
+      have -= bits;
+      out[n] = (((acc >>> have) & mask) - most) * step;
+    }
+  }
+  return out;
+}
+// `width`: the length of the vectors (fixedN only)
+function decode(text, dtype, width = 1) {
   const raw = atob(text);
   if (dtype === "float24") return decodeFloat24(raw);
+  if (dtype.startsWith("fixed")) return decodeFixed(raw, Number(dtype.slice(5)), width);
   const bytes = new Uint8Array(raw.length);
   for (let n = 0; n < raw.length; n++) bytes[n] = raw.charCodeAt(n);
   return dtype === "float64" ? new Float64Array(bytes.buffer) : new Float32Array(bytes.buffer);
 }
+// fields of `record` decoded when first read (a long page decodes only the layers it shows)
+function lazily(record, fields) {
+  for (const [name, make] of Object.entries(fields)) {
+    Object.defineProperty(record, name, {
+      configurable: true, enumerable: true,
+      get() { const value = make(); Object.defineProperty(record, name, { value, enumerable: true }); return value; },
+    });
+  }
+  return record;
+}
 // a layer: its L queries and S keys (rows and cols: which sequences), q (H·L·E), k (H·S·E),
-// v (H·S·Ev), the raw scores q·k (H·L·S, given, or computed once per head), the masks (one
-// per head, or one for all), the variants (softcap, the bias added after it (1 or H)·L·S,
-// one sink per head), and its caches: each head's weights at one scale, the value norms
+// v (H·S·Ev), decoded when first read, the raw scores q·k (H·L·S, given, or computed per head
+// when shown), the masks (one per head, or one for all; runs per row), the variants (softcap, the
+// bias added after it (1 or H)·L·S, one sink per head), and its caches: the value norms, the largest score
 function layerOf(layer) {
-  return {
+  const floats = layer.dtype.startsWith("fixed") ? "float24" : layer.dtype; // the scores' and bias's
+  return lazily({
     name: layer.name, index: layer.index, kind: layer.kind, rows: layer.rows, cols: layer.cols,
     L: sequences[layer.rows].tokens.length, S: sequences[layer.cols].tokens.length,
-    scale: layer.scale, H: layer.heads, E: layer.d_k, Ev: layer.d_v,
-    masked: layer.masked, single: layer.dtype !== "float64", // float32 scores round (and overflow) as float32
-    q: decode(layer.q, layer.dtype), k: decode(layer.k, layer.dtype), v: decode(layer.v, layer.dtype),
-    given: layer.scores === null ? null : decode(layer.scores, layer.dtype), computed: new Map(), weights: new Map(),
-    norms: null, softcap: layer.softcap, sinks: layer.sinks, rules: layer.rules,
-    bias: layer.bias === null ? null : decode(layer.bias, layer.dtype), biasHeads: layer.bias_heads,
+    scale: layer.scale, H: layer.heads, E: layer.d_k, Ev: layer.d_v, dtype: layer.dtype,
+    runs: layer.masks, masks: new Map(), single: layer.single ?? layer.dtype !== "float64", // float32 scores round as float32
+    norms: null, softcap: layer.softcap, sinks: layer.sinks, rules: layer.rules, biasHeads: layer.bias_heads,
     largest: null,
-  };
+  }, {
+    q: () => decode(layer.q, layer.dtype, layer.d_k), k: () => decode(layer.k, layer.dtype, layer.d_k),
+    v: () => decode(layer.v, layer.dtype, layer.d_v),
+    given: () => (layer.scores === null ? null : decode(layer.scores, floats)),
+    bias: () => (layer.bias === null ? null : decode(layer.bias, floats)),
+  });
 }
 // row i of head h of x (H·count·width): a query's q (count L) or a key's k, v (count S)
 const vectorAt = (x, width, count, h, i) =>
   Array.from(x.subarray((h * count + i) * width, (h * count + i + 1) * width));
-// head h's raw scores q·kᵀ (L·S), each rounded to float32 when the trace was float32
-function computeScores(layer, h) {
-  const { L, S, E, q, k } = layer, s = new Float64Array(L * S);
-  for (let i = 0; i < L; i++) {
-    const qi = (h * L + i) * E;
-    for (let j = 0; j < S; j++) {
-      const kj = (h * S + j) * E;
-      let dot = 0;
-      for (let e = 0; e < E; e++) dot += q[qi + e] * k[kj + e];
-      s[i * S + j] = layer.single ? Math.fround(dot) : dot;
+// keys j0 … j1 − 1 of query i's raw scores q·k into s at `out` + j, each rounded to float32 when the
+// trace was float32; each dot product summed in order over e (four keys at a time, each its own sum)
+function dotRun(layer, h, i, j0, j1, s, out) {
+  const { L, S, E, q, k } = layer, single = layer.single, qi = (h * L + i) * E;
+  let j = j0;
+  for (; j + 4 <= j1; j += 4) {
+    const k0 = (h * S + j) * E, k1 = k0 + E, k2 = k1 + E, k3 = k2 + E;
+    let d0 = 0, d1 = 0, d2 = 0, d3 = 0;
+    for (let e = 0; e < E; e++) {
+      const x = q[qi + e];
+      d0 += x * k[k0 + e]; d1 += x * k[k1 + e]; d2 += x * k[k2 + e]; d3 += x * k[k3 + e];
     }
+    if (single) { d0 = Math.fround(d0); d1 = Math.fround(d1); d2 = Math.fround(d2); d3 = Math.fround(d3); }
+    s[out + j] = d0; s[out + j + 1] = d1; s[out + j + 2] = d2; s[out + j + 3] = d3;
+  }
+  for (; j < j1; j++) {
+    const kj = (h * S + j) * E;
+    let dot = 0;
+    for (let e = 0; e < E; e++) dot += q[qi + e] * k[kj + e];
+    s[out + j] = single ? Math.fround(dot) : dot;
+  }
+}
+// keys 0 … j1 − 1 of queries i and i + 1 at once (rows `out` and `out` + S of s): dotRun's sums, in its
+// order, each k read once for both queries
+function dotPair(layer, h, i, j1, s, out) {
+  const { L, S, E, q, k } = layer, single = layer.single, qa = (h * L + i) * E, qb = qa + E;
+  let j = 0;
+  for (; j + 4 <= j1; j += 4) {
+    const k0 = (h * S + j) * E, k1 = k0 + E, k2 = k1 + E, k3 = k2 + E;
+    let a0 = 0, a1 = 0, a2 = 0, a3 = 0, b0 = 0, b1 = 0, b2 = 0, b3 = 0;
+    for (let e = 0; e < E; e++) {
+      const x = q[qa + e], y = q[qb + e], c0 = k[k0 + e], c1 = k[k1 + e], c2 = k[k2 + e], c3 = k[k3 + e];
+      a0 += x * c0; a1 += x * c1; a2 += x * c2; a3 += x * c3;
+      b0 += y * c0; b1 += y * c1; b2 += y * c2; b3 += y * c3;
+    }
+    if (single) {
+      a0 = Math.fround(a0); a1 = Math.fround(a1); a2 = Math.fround(a2); a3 = Math.fround(a3);
+      b0 = Math.fround(b0); b1 = Math.fround(b1); b2 = Math.fround(b2); b3 = Math.fround(b3);
+    }
+    const o = out + j, p = o + S;
+    s[o] = a0; s[o + 1] = a1; s[o + 2] = a2; s[o + 3] = a3; s[p] = b0; s[p + 1] = b1; s[p + 2] = b2; s[p + 3] = b3;
+  }
+  dotRun(layer, h, i, j, j1, s, out);
+  dotRun(layer, h, i + 1, j, j1, s, out + S);
+}
+// rows i0 … i1 − 1 of head h's raw scores q·kᵀ into s (row i at (i − i0)·S); `unmasked`: only the keys
+// its mask leaves in (their runs), the masked ones NaN (no weight needs them: half a causal head's work)
+function scoreRows(layer, h, i0, i1, s, unmasked = false) {
+  const S = layer.S, runs = layer.runs[layer.runs.length === 1 ? 0 : h];
+  // a row whose keys are one run from 0 (causal: [i + 1, L − i − 1]): its length, else −1
+  const prefix = (i) => (runs[i].length <= 2 ? runs[i][0] : -1);
+  for (let i = i0; i < i1; i++) {
+    const out = (i - i0) * S;
+    if (!unmasked) { dotRun(layer, h, i, 0, S, s, out); continue; }
+    if (i + 1 < i1 && prefix(i) >= 0 && prefix(i + 1) >= 0) { // two rows at once over the keys both see
+      const a = prefix(i), b = prefix(i + 1), both = Math.min(a, b);
+      dotPair(layer, h, i, both, s, out);
+      dotRun(layer, h, a > b ? i : i + 1, both, Math.max(a, b), s, a > b ? out : out + S);
+      s.fill(NaN, out + a, out + S);
+      s.fill(NaN, out + S + b, out + 2 * S);
+      i++;
+      continue;
+    }
+    let j = 0;
+    runs[i].forEach((run, n) => {
+      if (n % 2) s.fill(NaN, out + j, out + j + run);
+      else dotRun(layer, h, i, j, j + run, s, out);
+      j += run;
+    });
   }
   return s;
+}
+// head h's raw scores q·kᵀ (L·S) of the unmasked keys (masked: NaN; a row's all: scoreRows)
+const computeScores = (layer, h) => scoreRows(layer, h, 0, layer.L, new Float64Array(layer.L * layer.S), true);
+// the heads' computed scores and weights, the most recently used kept while they hold at most
+// CACHE_CELLS numbers in all (a few heads of a long page; every head of a short one)
+const CACHE_CELLS = 2 ** 26, cache = new Map();
+let cachedCells = 0;
+function cached(key, make) {
+  if (cache.has(key)) {
+    const value = cache.get(key);
+    cache.delete(key);
+    cache.set(key, value); // the most recent last
+    return value;
+  }
+  const value = make();
+  cache.set(key, value);
+  cachedCells += value.length;
+  for (const [old, dropped] of cache) {
+    if (cachedCells <= CACHE_CELLS || old === key) break;
+    cache.delete(old);
+    cachedCells -= dropped.length;
+  }
+  return value;
+}
+const layerIds = new WeakMap(); // a cache's key for each layer record, any page's
+let layerCount = 0;
+function layerKey(layer) {
+  if (!layerIds.has(layer)) layerIds.set(layer, layerCount++);
+  return layerIds.get(layer);
 }
 function scoresOf(layer, h) {
   const size = layer.L * layer.S;
   if (layer.given) return layer.given.subarray(h * size, (h + 1) * size);
-  if (!layer.computed.has(h)) layer.computed.set(h, computeScores(layer, h));
-  return layer.computed.get(h);
+  return cached(`scores ${layerKey(layer)} ${h}`, () => computeScores(layer, h));
 }
-const maskOf = (layer, h) => layer.masked[layer.masked.length === 1 ? 0 : h]; // L strings of S "0" and "1"
-const maskedIn = (layer, h, i, j) => maskOf(layer, h)[i].charCodeAt(j) === 49; // "1"
-const hasMasked = (layer, h) => maskOf(layer, h).some((row) => row.includes("1"));
+// mask m of a layer as bytes (L·S, 1: masked), from its runs per row (unmasked first, alternating)
+function maskBytes(layer, m) {
+  const { L, S } = layer, out = new Uint8Array(L * S);
+  layer.runs[m].forEach((runs, i) => {
+    let j = i * S;
+    runs.forEach((run, n) => { if (n % 2) out.fill(1, j, j + run); j += run; });
+  });
+  return out;
+}
+// head h's mask: L·S bytes, 1 where the key is masked (one for every head, or one each)
+function maskOf(layer, h) {
+  const m = layer.runs.length === 1 ? 0 : h;
+  if (!layer.masks.has(m)) layer.masks.set(m, maskBytes(layer, m));
+  return layer.masks.get(m);
+}
+const maskedIn = (layer, h, i, j) => maskOf(layer, h)[i * layer.S + j] === 1;
+// the masked cells of head h, counted from its runs
+const maskedCount = (layer, h) =>
+  layer.runs[layer.runs.length === 1 ? 0 : h].reduce((n, runs) => runs.reduce((a, r, k) => a + (k % 2 ? r : 0), n), 0);
+const hasMasked = (layer, h) => maskedCount(layer, h) > 0;
 const modified = (layer) => layer.softcap !== null || layer.bias !== null; // ② is more than × scale
 // z_ij of head h at `scale`: softcap(scale · s_ij) + bias_ij, as the engine modifies a score
-function scoreAt(layer, h, s, scale, i, j) {
+const scoreAt = (layer, h, s, scale, i, j) => modify(layer, h, s[i * layer.S + j], scale, i, j);
+// z_ij of head h at `scale` from its raw score x
+function modify(layer, h, x, scale, i, j) {
   const { L, S } = layer;
-  let z = scale * s[i * S + j];
+  let z = scale * x;
   if (layer.softcap !== null) z = layer.softcap * Math.tanh(z / layer.softcap);
   if (layer.bias !== null) z += layer.bias[((layer.biasHeads === 1 ? 0 : h) * L + i) * S + j];
   return z;
 }
-// row i of softmax(z) into w, masked entries excluded, the sink joining the sum: the engine's formula
-function softmaxRow(layer, h, s, scale, i, w) {
-  const S = layer.S, z = new Float64Array(S), sink = layer.sinks === null ? -Infinity : layer.sinks[h];
+// row i of softmax(z) into w (row i at `at`), its raw scores s from `from`, masked entries
+// excluded, the sink joining the sum: the engine's formula; z: a row's scratch (S)
+function softmaxInto(layer, h, s, from, scale, i, w, at, z) {
+  const S = layer.S, sink = layer.sinks === null ? -Infinity : layer.sinks[h], masked = maskOf(layer, h);
+  const plain = !modified(layer), row = i * S;
   let max = sink;
   for (let j = 0; j < S; j++) {
-    if (!maskedIn(layer, h, i, j)) { z[j] = scoreAt(layer, h, s, scale, i, j); max = Math.max(max, z[j]); }
+    if (masked[row + j] === 1) continue;
+    z[j] = plain ? scale * s[from + j] : modify(layer, h, s[from + j], scale, i, j);
+    max = Math.max(max, z[j]);
   }
   let sum = layer.sinks === null ? 0 : Math.exp(sink - max);
   for (let j = 0; j < S; j++) {
-    const e = maskedIn(layer, h, i, j) ? 0 : Math.exp(z[j] - max);
-    w[i * S + j] = e; sum += e;
+    const e = masked[row + j] === 1 ? 0 : Math.exp(z[j] - max);
+    w[at + j] = e; sum += e;
   }
-  for (let j = 0; j < S; j++) w[i * S + j] = sum === 0 ? 0 : w[i * S + j] / sum; // all masked: 0; NaN stays NaN
+  for (let j = 0; j < S; j++) w[at + j] = sum === 0 ? 0 : w[at + j] / sum; // all masked: 0; NaN stays NaN
+}
+// row i of softmax(z) into w (L·S), from head h's scores s (L·S)
+function softmaxRow(layer, h, s, scale, i, w) {
+  softmaxInto(layer, h, s, i * layer.S, scale, i, w, i * layer.S, new Float64Array(layer.S));
 }
 // head h's weights (L·S) at `scale`, cached
 function weightsOf(layer, h, scale) {
-  const key = h + ":" + scale;
-  if (layer.weights.has(key)) return layer.weights.get(key);
-  const s = scoresOf(layer, h), w = new Float64Array(layer.L * layer.S);
-  for (let i = 0; i < layer.L; i++) softmaxRow(layer, h, s, scale, i, w);
-  if (layer.weights.size > 2 * layer.H) layer.weights.clear(); // the grid's and the slider's, not every scale
-  layer.weights.set(key, w);
-  return w;
+  return cached(`weights ${layerKey(layer)} ${h} ${scale}`, () => {
+    const s = scoresOf(layer, h), w = new Float64Array(layer.L * layer.S), z = new Float64Array(layer.S);
+    for (let i = 0; i < layer.L; i++) softmaxInto(layer, h, s, i * layer.S, scale, i, w, i * layer.S, z);
+    return w;
+  });
 }
 const norm = (xs) => Math.sqrt(xs.reduce((a, x) => a + x * x, 0));
 // ‖v_j‖ of every head and key (H·S) and each head's largest finite one, once per layer
@@ -154,12 +300,16 @@ const tokenTitle = (seq, i) =>
 const pieceOnly = (seq, i) => seq.parts[i] && !seq.tokens[i].trim();
 const tokenLabel = (seq, i) => (pieceOnly(seq, i) ? `${seq.tokens[i]}‹piece of ${seq.parts[i]}›` : seq.tokens[i]);
 const tick = (x) => (x === 0 || x >= 0.1 ? x.toFixed(2) : x.toPrecision(2)); // 0.0012, not 0.00
+// what a page that rounds its numbers to fit says it did (attnlab.viz._encoding.binary)
+const roundingNote = (dtype) => (dtype === "float24" ? "; q, k, v rounded to 17 significant bits to fit the page"
+  : dtype.startsWith("fixed") ? `; q, k, v rounded to fit the page: ${dtype.slice(5)} bits a number, each vector in ` +
+    `steps of its largest |x| / ${2 ** (Number(dtype.slice(5)) - 1) - 1}` : "");
 function summary() {
   const { H, E } = shownLayer();
   const length = rowSeq === colSeq ? `${L} tokens` : `${L} queries (${rowSeq.name}) × ${S} keys (${colSeq.name})`;
   return `${page.model ? page.model + ": " : ""}${length}, ` +
     (layers.length > 1 ? `${layers.length} ${grouped() ? "attention modules" : "layers"}, ` : "") + `${H} head${H > 1 ? "s" : ""}, d_k = ${E}` +
-    (page.layers[0].dtype === "float24" ? "; q, k, v rounded to 17 significant bits to fit the page" : "");
+    roundingNote(page.layers[0].dtype);
 }
 
 // ---- colours ----
@@ -176,13 +326,44 @@ function colour(t) {
 const weightColour = (w, top) => (Number.isFinite(w) ? colour(top > 0 ? w / top : 0) : NOT_A_NUMBER);
 // a cell's colour: grey when masked (the rules rule the key out), else its weight's
 const cellColour = (w, top, masked) => (masked ? MASKED : weightColour(w, top));
+// colour(t)'s channels into data at n (RGBA), exactly as colour computes them (Math.round(x) is
+// ⌊x + 0.5⌋ for x ≥ 0), without an array a cell
+function putColour(data, n, t) {
+  t = (t < 0 ? 0 : t > 1 ? 1 : t) * (VIRIDIS.length - 1);
+  const k = Math.min(VIRIDIS.length - 2, Math.floor(t)), f = t - k, low = VIRIDIS[k], high = VIRIDIS[k + 1];
+  data[n] = Math.floor(low[0] + f * (high[0] - low[0]) + 0.5);
+  data[n + 1] = Math.floor(low[1] + f * (high[1] - low[1]) + 0.5);
+  data[n + 2] = Math.floor(low[2] + f * (high[2] - low[2]) + 0.5);
+  data[n + 3] = 255;
+}
+// an opaque colour as one little-endian RGBA pixel of a Uint32Array over ImageData
+const pixel = ([r, g, b]) => ((255 << 24) | (b << 16) | (g << 8) | r) >>> 0;
+// colour(t) as such a pixel, computed as colour computes it (the stops flat: c + f·(next − c) per channel)
+const STOPS = Float64Array.from(VIRIDIS.flat()), LAST = VIRIDIS.length - 1;
+function colourPixel(t) {
+  t = (t < 0 ? 0 : t > 1 ? 1 : t) * LAST;
+  const k = t >= LAST - 1 ? LAST - 1 : Math.floor(t), f = t - k, at = 3 * k;
+  const r = Math.floor(STOPS[at] + f * (STOPS[at + 3] - STOPS[at]) + 0.5);
+  const g = Math.floor(STOPS[at + 1] + f * (STOPS[at + 4] - STOPS[at + 1]) + 0.5);
+  const b = Math.floor(STOPS[at + 2] + f * (STOPS[at + 5] - STOPS[at + 2]) + 0.5);
+  return ((255 << 24) | (b << 16) | (g << 8) | r) >>> 0;
+}
+function putRGB(data, n, [r, g, b]) {
+  data[n] = r; data[n + 1] = g; data[n + 2] = b; data[n + 3] = 255;
+}
+// cellColour's channels into data at n
+function putCell(data, n, w, top, masked) {
+  if (masked) putRGB(data, n, MASKED);
+  else if (w - w !== 0) putRGB(data, n, NOT_A_NUMBER); // NaN or ±∞: not a finite number
+  else putColour(data, n, top > 0 ? w / top : 0);
+}
 // the L×S weights w of head h onto an S wide, L high canvas, a pixel each
 function paintWeights(target, layer, h, w, top) {
   const { L, S } = layer, context = target.getContext("2d"), image = context.createImageData(S, L);
-  const rows = maskOf(layer, h);
+  const masked = maskOf(layer, h), pixels = new Uint32Array(image.data.buffer), grey = pixel(MASKED), red = pixel(NOT_A_NUMBER);
   for (let n = 0; n < L * S; n++) {
-    const [r, g, b] = cellColour(w[n], top, rows[Math.floor(n / S)].charCodeAt(n % S) === 49);
-    image.data.set([r, g, b, 255], 4 * n);
+    const x = w[n];
+    pixels[n] = masked[n] === 1 ? grey : x - x !== 0 ? red : colourPixel(top > 0 ? x / top : 0);
   }
   context.putImageData(image, 0, 0);
 }
@@ -287,10 +468,10 @@ function drawLabels(ctx) {
 // a stroke across each masked cell, from its bottom left to its top right, while cells are large enough to show it
 function strikeMasked(ctx) {
   if (Math.min(cell, rowCell) < 6) return;
-  const rows = maskOf(shownLayer(), state.head);
+  const masked = maskOf(shownLayer(), state.head);
   ctx.beginPath();
   for (let i = 0; i < L; i++) for (let j = 0; j < S; j++) {
-    if (rows[i].charCodeAt(j) !== 49) continue;
+    if (masked[i * S + j] !== 1) continue;
     ctx.moveTo(margin + j * cell + 1, margin + (i + 1) * rowCell - 1);
     ctx.lineTo(margin + (j + 1) * cell - 1, margin + i * rowCell + 1);
   }
@@ -300,7 +481,7 @@ function strikeMasked(ctx) {
 }
 // what a grey cell means, beside a swatch of one, while the head on show has any
 function drawMaskLegend() {
-  const count = maskOf(shownLayer(), state.head).reduce((n, row) => n + row.split("1").length - 1, 0);
+  const count = maskedCount(shownLayer(), state.head);
   $("mask-legend").hidden = count === 0;
   $("mask-text").textContent = `masked (${count} cells): a rule (causal, the window, a mask) leaves this key out ` +
     "for this query, so its score is −∞ and its weight is exactly 0 (not a small weight: the key takes no part in the softmax)";
@@ -327,11 +508,9 @@ function drawHeatmap() {
 function drawBar(top) {
   const ctx = bar.getContext("2d"), y0 = margin, height = L * rowCell;
   ctx.clearRect(0, 0, bar.width, bar.height);
-  for (let y = 0; y < height; y++) {
-    const [r, g, b] = colour(1 - y / Math.max(1, height - 1));
-    ctx.fillStyle = `rgb(${r},${g},${b})`;
-    ctx.fillRect(0, y0 + y, 14, 1);
-  }
+  const strip = ctx.createImageData(14, Math.max(1, height)), pixels = new Uint32Array(strip.data.buffer);
+  for (let y = 0; y < height; y++) pixels.fill(colourPixel(1 - y / Math.max(1, height - 1)), 14 * y, 14 * (y + 1));
+  ctx.putImageData(strip, 0, y0);
   ctx.font = FONT;
   ctx.fillStyle = "#222";
   ctx.textAlign = "left";
@@ -458,13 +637,13 @@ function stepsHeader(table, layer) {
     head.appendChild(th);
   }
 }
-// key j's row for `query` ({ i, h, layer, w, s }); adds α_j·v_j to total
+// key j's row for `query` ({ i, h, layer, w, s: the query's raw scores, S }); adds α_j·v_j to total
 function stepRow(table, query, j, total) {
   const { i, h, layer, w, s } = query;
-  const k = vectorAt(layer.k, layer.E, S, h, j), dot = s[i * S + j], a = w[i * S + j];
+  const k = vectorAt(layer.k, layer.E, S, h, j), dot = s[j], a = w[i * S + j];
   const av = vectorAt(layer.v, layer.Ev, S, h, j).map((x) => a * x);
   av.forEach((x, n) => (total[n] += x));
-  const z = maskedIn(layer, h, i, j) ? "masked" : scoreAt(layer, h, s, state.scale, i, j).toFixed(4);
+  const z = maskedIn(layer, h, i, j) ? "masked" : modify(layer, h, dot, state.scale, i, j).toFixed(4);
   const norms = (a * normsOf(layer).values[h][j]).toFixed(4);
   const cells = [j, tokenLabel(colSeq, j), vec(k), dot.toFixed(4), z, a.toFixed(4), vec(av), norms];
   const tr = table.insertRow();
@@ -480,16 +659,33 @@ function stepRow(table, query, j, total) {
 }
 function drawSteps() {
   const layer = shownLayer(), i = state.query, h = state.head;
-  const query = { i, h, layer, w: weights(h), s: scoresOf(layer, h) };
+  const row = layer.given ? layer.given.subarray((h * L + i) * S, (h * L + i + 1) * S)
+    : scoreRows(layer, h, i, i + 1, new Float64Array(S)); // the masked keys' q·k too
+  const query = { i, h, layer, w: weights(h), s: row };
   $("steps-token").textContent = `${i} (${tokenLabel(rowSeq, i)}), ${layer.name ? layer.name + ", " : ""}head ${h}`;
   $("query-vector").textContent = "q = " + vec(vectorAt(layer.q, layer.E, L, h, i));
   const table = $("steps");
   table.replaceChildren();
   stepsHeader(table, layer);
-  $("steps-rules").textContent = stepsRules(layer);
-  const total = new Array(layer.Ev).fill(0);
-  for (let j = 0; j < S; j++) stepRow(table, query, j, total);
+  const keys = stepKeys(query.w.subarray(i * S, (i + 1) * S)), total = new Array(layer.Ev).fill(0);
+  const listed = keys.length < S ? `the ${keys.length} keys of the largest α_j of ${S} are listed (in order); ` +
+    `⑤ sums over all ${S}` : "";
+  $("steps-rules").textContent = [stepsRules(layer), listed].filter(Boolean).join("; ");
+  for (const j of keys) stepRow(table, query, j, total);
+  if (keys.length < S) { // the output over every key, listed or not
+    total.fill(0);
+    for (let j = 0; j < S; j++) vectorAt(layer.v, layer.Ev, S, h, j).forEach((x, n) => (total[n] += query.w[i * S + j] * x));
+  }
   $("output-vector").textContent = "⑤ output = Σ α_j·v_j = " + vec(total);
+}
+// the keys the step table lists: every one up to STEP_ROWS, else the STEP_ROWS of the largest weights
+// (a table of thousands of rows of vectors takes the browser seconds to lay out), in order
+const STEP_ROWS = 512;
+function stepKeys(w) {
+  const all = Array.from({ length: w.length }, (_, j) => j);
+  if (w.length <= STEP_ROWS) return all;
+  const weight = (j) => (Number.isFinite(w[j]) ? w[j] : -1);
+  return all.sort((a, b) => weight(b) - weight(a) || a - b).slice(0, STEP_ROWS).sort((a, b) => a - b);
 }
 
 // what ② and ③ do beyond × scale and softmax, in words, for a layer that modifies its scores
@@ -589,11 +785,14 @@ function gridHeader(grid, heads) {
 }
 // head h of layer l, `size` pixels on its longer side (cross-attention's L × S is not square); a click,
 // Enter or space opens it
+// (drawn later, a slice at a time: drawThumbnails); at most THUMBNAIL pixels a side, each the largest
+// weight of the cells it covers
 function thumbnail(layer, l, h, size) {
   const small = document.createElement("canvas"), longer = Math.max(layer.L, layer.S);
-  small.width = layer.S;
-  small.height = layer.L;
-  paintWeights(small, layer, h, weightsOf(layer, h, layer.scale), 1);
+  small.width = Math.min(layer.S, THUMBNAIL);
+  small.height = Math.min(layer.L, THUMBNAIL);
+  small.classList.add("pending");
+  thumbnails.push({ canvas: small, layer, l, h });
   const side = (n) => Math.max(Math.min(size, 24), Math.round((size * n) / longer)); // a thin one stays clickable
   small.style.width = `${side(layer.S)}px`;
   small.style.height = `${side(layer.L)}px`;
@@ -621,6 +820,54 @@ const KIND_TITLES = {
 const groups = () => KINDS.map((kind) => [kind, layers.flatMap((x, l) => (x.kind === kind ? [l] : []))])
   .filter(([, members]) => members.length > 0);
 const grouped = () => groups().length > 1 || layers.some((x) => x.kind !== "self");
+// the thumbnails waiting to be drawn ({ canvas, layer, l, h }), and how far drawing them has come
+const THUMBNAIL = 128, thumbnails = [], drawn = { done: 0, total: 0, at: null };
+// head h's thumbnail: its weights at the layer's own scale, 0 → 1, each pixel the largest weight among the
+// cells it covers (grey: all masked; red: one is not a number); computed `rows` at a time from its scores
+function* thumbnailRows({ canvas, layer, h }) {
+  const { L, S } = layer, width = canvas.width, height = canvas.height, masked = maskOf(layer, h);
+  const best = new Float64Array(width * height).fill(-1), bad = new Uint8Array(width * height);
+  const known = cache.has(`weights ${layerKey(layer)} ${h} ${layer.scale}`) ? weightsOf(layer, h, layer.scale) : null;
+  const s = new Float64Array(S), w = new Float64Array(S), z = new Float64Array(S);
+  const column = Int32Array.from({ length: S }, (_, j) => Math.floor((j * width) / S));
+  for (let i = 0; i < L; i++) {
+    const row = Math.floor((i * height) / L) * width;
+    if (known) w.set(known.subarray(i * S, (i + 1) * S));
+    else softmaxInto(layer, h, layer.given ? scoresOf(layer, h) : scoreRows(layer, h, i, i + 1, s, true),
+      layer.given ? i * S : 0, layer.scale, i, w, 0, z);
+    for (let j = 0; j < S; j++) {
+      if (masked[i * S + j] === 1) continue;
+      const n = row + column[j];
+      if (Number.isFinite(w[j])) best[n] = Math.max(best[n], w[j]);
+      else bad[n] = 1;
+    }
+    yield;
+  }
+  const context = canvas.getContext("2d"), image = context.createImageData(width, height);
+  for (let n = 0; n < width * height; n++) putCell(image.data, 4 * n, bad[n] ? NaN : best[n], 1, !bad[n] && best[n] < 0);
+  context.putImageData(image, 0, 0);
+  canvas.classList.remove("pending");
+}
+// draw every thumbnail, the shown layer's first, in slices of about 8 ms while the page is idle,
+// so that the page answers input throughout
+function drawThumbnails() {
+  const order = [...thumbnails.filter((t) => t.l === state.layer), ...thumbnails.filter((t) => t.l !== state.layer)];
+  drawn.total = order.length;
+  let current = null;
+  const later = window.requestIdleCallback ?? ((run) => setTimeout(() => run(null), 0));
+  const slice = () => {
+    const until = performance.now() + 8;
+    while (performance.now() < until) {
+      if (current === null) {
+        if (drawn.done === order.length) { drawn.at = performance.now(); return; }
+        current = thumbnailRows(order[drawn.done]);
+      }
+      if (current.next().done) { current = null; drawn.done++; }
+    }
+    later(slice, { timeout: 50 });
+  };
+  later(slice, { timeout: 50 });
+}
 function drawGrid() {
   const grid = $("grid"), heads = Math.max(...layers.map((x) => x.H));
   const size = Math.max(36, Math.min(96, Math.floor(1100 / heads)));
@@ -665,23 +912,46 @@ function markGrid() {
   }
 }
 
-// the largest |q·k| among a layer's finite raw scores, every head's, once per layer
+// the largest |q·k| among a layer's finite raw scores, every head's, once per layer (row by
+// row: a long page keeps no head's scores for it)
 function largestScore(layer) {
   if (layer.largest === null) {
     let most = 0;
+    const row = new Float64Array(layer.S);
     for (let h = 0; h < layer.H; h++) {
-      for (const x of scoresOf(layer, h)) if (Number.isFinite(x)) most = Math.max(most, Math.abs(x));
+      for (let i = 0; i < layer.L; i++) {
+        const s = layer.given ? layer.given.subarray((h * layer.L + i) * layer.S, (h * layer.L + i + 1) * layer.S)
+          : scoreRows(layer, h, i, i + 1, row);
+        for (const x of s) if (Number.isFinite(x)) most = Math.max(most, Math.abs(x));
+      }
     }
     layer.largest = most;
   }
   return layer.largest;
+}
+// a bound on every |q·k| of a layer, max ‖q_i‖ · max ‖k_j‖ of each head (Cauchy–Schwarz), quick
+function scoreBound(layer) {
+  let bound = 0;
+  const longest = (x, count, h) => {
+    let most = 0;
+    for (let i = 0; i < count; i++) {
+      let sum = 0;
+      for (let e = 0, at = (h * count + i) * layer.E; e < layer.E; e++) sum += x[at + e] * x[at + e];
+      most = Math.max(most, sum);
+    }
+    return Math.sqrt(most);
+  };
+  for (let h = 0; h < layer.H; h++) bound = Math.max(bound, longest(layer.q, layer.L, h) * longest(layer.k, layer.S, h));
+  return bound;
 }
 // a scale the box and a link may set: a number ≥ 0 at which scale·q·k stays a number for
 // every finite score of the shown layer (past it, at 1e308 say, the engine's softmax is NaN:
 // refused like any other bad scale, the one in use kept); a softcap bounds z, so any scale then
 function usableScale(s) {
   const layer = shownLayer(), most = layer.single ? 3.4028234663852886e38 : Number.MAX_VALUE;
-  return Number.isFinite(s) && s >= 0 && (layer.softcap !== null || s * largestScore(layer) <= most);
+  if (!Number.isFinite(s) || s < 0) return false;
+  const bound = scoreBound(layer); // within it no score can overflow: no need to find the largest
+  return layer.softcap !== null || (Number.isFinite(bound) && s * bound <= most) || s * largestScore(layer) <= most;
 }
 
 // ---- the image: a vision model's patches as its tokens, and a query's attention over it ----
@@ -948,12 +1218,18 @@ bindExports();
 buildImagePanel();
 applyLink();
 window.addEventListener("hashchange", applyLink);
+// usable: the opened head's heatmap, head view and steps drawn and the controls bound (ms since the page
+// began to load); the model view's thumbnails are drawn after, in slices
+const usableAt = performance.now();
+if (page.model) drawThumbnails();
 const labelled = (labels) => labels.flatMap((t, i) => (t === null ? [] : [[i, t]]));
 window.attnlabView = {
-  weights: (h) => Array.from(weights(h)), setScale, setHead, useLayer, openHead, select, exportSVG, exportPNG, colour,
+  weights: (h) => Array.from(weights(h)), weightRows: (h, rows) => rows.map((i) => Array.from(weights(h).subarray(i * S, (i + 1) * S))),
+  setScale, setHead, useLayer, openHead, select, exportSVG, exportPNG, colour,
   get axisLabels() { return labelled(shown); }, get keyAxisLabels() { return labelled(shownKeys); },
   get geometry() { return { margin, cell, rowCell }; }, get lengths() { return [L, S]; }, overlayWeights,
   get scale() { return state.scale; }, get head() { return state.head; }, get layer() { return state.layer; },
   get query() { return state.query; }, get imageReady() { return picture === null || pictureElement !== null; },
+  usableAt, get thumbnails() { return { ...drawn }; },
   ready: true,
 };
