@@ -32,8 +32,12 @@ from ._transformers import BACKENDS, backend_for, say_backend, transformers_trac
 __all__ = ["add_input_options", "trace_from_args"]
 
 # What a trace can hold: its (L, L) matrices are kept whole, several per head, so L²·H
-# is capped before any work (2²⁴ float64 scores are 128 MiB an array); widths likewise.
+# is capped before any work (2²⁴ float64 scores are 128 MiB an array); widths likewise. A
+# trace made for a page may hold more: the page's own byte limits (viz._page.PAGE_LIMITS)
+# decide what it shows, and this cap only bounds the memory of its making (2²⁸ float32
+# scores, 1 GiB an array: GPT-2 small's 12 × 12 heads over 1,024 tokens fit).
 MAX_SCORES = 2**24
+MAX_PAGE_SCORES = 2**28
 FEWER_LAYERS = "--layer N or a list of layers (--layer 0,5,-1)"  # what a page too large for all layers takes
 MAX_WIDTH = 2**16
 # --d-k's default: the input's width up to this. The weights are drawn in pure Python as
@@ -194,7 +198,7 @@ def _model_trace(args: argparse.Namespace, page: bool) -> ModelTrace:
     backend, model_type = backend_for(args, directory)
     if backend == "transformers":
         trace = transformers_trace(args, directory, page)
-        _check_trace_size(len(trace.tokens), trace.num_heads * len(trace.layers), "--layer N")
+        _check_trace_size(len(trace.tokens), trace.num_heads * len(trace.layers), "--layer N", page)
         if page:
             check_page_size(trace, "--text", FEWER_LAYERS)
     else:
@@ -220,7 +224,7 @@ def _numpy_model_trace(args: argparse.Namespace, page: bool) -> ModelTrace:
     c = model.config
     heads = c.num_attention_heads
     count = c.num_hidden_layers if layers is None else len(layers) if isinstance(layers, list) else 1
-    _check_trace_size(len(ids), heads * count, "--layer N" if layers is None else "")
+    _check_trace_size(len(ids), heads * count, "--layer N" if layers is None else "", page)
     if page:
         check_page_size(PageShape(len(ids), heads, count, (c.head_dim, c.head_dim), model=True), "--text", FEWER_LAYERS)
     return model.trace(ids, layers=layers)
@@ -268,11 +272,12 @@ def _check_layer_size(args: argparse.Namespace, length: int, width: int, page: b
         raise InputError(f"the input's width: expected at most {MAX_WIDTH}, got {width}")
 
 
-def _check_trace_size(length: int, heads: int, fewer: str = "") -> None:
-    if length**2 * heads > MAX_SCORES:
+def _check_trace_size(length: int, heads: int, fewer: str = "", page: bool = False) -> None:
+    most = MAX_PAGE_SCORES if page else MAX_SCORES
+    if length**2 * heads > most:
         raise InputError(
             f"{length} tokens × {heads} heads: a trace keeps L×L matrices per head, at most "
-            f"{MAX_SCORES:,} scores (L²·heads); use fewer tokens or heads" + (f", or {fewer}" if fewer else "")
+            f"{most:,} scores (L²·heads); use fewer tokens or heads" + (f", or {fewer}" if fewer else "")
         )
 
 
@@ -319,7 +324,7 @@ def _saved_trace(data: dict[str, object], args: argparse.Namespace, page: bool) 
         saved = ModelTrace.from_dict(data, source)
         if args.layer not in (None, "all"):
             saved.layers = _saved_layers(saved, args.layer)
-        _check_trace_size(len(saved.tokens), saved.num_heads * len(saved.layers), "--layer N")
+        _check_trace_size(len(saved.tokens), saved.num_heads * len(saved.layers), "--layer N", page)
     if page:
         check_page_size(saved, source, FEWER_LAYERS)
     elif isinstance(saved, Trace):
