@@ -84,6 +84,10 @@ def stack_rows(rows: list[Array], prompt_length: int) -> Array:
     stacked = np.zeros((rows[0].shape[0], count, prompt_length + count - 1), dtype=np.float64)  # (H, N, P + N − 1)
     for n, row in enumerate(rows):
         if row.shape[-1] != prompt_length + n:
-            raise fail("the cache", f"{prompt_length + n} keys at step {n} (every position so far)", row.shape[-1])
+            expected = f"{prompt_length + n} keys at step {n}, one per position so far"
+            dropped = (
+                f"{row.shape[-1]} keys (a sliding-window cache drops keys; its steps cannot be laid out by position)"
+            )
+            raise fail("the cache", expected, dropped)
         stacked[:, n, : prompt_length + n] = row
     return stacked
