@@ -1,0 +1,190 @@
+"""The decode path's numba kernels: a few queries against a long key/value cache, read
+once (``_decode`` schedules them; letters as in ``_problem``).
+
+The cache is cut into units of at most DECODE_CHUNK keys of one key/value head. A unit
+reads its keys and values once, for the M = G·L query rows of its head's group (the G
+query heads that share it, L queries each), and leaves a partial softmax: per row its
+maximum m, its sum l = Σ_j e^(Z_j − m) and acc = Σ_j e^(Z_j − m)·V_j. The units of a head
+are then merged by their lse in a fixed order (``merge``), so the bits never depend on
+how the units were shared among threads. Nothing here holds the GIL.
+
+Arrays: query (Nk, M, E), already scaled (scale·Q); the keys and values as flat arrays
+of their memory, ``cache`` = (key, key_heads, value, value_heads): head h's key row j
+(E elements) starts at key_heads[h] + j·E, its value row (Ev elements) at
+value_heads[h] + j·Ev, so that a cache's view is read where it lies, uncopied;
+``units`` (U, 3): (head, first key, stop); the partials m, l (U, M) and acc (U, M, Ev). ``shifts`` (Nk,): how far each head's diagonal lies from the problem's
+(key_length − S with bottom-right alignment and ragged lengths, else 0); ``variant`` as
+``_tasks._variant``'s.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from ._kernels import (
+    _CACHE,
+    _constants,
+    _exp,
+    _in_dtype_of,
+    _modified_row_max,
+    _row_max,
+    _row_sum,
+    compile_,
+)
+
+__all__ = ["decode_units", "merge"]
+
+# the dot products Q·Kᵀ are sums reordered to vectorise (as _row_sum's)
+compile_dot = njit(nogil=True, cache=_CACHE, error_model="numpy", fastmath={"reassoc", "nsz", "contract"})
+
+
+@compile_
+def _shifted(variant, n, shift):  # type: ignore[no-untyped-def]
+    """slice n's modifiers (``_kernels._slice_modifiers``) with the band and the diagonal
+    moved by ``shift``: those of a sequence of fewer keys, bottom-right aligned."""
+    (lowest, highest), offset = variant[0], variant[1]
+    return (lowest + shift, highest + shift), offset + shift, variant[2], (variant[3][0], variant[3][1][n])
+
+
+@compile_dot
+def _dot(q, k):  # type: ignore[no-untyped-def]
+    """q · k, two rows of one length."""
+    total = _constants(q)[6]
+    for e in range(q.shape[0]):
+        total += q[e] * k[e]
+    return total
+
+
+@compile_dot
+def _scores(query, key, first, head, start, count, scores):  # type: ignore[no-untyped-def]
+    """scores (M, count) ← query[head] (M, E) · (keys start … start + count of the head
+    whose rows start at ``first``)ᵀ: four key rows at a time, each read once for every
+    query row (four sums in flight: a single dot product waits on its additions)."""
+    rows, width = query.shape[1], query.shape[2]
+    zero = _constants(scores)[6]
+    quads = count - count % 4
+    for j in range(0, quads, 4):
+        at = first + (start + j) * width
+        k0, k1 = key[at : at + width], key[at + width : at + 2 * width]
+        k2, k3 = key[at + 2 * width : at + 3 * width], key[at + 3 * width : at + 4 * width]
+        for r in range(rows):
+            q = query[head, r]
+            t0, t1, t2, t3 = zero, zero, zero, zero
+            for e in range(width):
+                x = q[e]
+                t0 += x * k0[e]
+                t1 += x * k1[e]
+                t2 += x * k2[e]
+                t3 += x * k3[e]
+            scores[r, j], scores[r, j + 1], scores[r, j + 2], scores[r, j + 3] = t0, t1, t2, t3
+    for j in range(quads, count):
+        at = first + (start + j) * width
+        k = key[at : at + width]
+        for r in range(rows):
+            scores[r, j] = _dot(query[head, r], k)
+
+
+@compile_
+def _weighted_values(value, first, start, count, scores, acc):  # type: ignore[no-untyped-def]
+    """acc (M, Ev) ← scores (M, count) · (values start … start + count of the head whose
+    rows start at ``first``): four value rows at a time, each read once for every query
+    row, acc_e += ((p₀·v₀ₑ + p₁·v₁ₑ) + p₂·v₂ₑ) + p₃·v₃ₑ."""
+    rows, width = acc.shape[0], acc.shape[1]
+    for r in range(rows):
+        for e in range(width):
+            acc[r, e] = 0
+    quads = count - count % 4
+    for j in range(0, quads, 4):
+        at = first + (start + j) * width
+        v0, v1 = value[at : at + width], value[at + width : at + 2 * width]
+        v2, v3 = value[at + 2 * width : at + 3 * width], value[at + 3 * width : at + 4 * width]
+        for r in range(rows):
+            p0, p1, p2, p3 = scores[r, j], scores[r, j + 1], scores[r, j + 2], scores[r, j + 3]
+            out = acc[r]
+            for e in range(width):
+                out[e] += p0 * v0[e] + p1 * v1[e] + p2 * v2[e] + p3 * v3[e]
+    for j in range(quads, count):
+        at = first + (start + j) * width
+        v = value[at : at + width]
+        for r in range(rows):
+            p = scores[r, j]
+            out = acc[r]
+            for e in range(width):
+                out[e] += p * v[e]
+
+
+@compile_
+def _unit(query, cache, u, units, shifts, variant, groups, length, modified, work, partials):  # type: ignore[no-untyped-def]
+    """Unit u's partial softmax (m, l, acc of each of its rows) into ``partials``."""
+    key, key_heads, value, value_heads = cache
+    part_max, part_sum, part_acc = partials
+    head, start, stop = units[u, 0], units[u, 1], units[u, 2]
+    count, rows = stop - start, query.shape[1]
+    scores = work[: rows * count].reshape((rows, count))
+    _scores(query, key, key_heads[head], head, start, count, scores)
+    zero, minus_inf = _constants(scores)[6:]
+    for r in range(rows):
+        row = scores[r]
+        if modified:
+            n = head * groups + r // length
+            top = _modified_row_max(row, r % length, start, _shifted(variant, n, shifts[head]))
+        else:
+            top = _row_max(row)
+        shift = zero if top == minus_inf else top
+        for j in range(count):
+            row[j] = _exp(row[j] - shift, row)
+        part_max[u, r] = top
+        part_sum[u, r] = _row_sum(row)
+    _weighted_values(value, value_heads[head], start, count, scores, part_acc[u])
+
+
+@compile_
+def decode_units(query, cache, units, first, stop, shifts, variant, groups, length, modified, chunk, partials):  # type: ignore[no-untyped-def]
+    """The partials of units first … stop − 1 (see the module's docstring); ``length``: L,
+    ``modified``: whether any row's scores are modified (softcap, ALiBi, a band that cuts
+    a unit)."""
+    work = np.empty(query.shape[1] * chunk, query.dtype)
+    for u in range(first, stop):
+        _unit(query, cache, u, units, shifts, variant, groups, length, modified, work, partials)
+
+
+@compile_
+def merge(partials, head_units, groups, length, variant, unscale, out, lse):  # type: ignore[no-untyped-def]
+    """out (N, L, Ev) and lse (N, L) from the partials of each head's units, units
+    head_units[h] … head_units[h + 1] − 1 of head h, merged in order of their keys:
+
+        m = max_u m_u;  l = Σ_u e^(m_u − m)·l_u;  acc = Σ_u e^(m_u − m)·acc_u
+        the sink s joins last: m' = max(m, s), κ = e^(m − m'), l' = κ·l + e^(s − m')
+        O = unscale·κ·acc / l' (0 where l = 0: no key allowed);  lse = m' + log l'"""
+    part_max, part_sum, part_acc = partials
+    heads, rows, width = head_units.shape[0] - 1, part_max.shape[1], part_acc.shape[2]
+    zero, minus_inf = _constants(out)[6:]
+    one = _in_dtype_of(1.0, out)
+    acc = np.empty(width, out.dtype)
+    for h in range(heads):
+        for r in range(rows):
+            n, i = h * groups + r // length, r % length
+            top = minus_inf
+            for u in range(head_units[h], head_units[h + 1]):
+                m = part_max[u, r]
+                top = m if m > top or m != m else top  # a NaN maximum stays NaN
+            shift = zero if top == minus_inf else top
+            total = zero
+            acc[:] = 0
+            for u in range(head_units[h], head_units[h + 1]):
+                factor = _exp(part_max[u, r] - shift, out)
+                total += factor * part_sum[u, r]
+                for e in range(width):
+                    acc[e] += factor * part_acc[u, r, e]
+            empty = total == 0
+            kept = one
+            if variant[4][0]:
+                sink = variant[4][1][n]
+                joined = sink if sink > top else top
+                kept = _exp(top - joined, out)
+                total = total * kept + _exp(sink - joined, out)
+                top = joined
+            for e in range(width):
+                out[n, i, e] = zero if empty else unscale * (acc[e] * kept / total)
+            lse[n, i] = top + np.log(total)
