@@ -27,6 +27,8 @@ CASES = (
     Shape((1, 8), 2048, 2048, 64, dtype="float64", name="float64 B1 H8 L=S=2048 E64"),
     Shape((1, 32), 1, 8192, 128, name="decode L=1 S=8192 H32 E128"),
     Shape((1, 1), 1, 65536, 128, name="decode L=1 S=65536 H1 E128"),
+    Shape((1, 32), 1, 32768, 128, kv_heads=8, name="decode GQA H32/Hk8 S=32768 E128"),
+    Shape((8, 8), 1, 4096, 128, key_lengths=tuple(range(512, 4097, 512)), name="decode B8 H8 S=512…4096 E128"),
     Shape((1, 8), 2048, 2048, 64, backward=True, name="fwd+bwd B1 H8 L=S=2048 E64"),
     Shape((1, 8), 2048, 2048, 128, causal=True, backward=True, name="fwd+bwd B1 H8 L=S=2048 E128 causal"),
     Shape((4, 16), 512, 512, 64, backward=True, name="fwd+bwd B4 H16 L=S=512 E64"),
@@ -37,13 +39,16 @@ def chosen_engine(shape: Shape) -> str:
     """The engine engine=None picks for ``shape``, without running it."""
     query = np.broadcast_to(np.zeros((), shape.dtype), shape.query_shape)  # views: nothing is allocated
     key = np.broadcast_to(np.zeros((), shape.dtype), shape.key_shape)
-    return choose_engine(None, make_problem(query, key, key, None, 0.0, shape.causal, None, shape.gqa, None), False)
+    lengths = None if shape.key_lengths is None else np.array(shape.key_lengths)
+    problem = make_problem(query, key, key, None, 0.0, shape.causal, None, shape.gqa, None, key_lengths=lengths)
+    return choose_engine(None, problem, False)
 
 
 def shape_classes(repeat: int, every_engine: bool = True) -> list[dict[str, Any]]:
     """Each of CASES timed side by side: attnlab's choice (and each blocked engine when
     ``every_engine``) against torch, ms, best of ``repeat`` in turns; one row {case,
-    chosen, ms} per case.
+    chosen, ms, and the work: flops (forward rows) or bytes of the cache read (decode
+    rows)} per case.
 
     Raises ArgumentError or ArgumentTypeError: ``repeat`` not an integer >= 1."""
     engines: list[Engine | None] = [None]
@@ -54,21 +59,43 @@ def shape_classes(repeat: int, every_engine: bool = True) -> list[dict[str, Any]
             "case": case.name,
             "chosen": chosen_engine(case),
             "ms": best_times(timed_runs(case, engines), repeat, settle=True, pause=PAUSE_SECONDS, milliseconds=True),
+            **({"bytes": case.cache_bytes} if case.decoding else {"flops": case.flops}),
         }
         for case in CASES
     ]
 
 
-def format_classes(rows: list[dict[str, Any]]) -> str:
-    """Markdown: ms per implementation and torch ÷ attnlab (above 1: attnlab is faster)."""
+def _rate(row: dict[str, Any], ceiling: float | None, bandwidth: float | None) -> tuple[str, str]:
+    """attnlab's rate on ``row`` and its fraction of the machine's limit: GB/s of the
+    cache read against ``bandwidth`` (decode rows), else GFLOP/s against ``ceiling``."""
+    ms = row["ms"]["attnlab"]
+    if "bytes" in row:
+        rate, limit, unit = row["bytes"] / ms / 1e6, bandwidth, "GB/s"
+    else:
+        rate, limit, unit = row.get("flops", 0.0) / ms / 1e6, ceiling, "GFLOP/s"
+    return f"{rate:.1f} {unit}", "—" if not limit else f"{rate / limit:.0%}"
+
+
+def format_classes(rows: list[dict[str, Any]], ceiling: float | None = None, bandwidth: float | None = None) -> str:
+    """Markdown: ms per implementation, torch ÷ attnlab (above 1: attnlab is faster) and
+    attnlab's rate as a fraction of the machine's limit measured in the same run: the
+    SGEMM ``ceiling`` (GFLOP/s) for forward and backward rows, the read ``bandwidth``
+    (GB/s) for decode rows.
+
+    Args:
+        rows: :func:`shape_classes`'s rows.
+        ceiling: the float32 GEMM rate, GFLOP/s (None: no fraction).
+        bandwidth: the memory read rate, GB/s (None: no fraction).
+    """
     names = list(rows[0]["ms"])
-    header = ["case", "engine", *(f"{n} ms" for n in names), "torch ÷ attnlab"]
+    header = ["case", "engine", *(f"{n} ms" for n in names), "torch ÷ attnlab", "attnlab rate", "of the limit"]
     body = [
         [
             r["case"],
             r["chosen"],
             *(cell(r["ms"][n]) for n in names),
             cell(ratio(r["ms"].get("torch"), r["ms"]["attnlab"]), 2, "×"),
+            *_rate(r, ceiling, bandwidth),
         ]
         for r in rows
     ]

@@ -13,7 +13,7 @@ from .._timer import best_times
 from ..engine._threads import default_threads
 from ..engine.fused import _engine as _fused
 
-__all__ = ["blas_info", "gemm_gflops", "machine"]
+__all__ = ["blas_info", "gemm_gflops", "machine", "read_bandwidth"]
 
 # what forces kernels (see docs/benchmarks.md), listed as the run saw it
 FORCING_VARIABLES = (
@@ -34,6 +34,19 @@ def gemm_gflops(n: int = 2048, repeat: int = 5) -> float:
     a = np.random.default_rng(0).standard_normal((n, n), dtype=np.float32)
     ms = best_times({"gemm": lambda: a @ a}, repeat, settle=True, milliseconds=True)["gemm"]
     return 2 * n**3 / ms / 1e6
+
+
+def read_bandwidth(megabytes: int = 512, repeat: int = 5) -> float:
+    """The machine's memory read rate on all cores, GB/s: a float32 matrix of ``megabytes``
+    (far beyond any cache) times a vector, which BLAS reads once on every core (GEMV), best
+    of ``repeat`` settled runs: the ceiling of decoding, which reads its cache once.
+
+    Raises ArgumentError or ArgumentTypeError: ``repeat`` not an integer >= 1."""
+    columns = 256
+    matrix = np.random.default_rng(0).standard_normal((megabytes * 2**20 // (4 * columns), columns), dtype=np.float32)
+    vector = np.ones(columns, dtype=np.float32)
+    ms = best_times({"gemv": lambda: matrix @ vector}, repeat, settle=True, milliseconds=True)["gemv"]
+    return matrix.nbytes / ms / 1e6
 
 
 def blas_info() -> str:

@@ -39,6 +39,7 @@ DECODE_CHUNK = 2048
 DECODE_QUERIES = 16  # L at most
 DECODE_ROWS = 64  # G·L at most: each key row's products for that many query rows
 UNITS_PER_THREAD = 4  # tasks per thread, so that a slow thread delays the call little
+TASK_BYTES = 2**21  # of K and V at least per task: a smaller task costs more to hand to a thread than it saves
 
 
 def decodes(pb: Problem) -> bool:
@@ -80,13 +81,15 @@ def _units(pb: Problem, lengths: Array, shifts: Array, skip: bool) -> tuple[Arra
     return np.array(units, dtype=np.int64).reshape(-1, 3), np.array(head_units, dtype=np.int64)
 
 
-def _task_ranges(units: Array, threads: int) -> list[tuple[int, int]]:
-    """Consecutive runs of units, as (first, stop), with about equal numbers of keys."""
+def _task_ranges(units: Array, threads: int, row_bytes: int) -> list[tuple[int, int]]:
+    """Consecutive runs of units, as (first, stop), with about equal numbers of keys, of
+    at least TASK_BYTES of K and V (``row_bytes`` a key's) each."""
     count = units.shape[0]
-    tasks = min(count, UNITS_PER_THREAD * threads) if threads > 1 else min(count, 1)
+    keys = np.cumsum(units[:, 2] - units[:, 1])
+    largest = int(keys[-1]) * row_bytes // TASK_BYTES if count else 0
+    tasks = min(count, UNITS_PER_THREAD * threads if threads > 1 else 1, max(largest, 1))
     if tasks == 0:
         return []
-    keys = np.cumsum(units[:, 2] - units[:, 1])
     cuts = np.searchsorted(keys, keys[-1] * np.arange(1, tasks) / tasks, side="right")
     bounds = [0, *sorted(set(cuts.tolist()) - {0, count}), count]
     return list(zip(bounds[:-1], bounds[1:], strict=True))
@@ -147,7 +150,7 @@ def _run(pb: Problem, value: Array, exponent: int, skip: bool, threads: int | No
     options = (shifts, variant, groups, L, modified, DECODE_CHUNK, partials)
     tasks: list[Task] = [
         functools.partial(_call, "decode_units", scaled, cache, units, first, stop, *options)
-        for first, stop in _task_ranges(units, thread_count(threads))
+        for first, stop in _task_ranges(units, thread_count(threads), (E + value.shape[-1]) * dtype.itemsize)
     ]
     run(tasks, threads)
     output = np.empty((pb.slices, L, value.shape[-1]), dtype)  # (N, L, Ev)
