@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from tests.oracles import assert_close, requires
 
 import attnlab as al
 from attnlab.engine import _attention
 from attnlab.engine._problem import make_problem
 from attnlab.engine.fused import _decode
 from attnlab.engine.fused import _engine as _fused
-from tests.oracles import assert_close, requires
 
 pytestmark = pytest.mark.skipif(not _fused.available(), reason="numba is not installed (attnlab[fast])")
 RTOL = {np.dtype(np.float32): 2e-7, np.dtype(np.float64): 1e-15}
@@ -183,7 +183,7 @@ def test_key_lengths_through_the_functional_api():
 )
 def test_bad_key_lengths_are_refused(key_lengths, kwargs, error):
     q, k, v = inputs(np.float64, S=30)
-    with pytest.raises(error, match="key_lengths|dropout_p"):
+    with pytest.raises(error, match=r"key_lengths|dropout_p"):
         al.attention(q, k, v, enable_gqa=True, key_lengths=key_lengths, **kwargs)
     with pytest.raises(al.AttnlabError):
         al.attention(q, k, v, enable_gqa=True, key_lengths=key_lengths, **kwargs)

@@ -10,6 +10,7 @@ import numpy as np
 from .._timer import PAUSE_SECONDS, best_times
 from ..engine._attention import Engine, choose_engine
 from ..engine._problem import make_problem
+from ._machine import gemm_run, read_run
 from ._shapes import Shape, available_engines, timed_runs
 from ._table import cell, markdown_table, ratio
 
@@ -46,56 +47,65 @@ def chosen_engine(shape: Shape) -> str:
 
 def shape_classes(repeat: int, every_engine: bool = True) -> list[dict[str, Any]]:
     """Each of CASES timed side by side: attnlab's choice (and each blocked engine when
-    ``every_engine``) against torch, ms, best of ``repeat`` in turns; one row {case,
-    chosen, ms, and the work: flops (forward rows) or bytes of the cache read (decode
-    rows)} per case.
+    ``every_engine``) against torch, ms, best of ``repeat`` in turns, with the machine's
+    limit taking its turn in the same rounds (the SGEMM of ``gemm_run``, or for a decode
+    row the GEMV of ``read_run``), so that a slow spell of the shared machine falls on the
+    limit too; one row {case, chosen, ms, the work: flops (forward rows) or bytes of the
+    cache read (decode rows), limit_rate: the limit's GFLOP/s or GB/s} per case.
 
     Raises ArgumentError or ArgumentTypeError: ``repeat`` not an integer >= 1."""
     engines: list[Engine | None] = [None]
     if every_engine:
         engines += [e for e in available_engines() if e != "naive"]
-    return [
-        {
-            "case": case.name,
-            "chosen": chosen_engine(case),
-            "ms": best_times(timed_runs(case, engines), repeat, settle=True, pause=PAUSE_SECONDS, milliseconds=True),
-            **({"bytes": case.cache_bytes} if case.decoding else {"flops": case.flops}),
-        }
-        for case in CASES
-    ]
+    gemm, gemm_flops = gemm_run()
+    read, read_bytes = read_run()
+    rows = []
+    for case in CASES:
+        limit, work = (read, read_bytes) if case.decoding else (gemm, gemm_flops)
+        runs = timed_runs(case, engines) | {"limit": limit}
+        ms = best_times(runs, repeat, settle=True, pause=PAUSE_SECONDS, milliseconds=True)
+        limit_rate = work / ms.pop("limit") / 1e6
+        rows.append(
+            {
+                "case": case.name,
+                "chosen": chosen_engine(case),
+                "ms": ms,
+                **({"bytes": case.cache_bytes} if case.decoding else {"flops": case.flops}),
+                "limit_rate": limit_rate,
+            }
+        )
+    return rows
 
 
-def _rate(row: dict[str, Any], ceiling: float | None, bandwidth: float | None) -> tuple[str, str]:
-    """attnlab's rate on ``row`` and its fraction of the machine's limit: GB/s of the
-    cache read against ``bandwidth`` (decode rows), else GFLOP/s against ``ceiling``."""
+def _rate(row: dict[str, Any]) -> tuple[str, str, str]:
+    """attnlab's rate on ``row``, the machine's limit measured in the same rounds and the
+    fraction: GB/s of the cache read against the GEMV's (decode rows), else GFLOP/s of
+    the products against the SGEMM's."""
     ms = row["ms"]["attnlab"]
-    if "bytes" in row:
-        rate, limit, unit = row["bytes"] / ms / 1e6, bandwidth, "GB/s"
-    else:
-        rate, limit, unit = row.get("flops", 0.0) / ms / 1e6, ceiling, "GFLOP/s"
-    return f"{rate:.1f} {unit}", "—" if not limit else f"{rate / limit:.0%}"
+    work, unit = (row["bytes"], "GB/s") if "bytes" in row else (row.get("flops", 0.0), "GFLOP/s")
+    rate, limit = work / ms / 1e6, row.get("limit_rate")
+    if not limit:
+        return f"{rate:.1f} {unit}", "—", "—"
+    return f"{rate:.1f} {unit}", f"{limit:.1f} {unit}", f"{rate / limit:.0%}"
 
 
-def format_classes(rows: list[dict[str, Any]], ceiling: float | None = None, bandwidth: float | None = None) -> str:
-    """Markdown: ms per implementation, torch ÷ attnlab (above 1: attnlab is faster) and
-    attnlab's rate as a fraction of the machine's limit measured in the same run: the
-    SGEMM ``ceiling`` (GFLOP/s) for forward and backward rows, the read ``bandwidth``
-    (GB/s) for decode rows.
+def format_classes(rows: list[dict[str, Any]]) -> str:
+    """Markdown: ms per implementation, torch ÷ attnlab (above 1: attnlab is faster),
+    attnlab's rate, the machine's limit measured in the same rounds (the SGEMM's GFLOP/s
+    for forward and backward rows, the GEMV's read GB/s for decode rows) and the fraction.
 
     Args:
         rows: :func:`shape_classes`'s rows.
-        ceiling: the float32 GEMM rate, GFLOP/s (None: no fraction).
-        bandwidth: the memory read rate, GB/s (None: no fraction).
     """
     names = list(rows[0]["ms"])
-    header = ["case", "engine", *(f"{n} ms" for n in names), "torch ÷ attnlab", "attnlab rate", "of the limit"]
+    header = ["case", "engine", *(f"{n} ms" for n in names), "torch ÷ attnlab", "attnlab rate", "limit", "of it"]
     body = [
         [
             r["case"],
             r["chosen"],
             *(cell(r["ms"][n]) for n in names),
             cell(ratio(r["ms"].get("torch"), r["ms"]["attnlab"]), 2, "×"),
-            *_rate(r, ceiling, bandwidth),
+            *_rate(r),
         ]
         for r in rows
     ]

@@ -19,6 +19,7 @@ are never read, and its bottom-right diagonal is that of its own length).
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 
 import numpy as np
@@ -92,7 +93,7 @@ def _task_ranges(units: Array, threads: int, row_bytes: int) -> list[tuple[int, 
         return []
     cuts = np.searchsorted(keys, keys[-1] * np.arange(1, tasks) / tasks, side="right")
     bounds = [0, *sorted(set(cuts.tolist()) - {0, count}), count]
-    return list(zip(bounds[:-1], bounds[1:], strict=True))
+    return list(itertools.pairwise(bounds))
 
 
 def _call(name: str, *arguments: object) -> None:
@@ -139,7 +140,7 @@ def _run(pb: Problem, value: Array, exponent: int, skip: bool, threads: int | No
     kv_batch = kv_batch_shape(pb)
     heads = math.prod(kv_batch)
     query = np.broadcast_to(pb.query, (*pb.batch_shape, L, E)).reshape(heads, groups * L, E)  # (Nk, G·L, E)
-    scaled = query * np.asarray(pb.scale, dtype=dtype)  # scale·Q, a new (Nk, G·L, E) array
+    scaled = np.ascontiguousarray((query * np.asarray(pb.scale, dtype=dtype)).transpose(0, 2, 1))  # (Nk, E, G·L)
     cache = (*_flat(pb.key, kv_batch), *_flat(value, kv_batch))
     lengths = _head_lengths(pb)
     shifts = lengths - S if pb.bottom_right else np.zeros_like(lengths)  # each sequence's own diagonal
