@@ -24,7 +24,7 @@ def test_each_row_gives_its_rate_against_the_limit_of_its_rounds(monkeypatch):
         (Shape((1, 2), 16, 16, 4, name="tiny"), Shape((2, 2), 1, 40, 8, key_lengths=(17, 40), name="tiny decode")),
     )
     monkeypatch.setattr(_classes, "gemm_run", lambda: (lambda: None, 1e6))
-    monkeypatch.setattr(_classes, "read_run", lambda: (lambda: None, 1e6))
+    monkeypatch.setattr(_classes, "read_run", lambda megabytes: (lambda: None, megabytes * 2**20))
     rows = _classes.shape_classes(repeat=1, every_engine=False)
     assert [r["case"] for r in rows] == ["tiny", "tiny decode"]
     assert "flops" in rows[0] and "bytes" in rows[1] and all(r["limit_rate"] > 0 for r in rows)

@@ -49,7 +49,7 @@ def shape_classes(repeat: int, every_engine: bool = True) -> list[dict[str, Any]
     """Each of CASES timed side by side: attnlab's choice (and each blocked engine when
     ``every_engine``) against torch, ms, best of ``repeat`` in turns, with the machine's
     limit taking its turn in the same rounds (the SGEMM of ``gemm_run``, or for a decode
-    row the GEMV of ``read_run``), so that a slow spell of the shared machine falls on the
+    row the GEMV of ``read_run`` over as many bytes as it reads), so that a slow spell of the shared machine falls on the
     limit too; one row {case, chosen, ms, the work: flops (forward rows) or bytes of the
     cache read (decode rows), limit_rate: the limit's GFLOP/s or GB/s} per case.
 
@@ -58,10 +58,10 @@ def shape_classes(repeat: int, every_engine: bool = True) -> list[dict[str, Any]
     if every_engine:
         engines += [e for e in available_engines() if e != "naive"]
     gemm, gemm_flops = gemm_run()
-    read, read_bytes = read_run()
     rows = []
     for case in CASES:
-        limit, work = (read, read_bytes) if case.decoding else (gemm, gemm_flops)
+        # a decode's limit: a GEMV over as many bytes as its keys and values, settled as it is
+        limit, work = read_run(case.cache_bytes / 2**20) if case.decoding else (gemm, gemm_flops)
         runs = timed_runs(case, engines) | {"limit": limit}
         ms = best_times(runs, repeat, settle=True, pause=PAUSE_SECONDS, milliseconds=True)
         limit_rate = work / ms.pop("limit") / 1e6

@@ -48,7 +48,7 @@ def main(quick: bool = False, json_path: str | None = None, repeat: int | None =
         "",
         "Shape classes, side by side with torch (float32 unless named; engine: what engine=None picks; "
         "the rate: GFLOP/s of the products, decode rows GB/s of K and V read; the limit: the 2048² SGEMM's "
-        "GFLOP/s, decode rows the 512 MB GEMV's GB/s, timed in the same rounds as the row):",
+        "GFLOP/s, decode rows a GEMV's GB/s over as many bytes, timed in the same rounds as the row):",
         "",
         format_classes(classes),
     ]
