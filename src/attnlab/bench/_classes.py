@@ -49,8 +49,8 @@ def shape_classes(repeat: int, every_engine: bool = True) -> list[dict[str, Any]
     """Each of CASES timed side by side: attnlab's choice (and each blocked engine when
     ``every_engine``) against torch, ms, best of ``repeat`` in turns, with the machine's
     limit taking its turn in the same rounds (the SGEMM of ``gemm_run``, or for a decode
-    row the GEMV of ``read_run`` over as many bytes as it reads), so that a slow spell of the shared machine falls on the
-    limit too; one row {case, chosen, ms, the work: flops (forward rows) or bytes of the
+    row the GEMV of ``read_run`` over as many bytes as it reads), so that a slow spell of
+    the shared machine falls on the limit too; one row {case, chosen, ms, the work: flops (forward rows) or bytes of the
     cache read (decode rows), limit_rate: the limit's GFLOP/s or GB/s} per case.
 
     Raises ArgumentError or ArgumentTypeError: ``repeat`` not an integer >= 1."""
