@@ -95,8 +95,9 @@ _BLOCKED_FASTEST_FIRST: tuple[_tiled.BlockedEngine, ...] = (_fused.FUSED, _tiled
 # when there is no mask and no dropout, more for the tiled one (and the fused one with a
 # mask or dropout), which pays about 40 µs of Python per task (one slice's block of up to
 # BLOCK_Q queries) and so also needs enough scores per task. The fused engine's
-# products are thin when a slice has few queries for its keys (decoding: one query against
-# a long cache), where the naive engine's batched products win, and when a slice has so
+# products are thin when a slice has few queries for its keys, where the naive engine's
+# batched products win (decoding, a few queries against a long cache, has the fused
+# engine's decode path instead: DECODE_FROM_BYTES below), and when a slice has so
 # few scores that the fused engine's cost per slice outweighs them (70,000 heads of 4
 # tokens: naive 24 ms, fused 46 ms; of 8 tokens they tie; of 16, fused 132 ms, naive 218).
 # A blocked engine is taken regardless when the naive engine's scores would not fit in
