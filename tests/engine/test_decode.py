@@ -195,3 +195,37 @@ def test_the_engine_choice_takes_the_decode_path_for_a_long_cache():
     small = inputs(np.float32, batch=1, heads=4, kv_heads=2, S=64, E=8)
     assert al.attention(*small, enable_gqa=True).engine == "naive"
     assert _attention.DECODE_FROM_BYTES > 64 * 2 * 16 * 4
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_random_shapes_and_variants_equal_naive(seed):
+    """Random L, G, S, E ≠ Ev, broadcast batch dimensions, ragged lengths and variants."""
+    rng = np.random.default_rng(100 + seed)
+    dtype = (np.float32, np.float64)[seed % 2]
+    batch, kv_heads, groups = int(rng.integers(1, 4)), int(rng.integers(1, 3)), int(rng.integers(1, 4))
+    L, S, E, Ev = int(rng.integers(1, 5)), int(rng.integers(6, 70)), int(rng.integers(1, 10)), int(rng.integers(1, 10))
+    heads = kv_heads * groups
+    q = rng.standard_normal((1 if seed % 3 == 0 else batch, heads, L, E)).astype(dtype)  # broadcast over B
+    k = rng.standard_normal((batch, kv_heads, S, E)).astype(dtype)
+    v = rng.standard_normal((batch, kv_heads, S, Ev)).astype(dtype) * 3
+    kwargs: dict = dict(enable_gqa=True, causal_alignment=("top_left", "bottom_right")[seed % 2])
+    if seed % 4 == 1:
+        kwargs.update(is_causal=True)
+    if seed % 4 == 2:
+        kwargs.update(window=(int(rng.integers(0, S)), int(rng.integers(0, 3))), softcap=3.0)
+    if seed % 3 == 1:
+        kwargs.update(sinks=rng.standard_normal(heads), alibi_slopes=rng.random(heads))
+    lengths = rng.integers(0, S + 1, size=batch) if seed % 2 else None
+    decoded = al.attention(q, k, v, engine="fused", key_lengths=lengths, **kwargs)
+    assert _decode.decodes(make_problem(q, k, v, None, 0.0, False, None, True, None, key_lengths=lengths))
+    rtol, scale = RTOL[np.dtype(dtype)], float(np.abs(v).max())
+    for b in range(batch):
+        n = S if lengths is None else int(lengths[b])
+        if n == 0:
+            assert not decoded.output[b].any()
+            continue
+        alone = al.attention(q[min(b, q.shape[0] - 1)], k[b, :, :n], v[b, :, :n], engine="naive", **kwargs)
+        assert_equal_to_scale(decoded.output[b], alone.output, rtol, scale)
+        assert_equal_to_scale(
+            decoded.lse[b], alone.lse, rtol, max(float(np.abs(alone.lse[np.isfinite(alone.lse)]).max(initial=1.0)), 1.0)
+        )
