@@ -140,7 +140,8 @@ def _run(pb: Problem, value: Array, exponent: int, skip: bool, threads: int | No
     kv_batch = kv_batch_shape(pb)
     heads = math.prod(kv_batch)
     query = np.broadcast_to(pb.query, (*pb.batch_shape, L, E)).reshape(heads, groups * L, E)  # (Nk, G·L, E)
-    scaled = np.ascontiguousarray((query * np.asarray(pb.scale, dtype=dtype)).transpose(0, 2, 1))  # (Nk, E, G·L)
+    scaled = query * np.asarray(pb.scale, dtype=dtype)  # scale·Q, a new (Nk, G·L, E) array
+    queries = (scaled, np.ascontiguousarray(scaled.transpose(0, 2, 1)))  # and (Nk, E, G·L)
     cache = (*_flat(pb.key, kv_batch), *_flat(value, kv_batch))
     lengths = _head_lengths(pb)
     shifts = lengths - S if pb.bottom_right else np.zeros_like(lengths)  # each sequence's own diagonal
@@ -150,7 +151,7 @@ def _run(pb: Problem, value: Array, exponent: int, skip: bool, threads: int | No
     partials = _partials(units, groups * L, value.shape[-1], dtype)
     options = (shifts, variant, groups, L, modified, DECODE_CHUNK, partials)
     tasks: list[Task] = [
-        functools.partial(_call, "decode_units", scaled, cache, units, first, stop, *options)
+        functools.partial(_call, "decode_units", queries, cache, units, first, stop, *options)
         for first, stop in _task_ranges(units, thread_count(threads), (E + value.shape[-1]) * dtype.itemsize)
     ]
     run(tasks, threads)
