@@ -51,6 +51,7 @@ def scaled_dot_product_attention(
     is_causal: bool = ..., scale: float | None = ..., enable_gqa: bool = ..., *,
     window: tuple[int | None, int | None] | None = ..., causal_alignment: Alignment = ..., softcap: float | None = ...,
     alibi_slopes: ArrayLike | None = ..., sinks: ArrayLike | None = ..., mask_mod: MaskMod | None = ...,
+    key_lengths: ArrayLike | None = ...,
     need_weights: Literal[False] | _Unset = ..., return_lse: Literal[False] = ...,
     rng: int | np.random.Generator | None = ..., engine: Engine | None = ...,
     num_threads: int | None = ..., return_weights: _Unset = ...,
@@ -61,6 +62,7 @@ def scaled_dot_product_attention(
     is_causal: bool = ..., scale: float | None = ..., enable_gqa: bool = ..., *,
     window: tuple[int | None, int | None] | None = ..., causal_alignment: Alignment = ..., softcap: float | None = ...,
     alibi_slopes: ArrayLike | None = ..., sinks: ArrayLike | None = ..., mask_mod: MaskMod | None = ...,
+    key_lengths: ArrayLike | None = ...,
     need_weights: Literal[True],
     return_lse: Literal[False] = ..., rng: int | np.random.Generator | None = ..., engine: Engine | None = ...,
     num_threads: int | None = ..., return_weights: _Unset = ...,
@@ -71,6 +73,7 @@ def scaled_dot_product_attention(
     is_causal: bool = ..., scale: float | None = ..., enable_gqa: bool = ..., *,
     window: tuple[int | None, int | None] | None = ..., causal_alignment: Alignment = ..., softcap: float | None = ...,
     alibi_slopes: ArrayLike | None = ..., sinks: ArrayLike | None = ..., mask_mod: MaskMod | None = ...,
+    key_lengths: ArrayLike | None = ...,
     need_weights: Literal[False] | _Unset = ..., return_lse: Literal[True],
     rng: int | np.random.Generator | None = ..., engine: Engine | None = ...,
     num_threads: int | None = ..., return_weights: _Unset = ...,
@@ -81,6 +84,7 @@ def scaled_dot_product_attention(
     is_causal: bool = ..., scale: float | None = ..., enable_gqa: bool = ..., *,
     window: tuple[int | None, int | None] | None = ..., causal_alignment: Alignment = ..., softcap: float | None = ...,
     alibi_slopes: ArrayLike | None = ..., sinks: ArrayLike | None = ..., mask_mod: MaskMod | None = ...,
+    key_lengths: ArrayLike | None = ...,
     need_weights: Literal[True],
     return_lse: Literal[True], rng: int | np.random.Generator | None = ..., engine: Engine | None = ...,
     num_threads: int | None = ..., return_weights: _Unset = ...,
@@ -91,6 +95,7 @@ def scaled_dot_product_attention(
     is_causal: bool = ..., scale: float | None = ..., enable_gqa: bool = ..., *,
     window: tuple[int | None, int | None] | None = ..., causal_alignment: Alignment = ..., softcap: float | None = ...,
     alibi_slopes: ArrayLike | None = ..., sinks: ArrayLike | None = ..., mask_mod: MaskMod | None = ...,
+    key_lengths: ArrayLike | None = ...,
     need_weights: _Unset = ...,
     return_lse: bool = ..., rng: int | np.random.Generator | None = ..., engine: Engine | None = ...,
     num_threads: int | None = ..., return_weights: bool,
@@ -111,6 +116,7 @@ def scaled_dot_product_attention(
     alibi_slopes: ArrayLike | None = None,
     sinks: ArrayLike | None = None,
     mask_mod: MaskMod | None = None,
+    key_lengths: ArrayLike | None = None,
     need_weights: bool | _Unset = _UNSET,
     return_lse: bool = False,
     rng: int | np.random.Generator | None = None,
@@ -144,6 +150,11 @@ def scaled_dot_product_attention(
         sinks: (H,): one logit per query head joined to every row's softmax, then dropped.
         mask_mod: FlexAttention's ``mask_mod(batch, head, q_idx, kv_idx) -> bool array``,
             called on broadcast integer NumPy arrays; True where the query may attend.
+        key_lengths: the keys of each sequence of a padded KV cache, integers in [0, S]
+            of shape B… without the heads ((B,) for (B, H, L, E) inputs): flash-attn's
+            ``cache_seqlens``. Sequence b sees its keys j < key_lengths[b] only (those
+            after are never read), and with ``causal_alignment="bottom_right"`` its
+            diagonal is at its own length: its last query sees key key_lengths[b] − 1.
         need_weights: also return the weights that multiplied V, (B…, L, S) (after
             dropout, as torch's MultiheadAttention returns them); default False.
         return_lse: also return log Σ_j exp(scores_ij) of each row, (B…, L), in the
@@ -188,6 +199,7 @@ def scaled_dot_product_attention(
         alibi_slopes=alibi_slopes,
         sinks=sinks,
         mask_mod=mask_mod,
+        key_lengths=key_lengths,
         scale=scale,
         enable_gqa=enable_gqa,
         need_weights=need_weights,
@@ -229,7 +241,7 @@ def scaled_dot_product_attention_backward(
     is_causal: bool = False, scale: float | None = None, enable_gqa: bool = False, *,
     window: tuple[int | None, int | None] | None = None, causal_alignment: Alignment = "top_left",
     softcap: float | None = None, alibi_slopes: ArrayLike | None = None, sinks: ArrayLike | None = None,
-    mask_mod: MaskMod | None = None, dropout_p: float = 0.0,
+    mask_mod: MaskMod | None = None, key_lengths: ArrayLike | None = None, dropout_p: float = 0.0,
     rng: int | None = None, engine: Engine | None = None, num_threads: int | None = None,
     output: ArrayLike | None = None, lse: ArrayLike | None = None, grad_lse: ArrayLike | None = None,
 ) -> Gradients:  # fmt: skip
@@ -260,6 +272,7 @@ def scaled_dot_product_attention_backward(
         alibi_slopes: the forward's ALiBi slopes.
         sinks: the forward's sink logits (their gradient is ``grads.sinks``).
         mask_mod: the forward's mask function.
+        key_lengths: the forward's keys per sequence (their gradients are 0 from there on).
         dropout_p: the forward's dropout probability.
         rng: the int seed the forward's dropout used (a Generator cannot replay its draw).
         engine: "naive", "tiled" or "fused"; None picks one.
@@ -293,7 +306,7 @@ def scaled_dot_product_attention_backward(
     pb = make_problem(
         query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, rng,
         window=window, causal_alignment=causal_alignment, softcap=softcap, alibi_slopes=alibi_slopes,
-        sinks=sinks, mask_mod=mask_mod,
+        sinks=sinks, mask_mod=mask_mod, key_lengths=key_lengths,
     )  # fmt: skip
     saved = None
     # float16's output and lse were rounded to float16: the backward recomputes them in float32

@@ -665,3 +665,32 @@ def test_cli_refuses_a_model_page_too_large_to_open_and_says_what_to_do(
         main(["view", "--model", str(checkpoint_with_tokenizer), "--text", "小明", "--layer", "0", "-o", str(page)])
         == 0
     )
+
+
+@pytest.mark.parametrize("kind", ["qwen2", "mistral"])
+def test_generation_on_the_decode_path_gives_transformers_tokens(checkpoints, kind, monkeypatch):
+    """Every generated token's attention on the fused engine's decode path (its threshold
+    lowered to 0 bytes): GQA, and Mistral's window, the same tokens and logits as transformers'."""
+    from attnlab.engine import _attention
+    from attnlab.engine.fused import _engine
+
+    if not _engine.available():
+        pytest.skip("numba is not installed (attnlab[fast])")
+    from attnlab.engine.fused import _decode_kernels
+
+    merged = []
+    original = _decode_kernels.merge
+    monkeypatch.setattr(_attention, "DECODE_FROM_BYTES", 0)
+    monkeypatch.setattr(_decode_kernels, "merge", lambda *arguments: merged.append(1) or original(*arguments))
+    path = checkpoints[kind, "float32"]
+    model = models.load(path)
+    prompt = np.array([5, 17, 33, 2])
+    ids, logits = model.generate(prompt, 8, output_logits=True)
+    assert len(merged) >= 7 * model.config.num_hidden_layers  # each new token's every layer
+    with torch.no_grad():
+        expected = reference(path).generate(
+            torch.tensor(prompt[None]), max_new_tokens=8, do_sample=False, eos_token_id=None, pad_token_id=0,
+            output_logits=True, return_dict_in_generate=True,
+        )  # fmt: skip
+    np.testing.assert_array_equal(ids, expected.sequences.numpy()[0])
+    np.testing.assert_allclose(logits, torch.cat(expected.logits).numpy(), rtol=1e-5, atol=1e-5)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import platform
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -13,7 +14,7 @@ from .._timer import best_times
 from ..engine._threads import default_threads
 from ..engine.fused import _engine as _fused
 
-__all__ = ["blas_info", "gemm_gflops", "machine"]
+__all__ = ["blas_info", "gemm_gflops", "gemm_run", "machine", "read_bandwidth", "read_run"]
 
 # what forces kernels (see docs/benchmarks.md), listed as the run saw it
 FORCING_VARIABLES = (
@@ -26,14 +27,39 @@ FORCING_VARIABLES = (
 )
 
 
+def gemm_run(n: int = 2048) -> tuple[Callable[[], object], float]:
+    """(a float32 (n, n) @ (n, n) product on all cores, its 2·n³ floating-point operations)."""
+    a = np.random.default_rng(0).standard_normal((n, n), dtype=np.float32)
+    return (lambda: a @ a), 2.0 * n**3
+
+
+def read_run(megabytes: float = 512) -> tuple[Callable[[], object], float]:
+    """(a float32 matrix of ``megabytes`` times a vector on all cores (BLAS's GEMV reads
+    it once), the bytes it reads). Of a decode's own size, it reads from where the decode
+    reads: this machine's L3 cache is 480 MiB, shared with its neighbours."""
+    columns = 256
+    rows = max(int(megabytes * 2**20) // (4 * columns), 1)
+    matrix = np.random.default_rng(0).standard_normal((rows, columns), dtype=np.float32)
+    vector = np.ones(columns, dtype=np.float32)
+    return (lambda: matrix @ vector), float(matrix.nbytes)
+
+
 def gemm_gflops(n: int = 2048, repeat: int = 5) -> float:
     """The machine's float32 matrix-multiply rate on all cores, GFLOP/s: 2·n³ over the
     best of ``repeat`` settled (n, n) @ (n, n) products.
 
     Raises ArgumentError or ArgumentTypeError: ``repeat`` not an integer >= 1."""
-    a = np.random.default_rng(0).standard_normal((n, n), dtype=np.float32)
-    ms = best_times({"gemm": lambda: a @ a}, repeat, settle=True, milliseconds=True)["gemm"]
-    return 2 * n**3 / ms / 1e6
+    run, flops = gemm_run(n)
+    return flops / best_times({"gemm": run}, repeat, settle=True, milliseconds=True)["gemm"] / 1e6
+
+
+def read_bandwidth(megabytes: int = 512, repeat: int = 5) -> float:
+    """The machine's memory read rate on all cores, GB/s: :func:`read_run`'s GEMV, best of
+    ``repeat`` settled runs: the ceiling of decoding, which reads its cache once.
+
+    Raises ArgumentError or ArgumentTypeError: ``repeat`` not an integer >= 1."""
+    run, size = read_run(megabytes)
+    return size / best_times({"gemv": run}, repeat, settle=True, milliseconds=True)["gemv"] / 1e6
 
 
 def blas_info() -> str:

@@ -16,7 +16,7 @@ from typing import Any
 from ._classes import format_classes, shape_classes
 from ._first_call import first_call_seconds
 from ._long_sequence import long_sequence
-from ._machine import gemm_gflops, machine
+from ._machine import gemm_gflops, machine, read_bandwidth
 from ._seed import reference_vs_seed
 from ._sweep import SIZES, B, E, H, format_sweep, length_sweep
 from ._variants import format_variants, variant_rows
@@ -33,6 +33,7 @@ def main(quick: bool = False, json_path: str | None = None, repeat: int | None =
     repeat = repeat or (1 if quick else 3)
     described = machine()
     ceiling = gemm_gflops()
+    bandwidth = read_bandwidth()
     classes = shape_classes(repeat, every_engine=not quick)
     rows = [] if quick else length_sweep(SIZES, repeat)
     variants = None if quick else variant_rows(repeat)
@@ -43,8 +44,11 @@ def main(quick: bool = False, json_path: str | None = None, repeat: int | None =
     report = [
         f"attnlab bench: best of {repeat}; machine: " + ", ".join(f"{k} {v}" for k, v in described.items()),
         f"float32 GEMM ceiling (2048², all cores): {ceiling:.0f} GFLOP/s",
+        f"memory read (GEMV over 512 MB, all cores): {bandwidth:.1f} GB/s",
         "",
-        "Shape classes, side by side with torch (float32 unless named; engine: what engine=None picks):",
+        "Shape classes, side by side with torch (float32 unless named; engine: what engine=None picks; "
+        "the rate: GFLOP/s of the products, decode rows GB/s of K and V read; the limit: the 2048² SGEMM's "
+        "GFLOP/s, decode rows a GEMV's GB/s over as many bytes, timed in the same rounds as the row):",
         "",
         format_classes(classes),
     ]
@@ -79,6 +83,7 @@ def main(quick: bool = False, json_path: str | None = None, repeat: int | None =
         data: dict[str, Any] = {
             "machine": described,
             "gemm_gflops": ceiling,
+            "read_gb_s": bandwidth,
             "repeat": repeat,
             "classes": classes,
             "rows": [asdict(r) for r in rows],

@@ -19,7 +19,8 @@ __all__ = ["Shape", "available_engines", "textbook_attention", "timed_runs"]
 @dataclass(frozen=True)
 class Shape:
     """One attention problem: a query (B…, L, E), its H heads the last of B…, against a
-    key and a value (B…, S, E) of Hk heads; float32 unless ``dtype``."""
+    key and a value (B…, S, E) of Hk heads; float32 unless ``dtype``; with ``key_lengths``,
+    sequence b of B… = (B, H) has only its first key_lengths[b] keys."""
 
     batch: tuple[int, ...]  # B…, the query heads last
     L: int
@@ -30,6 +31,29 @@ class Shape:
     kv_heads: int | None = None  # Hk, fewer than H (GQA); None: H
     dtype: Literal["float32", "float64"] = "float32"
     name: str = ""
+    key_lengths: tuple[int, ...] | None = None  # keys of each of the B sequences (a padded cache); None: S each
+
+    @property
+    def decoding(self) -> bool:
+        """A few queries against a long cache: bound by reading K and V, reported in GB/s."""
+        return self.L <= 16 < self.S
+
+    @property
+    def flops(self) -> float:
+        """The products' floating-point operations: 4·B·H·L·S·E forward over the allowed
+        scores (about half of them causal with L = S), 3.5 times that forward and backward
+        (the backward's five products to the forward's two)."""
+        allowed = self.L * self.S - (self.L * (self.L - 1) // 2 if self.causal and self.L == self.S else 0)
+        forward = 4.0 * self.slices * allowed * self.E
+        return forward * (3.5 if self.backward else 1.0)
+
+    @property
+    def cache_bytes(self) -> float:
+        """The bytes of keys and values a forward must read: 2·B·Hk·S·E elements (each
+        sequence's own length with ``key_lengths``)."""
+        heads = self.kv_heads or self.batch[-1]
+        keys = sum(self.key_lengths) * heads if self.key_lengths else math.prod(self.batch[:-1]) * heads * self.S
+        return 2.0 * keys * self.E * np.dtype(self.dtype).itemsize
 
     @property
     def slices(self) -> int:
@@ -80,9 +104,13 @@ def timed_runs(
     key, value = (rng.standard_normal(shape.key_shape, dtype=shape.dtype) for _ in range(2))
     grad = rng.standard_normal(shape.query_shape, dtype=shape.dtype)
 
+    lengths = None if shape.key_lengths is None else np.array(shape.key_lengths)
+
     def ours(engine: Engine | None) -> Callable[[], object]:
         def run() -> None:
-            result = attention(query, key, value, is_causal=shape.causal, enable_gqa=shape.gqa, engine=engine)
+            result = attention(
+                query, key, value, is_causal=shape.causal, enable_gqa=shape.gqa, engine=engine, key_lengths=lengths
+            )
             if shape.backward:
                 result.backward(grad)
 
@@ -99,9 +127,13 @@ def timed_runs(
         return runs
     tq, tk, tv = (torch.tensor(x, requires_grad=shape.backward) for x in (query, key, value))
     t_grad = torch.tensor(grad)
+    # ragged lengths: a key-padding mask (B, 1, 1, S), True = may attend, as transformers passes it
+    padding = None if lengths is None else torch.tensor(np.arange(shape.S) < lengths[:, None])[:, None, None, :]
 
     def theirs() -> None:
-        out = torch.nn.functional.scaled_dot_product_attention(tq, tk, tv, is_causal=shape.causal, enable_gqa=shape.gqa)
+        out = torch.nn.functional.scaled_dot_product_attention(
+            tq, tk, tv, attn_mask=padding, is_causal=shape.causal, enable_gqa=shape.gqa
+        )
         if shape.backward:
             out.backward(t_grad)
 

@@ -19,12 +19,14 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from .._validation import Array, MissingDependencyError, fail, flag, float_array, positive_int
-from . import _naive, _tiled
+from . import _naive, _ragged, _tiled
 from ._problem import Engine, Problem, Saved, make_problem, sum_to_shape
 from ._variants import Alignment, MaskMod
+from .fused import _decode
 from .fused import _engine as _fused
 
 __all__ = [
+    "DECODE_FROM_BYTES",
     "ENGINES",
     "FUSED_FROM",
     "FUSED_KEYS_PER_QUERY",
@@ -93,8 +95,9 @@ _BLOCKED_FASTEST_FIRST: tuple[_tiled.BlockedEngine, ...] = (_fused.FUSED, _tiled
 # when there is no mask and no dropout, more for the tiled one (and the fused one with a
 # mask or dropout), which pays about 40 µs of Python per task (one slice's block of up to
 # BLOCK_Q queries) and so also needs enough scores per task. The fused engine's
-# products are thin when a slice has few queries for its keys (decoding: one query against
-# a long cache), where the naive engine's batched products win, and when a slice has so
+# products are thin when a slice has few queries for its keys, where the naive engine's
+# batched products win (decoding, a few queries against a long cache, has the fused
+# engine's decode path instead: DECODE_FROM_BYTES below), and when a slice has so
 # few scores that the fused engine's cost per slice outweighs them (70,000 heads of 4
 # tokens: naive 24 ms, fused 46 ms; of 8 tokens they tie; of 16, fused 132 ms, naive 218).
 # A blocked engine is taken regardless when the naive engine's scores would not fit in
@@ -107,6 +110,10 @@ FUSED_TASK_FROM = 64  # and at least this many scores per task, min(L, BLOCK_Q)�
 TILED_FROM = 2**21
 TILED_TASK_FROM = 2**17  # scores per task, min(L, BLOCK_Q)·S
 NAIVE_MAX_BYTES = 2**31  # the naive engine's score matrix
+# The fused engine's decode path (``fused._decode``: a few queries against a long cache,
+# read once) from this many bytes of keys and values read in all: below, the naive engine's
+# few products cost less than the threads' start
+DECODE_FROM_BYTES = 2**20
 
 
 @dataclass(frozen=True, eq=False)
@@ -202,6 +209,10 @@ def _fastest(pb: Problem) -> Engine:
     """The cost model above, for a call that does not need the weights."""
     L, S = pb.lengths
     scores = pb.slices * L * S
+    if _decode.decodes(pb):
+        cache = (pb.slices // pb.groups) * S * (pb.query.shape[-1] + pb.value.shape[-1]) * pb.compute_dtype.itemsize
+        if (cache >= DECODE_FROM_BYTES or pb.key_lengths is not None) and _fused.available():
+            return "fused"
     if scores < FUSED_FROM:
         return "naive"  # without asking whether numba loads: its import takes 0.2 s
     blocked = blocked_engine()
@@ -259,6 +270,7 @@ def attention(
     alibi_slopes: ArrayLike | None = None,
     sinks: ArrayLike | None = None,
     mask_mod: MaskMod | None = None,
+    key_lengths: ArrayLike | None = None,
     scale: float | None = None,
     enable_gqa: bool = False,
     dropout_p: float = 0.0,
@@ -297,6 +309,13 @@ def attention(
             integer NumPy arrays that broadcast together (batch indexes the flattened
             dimensions before the heads), returning a bool array of their shape: True
             where the query may attend the key. Blocks it rules out are skipped.
+        key_lengths: the keys of each sequence in a padded cache, integers in [0, S] of
+            shape B… without the heads ((B,) for (B, H, L, E) inputs), flash-attn's
+            ``cache_seqlens``: sequence b attends to its keys j < key_lengths[b] only
+            (those after are never read and have gradient 0), and with
+            ``causal_alignment="bottom_right"`` its diagonal is that of its own length,
+            offset key_lengths[b] − L (its last query sees its last key). None: every
+            sequence has S. Not with dropout.
         scale: multiplies Q·Kᵀ; default 1/√E.
         enable_gqa: grouped-query attention: H query heads over Hk key/value heads, H a
             multiple of Hk.
@@ -314,22 +333,31 @@ def attention(
 
     Raises:
         ValueError: a shape, length, probability, engine, negative window side,
-            softcap, alignment, ALiBi or sinks shape that cannot be used, a ``mask_mod``
+            softcap, alignment, ALiBi or sinks shape that cannot be used, key lengths
+            outside [0, S] or not of the sequences' shape, or with dropout, a ``mask_mod``
             that does not return a bool array of the block's shape.
         TypeError: an argument of the wrong type or dtype (flags must be bools).
     """
     pb = make_problem(
         query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, rng,
         window=window, causal_alignment=causal_alignment, softcap=softcap, alibi_slopes=alibi_slopes,
-        sinks=sinks, mask_mod=mask_mod,
+        sinks=sinks, mask_mod=mask_mod, key_lengths=key_lengths,
     )  # fmt: skip
     need_weights = flag("need_weights", need_weights)
     threads = _threads(num_threads)
     chosen = choose_engine(engine, pb, need_weights)
-    output, lse, all_weights = ENGINES[chosen].forward(pb, threads)
+    output, lse, all_weights = _forward(ENGINES[chosen], pb, threads)
     weights = all_weights.astype(pb.result_dtype, copy=False) if need_weights and all_weights is not None else None
     output.flags.writeable = lse.flags.writeable = False  # the backward's: see Attention.output
     return Attention(pb, chosen, lse, weights, threads, exact_output=output)
+
+
+def _forward(impl: EngineImpl, pb: Problem, threads: int | None) -> tuple[Array, Array, Array | None]:
+    """``impl``'s forward of ``pb``; with key lengths, one sequence at a time unless the
+    fused engine's decode path takes them (``_ragged``)."""
+    if pb.key_lengths is None or (impl is _fused.FUSED and _decode.decodes(pb)):
+        return impl.forward(pb, threads)
+    return _ragged.forward(pb, lambda sequence: impl.forward(sequence, threads))
 
 
 def backward(
@@ -354,7 +382,7 @@ def backward(
         raise fail("grad_output", f"dtype {pb.result_dtype} as the inputs", f"dtype {grad_output.dtype}", TypeError)
     grad_output = grad_output.astype(pb.compute_dtype, copy=False)
     impl = ENGINES[engine]
-    output, lse = impl.forward(pb, threads)[:2] if saved is None else saved
+    output, lse = _forward(impl, pb, threads)[:2] if saved is None else saved
     delta = np.einsum("...le,...le->...l", grad_output, output)  # rowsum(dO∘O), (B…, L)
     d_lse = None
     if grad_lse is not None:
@@ -363,7 +391,12 @@ def backward(
             raise fail("grad_lse", f"the lse's shape {lse.shape}", f"shape {d_lse.shape}")
         delta -= d_lse
     saved_results = Saved(output, lse, delta, d_lse)
-    grad_query, grad_key, grad_value, grad_mask = impl.backward(pb, grad_output, saved_results, threads)
+    if pb.key_lengths is None:
+        grad_query, grad_key, grad_value, grad_mask = impl.backward(pb, grad_output, saved_results, threads)
+    else:
+        grad_query, grad_key, grad_value, grad_mask = _ragged.backward(
+            pb, grad_output, saved_results, lambda sequence, d_out, part: impl.backward(sequence, d_out, part, threads)
+        )
     if pb.groups > 1:  # sum each group of G query heads back onto its key/value head
         *batch, H, S, E = grad_key.shape
         grad_key = grad_key.reshape(*batch, H // pb.groups, pb.groups, S, E).sum(axis=-3)  # (B…, Hk, S, E)

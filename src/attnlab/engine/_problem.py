@@ -74,6 +74,10 @@ class Problem:
     dropout_seed: int | None  # Philox key of the dropout mask, None without dropout
     result_dtype: np.dtype  # the inputs' dtype, which every result is given back in
     batch_shape: tuple[int, ...]  # B…: the broadcast batch shape of the result, query heads last
+    # keys per sequence, int64 of B… without the heads (read-only), or None: every sequence has S;
+    # the keys from a sequence's length on do not exist for it (flash-attn's cache_seqlens)
+    key_lengths: Array | None = None
+    bottom_right: bool = False  # causal_alignment="bottom_right": each sequence's diagonal is at its own length
 
     @property
     def compute_dtype(self) -> np.dtype:
@@ -143,6 +147,7 @@ def make_problem(
     alibi_slopes: Any = None,
     sinks: Any = None,
     mask_mod: Any = None,
+    key_lengths: Any = None,
 ) -> Problem:
     """Check every argument of an attention call and normalise it."""
     query = float_array("query", query)
@@ -173,6 +178,9 @@ def make_problem(
     p = probability("dropout_p", dropout_p)
     rng = check_rng(rng)
     diagonal = _variants.offset(causal_alignment, (L, S))
+    lengths = _key_lengths(key_lengths, batch, S)
+    if lengths is not None and p > 0:
+        raise fail("dropout_p", "0 with key_lengths (decoding runs without dropout)", p)
     return Problem(
         query=query.astype(work, copy=False),
         key=key.astype(work, copy=False),
@@ -191,7 +199,27 @@ def make_problem(
         dropout_seed=dropout_seed(rng) if p > 0 else None,
         result_dtype=dtype,
         batch_shape=batch,
+        key_lengths=lengths,
+        bottom_right=causal_alignment == "bottom_right",
     )
+
+
+def _key_lengths(key_lengths: Any, batch: tuple[int, ...], S: int) -> Array | None:
+    """Each sequence's number of keys, integers in [0, S] broadcast to B… without the
+    heads (a read-only view), or None."""
+    if key_lengths is None:
+        return None
+    lengths = array_of("key_lengths", key_lengths)
+    if lengths.dtype.kind not in "iu":
+        raise fail("key_lengths", "an array of integers (keys per sequence)", f"dtype {lengths.dtype}", TypeError)
+    sequences = batch[:-1]
+    if len(batch) < 2 or lengths.ndim == 0 or not broadcasts_to(lengths.shape, sequences):
+        expected = f"shape {sequences} (one length per sequence, the batch without the heads)"
+        raise fail("key_lengths", expected if len(batch) >= 2 else "inputs with a batch and a head dimension",
+                   f"shape {lengths.shape} for the batch shape {batch}")  # fmt: skip
+    if lengths.size and (lengths.min() < 0 or lengths.max() > S):
+        raise fail("key_lengths", f"lengths in [0, S={S}]", f"{lengths.min()} … {lengths.max()}")
+    return np.broadcast_to(lengths.astype(np.int64), sequences)
 
 
 def _groups(query: Array, key: Array, value: Array) -> int:

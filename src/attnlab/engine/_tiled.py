@@ -139,6 +139,10 @@ class Kernels:
     # that returns None: the loops below, in Python).
     forward_tasks: Callable[[ForwardPass, int | None], list[Task] | None] | None = None
     backward_tasks: Callable[[BackwardPass, int | None], list[Task] | None] | None = None
+    # A whole forward for a few queries against many keys (``fused._decode``), given the
+    # problem and the thread count: (O (B…, L, Ev), lse (B…, L)), or None for a problem it
+    # does not take.
+    decode: Callable[[Problem, int | None], tuple[Array, Array] | None] | None = None
 
 
 def _online_softmax_numpy(scores: Array, row_max: Array, row_sum: Array) -> Array:
@@ -296,6 +300,9 @@ def _forward_block(fp: ForwardPass, s: _Slice, rows: slice, kernels: Kernels) ->
 
 def forward(pb: Problem, threads: int | None = None, kernels: Kernels = NUMPY) -> tuple[Array, Array]:
     """Return (O (B…, L, Ev), lse (B…, L))."""
+    decoded = None if kernels.decode is None else kernels.decode(pb, threads)
+    if decoded is not None:
+        return decoded
     L, S = pb.lengths
     n = pb.slices
     exponent, finite = _value_exponent(pb.value, S)

@@ -61,6 +61,7 @@ import numpy as np
 from ..._validation import Array, fail
 from .._threads import rescan_blas
 from .._tiled import BlockedEngine, Kernels
+from ._decode import decode_forward
 from ._tasks import backward_tasks, forward_tasks
 
 __all__ = ["FUSED", "KERNELS", "FusedEngine", "available", "online_softmax_", "softmax_backward_"]
@@ -117,5 +118,5 @@ class FusedEngine(BlockedEngine):
         return available()
 
 
-KERNELS = Kernels(online_softmax_, softmax_backward_, forward_tasks, backward_tasks)
+KERNELS = Kernels(online_softmax_, softmax_backward_, forward_tasks, backward_tasks, decode_forward)
 FUSED = FusedEngine("fused", KERNELS, "numba and SciPy: pip install 'attnlab[fast]'")

@@ -1,0 +1,34 @@
+"""The shape classes' rows: their work (flops, or the bytes a decode reads) and the limit
+timed in the same rounds (tiny shapes: the figures themselves are in docs/benchmarks.md,
+never asserted)."""
+
+from __future__ import annotations
+
+from attnlab.bench import _classes
+from attnlab.bench._shapes import Shape
+
+
+def test_a_forward_row_counts_its_products_and_a_decode_row_its_cache():
+    forward = Shape((1, 2), 8, 8, 4)
+    assert forward.flops == 4 * 2 * 8 * 8 * 4 and not forward.decoding
+    causal = Shape((1, 2), 8, 8, 4, causal=True, backward=True)
+    assert causal.flops == 3.5 * 4 * 2 * (64 - 28) * 4  # the 36 scores on and below the diagonal
+    decode = Shape((3, 4), 1, 40, 8, kv_heads=2, key_lengths=(10, 20, 40))
+    assert decode.decoding and decode.cache_bytes == 2 * (10 + 20 + 40) * 2 * 8 * 4
+
+
+def test_each_row_gives_its_rate_against_the_limit_of_its_rounds(monkeypatch):
+    monkeypatch.setattr(
+        _classes,
+        "CASES",
+        (Shape((1, 2), 16, 16, 4, name="tiny"), Shape((2, 2), 1, 40, 8, key_lengths=(17, 40), name="tiny decode")),
+    )
+    monkeypatch.setattr(_classes, "gemm_run", lambda: (lambda: None, 1e6))
+    monkeypatch.setattr(_classes, "read_run", lambda megabytes: (lambda: None, megabytes * 2**20))
+    rows = _classes.shape_classes(repeat=1, every_engine=False)
+    assert [r["case"] for r in rows] == ["tiny", "tiny decode"]
+    assert "flops" in rows[0] and "bytes" in rows[1] and all(r["limit_rate"] > 0 for r in rows)
+    assert "limit" not in rows[0]["ms"]
+    table = _classes.format_classes(rows)
+    assert "GFLOP/s" in table.splitlines()[2] and "GB/s" in table.splitlines()[3]
+    assert table.splitlines()[0].endswith("| attnlab rate | limit | of it |")
