@@ -3,7 +3,7 @@
 Split one sequence over N processes on this machine (torchrun, the gloo backend) and run
 ring attention on it: time, each rank's extra memory and the bytes it sent, and the
 error against the single-process engine, of the gradients too with --backward (--check).
-Across machines, see README.
+Across machines, see docs/guides/ring.md.
 
 Examples::
 

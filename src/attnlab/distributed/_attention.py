@@ -64,10 +64,12 @@ def ring_attention(
     :func:`attnlab.attention` computes it over the whole sequence (global positions I, J).
 
     Args:
-        query, key, value: this rank's shards, (B…, n, E), (B…, n, E), (B…, n, Ev) with the
-            same n ≥ 1 rows (positions), as :func:`attnlab.scaled_dot_product_attention`
-            takes them (``enable_gqa``: key and value with fewer heads). Every rank must
-            pass the same dimensions but n, and the same dtype and settings.
+        query: this rank's shard of the queries, (B…, n, E), with n ≥ 1 rows (positions), as
+            :func:`attnlab.scaled_dot_product_attention` takes it. Every rank must pass the
+            same dimensions but n, and the same dtype and settings.
+        key: this rank's shard of the keys, (B…, n, E), the same n rows as ``query``
+            (``enable_gqa``: fewer heads).
+        value: this rank's shard of the values, (B…, n, Ev), the same n rows as ``query``.
         is_causal: position I attends to positions J <= I + offset of the whole sequence;
             the positions follow from ``layout`` and the shard lengths, which the ranks
             exchange.

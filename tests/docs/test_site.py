@@ -1,0 +1,136 @@
+"""The built site: both languages, every public name in the API reference, nothing fetched
+from the network, and the tutorial's embedded coref page showing 他 → 小明 in Chromium."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from html.parser import HTMLParser
+
+import numpy as np
+import pytest
+
+import attnlab
+from attnlab import analysis, distributed, hf, models, nn
+
+pytestmark = pytest.mark.slow  # the build executes the tutorial's cells: about 30 s on 2 cores
+
+PAGES = ("index", "tutorial/self-attention", "tutorial/multi-head", "tutorial/notebooks")
+
+
+def test_the_tutorial_is_built_in_both_languages(built_site):
+    for page in PAGES:
+        english = (built_site / f"{page}.html").read_text(encoding="utf-8")
+        chinese = (built_site / "zh" / f"{page}.html").read_text(encoding="utf-8")
+        assert '<html lang="en"' in english and '<html lang="zh"' in chinese, page
+    english = (built_site / "tutorial/self-attention.html").read_text(encoding="utf-8")
+    chinese = (built_site / "zh/tutorial/self-attention.html").read_text(encoding="utf-8")
+    assert "Why ÷√d_k" in english and "为什么 ÷√d_k" in chinese
+    # the cells ran: the demo's numbers (the seed article's first output row) and the comparison
+    for text in (english, chinese):
+        assert "[ 0.0576,  0.0910, -0.0678, -0.0103,  0.0031, -0.0566]" in text
+        assert (
+            "the same as the article&#39;s program: True" in text or "the same as the article's program: True" in text
+        )
+        assert text.count("data:image/png;base64,") >= 3  # RNN, scaling and normalization figures
+    assert (built_site / "tutorial/coref.html").exists() and (built_site / "zh/tutorial/coref.html").exists()
+
+
+def _public_names() -> dict[str, list[str]]:
+    return {module.__name__: list(module.__all__) for module in (attnlab, models, nn, distributed, hf, analysis)}
+
+
+def test_every_public_name_is_in_the_api_reference(built_site):
+    anchors = set()
+    for page in (built_site / "api").glob("*.html"):
+        text = page.read_text(encoding="utf-8")
+        anchors |= set(re.findall(r'id="(attnlab[\w.]*)"', text))
+        assert not re.search(r":(func|class|meth):`", text), page.name  # the roles shown as code (sphinx_roles.py)
+    missing = [f"{module}.{name}" for module, names in _public_names().items() for name in names
+               if f"{module}.{name}" not in anchors]  # fmt: skip
+    assert sum(map(len, _public_names().values())) > 60 and not missing, missing
+    # a documented function shows its signature, its shapes and what it raises
+    reference = (built_site / "api/attnlab.html").read_text(encoding="utf-8")
+    section = reference[reference.index('id="attnlab.scaled_dot_product_attention"') :]
+    section = section[: section.index('id="attnlab.scaled_dot_product_attention_backward"')]
+    assert "is_causal" in section and "enable_gqa" in section and "Raises" in section and "(B…, L, E)" in section
+
+
+class _Fetches(HTMLParser):
+    """The addresses a browser would fetch on its own: scripts, styles, fonts, images, frames."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.addresses: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        values = dict(attrs)
+        if tag in ("script", "img", "iframe", "source", "video", "audio", "embed") and values.get("src"):
+            self.addresses.append(str(values["src"]))
+        if (
+            tag == "link"
+            and values.get("href")
+            and values.get("rel") in ("stylesheet", "preload", "icon", "preconnect")
+        ):
+            self.addresses.append(str(values["href"]))
+        if tag == "object" and values.get("data"):
+            self.addresses.append(str(values["data"]))
+
+
+def test_the_site_fetches_nothing_from_the_network(built_site):
+    pages = list(built_site.rglob("*.html"))
+    remote = {}
+    for page in pages:
+        text = page.read_text(encoding="utf-8")
+        parser = _Fetches()
+        parser.feed(text)
+        fetched = [a for a in parser.addresses if re.match(r"(https?:)?//", a)]
+        fetched += re.findall(r"@import\s+url\([\"']?(https?:[^)\"']+)", text)  # styles inline
+        fetched += re.findall(r"url\([\"']?(https?://[^)\"']+)", text)  # fonts or images from inline styles
+        if fetched:
+            remote[str(page.relative_to(built_site))] = fetched
+    for sheet in built_site.rglob("*.css"):
+        fetched = re.findall(r"url\([\"']?(https?://[^)\"']+)", sheet.read_text(encoding="utf-8"))
+        if fetched:
+            remote[str(sheet.relative_to(built_site))] = fetched
+    assert len(pages) > 20 and not remote, remote
+
+
+@pytest.mark.browser
+def test_the_tutorial_embeds_the_coref_page_on_he_and_xiaoming(built_site):
+    pytest.importorskip("selenium")
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    chromium, driver = shutil.which("chromium"), shutil.which("chromedriver")
+    assert chromium and driver, "the browser tests need Debian's chromium and chromium-driver (see README)"
+    options = webdriver.ChromeOptions()
+    options.binary_location = chromium
+    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run", "--window-size=1300,1000"):
+        options.add_argument(flag)
+    browser = webdriver.Chrome(service=Service(driver), options=options)
+    try:
+        for language in ("", "zh/"):
+            browser.get((built_site / f"{language}tutorial/self-attention.html").as_uri())
+            (frame,) = browser.find_elements(By.CSS_SELECTOR, "iframe.attnlab-page")
+            assert frame.get_attribute("src") == (built_site / f"{language}tutorial/coref.html").as_uri()
+            browser.switch_to.frame(frame)
+            WebDriverWait(browser, 20).until(
+                lambda b: b.execute_script("return !!(window.attnlabView && attnlabView.ready)")
+            )
+            view = browser.execute_script(
+                "const v = window.attnlabView, S = v.lengths[1]; return {layer: v.layer, head: v.head,"
+                " query: v.query, labels: v.axisLabels, row: v.weights(v.head).slice(v.query * S, (v.query + 1) * S)}"
+            )
+            tokens = {position: label for position, label in view["labels"]}
+            row = np.array(view["row"])  # the page's own weights of its query: (L,)
+            assert (view["layer"], view["head"]) == (1, 0) and tokens[view["query"]] == "他"
+            xiaoming = [position for position, label in tokens.items() if label in ("小", "明")]
+            assert len(xiaoming) == 2
+            assert row[xiaoming].sum() > 0.9  # 他 → 小明: the page opens on its answer
+            assert "他" in browser.find_element(By.TAG_NAME, "body").text
+            browser.switch_to.default_content()
+    finally:
+        browser.quit()
