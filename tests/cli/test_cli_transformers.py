@@ -19,7 +19,10 @@ pytest.importorskip("attnlab.hf")
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
+    try:
+        code = main(list(argv))
+    except SystemExit as exit_:  # argparse's own usage errors
+        code = int(exit_.code or 0)
     captured = capsys.readouterr()
     return code, captured.out, captured.err
 
@@ -137,3 +140,60 @@ def test_image_and_backend_need_a_model_and_a_missing_picture_is_named(capsys, v
     assert code == 2 and "--backend: expected --model with it" in err
     code, _, err = run(capsys, "trace", "--model", str(vit_dir), "--image", str(tmp_path / "none.png"))
     assert code == 2 and "--image: no such file" in err
+
+
+@pytest.fixture(scope="module")
+def bart_dir(tmp_path_factory: pytest.TempPathFactory, tokenizer_dir: Path) -> Path:
+    directory = tmp_path_factory.mktemp("bart")
+    torch.manual_seed(9)
+    config = transformers.BartConfig(
+        vocab_size=300, d_model=32, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2,
+        decoder_attention_heads=2, encoder_ffn_dim=32, decoder_ffn_dim=32, max_position_embeddings=64,
+    )  # fmt: skip
+    transformers.BartForConditionalGeneration(config).save_pretrained(directory)
+    transformers.AutoTokenizer.from_pretrained(tokenizer_dir).save_pretrained(directory)
+    return directory
+
+
+def test_what_the_review_found_is_one_line_naming_the_option(
+    capsys, mistral_dir, vit_dir, bart_dir, tmp_path, monkeypatch
+) -> None:
+    from PIL import Image
+
+    cases = [
+        (["trace", "--model", str(mistral_dir), "--text", "", "--backend", "transformers"],
+         "--text: expected a text of at least one token"),
+        (["trace", "--model", str(mistral_dir), "--image", str(tmp_path / "p.png"), "--backend", "transformers"],
+         "--image: " + str(mistral_dir) + " is not a vision model"),
+        (["trace", "--model", str(mistral_dir), "--text", SENTENCE, "--layer", "1,0,1"], "expected each layer once"),
+        (["ablate", "--model", str(bart_dir), "--text", "the cat sat", "--backend", "transformers"],
+         "is an encoder-decoder model; ablate runs decoder-only and encoder-only models"),
+        (["view", "--model", str(bart_dir), "--text", "the cat", "--generate", "2", "-o", str(tmp_path / "g.html")],
+         "--generate: " + str(bart_dir) + " is an encoder-decoder model"),
+        (["trace", "--model", str(vit_dir), "--image", str(tmp_path / "p.png")], "--image: " + str(tmp_path / "p.png")
+         + " is too large a picture"),
+    ]  # fmt: skip
+    Image.fromarray(np.zeros((64, 64, 3), np.uint8)).save(tmp_path / "p.png")
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 1000)  # 4,096 pixels: over twice the limit, a "bomb"
+    for argv, message in cases:
+        code, _, err = run(capsys, *argv)
+        assert code == 2 and message in err and len(err.strip().splitlines()) == 1, (argv, err)
+
+
+def test_the_python_api_refuses_what_it_cannot_run_by_name(bart_dir) -> None:
+    from attnlab import hf
+
+    tokenizer = transformers.AutoTokenizer.from_pretrained(bart_dir)
+    model = transformers.BartForConditionalGeneration.from_pretrained(bart_dir)
+    with pytest.raises(ValueError, match="model: expected a decoder-only model"):
+        hf.trace_generation(model, "the cat", 2, tokenizer=tokenizer)
+    with pytest.raises(TypeError, match="model: expected a transformers model"):
+        hf.trace(object(), "the cat", tokenizer=tokenizer)
+    with pytest.raises(ValueError, match="text_or_inputs: expected a text of at least one token"):
+        hf.trace(model, "", tokenizer=tokenizer)
+    attention = model.model.encoder.layers[0].self_attn
+    three = torch.zeros(2, 3, 8)
+    with pytest.raises(ValueError, match=r"query: expected a 4-D tensor \(B, heads, length, width\), got shape"):
+        hf.attention_forward(attention, three, three, three, None)
+    with pytest.raises(TypeError, match="query: expected a torch tensor, got ndarray"):
+        hf.attention_forward(attention, three.numpy(), three, three, None)

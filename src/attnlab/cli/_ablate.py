@@ -23,7 +23,7 @@ from typing import Any
 from .._validation import AttnlabError
 from ._inputs import InputError
 from ._options import at_least
-from ._transformers import BACKENDS, _quiet, backend_for, say_backend
+from ._transformers import BACKENDS, _quiet, backend_for, is_encoder_decoder, say_backend
 
 __all__ = ["OPTIONS", "add_options", "run"]
 
@@ -128,6 +128,10 @@ def _transformers_model(args: argparse.Namespace, directory: Any) -> tuple[Any, 
         from ..hf._torch import transformers
     except ImportError as error:
         raise InputError(f"--backend transformers: {error}") from None
+    if is_encoder_decoder(directory):
+        raise InputError(
+            f"--model: {args.model} is an encoder-decoder model; ablate runs decoder-only and encoder-only models"
+        )
     with _quiet(transformers):
         model = None
         for auto in (transformers.AutoModelForCausalLM, transformers.AutoModelForMaskedLM):

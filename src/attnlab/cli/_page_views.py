@@ -102,8 +102,10 @@ def _transformers_generation(
         from ..hf._torch import torch, transformers
     except ImportError as error:
         raise InputError(f"--backend transformers: {error}") from None
-    from ._transformers import _processor, _quiet
+    from ._transformers import _processor, _quiet, is_encoder_decoder
 
+    if is_encoder_decoder(directory):
+        raise InputError(f"--generate: {args.model} is an encoder-decoder model; --generate traces decoder-only models")
     with _quiet(transformers):
         try:
             model = transformers.AutoModelForCausalLM.from_pretrained(directory, attn_implementation=hf.NAME)

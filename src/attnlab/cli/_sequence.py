@@ -69,6 +69,8 @@ def _layer(text: str) -> int | list[int] | str:
         raise argparse.ArgumentTypeError(
             f"expected a layer index, a list of them (0,5,-1) or 'all', got {text!r}"
         ) from None
+    if len(set(indices)) != len(indices):
+        raise argparse.ArgumentTypeError(f"expected each layer once, got {text!r}")
     return indices[0] if len(indices) == 1 else indices
 
 
@@ -150,7 +152,8 @@ def add_input_options(parser: argparse.ArgumentParser) -> None:
         "--layer",
         type=_layer,
         help="with --model: a layer index (negative counts from the end; on the transformers backend, the "
-        "index of an attention module in the order the forward runs them), a list of them (0,5,-1) or 'all' "
+        "index of an attention module in the order the forward runs them), a list of them (0,5,-1; one that "
+        "starts with a negative index as --layer=-1,0) or 'all' "
         "(default: all for view, the last for trace and plot)",
     )
 

@@ -8,14 +8,17 @@ import argparse
 import contextlib
 import json
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
+from .._validation import AttnlabError
 from ..trace import ModelTrace
 from ._inputs import InputError
 
-__all__ = ["BACKENDS", "backend_for", "say_backend", "transformers_trace"]
+T = TypeVar("T")
+
+__all__ = ["BACKENDS", "backend_for", "in_option_words", "is_encoder_decoder", "say_backend", "transformers_trace"]
 
 BACKENDS = ("numpy", "transformers")
 
@@ -70,11 +73,40 @@ def transformers_trace(args: argparse.Namespace, directory: Path, page: bool) ->
     hf.check_model(model)
     inputs: Any = args.text
     if args.image is not None:
+        if model.main_input_name != "pixel_values":
+            raise InputError(f"--image: {args.model} is not a vision model; give it a text with --text")
         inputs = _image(args.image)
     elif model.main_input_name == "pixel_values":
         raise InputError(f"--model: {args.model} is a vision model; give it a picture with --image FILE")
     layer = ("all" if page else -1) if args.layer is None else args.layer
-    return hf.trace(model, inputs, tokenizer=processor, layers=None if layer == "all" else layer)
+    return in_option_words(
+        args, lambda: hf.trace(model, inputs, tokenizer=processor, layers=None if layer == "all" else layer)
+    )
+
+
+def in_option_words(args: argparse.Namespace, work: Callable[[], T]) -> T:
+    """``work()``, its errors as the command's one line: an input's (``text_or_inputs``)
+    named by --text or --image, and a transformers model's own refusal of its inputs (a
+    checkpoint whose parts do not fit) named by --model."""
+    try:
+        return work()
+    except AttnlabError as error:
+        message = str(error)
+        if message.startswith("text_or_inputs:"):
+            option = "--image" if args.image is not None else "--text"
+            raise InputError(option + message[len("text_or_inputs") :]) from None
+        raise
+    except (ValueError, RuntimeError, IndexError) as error:
+        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise InputError(f"--model: transformers refused {args.model}'s inputs: {first}") from None
+
+
+def is_encoder_decoder(directory: Path) -> bool:
+    """Whether config.json says an encoder-decoder model (T5, BART, Whisper)."""
+    try:
+        return bool(json.loads((directory / "config.json").read_text(encoding="utf-8")).get("is_encoder_decoder"))
+    except (OSError, ValueError, AttributeError):
+        return False
 
 
 @contextlib.contextmanager
@@ -114,5 +146,7 @@ def _image(path: str) -> Any:
             return image.convert("RGB")
     except FileNotFoundError:
         raise InputError(f"--image: no such file: {path}") from None
+    except Image.DecompressionBombError as error:
+        raise InputError(f"--image: {path} is too large a picture for Pillow to open safely ({error})") from None
     except (UnidentifiedImageError, OSError) as error:
         raise InputError(f"--image: {path} is not a picture Pillow can read ({error})") from None

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from .._validation import AttnlabError
+from .._validation import AttnlabError, fail
 from ..engine._attention import Attention, attention
 from ._torch import from_numpy, heads_last_copy, to_numpy, torch, transformers
 
@@ -122,6 +122,11 @@ def attention_forward(
         UnsupportedModelError: a keyword attnlab cannot honour (any not named here, per-token
             sinks, packed lengths of a batch or a decode step), naming the model type and the keyword.
     """
+    for name, tensor in (("query", query), ("key", key), ("value", value)):
+        if not isinstance(tensor, torch.Tensor):
+            raise fail(name, "a torch tensor", type(tensor).__name__, TypeError)
+        if tensor.ndim != 4:
+            raise fail(name, "a 4-D tensor (B, heads, length, width)", f"shape {tuple(tensor.shape)}")
     unknown = sorted(
         name for name, value in kwargs.items() if name not in _BOOKKEEPING and name not in _PACKED and value is not None
     )

@@ -80,6 +80,10 @@ def trace_generation(
             cannot be laid out by position).
     """
     check_model(model)
+    if getattr(model.config, "is_encoder_decoder", False):
+        raise fail(
+            "model", "a decoder-only model (a generation's trace is of one sequence)", "an encoder-decoder model"
+        )
     if (
         not callable(getattr(model, "generate", None))
         or getattr(model, "get_output_embeddings", lambda: None)() is None

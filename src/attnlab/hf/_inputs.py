@@ -100,6 +100,10 @@ def model_inputs(model: Any, text_or_inputs: Any, tokenizer: Any) -> Sequences:
 
 def _text(tokenizer: Any, text: str) -> Sequence:
     ids = [int(i) for i in tokenizer(text)["input_ids"]]
+    if not ids:
+        raise fail(
+            "text_or_inputs", "a text of at least one token (an empty tokenizer makes none of any text)", repr(text)
+        )
     return _labelled(tokenizer, ids)
 
 

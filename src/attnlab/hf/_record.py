@@ -187,6 +187,8 @@ def _chosen(layers: Any) -> list[int] | None:
     chosen = [layers] if is_integer(layers) else list(layers) if isinstance(layers, (list, tuple, range)) else None
     if chosen is None or not chosen or not all(is_integer(i) for i in chosen):
         raise fail("layers", "an index, a non-empty list of indices or None", repr(layers), TypeError)
+    if len(set(chosen)) != len(chosen):
+        raise fail("layers", "each entry once", repr(layers))
     return [int(i) for i in chosen]
 
 

@@ -10,6 +10,7 @@ import inspect
 import types
 from typing import Any
 
+from .._validation import fail
 from ._backend import UnsupportedModelError, attention_forward
 from ._torch import torch, transformers
 
@@ -60,9 +61,12 @@ def check_model(model: Any) -> None:
         model: a transformers ``PreTrainedModel`` (or any ``torch.nn.Module`` with a ``config``).
 
     Raises:
+        ArgumentTypeError: ``model`` is not a torch module.
         UnsupportedModelError: naming the model type and, where there are, the classes that
             compute their own attention (and the first module of each).
     """
+    if not isinstance(model, torch.nn.Module):
+        raise fail("model", "a transformers model (a torch.nn.Module)", type(model).__name__, TypeError)
     model_type = getattr(getattr(model, "config", None), "model_type", None) or type(model).__name__
     own: dict[str, str] = {}  # class name: the first module path of that class
     routed = False
