@@ -4,7 +4,6 @@ patches drawn as its tokens with a query's attention over the image."""
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import numpy as np
@@ -14,27 +13,12 @@ import traces
 
 pytest.importorskip("selenium")
 
-from selenium import webdriver
-from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
 import attnlab as al
 
 pytestmark = pytest.mark.browser
-
-
-@pytest.fixture(scope="module")
-def browser():
-    chromium, driver = shutil.which("chromium"), shutil.which("chromedriver")
-    assert chromium and driver, "the browser tests need Debian's chromium and chromium-driver (see README)"
-    options = webdriver.ChromeOptions()
-    options.binary_location = chromium
-    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run", "--window-size=1400,1000"):
-        options.add_argument(flag)
-    session = webdriver.Chrome(service=Service(driver), options=options)
-    yield session
-    session.quit()
 
 
 def open_page(browser, trace, path: Path, **opens) -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import shutil
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -12,8 +11,6 @@ import pytest
 
 pytest.importorskip("selenium")
 
-from selenium import webdriver
-from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.action_chains import ActionChains
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import Select
@@ -25,29 +22,6 @@ pytestmark = pytest.mark.browser
 
 ARTIFACTS = Path(__file__).parents[2] / "test-artifacts"
 XSS = "<img/src=x/onerror=window.__xss=1>"
-
-
-@pytest.fixture(scope="module")
-def browser():
-    chromium, driver = shutil.which("chromium"), shutil.which("chromedriver")
-    assert chromium and driver, "the browser tests need Debian's chromium and chromium-driver (see README)"
-    options = webdriver.ChromeOptions()
-    options.binary_location = chromium
-    for flag in (
-        "--headless=new",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-quic",
-        "--no-first-run",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        "--window-size=1400,1000",
-    ):
-        options.add_argument(flag)
-    session = webdriver.Chrome(service=Service(driver), options=options)
-    yield session
-    session.quit()
 
 
 def open_page(browser, tmp_path: Path, capsys, *argv: str) -> dict:

@@ -5,15 +5,11 @@ generation, the arrays written in the test for rollout and ablation)."""
 
 from __future__ import annotations
 
-import shutil
-
 import numpy as np
 import pytest
 
 pytest.importorskip("selenium")
 
-from selenium import webdriver
-from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.action_chains import ActionChains
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import Select
@@ -26,19 +22,6 @@ pytestmark = pytest.mark.browser
 
 A = "小明是个运动达人，小红是个音乐迷，他平时很爱打篮球"
 B = "小明是个运动达人，小红是个音乐迷，她平时很爱弹钢琴"
-
-
-@pytest.fixture(scope="module")
-def browser():
-    chromium, driver = shutil.which("chromium"), shutil.which("chromedriver")
-    assert chromium and driver, "the browser tests need Debian's chromium and chromium-driver (see README)"
-    options = webdriver.ChromeOptions()
-    options.binary_location = chromium
-    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run", "--window-size=1400,1000"):
-        options.add_argument(flag)
-    session = webdriver.Chrome(service=Service(driver), options=options)
-    yield session
-    session.quit()
 
 
 @pytest.fixture(scope="module")

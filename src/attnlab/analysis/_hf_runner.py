@@ -13,6 +13,7 @@ import numpy as np
 from .._validation import Array, fail, ids_below, is_integer
 from ..hf import NAME, UnsupportedModelError, check_model
 from ..hf._inputs import _labelled
+from ..hf._register import on_attnlab
 from ..hf._torch import from_numpy, to_numpy, torch, transformers
 
 __all__ = ["TransformersRunner"]
@@ -137,16 +138,9 @@ def _wrapped(model: Any, hook: Hook) -> Iterator[None]:
         output, weights = original(module, query, key, value, attention_mask, **kwargs)  # (B, L, H, Ev)
         return hook(module, output), weights
 
-    implementation, training = model.config._attn_implementation, model.training
     transformers.AttentionInterface.register(NAME, attention)
     try:
-        if implementation != NAME:
-            model.set_attn_implementation(NAME)
-        model.eval()
-        with torch.no_grad():
+        with on_attnlab(model):
             yield
     finally:
         transformers.AttentionInterface.register(NAME, original)
-        if implementation != NAME:
-            model.set_attn_implementation(implementation)
-        model.train(training)

@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Callable
+from typing import Any
 
 from .._validation import output_path
 from ._options import at_least
@@ -49,15 +51,15 @@ def add_options(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="instead: the attention variants only: a causal sliding window against full causal attention, "
         "torch's SDPA with the same bool mask and flex_attention; softcap and sinks against the plain fused "
-        "engine (about 70 s on 2 cores, flex_attention's compile included)",
+        "engine (about 75 s on 2 cores, flex_attention's compile included)",
     )
     parser.add_argument(
         "--hf",
         action="store_true",
         help="instead: attnlab as transformers' attention backend (attn_implementation='attnlab') in a "
         "Llama-shaped model (4 layers, hidden 256, 4 heads, 512 tokens, random weights, 2 threads) against "
-        "sdpa and eager: forward, forward+backward, one layer's attention alone (needs attnlab[hf]; about a "
-        "minute)",
+        "sdpa and eager: forward, forward+backward, one layer's attention alone (needs attnlab[hf]; about 12 s "
+        "on 2 cores)",
     )
     parser.add_argument(
         "--engine-table",
@@ -87,29 +89,11 @@ def run(args: argparse.Namespace) -> None:
                 json.dump(results, file, indent=1)
         print(format_models(results))
         return
-    if args.variants:
-        from ..bench import format_variants, gemm_gflops, machine, variant_rows
+    if args.variants or args.hf:
+        from ..bench import format_hf, format_variants, hf_rows, variant_rows
 
-        described, ceiling = machine(), gemm_gflops()
-        variants = variant_rows(repeat=args.repeat or 3) | {"machine": described, "gemm_gflops": ceiling}
-        print("machine: " + ", ".join(f"{k} {v}" for k, v in described.items()))
-        print(f"float32 GEMM ceiling (2048², all cores): {ceiling:.0f} GFLOP/s\n")
-        if args.json:
-            with open(args.json, "w", encoding="utf-8") as file:
-                json.dump(variants, file, indent=1)
-        print(format_variants(variants))
-        return
-    if args.hf:
-        from ..bench import format_hf, gemm_gflops, hf_rows, machine
-
-        described, ceiling = machine(), gemm_gflops()
-        rows = hf_rows(repeat=args.repeat or 7) | {"machine": described, "gemm_gflops": ceiling}
-        print("machine: " + ", ".join(f"{k} {v}" for k, v in described.items()))
-        print(f"float32 GEMM ceiling (2048², all cores): {ceiling:.0f} GFLOP/s\n")
-        if args.json:
-            with open(args.json, "w", encoding="utf-8") as file:
-                json.dump(rows, file, indent=1)
-        print(format_hf(rows))
+        rows, format_rows, repeat = (variant_rows, format_variants, 3) if args.variants else (hf_rows, format_hf, 7)
+        _machine_report(args, rows, format_rows, repeat)
         return
     if args.engine_table:
         from ..bench import engine_report
@@ -117,3 +101,20 @@ def run(args: argparse.Namespace) -> None:
         print(engine_report(args.engine_table, repeat=args.repeat or 3))
         return
     print(bench(quick=args.quick, json_path=args.json, repeat=args.repeat))
+
+
+def _machine_report(
+    args: argparse.Namespace, rows: Callable[..., dict[str, Any]], format_rows: Callable[[Any], str], repeat: int
+) -> None:
+    """A report that states the machine and its GEMM ceiling first (--variants, --hf): its
+    rows measured, the JSON written where --json says, the table printed."""
+    from ..bench import gemm_gflops, machine
+
+    described, ceiling = machine(), gemm_gflops()
+    results = rows(repeat=args.repeat or repeat) | {"machine": described, "gemm_gflops": ceiling}
+    print("machine: " + ", ".join(f"{k} {v}" for k, v in described.items()))
+    print(f"float32 GEMM ceiling (2048², all cores): {ceiling:.0f} GFLOP/s\n")
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as file:
+            json.dump(results, file, indent=1)
+    print(format_rows(results))

@@ -22,7 +22,7 @@ from ..trace import ModelTrace, Trace
 from ..trace._trace import build_trace
 from ._backend import EngineCall, _engine_call, recorder
 from ._inputs import Sequences, model_inputs
-from ._register import NAME, check_model
+from ._register import check_model, on_attnlab
 from ._torch import torch
 
 __all__ = ["trace"]
@@ -113,7 +113,6 @@ def _trace_of(call: EngineCall, states: Any) -> Trace:
 def _recorded(model: Any, recording: _Recording) -> Iterator[None]:
     """The model on attnlab's backend, in eval mode and without gradients, its modules
     hooked and its attention calls handed to ``recording``; everything restored after."""
-    implementation, training = model.config._attn_implementation, model.training
     handles = [
         handle
         for module in model.modules()
@@ -124,18 +123,12 @@ def _recorded(model: Any, recording: _Recording) -> Iterator[None]:
     ]
     token = recorder.set(recording.record)
     try:
-        if implementation != NAME:
-            model.set_attn_implementation(NAME)
-        model.eval()
-        with torch.no_grad():
+        with on_attnlab(model):
             yield
     finally:
         recorder.reset(token)
         for handle in handles:
             handle.remove()
-        if implementation != NAME:
-            model.set_attn_implementation(implementation)
-        model.train(training)
 
 
 def trace(model: Any, text_or_inputs: Any, *, tokenizer: Any = None, layers: Any = None) -> ModelTrace:

@@ -5,16 +5,18 @@ model's attention goes through them."""
 
 from __future__ import annotations
 
+import contextlib
 import dis
 import inspect
 import types
+from collections.abc import Iterator
 from typing import Any
 
 from .._validation import fail
 from ._backend import UnsupportedModelError, attention_forward
 from ._torch import torch, transformers
 
-__all__ = ["NAME", "check_model", "register"]
+__all__ = ["NAME", "check_model", "on_attnlab", "register"]
 
 NAME = "attnlab"
 
@@ -39,6 +41,23 @@ def register() -> None:
 
     transformers.AttentionInterface.register(NAME, attention_forward)
     transformers.AttentionMaskInterface.register(NAME, sdpa_mask)
+
+
+@contextlib.contextmanager
+def on_attnlab(model: Any) -> Iterator[None]:
+    """The model on attnlab's backend, in eval mode and without gradients; its attention
+    implementation and mode restored after (hf.trace's recording, analysis.ablate's runs)."""
+    implementation, training = model.config._attn_implementation, model.training
+    try:
+        if implementation != NAME:
+            model.set_attn_implementation(NAME)
+        model.eval()
+        with torch.no_grad():
+            yield
+    finally:
+        if implementation != NAME:
+            model.set_attn_implementation(implementation)
+        model.train(training)
 
 
 def check_model(model: Any) -> None:
