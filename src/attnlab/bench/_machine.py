@@ -12,12 +12,14 @@ import numpy as np
 
 from .._timer import best_times
 from ..engine._threads import default_threads
+from ..engine.fused import _blas
 from ..engine.fused import _engine as _fused
 
 __all__ = ["blas_info", "gemm_gflops", "gemm_run", "machine", "read_bandwidth", "read_run"]
 
 # what forces kernels (see docs/benchmarks.md), listed as the run saw it
 FORCING_VARIABLES = (
+    "ATTNLAB_BLAS",
     "NPY_DISABLE_CPU_FEATURES",
     "NUMBA_CPU_NAME",
     "NUMBA_CPU_FEATURES",
@@ -97,5 +99,6 @@ def machine() -> dict[str, Any]:
         import numba
 
         described["numba"] = numba.__version__
+        described["fused products"] = _blas.products().name
     described.update({name: os.environ[name] for name in FORCING_VARIABLES if name in os.environ})
     return described

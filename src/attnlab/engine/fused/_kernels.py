@@ -362,6 +362,52 @@ def softmax_backward_split(scores, lse, low, grad, delta):  # type: ignore[no-un
         _softmax_backward_split_row(scores[i], grad[i], lse[i], low[i], delta[i])
 
 
+# cblas's constants: row-major storage, an operand as stored or transposed
+_ROW_MAJOR, _AS_STORED, _TRANSPOSED = 101, 111, 112
+
+
+def _product(blas, a, b, out):  # type: ignore[no-untyped-def]
+    """out (m, n) ← a (m, k)·b (k, n): MKL's cblas_?gemm where ``blas`` is (cblas_sgemm,
+    cblas_dgemm) (``_blas.products``), numba's np.dot (SciPy's BLAS) where it is None. a
+    and b may be transposed views; out has C-contiguous rows."""
+
+
+@compile_
+def _operand(x):  # type: ignore[no-untyped-def]
+    """(x, or a C-contiguous copy where neither of its strides is one element; how cblas
+    reads it; its leading dimension)."""
+    rows, columns, item = x.shape[0], x.shape[1], x.itemsize
+    if x.strides[1] == item and x.strides[0] >= max(columns, 1) * item:
+        return x, _AS_STORED, x.strides[0] // item
+    if x.strides[0] == item and x.strides[1] >= max(rows, 1) * item:
+        return x, _TRANSPOSED, x.strides[1] // item
+    y = np.ascontiguousarray(x)
+    return y, _AS_STORED, max(columns, 1)
+
+
+@overload(_product)
+def _product_typed(blas, a, b, out):  # type: ignore[no-untyped-def]
+    if isinstance(blas, types.NoneType):
+        return lambda blas, a, b, out: np.dot(a, b, out)
+    which = 0 if _float32(out) else 1
+
+    def mkl(blas, a, b, out):  # type: ignore[no-untyped-def]
+        m, k, n = a.shape[0], a.shape[1], b.shape[1]
+        if m == 0 or n == 0:
+            return
+        if k == 0:
+            out[:] = 0
+            return
+        x, how_a, lead_a = _operand(a)
+        y, how_b, lead_b = _operand(b)
+        one, zero = _in_dtype_of(1.0, out), _in_dtype_of(0.0, out)
+        operands = (x.ctypes.data, lead_a, y.ctypes.data, lead_b)
+        result = (out.ctypes.data, out.strides[0] // out.itemsize)
+        blas[which](_ROW_MAJOR, how_a, how_b, m, n, k, one, *operands, zero, *result)
+
+    return mkl
+
+
 @compile_
 def _matrix(work, rows, columns):  # type: ignore[no-untyped-def]
     """The first rows·columns elements of a flat work array as a C-contiguous (rows, columns)
@@ -550,7 +596,7 @@ def _finish_rows(out, lse, n, first, acc, row_max, row_sum, unscale, sink):  # t
 
 
 @compile_
-def attend(arrays, groups, slices, rows, variant, skip, scale, unscale, blocks, out, lse):  # type: ignore[no-untyped-def]
+def attend(blas, arrays, groups, slices, rows, variant, skip, scale, unscale, blocks, out, lse):  # type: ignore[no-untyped-def]
     """The forward, out (N, L, Ev) and lse (N, L), of some slices and rows. For each slice
     n and each block of queries Q_i:
 
@@ -587,7 +633,7 @@ def attend(arrays, groups, slices, rows, variant, skip, scale, unscale, blocks, 
             for grid in range(keys_from - keys_from % block_k, keys_to, block_k):  # the blocks of keys met
                 start, end = max(grid, keys_from), min(grid + block_k, keys_to)
                 block = _matrix(scores_work, count, end - start)  # Z, then P, (l, keys)
-                np.dot(q, k[start:end].T, block)
+                _product(blas, q, k[start:end].T, block)
                 if _unmodified(modifiers, (first, stop), (start, end)):
                     online_softmax(block, row_max[:count], row_sum[:count], rescale[:count])
                 else:
@@ -595,7 +641,7 @@ def attend(arrays, groups, slices, rows, variant, skip, scale, unscale, blocks, 
                         row = block[i]
                         top = _modified_row_max(row, first + i, start, modifiers)
                         _online_softmax_row(row, i, top, row_max, row_sum, rescale)
-                np.dot(block, v[start:end], part)
+                _product(blas, block, v[start:end], part)
                 for i in range(count):
                     alpha = rescale[i]
                     for e in range(Ev):
@@ -614,7 +660,7 @@ def _backward_work(arrays, blocks):  # type: ignore[no-untyped-def]
 
 
 @compile_
-def _backward_block(arrays, n, head, rows, keys, variant, scale, work):  # type: ignore[no-untyped-def]
+def _backward_block(blas, arrays, n, head, rows, keys, variant, scale, work):  # type: ignore[no-untyped-def]
     """One block of the backward, queries ``rows`` and keys ``keys`` of slice n: from the
     products Z = scale·Q_i·K_jᵀ and dP = dO_i·V_jᵀ (BLAS), per row: Z modified as in the
     forward, P_ij = exp(Z_ij − lse_i), dZ_ij = P_ij·(dP_ij − δ_i) and, with a softcap,
@@ -628,8 +674,8 @@ def _backward_block(arrays, n, head, rows, keys, variant, scale, work):  # type:
     d_out[:] = grad_out[n, first:stop]
     scores, grad = _matrix(work[2], count, end - start), _matrix(work[3], count, end - start)  # Z → P, dP → dX
     derivative = work[4][: end - start]
-    np.dot(q, key[head, start:end].T, scores)
-    np.dot(d_out, value[head, start:end].T, grad)
+    _product(blas, q, key[head, start:end].T, scores)
+    _product(blas, d_out, value[head, start:end].T, grad)
     modifiers = _slice_modifiers(variant, n)
     split = low.shape[0] > 0  # the lse in two parts somewhere (else low is empty, (0, 0))
     if _unmodified(modifiers, rows, keys):
@@ -651,7 +697,7 @@ def _backward_block(arrays, n, head, rows, keys, variant, scale, work):  # type:
 
 
 @compile_
-def backward_keys(arrays, groups, slices, keys, with_queries, variant, skip, scale, blocks, grads):  # type: ignore[no-untyped-def]
+def backward_keys(blas, arrays, groups, slices, keys, with_queries, variant, skip, scale, blocks, grads):  # type: ignore[no-untyped-def]
     """dK_j and dV_j of the blocks of keys in ``keys``, over every block of queries that
     sees them (those that meet the band when skipping), into grads = (dQ (N, L, E),
     dK (N, S, E), dV (N, S, Ev)), one key and value head per query head:
@@ -685,14 +731,14 @@ def backward_keys(arrays, groups, slices, keys, with_queries, variant, skip, sca
             for first in range(queries_from - queries_from % block_q, queries_to, block_q):  # the blocks met
                 stop = min(first + block_q, L)
                 q, d_out, weights, grad = _backward_block(
-                    arrays, n, head, (first, stop), (start, end), variant, scale, work
+                    blas, arrays, n, head, (first, stop), (start, end), variant, scale, work
                 )
                 if with_queries:
                     step_q = _matrix(part_q, stop - first, E)
-                    np.dot(grad, key[head, start:end], step_q)
+                    _product(blas, grad, key[head, start:end], step_q)
                     _add(grad_q[n, first:stop], step_q)
-                np.dot(weights.T, d_out, step_v)
-                np.dot(grad.T, q, step_k)
+                _product(blas, weights.T, d_out, step_v)
+                _product(blas, grad.T, q, step_k)
                 _add(dv, step_v)
                 _add(dk, step_k)
             grad_k[n, start:end] = dk
@@ -702,7 +748,7 @@ def backward_keys(arrays, groups, slices, keys, with_queries, variant, skip, sca
 
 
 @compile_
-def backward_queries(arrays, groups, slices, rows, variant, skip, scale, blocks, grad_q):  # type: ignore[no-untyped-def]
+def backward_queries(blas, arrays, groups, slices, rows, variant, skip, scale, blocks, grad_q):  # type: ignore[no-untyped-def]
     """dQ_i = scale·Σ_j dX_ij·K_j of the query rows ``rows``, over the blocks of keys they
     see (those that meet the band when skipping, cut at its edges), into grad_q
     (N, L, E); arrays as ``backward_keys``'."""
@@ -720,8 +766,8 @@ def backward_queries(arrays, groups, slices, rows, variant, skip, scale, blocks,
             keys_from, keys_to = _band_keys(variant[0], skip, first, stop, S)
             for grid in range(keys_from - keys_from % block_k, keys_to, block_k):
                 start, end = max(grid, keys_from), min(grid + block_k, keys_to)
-                grad = _backward_block(arrays, n, head, (first, stop), (start, end), variant, scale, work)[3]
-                np.dot(grad, key[head, start:end], step)
+                grad = _backward_block(blas, arrays, n, head, (first, stop), (start, end), variant, scale, work)[3]
+                _product(blas, grad, key[head, start:end], step)
                 _add(dq, step)
             for i in range(stop - first):
                 for e in range(E):

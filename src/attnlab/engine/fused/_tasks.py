@@ -24,6 +24,7 @@ from .. import _tiled
 from .._problem import Problem
 from .._threads import thread_count
 from .._tiled import BackwardPass, ForwardPass, Task, blocks, kv_batch_shape
+from ._blas import products
 
 __all__ = ["CAUSAL_BLOCK_Q", "TASK_SCORES", "backward_tasks", "forward_tasks"]
 
@@ -121,7 +122,7 @@ def forward_tasks(fp: ForwardPass, threads: int | None) -> list[Task] | None:
     options = (_variant(pb), fp.skip, scale, unscale, (block_q, _tiled.BLOCK_K), fp.output, fp.lse)
     arrays = _stacked(pb, fp.value)
     return [
-        functools.partial(_attend, arrays, pb.groups, slices, rows, *options)
+        functools.partial(_attend, products().gemm, arrays, pb.groups, slices, rows, *options)
         for slices, rows in _forward_split(pb.slices, L, S, block_q, thread_count(threads))
     ]
 
@@ -139,8 +140,9 @@ def backward_tasks(bp: BackwardPass, threads: int | None) -> list[Task] | None:
     low = bp.lse_low if bp.lse_low.any() else np.zeros((0, 0), bp.lse_low.dtype)  # empty: 0 in every row
     arrays = (*_stacked(pb, bp.value), np.ascontiguousarray(bp.grad_output), bp.lse, bp.delta, low)  # V·2⁻ᵏ
     options = (_variant(pb), bp.skip, bp.scale[()], (_tiled.BLOCK_Q, _tiled.BLOCK_K))
-    keys = functools.partial(_backward_keys, arrays, pb.groups)
-    queries = functools.partial(_backward_queries, arrays, pb.groups)
+    blas = products().gemm
+    keys = functools.partial(_backward_keys, blas, arrays, pb.groups)
+    queries = functools.partial(_backward_queries, blas, arrays, pb.groups)
     grads = (bp.grad_query, bp.grad_key, bp.grad_value)
     if n >= _tiled.ONE_PASS_BACKWARD_FROM:  # several small slices to a task
         ranges = _slice_groups(n, L * S, thread_count(threads))
