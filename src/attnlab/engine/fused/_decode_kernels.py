@@ -33,7 +33,7 @@ from ._kernels import (
     compile_,
 )
 
-__all__ = ["GEMV_ROWS", "decode_units", "merge"]
+__all__ = ["WEIGHTED_ROWS", "decode_units", "merge"]
 
 
 @compile_
@@ -45,59 +45,64 @@ def _shifted(variant, n, shift):  # type: ignore[no-untyped-def]
 
 
 @compile_
-def _weighted_values(value, first, start, count, scores, acc):  # type: ignore[no-untyped-def]
-    """acc (M, Ev) ← scores (M, count) · (values start … start + count of the head whose
-    rows start at ``first``): four value rows at a time, each read once for every query
-    row, acc_e += ((p₀·v₀ₑ + p₁·v₁ₑ) + p₂·v₂ₑ) + p₃·v₃ₑ, two query rows at a time."""
-    rows, width = acc.shape[0], acc.shape[1]
-    for r in range(rows):
-        for e in range(width):
-            acc[r, e] = 0
+def _weighted_values(values, scores, acc):  # type: ignore[no-untyped-def]
+    """acc (M, Ev) ← scores (M, count)·values (count, Ev) for M <= 4: four value rows at a
+    time, each read once for all the query rows, acc_re += ((p₀·v₀ₑ + p₁·v₁ₑ) + p₂·v₂ₑ) + p₃·v₃ₑ
+    (a row past M reads row M − 1 again and is not written)."""
+    rows, width, count = acc.shape[0], acc.shape[1], values.shape[0]
+    last = rows - 1
+    a0, a1, a2, a3 = acc[0], acc[min(1, last)], acc[min(2, last)], acc[min(3, last)]
+    s0, s1, s2, s3 = scores[0], scores[min(1, last)], scores[min(2, last)], scores[min(3, last)]
+    sums = np.zeros((4, width), acc.dtype)
+    t0, t1, t2, t3 = sums[0], sums[1], sums[2], sums[3]
     quads = count - count % 4
     for j in range(0, quads, 4):
-        at = first + (start + j) * width
-        v0, v1 = value[at : at + width], value[at + width : at + 2 * width]
-        v2, v3 = value[at + 2 * width : at + 3 * width], value[at + 3 * width : at + 4 * width]
-        for r in range(0, rows - 1, 2):
-            p0, p1, p2, p3 = scores[r, j], scores[r, j + 1], scores[r, j + 2], scores[r, j + 3]
-            w0, w1, w2, w3 = scores[r + 1, j], scores[r + 1, j + 1], scores[r + 1, j + 2], scores[r + 1, j + 3]
-            out, other = acc[r], acc[r + 1]
-            for e in range(width):
-                a, b, c, d = v0[e], v1[e], v2[e], v3[e]
-                out[e] += p0 * a + p1 * b + p2 * c + p3 * d
-                other[e] += w0 * a + w1 * b + w2 * c + w3 * d
-        if rows % 2:
-            r = rows - 1
-            p0, p1, p2, p3 = scores[r, j], scores[r, j + 1], scores[r, j + 2], scores[r, j + 3]
-            out = acc[r]
-            for e in range(width):
-                out[e] += p0 * v0[e] + p1 * v1[e] + p2 * v2[e] + p3 * v3[e]
+        v0, v1, v2, v3 = values[j], values[j + 1], values[j + 2], values[j + 3]
+        p = (s0[j], s0[j + 1], s0[j + 2], s0[j + 3])
+        q = (s1[j], s1[j + 1], s1[j + 2], s1[j + 3])
+        r = (s2[j], s2[j + 1], s2[j + 2], s2[j + 3])
+        w = (s3[j], s3[j + 1], s3[j + 2], s3[j + 3])
+        for e in range(width):
+            a, b, c, d = v0[e], v1[e], v2[e], v3[e]
+            t0[e] += p[0] * a + p[1] * b + p[2] * c + p[3] * d
+            t1[e] += q[0] * a + q[1] * b + q[2] * c + q[3] * d
+            t2[e] += r[0] * a + r[1] * b + r[2] * c + r[3] * d
+            t3[e] += w[0] * a + w[1] * b + w[2] * c + w[3] * d
     for j in range(quads, count):
-        at = first + (start + j) * width
-        v = value[at : at + width]
-        for r in range(rows):
-            p = scores[r, j]
-            out = acc[r]
-            for e in range(width):
-                out[e] += p * v[e]
+        v = values[j]
+        for e in range(width):
+            t0[e] += s0[j] * v[e]
+            t1[e] += s1[j] * v[e]
+            t2[e] += s2[j] * v[e]
+            t3[e] += s3[j] * v[e]
+    a0[:] = t0
+    if rows > 1:
+        a1[:] = t1
+    if rows > 2:
+        a2[:] = t2
+    if rows > 3:
+        a3[:] = t3
 
 
-# Up to this many rows per key/value head, each row's products are GEMVs of its own: the
-# first reads the unit's keys (or values) from memory, the others from L2. Measured on one
-# core, 8 heads of 8192 keys, E = 128: 4 rows 6.2 ms against 7.8 for BLAS's (2048 × 128)·
-# (128 × 4) and ``_weighted_values``; 8 rows 10.5 against 9.1.
-GEMV_ROWS = 4
+# How a unit's products run, by its number of query rows M. Measured on one core of an Intel
+# Xeon, 8 heads of 32,768 keys, E = 128, from memory, the whole decode (a GEMV over as many
+# bytes: 15.2–16.7 ms): one row by SciPy's GEMVs, 15.4–16.6 ms; the scores of more by one of
+# SciPy's GEMMs (a GEMV per row reads the unit again from L2 for each; MKL's GEMM is slower on
+# these thin shapes: 35.4 against 25.9 ms for M = 4), their weighted values by
+# ``_weighted_values``, four rows at a time: M = 2 and 4 in 20.3–20.5 and 25.8–26.5 ms, where
+# a GEMV per row took 24.5–25.4 and 29.1–30.4 ms. For M = 8 (two passes, the second from L2)
+# 36.2–37.0 ms, where a kernel of two rows at a time over all M in one pass took 32.0–34.1.
+WEIGHTED_ROWS = 4
 
 
 @compile_
 def _scores(queries, keys, head, scores, transposed):  # type: ignore[no-untyped-def]
-    """scores (M, count) ← K_u·q_r for each row r of the head's queries: GEMVs of
-    queries[0][head] (M, E) for M <= GEMV_ROWS, else one product with queries[1][head]
-    (E, M) into ``transposed`` (count, M), copied."""
+    """scores (M, count) ← K_u·q_r for each row r of the head's queries: a GEMV of
+    queries[0][head] (1, E) for M = 1, else one product with queries[1][head] (E, M) into
+    ``transposed`` (count, M), copied."""
     rows = scores.shape[0]
-    if rows <= GEMV_ROWS:
-        for r in range(rows):
-            np.dot(keys, queries[0][head, r], scores[r])  # GEMV
+    if rows == 1:
+        np.dot(keys, queries[0][head, 0], scores[0])  # GEMV
         return
     np.dot(keys, queries[1][head], transposed)
     for r in range(rows):
@@ -109,8 +114,8 @@ def _scores(queries, keys, head, scores, transposed):  # type: ignore[no-untyped
 def _unit(queries, cache, u, units, shifts, variant, groups, length, modified, work, partials):  # type: ignore[no-untyped-def]
     """Unit u's partial softmax (m, l, acc of each of its rows) into ``partials``: the
     scores K_u·q (``_scores``), then, per row in cache, the variants, the row maximum m,
-    exp(Z − m) and l, then Σ P·V, GEMVs for M <= GEMV_ROWS, else ``_weighted_values``
-    (BLAS's small products are slower there: 3.5 against 1.6 ms for M = 4)."""
+    exp(Z − m) and l, then Σ P·V (a GEMV for one row, else ``_weighted_values`` on
+    WEIGHTED_ROWS rows at a time)."""
     key, key_heads, value, value_heads = cache
     part_max, part_sum, part_acc = partials
     head, start, stop = units[u, 0], units[u, 1], units[u, 2]
@@ -134,11 +139,11 @@ def _unit(queries, cache, u, units, shifts, variant, groups, length, modified, w
             row[j] = _exp(row[j] - shift, row)
         part_max[u, r] = top
         part_sum[u, r] = _row_sum(row)
-    if rows <= GEMV_ROWS:
-        for r in range(rows):
-            np.dot(scores[r], values, part_acc[u, r])  # GEMV
+    if rows == 1:
+        np.dot(scores[0], values, part_acc[u, 0])  # GEMV
     else:
-        _weighted_values(value, at, start, count, scores, part_acc[u])
+        for r in range(0, rows, WEIGHTED_ROWS):
+            _weighted_values(values, scores[r : r + WEIGHTED_ROWS], part_acc[u, r : r + WEIGHTED_ROWS])
 
 
 @compile_
