@@ -74,7 +74,9 @@ def test_the_fused_engine_holds_every_blas_to_one_thread_and_restores_it(monkeyp
     """Its compiled tasks call SciPy's BLAS (through numba's np.dot), NumPy's products call
     NumPy's: both are held to one thread inside the call, and both are as found after it."""
     from attnlab.engine.fused import _kernels as _fused_kernels
+    from attnlab.engine.fused._blas import products
 
+    products()  # MKL, where it is installed, loads at the first product: list it before the call too
     libraries = {info["filepath"] for info in threadpool_info() if info["user_api"] == "blas"}
     assert len(libraries) >= 2  # NumPy's OpenBLAS and SciPy's
     before = blas_threads()
