@@ -408,8 +408,8 @@ def backward(
         per_slice = -(sink_weight * delta).sum(axis=-1)  # (B…)
         grad_sinks = per_slice.reshape(pb.slices // max(pb.heads, 1), pb.heads).sum(axis=0)  # (H,); (1,) for 2-D
     result = pb.result_dtype
-    grad_query, grad_key, grad_value = (
-        sum_to_shape(grad, x.shape).astype(result, copy=False)
+    grad_query, grad_key, grad_value = (  # the engine's own arrays: summed (a copy) only where broadcast
+        (grad if grad.shape == x.shape else sum_to_shape(grad, x.shape)).astype(result, copy=False)
         for grad, x in zip((grad_query, grad_key, grad_value), (pb.query, pb.key, pb.value), strict=True)
     )
     return Gradients(

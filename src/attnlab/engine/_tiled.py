@@ -235,9 +235,18 @@ def _value_exponent(value: Array, length: int) -> tuple[int, bool]:
     return (max(0, int(np.ceil(np.log2(largest / headroom)))) if largest > headroom else 0), finite
 
 
+def _sums_finitely(x: Array) -> bool:
+    """Whether x's sum is finite, in one pass without a temporary: then every element is (a
+    NaN or an infinity makes the sum so); a sum that overflows says False for finite
+    elements, and the backward then only skips fewer blocks."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        return math.isfinite(float(np.sum(x)))
+
+
 def _largest_finite(x: Array) -> float:
-    """max |x| over the finite elements (0 for none), in one pass where all are finite."""
-    largest = float(np.max(np.abs(x), initial=0.0))  # NaN or ∞ if any is
+    """max |x| over the finite elements (0 for none): from x's least and greatest elements,
+    two passes without a temporary, where all are finite."""
+    largest = max(-float(x.min(initial=0.0)), float(x.max(initial=0.0)))  # NaN or ∞ if any is
     return largest if math.isfinite(largest) else float(np.max(np.abs(x), initial=0.0, where=np.isfinite(x)))
 
 
@@ -535,7 +544,7 @@ def backward(
     grad_output = np.broadcast_to(grad_output, pb.output_shape).reshape(n, L, Ev)  # dO, (B·H, L, Ev)
     lse = np.where(np.isneginf(saved.lse), np.inf, saved.lse).reshape(n, L)  # fully masked rows: P = 0, (B·H, L)
     # as in the forward: skip blocks with no key allowed only when they could add no NaN
-    finite = all(np.isfinite(x).all() for x in (pb.query, pb.key, pb.value, grad_output, saved.delta))
+    finite = all(_sums_finitely(x) for x in (pb.query, pb.key, pb.value, grad_output, saved.delta))
     exponent = _gradient_exponent(pb.value, grad_output)
     value = np.ldexp(pb.value, -exponent) if exponent else pb.value  # V·2⁻ᵏ, (B…, S, Ev)
     with np.errstate(all="ignore"):
