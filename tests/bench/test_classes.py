@@ -21,12 +21,18 @@ def test_each_row_gives_its_rate_against_the_limit_of_its_rounds(monkeypatch):
     monkeypatch.setattr(
         _classes,
         "CASES",
-        (Shape((1, 2), 16, 16, 4, name="tiny"), Shape((2, 2), 1, 40, 8, key_lengths=(17, 40), name="tiny decode")),
+        (
+            Shape((1, 2), 16, 16, 4, name="tiny"),
+            Shape((2, 2), 1, 40, 8, key_lengths=(17, 40), name="tiny decode"),
+            Shape((1, 2), 16, 16, 4, dtype="float64", name="tiny float64"),
+        ),
     )
-    monkeypatch.setattr(_classes, "gemm_run", lambda: (lambda: None, 1e6))
+    gemms: list[str] = []  # the dtypes whose GEMM was asked for: a float64 row's limit is a DGEMM
+    monkeypatch.setattr(_classes, "gemm_run", lambda dtype: (gemms.append(dtype), (lambda: None, 1e6))[1])
     monkeypatch.setattr(_classes, "read_run", lambda megabytes: (lambda: None, megabytes * 2**20))
     rows = _classes.shape_classes(repeat=1, every_engine=False)
-    assert [r["case"] for r in rows] == ["tiny", "tiny decode"]
+    assert [r["case"] for r in rows] == ["tiny", "tiny decode", "tiny float64"]
+    assert sorted(gemms) == ["float32", "float64"]
     assert "flops" in rows[0] and "bytes" in rows[1] and all(r["limit_rate"] > 0 for r in rows)
     assert "limit" not in rows[0]["ms"]
     table = _classes.format_classes(rows)

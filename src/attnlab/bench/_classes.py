@@ -48,7 +48,7 @@ def chosen_engine(shape: Shape) -> str:
 def shape_classes(repeat: int, every_engine: bool = True) -> list[dict[str, Any]]:
     """Each of CASES timed side by side: attnlab's choice (and each blocked engine when
     ``every_engine``) against torch, ms, best of ``repeat`` in turns, with the machine's
-    limit taking its turn in the same rounds (the SGEMM of ``gemm_run``, or for a decode
+    limit taking its turn in the same rounds (the GEMM of ``gemm_run`` in the row's dtype, or for a decode
     row the GEMV of ``read_run`` over as many bytes as it reads), so that a slow spell of
     the shared machine falls on the limit too; one row {case, chosen, ms, the work: flops (forward rows) or bytes of the
     cache read (decode rows), limit_rate: the limit's GFLOP/s or GB/s} per case.
@@ -57,11 +57,12 @@ def shape_classes(repeat: int, every_engine: bool = True) -> list[dict[str, Any]
     engines: list[Engine | None] = [None]
     if every_engine:
         engines += [e for e in available_engines() if e != "naive"]
-    gemm, gemm_flops = gemm_run()
+    gemms = {dtype: gemm_run(dtype=dtype) for dtype in sorted({case.dtype for case in CASES})}
     rows = []
     for case in CASES:
-        # a decode's limit: a GEMV over as many bytes as its keys and values, settled as it is
-        limit, work = read_run(case.cache_bytes / 2**20) if case.decoding else (gemm, gemm_flops)
+        # a decode's limit: a GEMV over as many bytes as its keys and values, settled as it is;
+        # a forward's or backward's: the GEMM of its dtype
+        limit, work = read_run(case.cache_bytes / 2**20) if case.decoding else gemms[case.dtype]
         runs = timed_runs(case, engines) | {"limit": limit}
         ms = best_times(runs, repeat, settle=True, pause=PAUSE_SECONDS, milliseconds=True)
         limit_rate = work / ms.pop("limit") / 1e6
@@ -80,7 +81,7 @@ def shape_classes(repeat: int, every_engine: bool = True) -> list[dict[str, Any]
 def _rate(row: dict[str, Any]) -> tuple[str, str, str]:
     """attnlab's rate on ``row``, the machine's limit measured in the same rounds and the
     fraction: GB/s of the cache read against the GEMV's (decode rows), else GFLOP/s of
-    the products against the SGEMM's."""
+    the products against the GEMM's of its dtype."""
     ms = row["ms"]["attnlab"]
     work, unit = (row["bytes"], "GB/s") if "bytes" in row else (row.get("flops", 0.0), "GFLOP/s")
     rate, limit = work / ms / 1e6, row.get("limit_rate")
@@ -91,8 +92,9 @@ def _rate(row: dict[str, Any]) -> tuple[str, str, str]:
 
 def format_classes(rows: list[dict[str, Any]]) -> str:
     """Markdown: ms per implementation, torch ÷ attnlab (above 1: attnlab is faster),
-    attnlab's rate, the machine's limit measured in the same rounds (the SGEMM's GFLOP/s
-    for forward and backward rows, the GEMV's read GB/s for decode rows) and the fraction.
+    attnlab's rate, the machine's limit measured in the same rounds (the GFLOP/s of a GEMM
+    in the row's dtype for forward and backward rows, the GEMV's read GB/s for decode rows)
+    and the fraction.
 
     Args:
         rows: :func:`shape_classes`'s rows.

@@ -29,9 +29,10 @@ FORCING_VARIABLES = (
 )
 
 
-def gemm_run(n: int = 2048) -> tuple[Callable[[], object], float]:
-    """(a float32 (n, n) @ (n, n) product on all cores, its 2·n³ floating-point operations)."""
-    a = np.random.default_rng(0).standard_normal((n, n), dtype=np.float32)
+def gemm_run(n: int = 2048, dtype: str = "float32") -> tuple[Callable[[], object], float]:
+    """(an (n, n) @ (n, n) product of ``dtype`` on all cores: NumPy's SGEMM or DGEMM, its
+    2·n³ floating-point operations)."""
+    a = np.random.default_rng(0).standard_normal((n, n)).astype(dtype)
     return (lambda: a @ a), 2.0 * n**3
 
 

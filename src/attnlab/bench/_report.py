@@ -47,8 +47,9 @@ def main(quick: bool = False, json_path: str | None = None, repeat: int | None =
         f"memory read (GEMV over 512 MB, all cores): {bandwidth:.1f} GB/s",
         "",
         "Shape classes, side by side with torch (float32 unless named; engine: what engine=None picks; "
-        "the rate: GFLOP/s of the products, decode rows GB/s of K and V read; the limit: the 2048² SGEMM's "
-        "GFLOP/s, decode rows a GEMV's GB/s over as many bytes, timed in the same rounds as the row):",
+        "the rate: GFLOP/s of the products, decode rows GB/s of K and V read; the limit: a 2048² GEMM's "
+        "GFLOP/s in the row's dtype, decode rows a GEMV's GB/s over as many bytes, timed in the same rounds "
+        "as the row):",
         "",
         format_classes(classes),
     ]
