@@ -93,3 +93,21 @@ def test_the_fused_engine_holds_every_blas_to_one_thread_and_restores_it(monkeyp
     al.attention(q, k, v, engine="fused", num_threads=2)
     assert seen and all(threads == [1] * len(before) for threads in seen)
     assert blas_threads() == before
+
+
+def test_a_failing_task_is_raised_after_the_others_ran_and_the_pool_still_works():
+    ran: list[int] = []
+
+    def task(i: int) -> None:
+        if i == 3:
+            raise RuntimeError("task 3")
+        ran.append(i)
+
+    tasks = [lambda i=i: task(i) for i in range(12)]
+    with pytest.raises(RuntimeError, match="task 3"):
+        _threads.run(tasks, 2)
+    assert sorted(ran) == [i for i in range(12) if i != 3]
+    ran.clear()
+    _threads.run(tasks[4:], 2)
+    assert sorted(ran) == list(range(4, 12))
+    assert _threads._state.blas_users == 0
