@@ -100,3 +100,53 @@ def test_mkl_asked_for_but_not_installed_names_the_extra(choose, monkeypatch):
 @pytest.mark.skipif(platform.machine() != "x86_64" or sys.platform != "linux", reason="mkl's wheels: x86-64")
 def test_the_test_extra_brings_mkl_so_that_its_path_is_tested():
     assert HAS_MKL, "pip install -e '.[test]' installs the mkl package on x86-64 Linux"
+
+
+_STRIDED_PRODUCT = """
+import numba, numpy as np
+from attnlab.engine.fused import _blas, _kernels
+
+@numba.njit
+def product(blas, a, b, out):
+    _kernels._product(blas, a, b, out)
+
+rng = np.random.default_rng(0)
+a = rng.standard_normal((2000, 1200)).astype(np.float32)[:, ::2]  # (2000, 600): no unit stride, so copied
+b = rng.standard_normal((600, 300)).astype(np.float32)
+want = a.astype(np.float64) @ b
+for _ in range(2):
+    out = np.empty((2000, 300), np.float32)
+    product(_blas.products().gemm, a, b, out)
+    print(float(np.abs(out - want).max() / np.abs(want).max()))
+"""
+
+
+@pytest.mark.skipif(not HAS_MKL, reason="the mkl package is not installed")
+def test_an_operand_without_a_unit_stride_is_copied_and_kept_until_mkl_has_read_it():
+    import os
+    import subprocess
+
+    # glibc fills freed memory with MALLOC_PERTURB_'s byte: a copy freed before MKL reads it gives garbage
+    env = {**os.environ, "MALLOC_PERTURB_": "165", "ATTNLAB_BLAS": "mkl"}
+    run = subprocess.run([sys.executable, "-c", _STRIDED_PRODUCT], capture_output=True, text=True, env=env, timeout=600)
+    assert run.returncode == 0, run.stderr
+    errors = [float(line) for line in run.stdout.split()]
+    assert len(errors) == 2 and max(errors) < 1e-5
+
+
+_FOREIGN_MKL = """
+import ctypes
+from attnlab.engine.fused import _blas
+other = ctypes.CDLL(_blas._mkl_library())  # another library of the process loads MKL first
+before = other.MKL_Get_Max_Threads()  # the machine's cores, where the sequential layer would say 1
+print(_blas.products().gemm is None, other.MKL_Get_Max_Threads() == before)
+"""
+
+
+@pytest.mark.skipif(not HAS_MKL or sys.platform != "linux", reason="the mkl package on Linux")
+def test_an_mkl_another_library_loaded_first_is_left_alone():
+    import subprocess
+
+    run = subprocess.run([sys.executable, "-c", _FOREIGN_MKL], capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.split() == ["True", "True"]  # auto falls back to SciPy's BLAS, the layer untouched

@@ -95,19 +95,27 @@ def test_the_fused_engine_holds_every_blas_to_one_thread_and_restores_it(monkeyp
     assert blas_threads() == before
 
 
-def test_a_failing_task_is_raised_after_the_others_ran_and_the_pool_still_works():
-    ran: list[int] = []
+@pytest.mark.parametrize("threads", [2, 3])
+@pytest.mark.parametrize("error", [RuntimeError, KeyboardInterrupt])
+def test_a_failing_task_stops_the_others_and_is_raised_once_none_runs(threads, error):
+    import time
+
+    started: list[int] = []
+    ended: list[int] = []
 
     def task(i: int) -> None:
-        if i == 3:
-            raise RuntimeError("task 3")
-        ran.append(i)
+        started.append(i)
+        if i == 2:
+            raise error(f"task {i}")
+        time.sleep(0.02)
+        ended.append(i)
 
-    tasks = [lambda i=i: task(i) for i in range(12)]
-    with pytest.raises(RuntimeError, match="task 3"):
-        _threads.run(tasks, 2)
-    assert sorted(ran) == [i for i in range(12) if i != 3]
-    ran.clear()
-    _threads.run(tasks[4:], 2)
-    assert sorted(ran) == list(range(4, 12))
+    tasks = [lambda i=i: task(i) for i in range(60)]
+    with pytest.raises(error, match="task 2"):
+        _threads.run(tasks, threads)
+    assert sorted(ended) == sorted(i for i in started if i != 2)  # nothing still running
+    assert len(started) < 30  # the others stopped taking tasks (60 × 20 ms on 2–3 threads: 0.4–0.6 s)
+    ran: list[int] = []
+    _threads.run([lambda i=i: ran.append(i) for i in range(8)], threads)  # the pool still works
+    assert sorted(ran) == list(range(8))
     assert _threads._state.blas_users == 0

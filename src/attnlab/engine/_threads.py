@@ -18,7 +18,7 @@ import functools
 import os
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from typing import Any
 
 import numpy as np
@@ -117,15 +117,36 @@ def _call(task: Callable[[], None]) -> None:
         task()
 
 
-def _drain(tasks: Iterator[Callable[[], None]]) -> None:
-    """Run the next task of ``tasks``, an iterator the pool's threads share, until none is left."""
-    for task in tasks:
-        _call(task)
+class _Shared:
+    """The tasks of one call, taken one at a time by every thread that works on it
+    (``next`` on a list's iterator is one step under the GIL); after ``stop`` none is given."""
+
+    def __init__(self, tasks: Sequence[Callable[[], None]]) -> None:
+        self._tasks = iter(tasks)
+        self._stopped = False
+
+    def stop(self) -> None:
+        self._stopped = True
+
+    def drain(self) -> None:
+        """Run the next task until none is left; on an error (or Ctrl-C), stop every thread's
+        taking of tasks, and raise it."""
+        try:
+            while not self._stopped:
+                task = next(self._tasks, None)
+                if task is None:
+                    return
+                _call(task)
+        except BaseException:
+            self.stop()
+            raise
 
 
 def run(tasks: Sequence[Callable[[], None]], threads: int | None) -> None:
     """Run every task, in order of submission (give them largest first), on the calling
     thread and threads − 1 of the pool's. Which thread runs a task never changes its bits.
+    A task's error (or Ctrl-C) stops the others from starting, and is raised once the
+    tasks already running have ended.
 
     Each thread takes the next task from one shared iterator (``next`` on a list's iterator
     is one step under the GIL) until none is left: a future per thread, not per task, whose
@@ -134,10 +155,11 @@ def run(tasks: Sequence[Callable[[], None]], threads: int | None) -> None:
     virtual machine's halted core) delays nothing but its own share."""
     threads = min(thread_count(threads), len(tasks))
     with _blas_single_threaded():
-        shared = iter(tasks)
-        helpers = [_pool(threads - 1).submit(_drain, shared) for _ in range(threads - 1)]
+        shared = _Shared(tasks)
+        helpers = [_pool(threads - 1).submit(shared.drain) for _ in range(threads - 1)]
         try:
-            _drain(shared)
-        finally:  # the helpers finish what is left (even after the caller's error) before anything is raised
-            for helper in helpers:
-                helper.result()
+            shared.drain()
+        finally:  # an error stopped every thread's taking of tasks: wait for the tasks still running
+            wait(helpers)
+        for helper in helpers:  # the caller's error was raised above; else the first helper's
+            helper.result()

@@ -7,11 +7,12 @@ the forward's work, and on one core MKL runs them at 170–200 GFLOP/s where Sci
 OpenBLAS runs them at 150–170 (measured on an Intel Xeon with AVX-512; docs/benchmarks.md).
 
 ``ATTNLAB_BLAS`` chooses: ``auto`` (the default: MKL where it loads), ``mkl`` (MKL or an
-error naming the extra) or ``scipy``. The choice is made once per process, at the first
-product. MKL is loaded through its single dynamic library, ``libmkl_rt``, on its
-sequential threading layer (the engine's own threads share the work, as they do with
-SciPy's BLAS); where MKL was already started with another layer in this process (a NumPy
-built on MKL), ``auto`` falls back to SciPy's BLAS rather than change that layer.
+error naming the extra) or ``scipy``. The choice is made once per process, when the fused
+engine first builds its compiled tasks (the decode path's products are always SciPy's:
+``_decode_kernels``). MKL is loaded through its single dynamic library, ``libmkl_rt``, on
+its sequential threading layer (the engine's own threads share the work, as they do with
+SciPy's BLAS); where another library of the process loaded it first (a NumPy built on
+MKL), ``auto`` falls back to SciPy's BLAS rather than change that library's layer.
 """
 
 from __future__ import annotations
@@ -65,15 +66,36 @@ def _mkl_library() -> str | None:
     return None
 
 
+def _loaded_already(path: str) -> bool:
+    """Whether the library at ``path`` is in this process already (dlopen's RTLD_NOLOAD;
+    False where the platform has no such flag)."""
+    if not hasattr(os, "RTLD_NOLOAD"):
+        return False
+    try:
+        ctypes.CDLL(path, mode=os.RTLD_NOLOAD)
+    except OSError:
+        return False
+    return True
+
+
+_loaded_here: dict[str, ctypes.CDLL] = {}  # the libmkl_rt this module loaded, by path
+
+
 def _load_mkl() -> tuple[Blas | None, str]:
-    """(MKL's products, "") where it loads on its sequential layer, else (None, why not)."""
+    """(MKL's products, "") where it loads on its sequential layer with 32-bit integers,
+    else (None, why not). A libmkl_rt that another library of the process loaded first is
+    left alone: its threading layer is that library's to choose."""
     path = _mkl_library()
     if path is None:
         return None, "the mkl package is not installed: pip install 'attnlab[mkl]'"
+    if path not in _loaded_here and _loaded_already(path):
+        return None, f"{path} was loaded by another library of this process, whose threading layer attnlab leaves alone"
     try:
-        mkl = ctypes.CDLL(path)
+        if path not in _loaded_here:
+            _loaded_here[path] = ctypes.CDLL(path)
+        mkl = _loaded_here[path]
         layer = mkl.MKL_Set_Threading_Layer(_SEQUENTIAL)
-        mkl.MKL_Set_Interface_Layer(_LP64)
+        interface = mkl.MKL_Set_Interface_Layer(_LP64)
         gemm = (
             _gemm_type(ctypes.c_float)(("cblas_sgemm", mkl)),
             _gemm_type(ctypes.c_double)(("cblas_dgemm", mkl)),
@@ -82,8 +104,8 @@ def _load_mkl() -> tuple[Blas | None, str]:
         mkl.mkl_get_version_string(version, len(version))
     except (OSError, AttributeError) as error:  # a broken install: no library, or a symbol missing
         return None, f"MKL did not load from {path}: {error}"
-    if layer != _SEQUENTIAL:
-        return None, "MKL was already started in this process on another threading layer"
+    if layer != _SEQUENTIAL or interface != _LP64:
+        return None, "MKL was already started in this process on another threading or interface layer"
     number = re.search(r"Version ([0-9.]+)", version.value.decode(errors="replace"))
     return Blas(f"Intel MKL {number.group(1) if number else ''}".strip() + " (sequential)", gemm), ""
 

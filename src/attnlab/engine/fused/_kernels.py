@@ -394,16 +394,17 @@ def _product_typed(blas, a, b, out):  # type: ignore[no-untyped-def]
     def mkl(blas, a, b, out):  # type: ignore[no-untyped-def]
         m, k, n = a.shape[0], a.shape[1], b.shape[1]
         if m == 0 or n == 0:
-            return
+            return 0
         if k == 0:
             out[:] = 0
-            return
+            return 0
         x, how_a, lead_a = _operand(a)
         y, how_b, lead_b = _operand(b)
         one, zero = _in_dtype_of(1.0, out), _in_dtype_of(0.0, out)
         operands = (x.ctypes.data, lead_a, y.ctypes.data, lead_b)
         result = (out.ctypes.data, out.strides[0] // out.itemsize)
         blas[which](_ROW_MAJOR, how_a, how_b, m, n, k, one, *operands, zero, *result)
+        return x.size + y.size  # x and y used after the call: numba frees a copy of a or b only then
 
     return mkl
 
