@@ -126,5 +126,5 @@ def products() -> Blas:
     if mkl is not None:
         return mkl
     if choice == "mkl":
-        raise fail(BLAS_ENV, "mkl to be usable", f"mkl, but {why}")
+        raise fail(BLAS_ENV, "an MKL that loads (or auto, scipy)", f"mkl: {why}")
     return scipy
