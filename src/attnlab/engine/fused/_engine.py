@@ -14,8 +14,9 @@ products still by BLAS. ``KERNELS`` gives ``_tiled`` two layers of kernels:
 - Whole tasks, for attention with no attention mask, no mask function and no dropout
   (``Problem.plain``), whatever its window, causal rule (either alignment), softcap, ALiBi
   and sinks: the forward of some slices and rows, the backward over blocks of keys and
-  over blocks of queries, each one compiled call with its products through numba's np.dot
-  (SciPy's BLAS) and no Python between blocks (``_kernels.attend``, ``backward_keys``,
+  over blocks of queries, each one compiled call with its products by BLAS (Intel MKL's
+  where the mkl package is installed, else SciPy's through numba's np.dot: ``_blas``) and
+  no Python between blocks (``_kernels.attend``, ``backward_keys``,
   ``backward_queries``), scheduled by :mod:`._tasks`. They skip the blocks of keys outside
   the band of the window and the causal rule as ``_tiled`` does, and modify each row of a
   block's scores in cache, in ``_masks.modify_scores_``'s order: Z ← c·tanh(Z·(1/c)) −

@@ -573,8 +573,8 @@ def _band_queries(band, skip, start, end, queries):  # type: ignore[no-untyped-d
 #     ((lowest, highest): the band of allowed j − i, ints;  offset, the diagonal's;
 #      (softcapped, c, 1/c);  (with ALiBi, slopes (N,));  (with sinks, sink logits (N,)))
 #
-# (a variant that is off has zeros in its place). numba's np.dot calls BLAS, and nothing
-# here holds the GIL.
+# (a variant that is off has zeros in its place). ``blas`` is ``_blas.products().gemm``:
+# the products are ``_product``'s (MKL's or SciPy's BLAS), and nothing here holds the GIL.
 
 
 @compile_
