@@ -12,6 +12,7 @@ Examples::
   attnlab bench --variants   # sliding window, softcap and sinks only
   attnlab bench --hf         # attnlab as transformers' attention backend, against sdpa and eager
   env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE attnlab bench   # let OpenBLAS pick its fastest kernels
+  ATTNLAB_BLAS=scipy attnlab bench --quick   # the fused engine's products by SciPy's BLAS, not MKL
   OPENBLAS_CORETYPE=Haswell NPY_DISABLE_CPU_FEATURES='X86_V4 AVX512_ICL AVX512_SPR' \
   NUMBA_CPU_NAME=haswell NUMBA_CPU_FEATURES=+avx2,+fma ATEN_CPU_CAPABILITY=avx2 \
   MKL_ENABLE_INSTRUCTIONS=AVX2 ONEDNN_MAX_CPU_ISA=AVX2 attnlab bench   # AVX2 kernels only
