@@ -3,8 +3,8 @@
 else numba's ``np.dot``, which calls SciPy's BLAS (OpenBLAS in SciPy's wheels).
 
 Why: a block's products, (512 × 64)·(64 × 512) and (512 × 512)·(512 × 64), are most of
-the forward's work, and on one core MKL runs them at 170–200 GFLOP/s where SciPy's
-OpenBLAS runs them at 150–170 (measured on an Intel Xeon with AVX-512; docs/benchmarks.md).
+the forward's work, and on one core of an Intel Xeon with AVX-512 MKL runs them at 170–200
+GFLOP/s where OpenBLAS's SkylakeX kernels run them at 150–170 (docs/benchmarks.md).
 
 ``ATTNLAB_BLAS`` chooses: ``auto`` (the default: MKL where it loads), ``mkl`` (MKL or an
 error naming the extra) or ``scipy``. The choice is made once per process, when the fused
