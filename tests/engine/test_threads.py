@@ -119,3 +119,45 @@ def test_a_failing_task_stops_the_others_and_is_raised_once_none_runs(threads, e
     _threads.run([lambda i=i: ran.append(i) for i in range(8)], threads)  # the pool still works
     assert sorted(ran) == list(range(8))
     assert _threads._state.blas_users == 0
+
+
+def _finishes(work, seconds: float = 120.0) -> bool:
+    """Whether ``work()`` returns within ``seconds`` (in a daemon thread, so that a hang fails the test)."""
+    done = threading.Event()
+
+    def call() -> None:
+        work()
+        done.set()
+
+    threading.Thread(target=call, daemon=True).start()
+    return done.wait(timeout=seconds)
+
+
+def test_a_call_does_not_wait_for_a_pool_thread_busy_elsewhere():
+    release = threading.Event()
+    blocker = _threads._pool(1).submit(release.wait)  # the one thread of the pool a two-thread call uses
+    ran: list[int] = []
+    try:
+        assert _finishes(lambda: _threads.run([lambda i=i: ran.append(i) for i in range(6)], 2))
+    finally:
+        release.set()
+        blocker.result()
+    assert sorted(ran) == list(range(6))  # the caller ran them all itself
+
+
+@pytest.mark.parametrize("threads", [2, 3])
+def test_attention_inside_a_mask_function_with_the_same_threads_finishes(threads):
+    rng = np.random.default_rng(0)
+    q, k, v = (rng.standard_normal((4, 300, 16)) for _ in range(3))
+    inner = al.attention(q, k, v, engine="naive").output
+
+    def mask_mod(batch, head, q_idx, kv_idx):
+        # a mask function that itself calls attnlab on the same pool, from inside one of its tasks
+        np.testing.assert_allclose(al.attention(q, k, v, engine="tiled", num_threads=threads).output, inner)
+        return q_idx >= kv_idx
+
+    results = []
+    options = dict(engine="tiled", num_threads=threads, mask_mod=mask_mod)
+    assert _finishes(lambda: results.append(al.attention(q, k, v, **options)))
+    expected = al.attention(q, k, v, engine="naive", is_causal=True).output
+    np.testing.assert_allclose(results[0].output, expected, rtol=1e-12, atol=1e-12)

@@ -146,7 +146,9 @@ def run(tasks: Sequence[Callable[[], None]], threads: int | None) -> None:
     """Run every task, in order of submission (give them largest first), on the calling
     thread and threads − 1 of the pool's. Which thread runs a task never changes its bits.
     A task's error (or Ctrl-C) stops the others from starting, and is raised once the
-    tasks already running have ended.
+    tasks already running have ended (a second Ctrl-C while they end does not wait). A
+    call from inside a task (a ``mask_mod`` that calls attention) runs its tasks itself
+    where the pool's threads are busy.
 
     Each thread takes the next task from one shared iterator (``next`` on a list's iterator
     is one step under the GIL) until none is left: a future per thread, not per task, whose
@@ -156,10 +158,16 @@ def run(tasks: Sequence[Callable[[], None]], threads: int | None) -> None:
     threads = min(thread_count(threads), len(tasks))
     with _blas_single_threaded():
         shared = _Shared(tasks)
-        helpers = [_pool(threads - 1).submit(shared.drain) for _ in range(threads - 1)]
+        pool = _pool(threads - 1) if threads > 1 else None
+        helpers = [pool.submit(shared.drain) for _ in range(threads - 1)] if pool is not None else []
         try:
             shared.drain()
-        finally:  # an error stopped every thread's taking of tasks: wait for the tasks still running
-            wait(helpers)
+        finally:
+            # every task is taken, or an error stopped the taking: a helper that has not started is
+            # not needed (a nested call's, or one queued behind another caller's, might never start),
+            # and the ones at work are waited for
+            shared.stop()
+            wait([helper for helper in helpers if not helper.cancel()])
         for helper in helpers:  # the caller's error was raised above; else the first helper's
-            helper.result()
+            if not helper.cancelled():
+                helper.result()
