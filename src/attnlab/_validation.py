@@ -34,6 +34,7 @@ __all__ = [
     "probability",
     "real_number",
     "same_dtype",
+    "text_ids",
 ]
 
 Array = np.ndarray  # the one alias for what attnlab computes and returns; inputs are numpy.typing.ArrayLike
@@ -137,6 +138,21 @@ def ids_below(name: str, ids: np.ndarray, count: int) -> np.ndarray:
     if ids.min() < 0 or ids.max() >= count:
         raise fail(name, f"ids in 0..{count - 1}", f"{ids.min()}..{ids.max()}")
     return ids
+
+
+def text_ids(name: str, text: Any, ids: Any, vocab_size: int, positions: int | None) -> np.ndarray:
+    """``ids`` as int64 (L,), once they are token ids of a model with ``vocab_size`` ids and
+    ``positions`` positions (None: no limit); ``text`` is what the caller passed, a text the
+    ids were tokenized from or the ids themselves, for the messages."""
+    ids = np.asarray(ids)
+    if ids.ndim != 1 or ids.dtype.kind not in "iu":
+        raise fail(name, "a text or token ids (L,)", f"{ids.dtype} of shape {ids.shape}", TypeError)
+    if len(ids) == 0:
+        raise fail(name, "a text of at least one token", repr(text))
+    ids_below(name, ids, vocab_size)
+    if positions is not None and len(ids) > positions:
+        raise fail(name, f"at most {positions} tokens, the model's positions", len(ids))
+    return ids.astype(np.int64)
 
 
 def array_of(name: str, x: Any) -> np.ndarray:

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from .._validation import Array, fail, ids_below, is_integer
+from .._validation import Array, fail, is_integer, text_ids
 from ..hf import NAME, UnsupportedModelError, check_model
 from ..hf._inputs import _labelled
 from ..hf._register import on_attnlab
@@ -41,21 +41,13 @@ class TransformersRunner:
 
     def ids(self, text: Any, name: str) -> Array:
         """The ids (L,) of a text (the tokenizer's, special tokens added) or of ids."""
+        ids = text
         if isinstance(text, str):
             if self.tokenizer is None:
                 raise fail("tokenizer", "the model's tokenizer, to read a text", "None")
             ids = np.asarray(self.tokenizer(text)["input_ids"], dtype=np.int64)
-        else:
-            ids = np.asarray(text)
-            if ids.ndim != 1 or ids.dtype.kind not in "iu":
-                raise fail(name, "a text or token ids (L,)", f"{ids.dtype} of shape {ids.shape}", TypeError)
-        if len(ids) == 0:
-            raise fail(name, "a text of at least one token", repr(text))
-        ids_below(name, ids, self.model.config.vocab_size)
-        positions = getattr(self.model.config, "max_position_embeddings", None)
-        if positions is not None and len(ids) > positions:
-            raise fail(name, f"at most {positions} tokens, the model's positions", len(ids))
-        return ids.astype(np.int64)
+        config = self.model.config
+        return text_ids(name, text, ids, config.vocab_size, getattr(config, "max_position_embeddings", None))
 
     def tokens(self, ids: Array) -> list[str]:
         if self.tokenizer is None:

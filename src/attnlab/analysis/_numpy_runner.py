@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from .._validation import Array, fail, ids_below, is_integer
+from .._validation import Array, fail, is_integer, text_ids
 from ..models._model import Model
 from ..models._network import Recorder
 
@@ -30,20 +30,12 @@ class NumpyRunner:
     def ids(self, text: Any, name: str) -> Array:
         """The ids (L,) of a text (the tokenizer's, special tokens added) or of ids."""
         tokenizer, config = self.model.tokenizer, self.model.config
+        ids = text
         if isinstance(text, str):
             if tokenizer is None:
                 raise fail(name, "token ids: this checkpoint has no tokenizer", "a text")
             ids = np.asarray(tokenizer.encode(text), dtype=np.int64)
-        else:
-            ids = np.asarray(text)
-            if ids.ndim != 1 or ids.dtype.kind not in "iu":
-                raise fail(name, "a text or token ids (L,)", f"{ids.dtype} of shape {ids.shape}", TypeError)
-        if len(ids) == 0:
-            raise fail(name, "a text of at least one token", repr(text))
-        ids_below(name, ids, config.vocab_size)
-        if len(ids) > config.max_position_embeddings:
-            raise fail(name, f"at most {config.max_position_embeddings} tokens, the model's positions", len(ids))
-        return ids.astype(np.int64)
+        return text_ids(name, text, ids, config.vocab_size, config.max_position_embeddings)
 
     def tokens(self, ids: Array) -> list[str]:
         tokenizer = self.model.tokenizer

@@ -102,16 +102,13 @@ def _transformers_generation(
         from ..hf._torch import torch, transformers
     except ImportError as error:
         raise InputError(f"--backend transformers: {error}") from None
-    from ._transformers import _processor, _quiet, is_encoder_decoder
+    from ._transformers import _processor, _quiet, is_encoder_decoder, load_on_attnlab
 
     if is_encoder_decoder(directory):
         raise InputError(f"--generate: {args.model} is an encoder-decoder model; --generate traces decoder-only models")
     with _quiet(transformers):
-        try:
-            model = transformers.AutoModelForCausalLM.from_pretrained(directory, attn_implementation=hf.NAME)
-        except (OSError, ValueError, KeyError, RuntimeError) as error:
-            first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-            raise InputError(f"--generate: transformers cannot load {args.model} as a causal model: {first}") from None
+        failure = f"--generate: transformers cannot load {args.model} as a causal model"
+        model = load_on_attnlab(transformers.AutoModelForCausalLM, directory, failure)
         tokenizer = _processor(transformers, directory)
         generation = hf.trace_generation(model, args.text, args.generate, tokenizer=tokenizer, layers=layers)
     full = hf.trace(model, {"input_ids": torch.tensor([generation.ids])}, tokenizer=tokenizer, layers=layers)

@@ -18,7 +18,15 @@ from ._inputs import InputError
 
 T = TypeVar("T")
 
-__all__ = ["BACKENDS", "backend_for", "in_option_words", "is_encoder_decoder", "say_backend", "transformers_trace"]
+__all__ = [
+    "BACKENDS",
+    "backend_for",
+    "in_option_words",
+    "is_encoder_decoder",
+    "load_on_attnlab",
+    "say_backend",
+    "transformers_trace",
+]
 
 BACKENDS = ("numpy", "transformers")
 
@@ -64,11 +72,7 @@ def transformers_trace(args: argparse.Namespace, directory: Path, page: bool) ->
     except ImportError as error:
         raise InputError(f"--backend transformers: {error}") from None
     with _quiet(transformers):
-        try:
-            model = transformers.AutoModel.from_pretrained(directory, attn_implementation=hf.NAME)
-        except (OSError, ValueError, KeyError, RuntimeError) as error:
-            first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-            raise InputError(f"--model: transformers cannot load {args.model}: {first}") from None
+        model = load_on_attnlab(transformers.AutoModel, directory, f"--model: transformers cannot load {args.model}")
         processor = _processor(transformers, directory)
     hf.check_model(model)
     inputs: Any = args.text
@@ -107,6 +111,18 @@ def is_encoder_decoder(directory: Path) -> bool:
         return bool(json.loads((directory / "config.json").read_text(encoding="utf-8")).get("is_encoder_decoder"))
     except (OSError, ValueError, AttributeError):
         return False
+
+
+def load_on_attnlab(auto_class: Any, directory: Path, failure: str) -> Any:
+    """``auto_class.from_pretrained(directory)`` on the attnlab backend; a checkpoint that
+    transformers cannot load is one line, ``failure`` and the first line of its error."""
+    from .. import hf
+
+    try:
+        return auto_class.from_pretrained(directory, attn_implementation=hf.NAME)
+    except (OSError, ValueError, KeyError, RuntimeError) as error:
+        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise InputError(f"{failure}: {first}") from None
 
 
 @contextlib.contextmanager
