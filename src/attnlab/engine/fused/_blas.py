@@ -59,7 +59,7 @@ def _mkl_library() -> str | None:
     except importlib.metadata.PackageNotFoundError:
         return None
     for file in files:
-        if file.name.startswith(("libmkl_rt.so", "mkl_rt.", "libmkl_rt.")) and not file.name.endswith(".a"):
+        if file.name.startswith(("libmkl_rt.", "mkl_rt.")) and not file.name.endswith(".a"):
             path = str(dist.locate_file(file))
             if os.path.exists(path):
                 return path

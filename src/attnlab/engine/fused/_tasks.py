@@ -120,9 +120,9 @@ def forward_tasks(fp: ForwardPass, threads: int | None) -> list[Task] | None:
     scale, unscale = (np.asarray(x, dtype=pb.compute_dtype)[()] for x in (pb.scale, 2.0**fp.exponent))
     block_q = CAUSAL_BLOCK_Q if pb.band.highest < S - 1 else _tiled.BLOCK_Q
     options = (_variant(pb), fp.skip, scale, unscale, (block_q, _tiled.BLOCK_K), fp.output, fp.lse)
-    arrays = _stacked(pb, fp.value)
+    arrays, blas = _stacked(pb, fp.value), products().gemm
     return [
-        functools.partial(_attend, products().gemm, arrays, pb.groups, slices, rows, *options)
+        functools.partial(_attend, blas, arrays, pb.groups, slices, rows, *options)
         for slices, rows in _forward_split(pb.slices, L, S, block_q, thread_count(threads))
     ]
 
