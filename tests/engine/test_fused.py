@@ -439,3 +439,37 @@ def test_the_compiled_variants_equal_the_tiled_engine_for_any_shape(
     rtols = [RTOL[np.dtype(dtype)] * growth] * 2 + [GRAD_RTOL[np.dtype(dtype)] * growth] * 4
     for got, want, scale, rtol in zip(fused, tiled, scales, rtols, strict=False):
         assert_equal_to_scale(got, want, rtol, scale)
+
+
+def test_wide_vectors_mark_only_the_function_that_calls_them():
+    """``_kernels._wide_vectors`` puts "prefer-vector-width"="512" on its caller's LLVM
+    function and nowhere else, and changes no result; on a CPU with AVX-512 the caller's
+    loop then runs in 512-bit registers (zmm), where LLVM's tuning may keep it to 256."""
+    import llvmlite.binding as llvm
+    from numba import config, njit
+
+    fastmath = {"reassoc", "nsz"}  # the sum vectorises, as _kernels._row_sum's
+
+    @njit(fastmath=fastmath)
+    def plain(x):  # type: ignore[no-untyped-def]
+        total = np.float32(0.0)
+        for value in x:
+            total += value * value
+        return total
+
+    @njit(fastmath=fastmath)
+    def wide(x):  # type: ignore[no-untyped-def]
+        _fused_kernels._wide_vectors()
+        total = np.float32(0.0)
+        for value in x:
+            total += value * value
+        return total
+
+    x = np.arange(1000, dtype=np.float32) / 1000
+    exact = float(np.sum(x.astype(np.float64) ** 2))
+    assert wide(x) == pytest.approx(exact, rel=1e-6) and plain(x) == pytest.approx(exact, rel=1e-6)
+    assert '"prefer-vector-width"="512"' in next(iter(wide.inspect_llvm().values()))
+    assert '"prefer-vector-width"' not in next(iter(plain.inspect_llvm().values()))
+    features = config.CPU_FEATURES if config.CPU_NAME else llvm.get_host_cpu_features().flatten()
+    if "+avx512f" in features.split(","):
+        assert "zmm" in next(iter(wide.inspect_asm().values()))

@@ -30,6 +30,7 @@ from ._kernels import (
     _modified_row_max,
     _row_max,
     _row_sum,
+    _wide_vectors,
     compile_,
 )
 
@@ -49,6 +50,7 @@ def _weighted_values(values, scores, acc):  # type: ignore[no-untyped-def]
     """acc (M, Ev) ← scores (M, count)·values (count, Ev) for M <= 4: four value rows at a
     time, each read once for all the query rows, acc_re += ((p₀·v₀ₑ + p₁·v₁ₑ) + p₂·v₂ₑ) + p₃·v₃ₑ
     (a row past M reads row M − 1 again and is not written)."""
+    _wide_vectors()
     rows, width, count = acc.shape[0], acc.shape[1], values.shape[0]
     last = rows - 1
     a0, a1, a2, a3 = acc[0], acc[min(1, last)], acc[min(2, last)], acc[min(3, last)]
@@ -100,6 +102,7 @@ def _scores(queries, keys, head, scores, transposed):  # type: ignore[no-untyped
     """scores (M, count) ← K_u·q_r for each row r of the head's queries: a GEMV of
     queries[0][head] (1, E) for M = 1, else one product with queries[1][head] (E, M) into
     ``transposed`` (count, M), copied."""
+    _wide_vectors()
     rows = scores.shape[0]
     if rows == 1:
         np.dot(keys, queries[0][head, 0], scores[0])  # GEMV
@@ -116,6 +119,7 @@ def _unit(queries, cache, u, units, shifts, variant, groups, length, modified, w
     scores K_u·q (``_scores``), then, per row in cache, the variants, the row maximum m,
     exp(Z − m) and l, then Σ P·V (a GEMV for one row, else ``_weighted_values`` on
     WEIGHTED_ROWS rows at a time)."""
+    _wide_vectors()
     key, key_heads, value, value_heads = cache
     part_max, part_sum, part_acc = partials
     head, start, stop = units[u, 0], units[u, 1], units[u, 2]
@@ -151,6 +155,7 @@ def decode_units(queries, cache, units, first, stop, shifts, variant, groups, le
     """The partials of units first … stop − 1 (see the module's docstring); ``length``: L,
     ``modified``: whether any row's scores are modified (softcap, ALiBi, a band that cuts
     a unit)."""
+    _wide_vectors()
     size = queries[0].shape[1] * chunk
     work = (np.empty(size, queries[0].dtype), np.empty(size, queries[0].dtype))
     for u in range(first, stop):
@@ -165,6 +170,7 @@ def merge(partials, head_units, groups, length, variant, unscale, out, lse):  # 
         m = max_u m_u;  l = Σ_u e^(m_u − m)·l_u;  acc = Σ_u e^(m_u − m)·acc_u
         the sink s joins last: m' = max(m, s), κ = e^(m − m'), l' = κ·l + e^(s − m')
         O = unscale·κ·acc / l' (0 where l = 0: no key allowed);  lse = m' + log l'"""
+    _wide_vectors()
     part_max, part_sum, part_acc = partials
     heads, rows, width = head_units.shape[0] - 1, part_max.shape[1], part_acc.shape[2]
     zero, minus_inf = _constants(out)[6:]
