@@ -194,3 +194,35 @@ def test_tiled_equals_naive_for_any_shape(batch, L, S, E, is_causal, mask_kind, 
     ]
     for tiled, naive in zip(*grads, strict=True):
         np.testing.assert_allclose(tiled, naive, atol=1e-12, rtol=0)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_value_exponent_by_hand(dtype):
+    """k = ⌈log₂(max|V| / headroom)⌉ with headroom = (the dtype's largest)/S/4, and whether
+    every value is finite, whether the one-pass bound settles it or not: ordinary values
+    (k = 0 from the bound), finite values whose sum of squares overflows (k = 0 from the
+    exact pass), values near the largest (k by hand), a NaN, and a strided view."""
+    big = float(np.finfo(dtype).max)
+    ordinary = np.random.default_rng(0).standard_normal((3, 40, 8)).astype(dtype)
+    assert _tiled._value_exponent(ordinary, 40) == (0, True)
+    squares_overflow = np.full((3, 40, 8), np.sqrt(big) * 2, dtype)  # each finite, Σ v² = ∞
+    assert _tiled._value_exponent(squares_overflow, 40) == (0, True)
+    near_largest = ordinary.copy()
+    near_largest[1, 7, 3] = -big / 2  # headroom big/160: max/headroom = 80, k = ⌈log₂ 80⌉ = 7
+    assert _tiled._value_exponent(near_largest, 40) == (7, True)
+    assert _tiled._value_exponent(near_largest[:, 1::2], 40) == (7, True)  # strided (row 7 kept): the exact passes
+    with_nan = ordinary.copy()
+    with_nan[0, 0, 0] = np.nan
+    assert _tiled._value_exponent(with_nan, 40) == (0, False)
+
+
+def test_gradient_exponent_by_hand():
+    """k = ⌈log₂(max|V|·max|dO|·Ev·4 / (the largest float64))⌉, at least 0: 0 for ordinary
+    arrays (from the bounds), and by hand for huge ones, also where the bounds overflow."""
+    rng = np.random.default_rng(1)
+    value, grad = rng.standard_normal((2, 30, 8)), rng.standard_normal((2, 20, 8))
+    assert _tiled._gradient_exponent(value, grad) == 0
+    value[0, 3, 1], grad[1, 2, 5] = 2.0**600, -(2.0**500)  # 2^(600+500+3+2) / 2^1024 → k = 81
+    assert _tiled._gradient_exponent(value, grad) == 81
+    value[:] = 2.0**600  # Σ V² overflows: the exact passes
+    assert _tiled._gradient_exponent(value, grad) == 81

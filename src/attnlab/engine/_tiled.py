@@ -224,14 +224,30 @@ def _query_blocks(pb: Problem, cols: slice, skip: bool) -> list[slice]:
     return [r for r in blocks(L, BLOCK_Q) if r.start < stop and r.stop > first]
 
 
+def _magnitude_bound(x: Array) -> float:
+    """2·√(Σ x²) by one BLAS dot: more than max |x| (a rounded sum of squares is at least
+    its largest term, rounded; the 2 covers that rounding), and finite only where every
+    element is (NaN or ∞ where one is not, or where the sum overflows: the callers then
+    look exactly); ∞ for an array that is not C-contiguous (flattening it would copy it)."""
+    if not x.flags.c_contiguous:
+        return math.inf
+    flat = x.reshape(-1)  # (x.size,), a view
+    with np.errstate(over="ignore", invalid="ignore"):
+        return 2 * math.sqrt(float(np.dot(flat, flat)))
+
+
 def _value_exponent(value: Array, length: int) -> tuple[int, bool]:
     """(k, whether every value is finite), k such that Σ over ``length`` rows of the finite
     values scaled by 2⁻ᵏ cannot overflow: 0 unless they are within a factor ``length`` of
-    the dtype's largest number. Scaling by a power of two is exact, so the results keep their bits."""
+    the dtype's largest number. Scaling by a power of two is exact, so the results keep their
+    bits. One pass where ``_magnitude_bound`` settles it (every value finite, and the bound
+    within the headroom), else three."""
+    headroom = float(np.finfo(value.dtype).max) / max(length, 1) / 4
+    if _magnitude_bound(value) <= headroom:
+        return 0, True
     low, high = float(value.min(initial=0.0)), float(value.max(initial=0.0))  # NaN if any is NaN
     finite = bool(np.isfinite(low) and np.isfinite(high))
     largest = max(-low, high) if finite else float(np.max(np.abs(value), initial=0.0, where=np.isfinite(value)))
-    headroom = float(np.finfo(value.dtype).max) / max(length, 1) / 4
     return (max(0, int(np.ceil(np.log2(largest / headroom)))) if largest > headroom else 0), finite
 
 
@@ -254,12 +270,19 @@ def _gradient_exponent(value: Array, grad_output: Array) -> int:
     """k such that dP = dO·(V·2⁻ᵏ)ᵀ, and dP − δ·2⁻ᵏ, cannot overflow for the finite values:
     0 unless max|V|·max|dO|·Ev is within a factor 4 of the dtype's largest number. The
     backward then makes dZ in units of 2ᵏ and scales dQ and dK back (exact: a power of two),
-    as the forward scales V (``_value_exponent``)."""
-    largest_value, largest_grad = _largest_finite(value), _largest_finite(grad_output)
-    if largest_value == 0.0 or largest_grad == 0.0:
+    as the forward scales V (``_value_exponent``). Two passes where the bounds of
+    ``_magnitude_bound`` give 0 (they are at least the largest magnitudes), else four."""
+
+    def exponent(largest_value: float, largest_grad: float) -> int:
+        if largest_value == 0.0 or largest_grad == 0.0:
+            return 0
+        bits = math.log2(largest_value) + math.log2(largest_grad) + math.log2(max(value.shape[-1], 1)) + 2
+        return max(0, math.ceil(bits - math.log2(float(np.finfo(value.dtype).max))))
+
+    bounds = _magnitude_bound(value), _magnitude_bound(grad_output)
+    if all(math.isfinite(bound) for bound in bounds) and exponent(*bounds) == 0:
         return 0
-    bits = math.log2(largest_value) + math.log2(largest_grad) + math.log2(max(value.shape[-1], 1)) + 2
-    return max(0, math.ceil(bits - math.log2(float(np.finfo(value.dtype).max))))
+    return exponent(_largest_finite(value), _largest_finite(grad_output))
 
 
 def _scores(
