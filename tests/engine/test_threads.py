@@ -95,6 +95,36 @@ def test_the_fused_engine_holds_every_blas_to_one_thread_and_restores_it(monkeyp
     assert blas_threads() == before
 
 
+@pytest.mark.parametrize("engine", ["tiled", "fused"])
+def test_blas_is_at_one_thread_for_the_checks_before_the_tasks_too(monkeypatch, engine):
+    """The forward's and the backward's checks of the inputs (BLAS dots) run with BLAS at
+    one thread, as the tasks do: OpenBLAS's threads, once woken, spin on the cores the
+    tasks then need."""
+    from attnlab.engine import _tiled
+
+    if engine == "fused":
+        if not _fused.available():
+            pytest.skip("numba is not installed (attnlab[fast])")
+        from attnlab.engine.fused._blas import products
+
+        products()  # MKL, where it is installed, loads at the first product: list it before the call too
+    before = blas_threads()
+    seen: list[list[int]] = []
+    for name in ("_value_exponent", "_gradient_exponent"):
+        check = getattr(_tiled, name)
+
+        def watched(*arguments, check=check):  # type: ignore[no-untyped-def]
+            seen.append(blas_threads())
+            return check(*arguments)
+
+        monkeypatch.setattr(_tiled, name, watched)
+    rng = np.random.default_rng(0)
+    q, k, v = (rng.standard_normal((4, 300, 16)) for _ in range(3))
+    al.attention(q, k, v, engine=engine, num_threads=2).backward(np.ones((4, 300, 16)))
+    assert len(seen) == 2 and all(threads == [1] * len(before) for threads in seen)
+    assert blas_threads() == before
+
+
 @pytest.mark.parametrize("threads", [2, 3])
 @pytest.mark.parametrize("error", [RuntimeError, KeyboardInterrupt])
 def test_a_failing_task_stops_the_others_and_is_raised_once_none_runs(threads, error):

@@ -26,7 +26,7 @@ from threadpoolctl import ThreadpoolController
 
 from .._validation import fail
 
-__all__ = ["THREADS_ENV", "default_threads", "rescan_blas", "run", "thread_count"]
+__all__ = ["THREADS_ENV", "blas_single_threaded", "default_threads", "rescan_blas", "run", "thread_count"]
 
 THREADS_ENV = "ATTNLAB_NUM_THREADS"
 
@@ -95,8 +95,9 @@ def _pool(threads: int) -> ThreadPoolExecutor:
 
 
 @contextlib.contextmanager
-def _blas_single_threaded() -> Iterator[None]:
-    """BLAS at one thread while any call is inside; restored when the last one leaves."""
+def blas_single_threaded() -> Iterator[None]:
+    """BLAS at one thread while any call is inside; restored when the last one leaves (a
+    call inside another costs a lock and a count)."""
     state = _state
     with state.lock:
         if state.blas_users == 0:
@@ -156,7 +157,7 @@ def run(tasks: Sequence[Callable[[], None]], threads: int | None) -> None:
     and the caller works from the first task on, so that a pool thread slow to wake (a
     virtual machine's halted core) delays nothing but its own share."""
     threads = min(thread_count(threads), len(tasks))
-    with _blas_single_threaded():
+    with blas_single_threaded():
         shared = _Shared(tasks)
         pool = _pool(threads - 1) if threads > 1 else None
         helpers = [pool.submit(shared.drain) for _ in range(threads - 1)] if pool is not None else []

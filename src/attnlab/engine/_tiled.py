@@ -48,7 +48,7 @@ import numpy as np
 from .._validation import Array
 from ._masks import mask_mod_allows, modify_scores_
 from ._problem import Engine, Problem, Saved
-from ._threads import run
+from ._threads import blas_single_threaded, run
 
 __all__ = [
     "BLOCK_K",
@@ -626,14 +626,19 @@ class BlockedEngine:
         return True
 
     def forward(self, pb: Problem, threads: int | None) -> tuple[Array, Array, None]:
-        """(O (B…, L, Ev), lse (B…, L), no weights), in the compute dtype."""
-        return (*forward(pb, threads, self.kernels), None)
+        """(O (B…, L, Ev), lse (B…, L), no weights), in the compute dtype; BLAS at one
+        thread throughout, the checks of the inputs before the tasks too (an OpenBLAS dot
+        left its threads spinning, which took the tasks' cores: the float64 row of
+        ``attnlab bench`` ran 40 % slower)."""
+        with blas_single_threaded():
+            return (*forward(pb, threads, self.kernels), None)
 
     def backward(
         self, pb: Problem, grad_output: Array, saved: Saved, threads: int | None
     ) -> tuple[Array, Array, Array, Array | None]:
-        """:func:`backward` from the forward's ``saved`` results."""
-        return backward(pb, grad_output, saved, threads, self.kernels)
+        """:func:`backward` from the forward's ``saved`` results, BLAS at one thread throughout."""
+        with blas_single_threaded():
+            return backward(pb, grad_output, saved, threads, self.kernels)
 
 
 TILED = BlockedEngine("tiled", NUMPY)
