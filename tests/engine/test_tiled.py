@@ -196,15 +196,26 @@ def test_tiled_equals_naive_for_any_shape(batch, L, S, E, is_causal, mask_kind, 
         np.testing.assert_allclose(tiled, naive, atol=1e-12, rtol=0)
 
 
+class _NoExactPasses(np.ndarray):
+    """An array whose min and max fail: the one-pass bound must settle it alone."""
+
+    def min(self, *arguments, **keywords):  # type: ignore[no-untyped-def]
+        raise AssertionError("the exact passes ran")
+
+    max = min
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_value_exponent_by_hand(dtype):
     """k = ⌈log₂(max|V| / headroom)⌉ with headroom = (the dtype's largest)/S/4, and whether
     every value is finite, whether the one-pass bound settles it or not: ordinary values
-    (k = 0 from the bound), finite values whose sum of squares overflows (k = 0 from the
-    exact pass), values near the largest (k by hand), a NaN, and a strided view."""
+    (k = 0 from the bound alone), finite values whose sum of squares overflows (k = 0 from the
+    exact passes), values near the largest (k by hand), a NaN, and strided and Fortran-ordered
+    views."""
     big = float(np.finfo(dtype).max)
     ordinary = np.random.default_rng(0).standard_normal((3, 40, 8)).astype(dtype)
-    assert _tiled._value_exponent(ordinary, 40) == (0, True)
+    assert _tiled._value_exponent(ordinary.view(_NoExactPasses), 40) == (0, True)
+    assert _tiled._value_exponent(np.asfortranarray(ordinary).view(_NoExactPasses), 40) == (0, True)
     squares_overflow = np.full((3, 40, 8), np.sqrt(big) * 2, dtype)  # each finite, Σ v² = ∞
     assert _tiled._value_exponent(squares_overflow, 40) == (0, True)
     near_largest = ordinary.copy()
@@ -217,12 +228,18 @@ def test_value_exponent_by_hand(dtype):
 
 
 def test_gradient_exponent_by_hand():
-    """k = ⌈log₂(max|V|·max|dO|·Ev·4 / (the largest float64))⌉, at least 0: 0 for ordinary
-    arrays (from the bounds), and by hand for huge ones, also where the bounds overflow."""
+    """k = ⌈log₂(max|V|·max|dO|·Ev·4 / (the largest float64))⌉, at least 0 (Ev = 8, and
+    log₂ of the largest float64 rounds to 1024): 0 for ordinary arrays from the bounds
+    alone; where the bounds say more, the exact passes: 0 again, and 2 by hand; where the
+    bounds overflow, 81 by hand."""
     rng = np.random.default_rng(1)
     value, grad = rng.standard_normal((2, 30, 8)), rng.standard_normal((2, 20, 8))
-    assert _tiled._gradient_exponent(value, grad) == 0
-    value[0, 3, 1], grad[1, 2, 5] = 2.0**600, -(2.0**500)  # 2^(600+500+3+2) / 2^1024 → k = 81
-    assert _tiled._gradient_exponent(value, grad) == 81
-    value[:] = 2.0**600  # Σ V² overflows: the exact passes
-    assert _tiled._gradient_exponent(value, grad) == 81
+    assert _tiled._gradient_exponent(value.view(_NoExactPasses), grad.view(_NoExactPasses)) == 0
+    value[:], grad[1, 2, 5] = 2.0**500, -(2.0**515)  # exact: 500 + 515 + 3 + 2 = 1020 bits, k = 0;
+    assert _tiled._gradient_exponent(value, grad) == 0  # the bounds (2·√480·2⁵⁰⁰, 2·2⁵¹⁵): over 1024
+    value[:] = rng.standard_normal(value.shape)
+    value[0, 3, 1] = 2.0**511  # 511 + 515 + 3 + 2 = 1031 bits: k = 7, the squares still finite
+    assert np.isfinite(np.dot(value.ravel(), value.ravel()))
+    assert _tiled._gradient_exponent(value, grad) == 7
+    value[:] = 2.0**600  # 600 + 515 + 5 = 1120 bits: k = 96; Σ V² overflows
+    assert _tiled._gradient_exponent(value, grad) == 96

@@ -225,14 +225,17 @@ def _query_blocks(pb: Problem, cols: slice, skip: bool) -> list[slice]:
 
 
 def _magnitude_bound(x: Array) -> float:
-    """2·√(Σ x²) by one BLAS dot: more than max |x| (a rounded sum of squares is at least
-    its largest term, rounded; the 2 covers that rounding), and finite only where every
-    element is (NaN or ∞ where one is not, or where the sum overflows: the callers then
-    look exactly); ∞ for an array that is not C-contiguous (flattening it would copy it)."""
-    if not x.flags.c_contiguous:
+    """2·√(Σ x²) by one BLAS dot, with BLAS at one thread (its threads, once woken, spin
+    on the cores the tasks then need): at least max |x| (a rounded sum of squares is at
+    least its largest term, rounded; the 2 covers that rounding) unless the squares
+    underflow, below about 2⁻⁵³⁷ in float64 and 2⁻⁷⁵ in float32, where no sum of the
+    callers' can overflow; finite only where every element is (NaN or ∞ where one is not,
+    or where the sum overflows: the callers then look exactly); ∞ for an array that is
+    neither C- nor Fortran-contiguous (flattening it would copy it)."""
+    if not (x.flags.c_contiguous or x.flags.f_contiguous):
         return math.inf
-    flat = x.reshape(-1)  # (x.size,), a view
-    with np.errstate(over="ignore", invalid="ignore"):
+    flat = x.ravel(order="K")  # (x.size,), a view in memory order
+    with blas_single_threaded(), np.errstate(over="ignore", invalid="ignore"):
         return 2 * math.sqrt(float(np.dot(flat, flat)))
 
 
@@ -241,7 +244,7 @@ def _value_exponent(value: Array, length: int) -> tuple[int, bool]:
     values scaled by 2⁻ᵏ cannot overflow: 0 unless they are within a factor ``length`` of
     the dtype's largest number. Scaling by a power of two is exact, so the results keep their
     bits. One pass where ``_magnitude_bound`` settles it (every value finite, and the bound
-    within the headroom), else three."""
+    within the headroom), else three more."""
     headroom = float(np.finfo(value.dtype).max) / max(length, 1) / 4
     if _magnitude_bound(value) <= headroom:
         return 0, True
@@ -271,18 +274,20 @@ def _gradient_exponent(value: Array, grad_output: Array) -> int:
     0 unless max|V|·max|dO|·Ev is within a factor 4 of the dtype's largest number. The
     backward then makes dZ in units of 2ᵏ and scales dQ and dK back (exact: a power of two),
     as the forward scales V (``_value_exponent``). Two passes where the bounds of
-    ``_magnitude_bound`` give 0 (they are at least the largest magnitudes), else four."""
+    ``_magnitude_bound`` give 0, else four more. (A bound of 0 for an array that is not
+    all zeros, its squares underflowing, gives 0 too, rightly: with max |V| below 2⁻⁵³⁷,
+    or 2⁻⁷⁵ in float32, the product overflows only for Ev beyond 2⁵³⁵, or 2⁷³.)"""
 
-    def exponent(largest_value: float, largest_grad: float) -> int:
+    def from_largest(largest_value: float, largest_grad: float) -> int:
         if largest_value == 0.0 or largest_grad == 0.0:
             return 0
         bits = math.log2(largest_value) + math.log2(largest_grad) + math.log2(max(value.shape[-1], 1)) + 2
         return max(0, math.ceil(bits - math.log2(float(np.finfo(value.dtype).max))))
 
     bounds = _magnitude_bound(value), _magnitude_bound(grad_output)
-    if all(math.isfinite(bound) for bound in bounds) and exponent(*bounds) == 0:
+    if all(math.isfinite(bound) for bound in bounds) and from_largest(*bounds) == 0:
         return 0
-    return exponent(_largest_finite(value), _largest_finite(grad_output))
+    return from_largest(_largest_finite(value), _largest_finite(grad_output))
 
 
 def _scores(
@@ -626,19 +631,14 @@ class BlockedEngine:
         return True
 
     def forward(self, pb: Problem, threads: int | None) -> tuple[Array, Array, None]:
-        """(O (B…, L, Ev), lse (B…, L), no weights), in the compute dtype; BLAS at one
-        thread throughout, the checks of the inputs before the tasks too (an OpenBLAS dot
-        left its threads spinning, which took the tasks' cores: the float64 row of
-        ``attnlab bench`` ran 40 % slower)."""
-        with blas_single_threaded():
-            return (*forward(pb, threads, self.kernels), None)
+        """(O (B…, L, Ev), lse (B…, L), no weights), in the compute dtype."""
+        return (*forward(pb, threads, self.kernels), None)
 
     def backward(
         self, pb: Problem, grad_output: Array, saved: Saved, threads: int | None
     ) -> tuple[Array, Array, Array, Array | None]:
-        """:func:`backward` from the forward's ``saved`` results, BLAS at one thread throughout."""
-        with blas_single_threaded():
-            return backward(pb, grad_output, saved, threads, self.kernels)
+        """:func:`backward` from the forward's ``saved`` results."""
+        return backward(pb, grad_output, saved, threads, self.kernels)
 
 
 TILED = BlockedEngine("tiled", NUMPY)

@@ -10,6 +10,7 @@ NUMBA_CPU_FEATURES name).
 
 from __future__ import annotations
 
+import contextlib
 import math
 from typing import Any
 
@@ -50,18 +51,22 @@ compile_sum = njit(nogil=True, cache=_CACHE, error_model="numpy", fastmath={"rea
 def _wide_vectors(typingctx):  # type: ignore[no-untyped-def]
     """Gives the function that calls it LLVM's attribute "prefer-vector-width"="512": its
     loops then use the target's widest vectors, 512 bits with AVX-512, where LLVM's tuning
-    for Intel's AVX-512 server cores ("prefer-256-bit", for the clock that 512-bit code may
-    cost) keeps them to 256. The products (MKL's, OpenBLAS's) run 512-bit code anyway; on
-    one core of an Intel Xeon the online softmax of 16.7 M scores in cache took 4.4 ms
-    instead of 6.8. Per function, unlike NUMBA_CPU_FEATURES: the rest of the process's
-    numba code keeps its tuning; a target without AVX-512 keeps its own widest vectors.
-    llvmlite checks only the attributes it names, so this one joins the function's set as
-    the text it prints into the IR (tests/engine/test_fused.py checks that it does).
+    for Intel's AVX-512 cores ("prefer-256-bit", for the clock that 512-bit code may cost)
+    keeps them to 256. The products (MKL's, OpenBLAS's) run 512-bit code anyway; on one
+    core of an Intel Xeon the online softmax of 16.7 M scores in cache took 4.4 ms instead
+    of 6.8. Per function, unlike NUMBA_CPU_FEATURES: the rest of the process's numba code
+    keeps its tuning; a target without AVX-512 keeps its own widest vectors. The row sums
+    (``_row_sum``, whose order LLVM may choose) follow the width, so their last bits differ
+    between an AVX-512 and an AVX2 machine, as they did between BLAS builds.
     Called first in every kernel with a loop: a loop keeps the vectors of the function
-    it was compiled in, wherever LLVM later inlines it."""
+    it was compiled in, wherever LLVM later inlines it. llvmlite checks only the
+    attributes it names, so this one joins the function's set as the text it prints into
+    the IR (tests/engine/test_fused.py checks that it does); where a later llvmlite keeps
+    them otherwise, the hint is left out and the kernels compile as before."""
 
     def codegen(context, builder, signature, arguments):  # type: ignore[no-untyped-def]
-        set.add(builder.function.attributes, '"prefer-vector-width"="512"')
+        with contextlib.suppress(TypeError):  # not a set any more: a speed hint only
+            set.add(builder.function.attributes, '"prefer-vector-width"="512"')
         return context.get_dummy_value()
 
     return types.none(), codegen
