@@ -230,8 +230,8 @@ def test_value_exponent_by_hand(dtype):
 def test_gradient_exponent_by_hand():
     """k = ⌈log₂(max|V|·max|dO|·Ev·4 / (the largest float64))⌉, at least 0 (Ev = 8, and
     log₂ of the largest float64 rounds to 1024): 0 for ordinary arrays from the bounds
-    alone; where the bounds say more, the exact passes: 0 again, and 2 by hand; where the
-    bounds overflow, 81 by hand."""
+    alone; where the bounds say more, the exact passes: 0 again, and 7 by hand; where the
+    bounds overflow, 96 by hand."""
     rng = np.random.default_rng(1)
     value, grad = rng.standard_normal((2, 30, 8)), rng.standard_normal((2, 20, 8))
     assert _tiled._gradient_exponent(value.view(_NoExactPasses), grad.view(_NoExactPasses)) == 0
