@@ -269,14 +269,15 @@ def _largest_finite(x: Array) -> float:
     return largest if math.isfinite(largest) else float(np.max(np.abs(x), initial=0.0, where=np.isfinite(x)))
 
 
-def _gradient_exponent(value: Array, grad_output: Array) -> int:
+def _gradient_exponent(value: Array, grad_output: Array, bounds: tuple[float, float] | None = None) -> int:
     """k such that dP = dO·(V·2⁻ᵏ)ᵀ, and dP − δ·2⁻ᵏ, cannot overflow for the finite values:
     0 unless max|V|·max|dO|·Ev is within a factor 4 of the dtype's largest number. The
     backward then makes dZ in units of 2ᵏ and scales dQ and dK back (exact: a power of two),
     as the forward scales V (``_value_exponent``). Two passes where the bounds of
     ``_magnitude_bound`` give 0, else four more. (A bound of 0 for an array that is not
     all zeros, its squares underflowing, gives 0 too, rightly: with max |V| below 2⁻⁵³⁷,
-    or 2⁻⁷⁵ in float32, the product overflows only for Ev beyond 2⁵³⁵, or 2⁷³.)"""
+    or 2⁻⁷⁵ in float32, the product overflows only for Ev beyond 2⁵³⁵, or 2⁷³.) ``bounds``:
+    those of V and dO where the caller has them already."""
 
     def from_largest(largest_value: float, largest_grad: float) -> int:
         if largest_value == 0.0 or largest_grad == 0.0:
@@ -284,7 +285,8 @@ def _gradient_exponent(value: Array, grad_output: Array) -> int:
         bits = math.log2(largest_value) + math.log2(largest_grad) + math.log2(max(value.shape[-1], 1)) + 2
         return max(0, math.ceil(bits - math.log2(float(np.finfo(value.dtype).max))))
 
-    bounds = _magnitude_bound(value), _magnitude_bound(grad_output)
+    if bounds is None:
+        bounds = _magnitude_bound(value), _magnitude_bound(grad_output)
     if all(math.isfinite(bound) for bound in bounds) and from_largest(*bounds) == 0:
         return 0
     return from_largest(_largest_finite(value), _largest_finite(grad_output))
@@ -571,9 +573,13 @@ def backward(
     dtype = pb.compute_dtype
     grad_output = np.broadcast_to(grad_output, pb.output_shape).reshape(n, L, Ev)  # dO, (B·H, L, Ev)
     lse = np.where(np.isneginf(saved.lse), np.inf, saved.lse).reshape(n, L)  # fully masked rows: P = 0, (B·H, L)
-    # as in the forward: skip blocks with no key allowed only when they could add no NaN
-    finite = all(_sums_finitely(x) for x in (pb.query, pb.key, pb.value, grad_output, saved.delta))
-    exponent = _gradient_exponent(pb.value, grad_output)
+    # as in the forward: skip blocks with no key allowed only when they could add no NaN; a
+    # finite bound of V or dO says that all its elements are finite, without a second pass
+    bounds = _magnitude_bound(pb.value), _magnitude_bound(grad_output)
+    finite = all(_sums_finitely(x) for x in (pb.query, pb.key, saved.delta)) and all(
+        math.isfinite(bound) or _sums_finitely(x) for bound, x in zip(bounds, (pb.value, grad_output), strict=True)
+    )
+    exponent = _gradient_exponent(pb.value, grad_output, bounds)
     value = np.ldexp(pb.value, -exponent) if exponent else pb.value  # V·2⁻ᵏ, (B…, S, Ev)
     with np.errstate(all="ignore"):
         lse, lse_low, delta = _exact_rows(pb, grad_output, saved, lse, finite, value, exponent)  # (B·H, L) each
