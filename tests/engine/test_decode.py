@@ -94,6 +94,20 @@ def test_ragged_key_lengths_equal_naive_on_each_sequence_alone(dtype, variant):
         assert_equal_to_scale(decoded.lse[b], alone.lse, rtol, float(np.abs(alone.lse).max()))
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize(("groups", "L", "E"), [(4, 1, 128), (3, 2, 100), (2, 1, 64), (5, 1, 36)])
+def test_model_widths_equal_naive(dtype, groups, L, E):
+    """Widths of real models, whose products run in the kernels' vector loops, and rows
+    per key/value head M = G·L of 4, 6 (four, then two), 2 and 5 (four, then one), over
+    units whose key counts are not all multiples of four (the last, 298 − 288 = 10)."""
+    q, k, v = inputs(dtype, batch=1, heads=2 * groups, L=L, S=299, E=E, seed=E)
+    decoded = al.attention(q, k, v, enable_gqa=True, engine="fused", key_lengths=np.array([298]))
+    naive = al.attention(q, k[:, :, :298], v[:, :, :298], enable_gqa=True, engine="naive")
+    rtol = RTOL[np.dtype(dtype)]
+    assert_equal_to_scale(decoded.output, naive.output, rtol, float(np.abs(v).max()))
+    assert_equal_to_scale(decoded.lse, naive.lse, rtol, float(np.abs(naive.lse).max()))
+
+
 @pytest.mark.parametrize("threads", [2, 3])
 def test_any_thread_count_gives_identical_bits(threads):
     q, k, v = inputs(np.float32, batch=3, L=2, S=300, E=16)

@@ -8,7 +8,7 @@ GFLOP/s where OpenBLAS's SkylakeX kernels run them at 150–170 (docs/benchmarks
 
 ``ATTNLAB_BLAS`` chooses: ``auto`` (the default: MKL where it loads), ``mkl`` (MKL or an
 error naming the extra) or ``scipy``. The choice is made once per process, when the fused
-engine first builds its compiled tasks (the decode path's products are always SciPy's:
+engine first builds its compiled tasks (the decode path's GEMVs are always SciPy's:
 ``_decode_kernels``). MKL is loaded through its single dynamic library, ``libmkl_rt``, on
 its sequential threading layer (the engine's own threads share the work, as they do with
 SciPy's BLAS); where another library of the process loaded it first (a NumPy built on

@@ -140,8 +140,7 @@ def _run(pb: Problem, value: Array, exponent: int, skip: bool, threads: int | No
     kv_batch = kv_batch_shape(pb)
     heads = math.prod(kv_batch)
     query = np.broadcast_to(pb.query, (*pb.batch_shape, L, E)).reshape(heads, groups * L, E)  # (Nk, G·L, E)
-    scaled = query * np.asarray(pb.scale, dtype=dtype)  # scale·Q, a new (Nk, G·L, E) array
-    queries = (scaled, np.ascontiguousarray(scaled.transpose(0, 2, 1)))  # and (Nk, E, G·L)
+    queries = query * np.asarray(pb.scale, dtype=dtype)  # scale·Q, a new (Nk, G·L, E) array
     cache = (*_flat(pb.key, kv_batch), *_flat(value, kv_batch))
     lengths = _head_lengths(pb)
     shifts = lengths - S if pb.bottom_right else np.zeros_like(lengths)  # each sequence's own diagonal

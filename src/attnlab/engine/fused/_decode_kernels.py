@@ -8,15 +8,13 @@ maximum m, its sum l = Σ_j e^(Z_j − m) and acc = Σ_j e^(Z_j − m)·V_j. The
 are then merged by their lse in a fixed order (``merge``), so the bits never depend on
 how the units were shared among threads. Nothing here holds the GIL.
 
-Arrays: ``queries`` = each head's rows scaled, scale·Q (Nk, M, E), and transposed
-(Nk, E, M); the keys
-and values as flat arrays of their memory, ``cache`` = (key, key_heads, value,
-value_heads): head h's key row j (E elements) starts at key_heads[h] + j·E, its value row
-(Ev elements) at value_heads[h] + j·Ev, so that a cache's view is read where it lies,
-uncopied; ``units`` (U, 3): (head, first key, stop); the partials m, l (U, M) and acc
-(U, M, Ev); ``shifts`` (Nk,): how far each head's diagonal lies from the problem's
-(key_length − S with bottom-right alignment and ragged lengths, else 0); ``variant`` as
-``_tasks._variant``'s.
+Arrays: ``queries`` = each head's rows scaled, scale·Q (Nk, M, E); the keys and values as
+flat arrays of their memory, ``cache`` = (key, key_heads, value, value_heads): head h's key
+row j (E elements) starts at key_heads[h] + j·E, its value row (Ev elements) at
+value_heads[h] + j·Ev, so that a cache's view is read where it lies, uncopied; ``units``
+(U, 3): (head, first key, stop); the partials m, l (U, M) and acc (U, M, Ev); ``shifts``
+(Nk,): how far each head's diagonal lies from the problem's (key_length − S with
+bottom-right alignment and ragged lengths, else 0); ``variant`` as ``_tasks._variant``'s.
 """
 
 from __future__ import annotations
@@ -32,6 +30,7 @@ from ._kernels import (
     _row_sum,
     _wide_vectors,
     compile_,
+    compile_sum,
 )
 
 __all__ = ["WEIGHTED_ROWS", "decode_units", "merge"]
@@ -87,30 +86,71 @@ def _weighted_values(values, scores, acc):  # type: ignore[no-untyped-def]
 
 
 # How a unit's products run, by its number of query rows M. Measured on one core of an Intel
-# Xeon, 8 heads of 32,768 keys, E = 128, from memory, the whole decode (a GEMV over as many
-# bytes: 15.2–16.7 ms): one row by SciPy's GEMVs, 15.4–16.6 ms; the scores of more by one of
-# SciPy's GEMMs (a GEMV per row reads the unit again from L2 for each; MKL's GEMM is slower on
-# these thin shapes: 35.4 against 25.9 ms for M = 4), their weighted values by
-# ``_weighted_values``, four rows at a time: M = 2 and 4 in 20.3–20.5 and 25.8–26.5 ms, where
-# a GEMV per row took 24.5–25.4 and 29.1–30.4 ms. For M = 8 (two passes, the second from L2)
-# 36.2–37.0 ms, where a kernel of two rows at a time over all M in one pass took 32.0–34.1.
+# Xeon, 8 heads of 32,768 keys, E = 128, from memory (a stream over the keys: 8.6–9.5 ms):
+# the scores of four rows by ``_four_rows_scores`` in 10.8–11.1 ms, where SciPy's GEMM took
+# 15.7–16.3 (it copies the keys into its own layout) and a kernel of one or two key rows at a
+# time 16.3 and 14.3 (each sum of E products then ends in a horizontal sum of its own). One
+# row by SciPy's GEMV. The weighted values of four rows by ``_weighted_values`` in 11.3–12.0
+# ms, where SciPy's GEMM took 32–33 and eight value rows at a time 12.3–12.6; an earlier
+# measure of the whole decode: M = 2 and 4 in 20.3–20.5 and 25.8–26.5 ms, where a GEMV per
+# row took 24.5–25.4 and 29.1–30.4 ms (MKL's GEMM is slower on these thin shapes).
 WEIGHTED_ROWS = 4
 
 
+@compile_sum
+def _four_rows_scores(keys, rows, scores):  # type: ignore[no-untyped-def]
+    """scores (M, count) ← K·q_r for the M <= 4 query rows ``rows`` (M, E): four key rows
+    at a time, each read once for all the query rows, each of the 16 sums of E products in
+    the order that LLVM's vectors give it (reassociated, as ``_row_sum``'s: the same bits
+    for any thread count, other bits on another instruction set). A row past M reads row
+    M − 1 again and is not written."""
+    _wide_vectors()
+    count, width, last = keys.shape[0], keys.shape[1], scores.shape[0] - 1
+    q0, q1, q2, q3 = rows[0], rows[min(1, last)], rows[min(2, last)], rows[min(3, last)]
+    zero = _constants(scores)[6]
+    quads = count - count % 4
+    for j in range(0, quads, 4):
+        k0, k1, k2, k3 = keys[j], keys[j + 1], keys[j + 2], keys[j + 3]
+        s00 = s01 = s02 = s03 = s10 = s11 = s12 = s13 = zero  # s_rk: query row r, key row j + k
+        s20 = s21 = s22 = s23 = s30 = s31 = s32 = s33 = zero
+        for e in range(width):
+            a, b, c, d = k0[e], k1[e], k2[e], k3[e]
+            s00, s01, s02, s03 = s00 + q0[e] * a, s01 + q0[e] * b, s02 + q0[e] * c, s03 + q0[e] * d
+            s10, s11, s12, s13 = s10 + q1[e] * a, s11 + q1[e] * b, s12 + q1[e] * c, s13 + q1[e] * d
+            s20, s21, s22, s23 = s20 + q2[e] * a, s21 + q2[e] * b, s22 + q2[e] * c, s23 + q2[e] * d
+            s30, s31, s32, s33 = s30 + q3[e] * a, s31 + q3[e] * b, s32 + q3[e] * c, s33 + q3[e] * d
+        scores[0, j], scores[0, j + 1], scores[0, j + 2], scores[0, j + 3] = s00, s01, s02, s03
+        if last >= 1:
+            scores[1, j], scores[1, j + 1], scores[1, j + 2], scores[1, j + 3] = s10, s11, s12, s13
+        if last >= 2:
+            scores[2, j], scores[2, j + 1], scores[2, j + 2], scores[2, j + 3] = s20, s21, s22, s23
+        if last >= 3:
+            scores[3, j], scores[3, j + 1], scores[3, j + 2], scores[3, j + 3] = s30, s31, s32, s33
+    for j in range(quads, count):  # the last count % 4 keys, one at a time
+        k0 = keys[j]
+        s00 = s10 = s20 = s30 = zero
+        for e in range(width):
+            s00, s10, s20, s30 = s00 + q0[e] * k0[e], s10 + q1[e] * k0[e], s20 + q2[e] * k0[e], s30 + q3[e] * k0[e]
+        scores[0, j] = s00
+        if last >= 1:
+            scores[1, j] = s10
+        if last >= 2:
+            scores[2, j] = s20
+        if last >= 3:
+            scores[3, j] = s30
+
+
 @compile_
-def _scores(queries, keys, head, scores, transposed):  # type: ignore[no-untyped-def]
-    """scores (M, count) ← K_u·q_r for each row r of the head's queries: a GEMV of
-    queries[0][head] (1, E) for M = 1, else one product with queries[1][head] (E, M) into
-    ``transposed`` (count, M), copied."""
+def _scores(queries, keys, head, scores):  # type: ignore[no-untyped-def]
+    """scores (M, count) ← K_u·q_r for each row r of the head's queries, queries[head]
+    (M, E): a GEMV for M = 1, else ``_four_rows_scores`` on four rows at a time."""
     _wide_vectors()
     rows = scores.shape[0]
     if rows == 1:
-        np.dot(keys, queries[0][head, 0], scores[0])  # GEMV
+        np.dot(keys, queries[head, 0], scores[0])  # GEMV
         return
-    np.dot(keys, queries[1][head], transposed)
-    for r in range(rows):
-        for j in range(scores.shape[1]):
-            scores[r, j] = transposed[j, r]
+    for r in range(0, rows, 4):
+        _four_rows_scores(keys, queries[head, r : r + 4], scores[r : r + 4])
 
 
 @compile_
@@ -123,13 +163,13 @@ def _unit(queries, cache, u, units, shifts, variant, groups, length, modified, w
     key, key_heads, value, value_heads = cache
     part_max, part_sum, part_acc = partials
     head, start, stop = units[u, 0], units[u, 1], units[u, 2]
-    count, width, rows = stop - start, queries[1].shape[1], queries[1].shape[2]
+    count, width, rows = stop - start, queries.shape[2], queries.shape[1]
     keys = key[key_heads[head] + start * width : key_heads[head] + stop * width].reshape((count, width))
     values_width = part_acc.shape[2]
     at = value_heads[head]
     values = value[at + start * values_width : at + stop * values_width].reshape((count, values_width))
-    scores = work[0][: rows * count].reshape((rows, count))  # Z, then P, (M, count)
-    _scores(queries, keys, head, scores, work[1][: rows * count].reshape((count, rows)))
+    scores = work[: rows * count].reshape((rows, count))  # Z, then P, (M, count)
+    _scores(queries, keys, head, scores)
     zero, minus_inf = _constants(scores)[6:]
     for r in range(rows):
         row = scores[r]
@@ -156,8 +196,7 @@ def decode_units(queries, cache, units, first, stop, shifts, variant, groups, le
     ``modified``: whether any row's scores are modified (softcap, ALiBi, a band that cuts
     a unit)."""
     _wide_vectors()
-    size = queries[0].shape[1] * chunk
-    work = (np.empty(size, queries[0].dtype), np.empty(size, queries[0].dtype))
+    work = np.empty(queries.shape[1] * chunk, queries.dtype)
     for u in range(first, stop):
         _unit(queries, cache, u, units, shifts, variant, groups, length, modified, work, partials)
 

@@ -42,9 +42,10 @@ except RuntimeError:  # "cannot cache function …: no locator available": compi
     _CACHE = False
 
 # "contract" lets LLVM fuse a·b + c into one rounding (FMA), which only makes the
-# exponential more exact; sums are reordered ("reassoc") only in _row_sum, to vectorise it.
+# exponential more exact; sums are reordered ("reassoc") only in _row_sum and the decode
+# path's dot products (``_decode_kernels._scores``), to vectorise them.
 compile_ = njit(nogil=True, cache=_CACHE, error_model="numpy", fastmath={"contract"})
-compile_sum = njit(nogil=True, cache=_CACHE, error_model="numpy", fastmath={"reassoc", "nsz"})
+compile_sum = njit(nogil=True, cache=_CACHE, error_model="numpy", fastmath={"reassoc", "nsz", "contract"})
 
 
 @intrinsic
