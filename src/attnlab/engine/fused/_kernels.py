@@ -672,7 +672,6 @@ def attend(blas, arrays, groups, slices, rows, variant, skip, scale, unscale, bl
             count = stop - first
             q, acc, part = _matrix(q_work, count, E), _matrix(acc_work, count, Ev), _matrix(part_work, count, Ev)
             _scaled_rows(query, n, first, scale, q)
-            acc[:] = 0
             row_max[:] = -np.inf
             row_sum[:] = 0
             keys_from, keys_to = _band_keys(variant[0], skip, first, stop, S)
@@ -687,6 +686,9 @@ def attend(blas, arrays, groups, slices, rows, variant, skip, scale, unscale, bl
                         row = block[i]
                         top = _modified_row_max(row, first + i, start, modifiers)
                         _online_softmax_row(row, i, top, row_max, row_sum, rescale)
+                if start == keys_from:  # the first block: α·0 + P·V is P·V (α = e^(−∞ − m') is 0, or NaN where P is)
+                    _product(blas, block, v[start:end], acc)
+                    continue
                 _product(blas, block, v[start:end], part)
                 for i in range(count):
                     alpha = rescale[i]
