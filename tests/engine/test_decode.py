@@ -17,6 +17,7 @@ from tests.oracles import assert_close, requires
 import attnlab as al
 from attnlab.engine import _attention
 from attnlab.engine._problem import make_problem
+from attnlab.engine._threads import run
 from attnlab.engine.fused import _decode
 from attnlab.engine.fused import _engine as _fused
 
@@ -96,10 +97,11 @@ def test_ragged_key_lengths_equal_naive_on_each_sequence_alone(dtype, variant):
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize(("groups", "L", "E"), [(4, 1, 128), (3, 2, 100), (2, 1, 64), (5, 1, 36)])
-def test_model_widths_equal_naive(dtype, groups, L, E):
-    """Widths of real models, whose products run in the kernels' vector loops, and rows
-    per key/value head M = G·L of 4, 6 (four, then two), 2 and 5 (four, then one), over
-    units whose key counts are not all multiples of four (the last, 298 − 288 = 10)."""
+def test_wide_rows_equal_naive(dtype, groups, L, E):
+    """Widths whose products run in the kernels' vector loops (64 and 128, as models have;
+    100 and 36, with a remainder), and rows per key/value head M = G·L of 4, 6 (four, then
+    two), 2 and 5 (four, then one), over units whose key counts are not all multiples of
+    four (the last, 298 − 288 = 10)."""
     q, k, v = inputs(dtype, batch=1, heads=2 * groups, L=L, S=299, E=E, seed=E)
     decoded = al.attention(q, k, v, enable_gqa=True, engine="fused", key_lengths=np.array([298]))
     naive = al.attention(q, k[:, :, :298], v[:, :, :298], enable_gqa=True, engine="naive")
@@ -109,11 +111,17 @@ def test_model_widths_equal_naive(dtype, groups, L, E):
 
 
 @pytest.mark.parametrize("threads", [2, 3])
-def test_any_thread_count_gives_identical_bits(threads):
+def test_any_thread_count_gives_identical_bits(monkeypatch, threads):
+    """One task on one thread against several tasks per thread (TASK_BYTES patched: a cache
+    this small would be one task), their units shared differently among the threads."""
+    monkeypatch.setattr(_decode, "TASK_BYTES", 1)
+    tasks: list[int] = []
+    monkeypatch.setattr(_decode, "run", lambda work, threads: tasks.append(len(work)) or run(work, threads))
     q, k, v = inputs(np.float32, batch=3, L=2, S=300, E=16)
     kwargs = dict(enable_gqa=True, key_lengths=np.array([300, 31, 170]), softcap=4.0, sinks=np.zeros(4))
     one = al.attention(q, k, v, engine="fused", num_threads=1, **kwargs)
     many = al.attention(q, k, v, engine="fused", num_threads=threads, **kwargs)
+    assert tasks == [1, 4 * threads]
     assert np.array_equal(one.output, many.output) and np.array_equal(one.lse, many.lse)
 
 

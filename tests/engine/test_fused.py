@@ -477,3 +477,15 @@ def test_wide_vectors_mark_only_the_function_that_calls_them():
     if "+avx512f" in features.split(","):  # the loop's own arithmetic, not an index vector's
         arithmetic = re.compile(r"\tv(fmadd\w*|add|mul)ps\t[^\n]*%zmm")
         assert arithmetic.search(next(iter(wide.inspect_asm().values())))
+
+
+def test_a_variant_that_is_off_still_gives_one_entry_per_slice():
+    """The kernels read slice n's ALiBi slope and sink whether or not the variant is on,
+    so an unused one is n zeros, never a shorter placeholder that they would read past."""
+    from attnlab.engine._problem import make_problem
+
+    q = np.ones((3, 4, 5, 8), np.float32)
+    variant = _tasks._variant(make_problem(q, q, q, None, 0.0, False, None, True, None))
+    for on, values in variant[3:]:
+        assert not on
+        np.testing.assert_array_equal(values, np.zeros(12, np.float32))

@@ -43,7 +43,7 @@ except RuntimeError:  # "cannot cache function …: no locator available": compi
 
 # "contract" lets LLVM fuse a·b + c into one rounding (FMA), which only makes the
 # exponential more exact; sums are reordered ("reassoc") only in _row_sum and the decode
-# path's dot products (``_decode_kernels._scores``), to vectorise them.
+# path's dot products (``_decode_kernels._four_rows_scores``), to vectorise them.
 compile_ = njit(nogil=True, cache=_CACHE, error_model="numpy", fastmath={"contract"})
 compile_sum = njit(nogil=True, cache=_CACHE, error_model="numpy", fastmath={"reassoc", "nsz", "contract"})
 
@@ -645,12 +645,12 @@ def attend(blas, arrays, groups, slices, rows, variant, skip, scale, unscale, bl
     """The forward, out (N, L, Ev) and lse (N, L), of some slices and rows. For each slice
     n and each block of queries Q_i:
 
-        q = scale·Q_i;  m = −∞, l = 0, acc = 0
+        q = scale·Q_i;  m = −∞, l = 0
         for each block of keys K_j, V_j (those that meet the band when skipping):
             Z = q·K_jᵀ                                                          BLAS
             per row: Z ← softcap(Z) − slope·|j − (i + offset)|, −∞ outside the band;
                      online_softmax(Z, m, l) → α
-            acc ← α·acc + P·V_j                                                 BLAS
+            acc ← α·acc + P·V_j (the first: acc ← P·V_j)                        BLAS
         the sink joins; O_i = unscale·acc / l;  lse_i = m + log l    (_finish_rows)"""
     _wide_vectors()
     query, key, value = arrays
@@ -686,7 +686,9 @@ def attend(blas, arrays, groups, slices, rows, variant, skip, scale, unscale, bl
                         row = block[i]
                         top = _modified_row_max(row, first + i, start, modifiers)
                         _online_softmax_row(row, i, top, row_max, row_sum, rescale)
-                if start == keys_from:  # the first block: α·0 + P·V is P·V (α = e^(−∞ − m') is 0, or NaN where P is)
+                # the first block's acc ← P·V is α·0 + P·V: α = e^(−∞ − m') is 0, or NaN where P is (that
+                # NaN's sign may differ from α·0's, and MKL's product over one key may keep a −0 that + 0 lost)
+                if start == keys_from:
                     _product(blas, block, v[start:end], acc)
                     continue
                 _product(blas, block, v[start:end], part)

@@ -90,7 +90,8 @@ def _forward_split(
 def _variant(pb: Problem) -> tuple[Any, ...]:
     """The variants as the compiled kernels take them (``_kernels``), in the compute dtype:
     ((lowest, highest), offset, (softcapped, c, 1/c), (with ALiBi, slopes (n,)), (with
-    sinks, sinks (n,))), zeros for a variant that is off (one type for every call)."""
+    sinks, sinks (n,))), n zeros for a variant that is off (one type for every call; the
+    kernels read slice n's entry whether or not its variant is on)."""
     real = pb.compute_dtype.type
     cap = real(1.0 if pb.softcap is None else pb.softcap)
     slopes, sinks = pb.per_slice(pb.alibi), pb.per_slice(pb.sinks)
@@ -101,7 +102,7 @@ def _variant(pb: Problem) -> tuple[Any, ...]:
         *(
             (
                 values is not None,
-                np.zeros(1, pb.compute_dtype) if values is None else np.array(values, pb.compute_dtype),
+                np.zeros(pb.slices, pb.compute_dtype) if values is None else np.array(values, pb.compute_dtype),
             )
             for values in (slopes, sinks)
         ),
