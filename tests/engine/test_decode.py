@@ -121,7 +121,7 @@ def test_any_thread_count_gives_identical_bits(monkeypatch, threads):
     kwargs = dict(enable_gqa=True, key_lengths=np.array([300, 31, 170]), softcap=4.0, sinks=np.zeros(4))
     one = al.attention(q, k, v, engine="fused", num_threads=1, **kwargs)
     many = al.attention(q, k, v, engine="fused", num_threads=threads, **kwargs)
-    assert tasks == [1, 4 * threads]
+    assert tasks == [1, _decode.UNITS_PER_THREAD * threads]
     assert np.array_equal(one.output, many.output) and np.array_equal(one.lse, many.lse)
 
 
