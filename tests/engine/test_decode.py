@@ -116,7 +116,12 @@ def test_any_thread_count_gives_identical_bits(monkeypatch, threads):
     this small would be one task), their units shared differently among the threads."""
     monkeypatch.setattr(_decode, "TASK_BYTES", 1)
     tasks: list[int] = []
-    monkeypatch.setattr(_decode, "run", lambda work, threads: tasks.append(len(work)) or run(work, threads))
+
+    def counted(work, threads):
+        tasks.append(len(work))
+        run(work, threads)
+
+    monkeypatch.setattr(_decode, "run", counted)
     q, k, v = inputs(np.float32, batch=3, L=2, S=300, E=16)
     kwargs = dict(enable_gqa=True, key_lengths=np.array([300, 31, 170]), softcap=4.0, sinks=np.zeros(4))
     one = al.attention(q, k, v, engine="fused", num_threads=1, **kwargs)

@@ -22,6 +22,7 @@ from hypothesis import given, settings
 
 import attnlab as al
 from attnlab.engine import _tiled
+from attnlab.engine._problem import make_problem
 from attnlab.engine.fused import _engine as _fused
 from attnlab.engine.fused import _tasks
 
@@ -482,8 +483,6 @@ def test_wide_vectors_mark_only_the_function_that_calls_them():
 def test_a_variant_that_is_off_still_gives_one_entry_per_slice():
     """The kernels read slice n's ALiBi slope and sink whether or not the variant is on,
     so an unused one is n zeros, never a shorter placeholder that they would read past."""
-    from attnlab.engine._problem import make_problem
-
     q = np.ones((3, 4, 5, 8), np.float32)
     variant = _tasks._variant(make_problem(q, q, q, None, 0.0, False, None, True, None))
     for on, values in variant[3:]:

@@ -56,9 +56,10 @@ def _wide_vectors(typingctx):  # type: ignore[no-untyped-def]
     keeps them to 256. The products (MKL's, OpenBLAS's) run 512-bit code anyway; on one
     core of an Intel Xeon the online softmax of 16.7 M scores in cache took 4.4 ms instead
     of 6.8. Per function, unlike NUMBA_CPU_FEATURES: the rest of the process's numba code
-    keeps its tuning; a target without AVX-512 keeps its own widest vectors. The row sums
-    (``_row_sum``, whose order LLVM may choose) follow the width, so their last bits differ
-    between an AVX-512 and an AVX2 machine, as they did between BLAS builds.
+    keeps its tuning; a target without AVX-512 keeps its own widest vectors. The sums whose
+    order LLVM may choose (``_row_sum``, ``_decode_kernels._four_rows_scores``) follow the
+    width, so their last bits differ between an AVX-512 and an AVX2 machine, as they did
+    between BLAS builds.
     Called first in every kernel with a loop: a loop keeps the vectors of the function
     it was compiled in, wherever LLVM later inlines it. llvmlite checks only the
     attributes it names, so this one joins the function's set as the text it prints into
