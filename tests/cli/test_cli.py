@@ -172,7 +172,7 @@ def test_version_and_help_with_examples(capsys):
     with pytest.raises(SystemExit) as exit_info:
         main(["--version"])
     assert exit_info.value.code == 0 and al.__version__ in capsys.readouterr().out
-    for command in ("demo", "trace", "plot", "view", "ablate", "bench"):
+    for command in ("demo", "trace", "plot", "view", "ablate", "heads", "bench"):
         with pytest.raises(SystemExit):
             main([command, "--help"])
         assert "example" in capsys.readouterr().out
@@ -469,8 +469,8 @@ def test_a_saved_trace_refuses_embedding_options(tmp_path, monkeypatch, capsys):
     [
         (["trace", "--text", "ab", "--casual"], "error: unrecognized arguments: --casual; did you mean --causal?"),
         (["trace", "--text", "ab", "--casual=1"], "unrecognized arguments: --casual=1; did you mean --causal?"),
-        (["trce"], "invalid choice: 'trce' (choose from 'demo', 'trace', 'plot', 'view', 'ablate', 'bench', "
-                   "'experiment', 'ring'); did you mean 'trace'?"),
+        (["trce"], "invalid choice: 'trce' (choose from 'demo', 'trace', 'plot', 'view', 'ablate', 'heads', "
+                   "'bench', 'experiment', 'ring'); did you mean 'trace'?"),
         (["trace", "--text", "ab", "--format", "jsn"], "did you mean 'json'?"),
     ],
 )  # fmt: skip

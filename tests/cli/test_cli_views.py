@@ -57,7 +57,7 @@ def gpt2(tmp_path_factory):
         (["view", "--model", "builtin:coref", "--text", A, "--generate", "3"], "a bert model, which does not generate"),
         (
             ["view", "--model", "builtin:coref", "--text", A * 3, "--text", B],
-            "--text: expected at most 64 tokens, the model's positions, got 77",
+            "--text: expected at most 64 tokens, the model's positions (--truncate cuts a text to them), got 77",
         ),
         (["view", "--model", "builtin:coref", "--text", A, "--text", B, "--generate", "2"], "expected one --text"),
     ],

@@ -1,7 +1,8 @@
 """What a traced or running model's attention does across layers: attention rollout and
-flow (Abnar & Zuidema 2020) over a :class:`attnlab.models.ModelTrace`, and the effect of
-each head, by ablating or patching its output, on attnlab's NumPy models and on
-transformers models through attnlab's backend::
+flow (Abnar & Zuidema 2020) over a :class:`attnlab.models.ModelTrace`, the effect of
+each head, by ablating or patching its output, and what kind of head each one is
+(previous-token, induction, sink…), on attnlab's NumPy models and on transformers models
+through attnlab's backend::
 
     from attnlab import analysis, models
 
@@ -12,16 +13,22 @@ transformers models through attnlab's backend::
     result = analysis.ablate(model, "The cat sat on the", heads="all", target=" mat")
     result.effect                                   # (layers, heads): Δ log p(" mat")
     print(result.render())
+    kinds = analysis.head_types(model)              # runs the model on a text and on r + r
+    kinds.strongest("induction", 3)                 # [(layer, head, score), …]
 
 ``ablate`` on a transformers model needs ``pip install 'attnlab[hf]'``; ``flow`` needs SciPy.
 """
 
 from ._ablate import MODES, ablate
 from ._ablation import Ablation
+from ._head_table import HeadTypes
+from ._head_types import head_types
 from ._rollout import FLOW_SCALE, flow, residual_attention, rollout
 
-__all__ = ["FLOW_SCALE", "MODES", "Ablation", "ablate", "flow", "residual_attention", "rollout"]
+__all__ = [
+    "FLOW_SCALE", "MODES", "Ablation", "HeadTypes", "ablate", "flow", "head_types", "residual_attention", "rollout",
+]  # fmt: skip
 
-for _public in (Ablation, ablate, flow, residual_attention, rollout):
+for _public in (Ablation, HeadTypes, ablate, flow, head_types, residual_attention, rollout):
     _public.__module__ = __name__
 del _public

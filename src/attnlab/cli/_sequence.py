@@ -156,6 +156,18 @@ def add_input_options(parser: argparse.ArgumentParser) -> None:
         "starts with a negative index as --layer=-1,0) or 'all' "
         "(default: all for view, the last for trace and plot)",
     )
+    model.add_argument(
+        "--truncate",
+        action="store_true",
+        help="with --model: cut a --text longer than the model takes (its positions or its tokenizer's "
+        "model_max_length) to its first tokens, and say so; without it such a text is refused",
+    )
+    model.add_argument(
+        "--chat",
+        action="store_true",
+        help="with --model of a chat model: --text is a user's message in the model's chat template, followed "
+        "by the prompt for the answer (the page marks the template's tokens)",
+    )
 
 
 def trace_from_args(args: argparse.Namespace, page: bool = False) -> Trace | ModelTrace:
@@ -213,15 +225,14 @@ def _model_trace(args: argparse.Namespace, page: bool) -> ModelTrace:
 def _numpy_model_trace(args: argparse.Namespace, page: bool) -> ModelTrace:
     """--model on attnlab's NumPy models."""
     from ..models import load
+    from ..models._checks import sequence_ids
 
     if args.text is None:
         raise InputError(f"--image: {args.model} runs in attnlab's NumPy models, which read text (--text)")
     model = load(args.model)
     if model.tokenizer is None:
         raise InputError(f"--model: {args.model} has no tokenizer (tokenizer.json, vocab.txt or vocab.json)")
-    ids = model.tokenizer.encode(args.text)
-    if len(ids) == 0:
-        raise InputError(f"--text: expected a text of at least one token, got {args.text!r}")
+    ids = sequence_ids(model.config, model.tokenizer, args.text, truncation=args.truncate, chat=args.chat).ids
     layer = ("all" if page else -1) if args.layer is None else args.layer
     layers = None if layer == "all" else layer
     c = model.config
@@ -230,7 +241,7 @@ def _numpy_model_trace(args: argparse.Namespace, page: bool) -> ModelTrace:
     _check_trace_size(len(ids), heads * count, "--layer N" if layers is None else "", page)
     if page:
         check_page_size(PageShape(len(ids), heads, count, (c.head_dim, c.head_dim), model=True), "--text", FEWER_LAYERS)
-    return model.trace(ids, layers=layers)
+    return model.trace(args.text, layers=layers, truncation=args.truncate, chat=args.chat)
 
 
 def _refuse(args: argparse.Namespace, reason: str) -> None:

@@ -37,6 +37,8 @@ def backend_for(args: argparse.Namespace, directory: Path) -> tuple[str, str]:
     the rest."""
     from ..models._architectures import ARCHITECTURES
 
+    if directory.is_file():
+        return _gguf_backend(args, directory)
     model_type = _model_type(directory)
     native = model_type in ARCHITECTURES
     unread = model_type is None  # attnlab's loader names what is missing
@@ -46,7 +48,31 @@ def backend_for(args: argparse.Namespace, directory: Path) -> tuple[str, str]:
             f"--backend numpy: {args.model} is a {model_type!r} model; attnlab runs {', '.join(ARCHITECTURES)} "
             "in NumPy (use --backend transformers)"
         )
+    asked = [option for option in ("--chat", "--truncate") if getattr(args, option[2:], False)]
+    if backend == "transformers" and asked:
+        raise InputError(
+            f"{asked[0]}: on attnlab's NumPy models (GPT-2, BERT, Llama, Qwen2, Mistral, GGUF files); "
+            f"{args.model} runs in transformers"
+        )
     return backend, str(model_type)
+
+
+def _gguf_backend(args: argparse.Namespace, path: Path) -> tuple[str, str]:
+    """The backend of a GGUF --model, and what it holds ("llama, Q4_1, dequantized to
+    float32"): numpy for the architectures attnlab reads from GGUF, transformers (which
+    dequantizes it itself) for the others, read from its header alone."""
+    from ..models._gguf import MODEL_TYPES, read_gguf
+
+    header = read_gguf(path)
+    arch = header.architecture
+    backend = args.backend or ("numpy" if arch in MODEL_TYPES and args.image is None else "transformers")
+    if backend == "numpy" and arch not in MODEL_TYPES:
+        raise InputError(
+            f"--backend numpy: {args.model} is a GGUF of the architecture {arch!r}; attnlab reads "
+            f"{', '.join(MODEL_TYPES)} GGUF files in NumPy (use --backend transformers)"
+        )
+    how = "dequantized to float32" if backend == "numpy" else "dequantized by transformers"
+    return backend, f"{arch}, {header.quantization()}, {how}"
 
 
 def say_backend(args: argparse.Namespace, backend: str, model_type: str) -> None:
@@ -106,7 +132,10 @@ def in_option_words(args: argparse.Namespace, work: Callable[[], T]) -> T:
 
 
 def is_encoder_decoder(directory: Path) -> bool:
-    """Whether config.json says an encoder-decoder model (T5, BART, Whisper)."""
+    """Whether config.json says an encoder-decoder model (T5, BART, Whisper); a GGUF file's
+    are read as decoders."""
+    if directory.is_file():
+        return False
     try:
         return bool(json.loads((directory / "config.json").read_text(encoding="utf-8")).get("is_encoder_decoder"))
     except (OSError, ValueError, AttributeError):
@@ -114,11 +143,14 @@ def is_encoder_decoder(directory: Path) -> bool:
 
 
 def load_on_attnlab(auto_class: Any, directory: Path, failure: str) -> Any:
-    """``auto_class.from_pretrained(directory)`` on the attnlab backend; a checkpoint that
-    transformers cannot load is one line, ``failure`` and the first line of its error."""
+    """``auto_class.from_pretrained(directory)`` on the attnlab backend (a GGUF file: by its
+    folder and ``gguf_file``); a checkpoint that transformers cannot load is one line,
+    ``failure`` and the first line of its error."""
     from .. import hf
 
     try:
+        if directory.is_file():  # a GGUF file, which transformers reads by its folder and name
+            return auto_class.from_pretrained(directory.parent, gguf_file=directory.name, attn_implementation=hf.NAME)
         return auto_class.from_pretrained(directory, attn_implementation=hf.NAME)
     except (OSError, ValueError, KeyError, RuntimeError) as error:
         first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
@@ -142,7 +174,13 @@ def _quiet(transformers: Any) -> Iterator[None]:
 
 
 def _processor(transformers: Any, directory: Path) -> Any:
-    """The directory's processor (an image processor, a speech processor) or tokenizer."""
+    """The directory's processor (an image processor, a speech processor) or tokenizer; a
+    GGUF file's tokenizer."""
+    if directory.is_file():  # a GGUF file: its tokenizer, from its metadata
+        try:
+            return transformers.AutoTokenizer.from_pretrained(directory.parent, gguf_file=directory.name)
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
     for auto in (transformers.AutoProcessor, transformers.AutoTokenizer):
         try:
             return auto.from_pretrained(directory)

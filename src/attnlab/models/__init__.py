@@ -10,8 +10,9 @@ available::
     trace[11].weights                                  # (heads, L, L)
     model.generate(ids, 20)                            # greedy, with a KV cache
 
-Needs ``pip install 'attnlab[models]'`` (tokenizers, huggingface_hub, scipy). Weights are
-read from safetensors only, memory-mapped; never from pickle.
+Needs ``pip install 'attnlab[models]'`` (tokenizers, huggingface_hub, scipy, gguf). Weights
+are read from safetensors, memory-mapped, or from a GGUF file (``models.load("x.gguf")``),
+dequantized; never from pickle.
 """
 
 from __future__ import annotations
@@ -50,8 +51,10 @@ def load(name_or_dir: str | os.PathLike[str], *, dtype: Any = np.float32) -> Mod
     first; a download only when online and ``HF_HUB_OFFLINE`` is not set).
 
     Args:
-        name_or_dir: a checkpoint directory (config.json and safetensors weights), a hub id
-            (``gpt2``, ``Qwen/Qwen2.5-0.5B``) or ``builtin:coref``, the model shipped with attnlab.
+        name_or_dir: a checkpoint directory (config.json and safetensors weights), a GGUF
+            file (llama.cpp's: Llama, Qwen2 or Mistral, any quantization the gguf package
+            dequantizes, dequantized to ``dtype``), a hub id (``gpt2``,
+            ``Qwen/Qwen2.5-0.5B``) or ``builtin:coref``, the model shipped with attnlab.
         dtype: float32 (default) or float64, what the model computes in; float16 and
             bfloat16 weights are widened to it. Weights already in ``dtype`` stay memory-mapped.
 
@@ -59,7 +62,8 @@ def load(name_or_dir: str | os.PathLike[str], *, dtype: Any = np.float32) -> Mod
         ArgumentError: no such directory or hub id, no config.json, an unsupported
             ``model_type``, only pickle weights, a truncated or corrupted safetensors file,
             a missing weight, one of the wrong shape or not of a float dtype, a config
-            value out of its range.
+            value out of its range; a GGUF file that is truncated or corrupted, of another
+            architecture or quantization, or larger than the machine's memory; any other file.
         ArgumentTypeError: ``dtype`` None.
         MissingDependencyError: the models extra is not installed.
     """
@@ -72,6 +76,11 @@ def load(name_or_dir: str | os.PathLike[str], *, dtype: Any = np.float32) -> Mod
     if compute is None or compute not in (np.dtype(np.float32), np.dtype(np.float64)):  # dtype == None is float64
         raise fail("dtype", "numpy.float32 or numpy.float64", repr(dtype))
     directory = locate(name_or_dir)
+    if directory.is_file():  # a GGUF file: config, weights and tokenizer all in it
+        from ._gguf import read_gguf_model
+
+        gguf_config, weights, tokenizer, note = read_gguf_model(directory, compute)
+        return Model(read_network(gguf_config, weights, compute), tokenizer, str(name_or_dir), weights_note=note)
     config = read_config(directory)
     network = read_network(config, Weights(directory), compute)
     generation = directory / "generation_config.json"  # where transformers' generate finds the end token

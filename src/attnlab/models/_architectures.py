@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from .._validation import Array
-from ._checkpoint import CheckpointError, Weights
+from ._checkpoint import CheckpointError, WeightSource
 from ._network import FULL, SLIDING, Block, ModelConfig, Network
 from ._ops import ACTIVATIONS, Linear, Norm, Rope, rope_frequencies
 
@@ -27,7 +27,7 @@ __all__ = ["ARCHITECTURES", "end_tokens", "read_network"]
 class _Reader:
     """Reads config values and weights with the checks and names of one architecture."""
 
-    def __init__(self, config: dict[str, Any], weights: Weights, dtype: np.dtype, probe: str, prefixes: list[str]):
+    def __init__(self, config: dict[str, Any], weights: WeightSource, dtype: np.dtype, probe: str, prefixes: list[str]):
         self.config, self.weights, self.dtype = config, weights, dtype
         prefix = next((p for p in prefixes if p + probe in weights), None)
         if prefix is None:
@@ -97,7 +97,7 @@ def end_tokens(value: Any) -> tuple[int, ...]:
     return tuple(value) if isinstance(value, list) else (value,) if isinstance(value, int) else ()
 
 
-def _gpt2(config: dict[str, Any], weights: Weights, dtype: np.dtype) -> Network:
+def _gpt2(config: dict[str, Any], weights: WeightSource, dtype: np.dtype) -> Network:
     """GPT2LMHeadModel: learned positions, LayerNorm before each sublayer, Conv1D weights
     stored (in, out), c_attn fused (D, 3D), gelu_new, the head tied to wte."""
     r = _Reader(config, weights, dtype, "wte.weight", ["transformer.", ""])
@@ -139,7 +139,7 @@ def _gpt2(config: dict[str, Any], weights: Weights, dtype: np.dtype) -> Network:
     )  # fmt: skip
 
 
-def _bert(config: dict[str, Any], weights: Weights, dtype: np.dtype) -> Network:
+def _bert(config: dict[str, Any], weights: WeightSource, dtype: np.dtype) -> Network:
     """BertModel / BertForMaskedLM: word + position + token-type embeddings and a
     LayerNorm, LayerNorm after each sublayer's residual sum, exact GELU; the MLM head
     (dense, act, LayerNorm, decoder tied to the word embeddings) when the checkpoint has it."""
@@ -192,7 +192,7 @@ def _bert(config: dict[str, Any], weights: Weights, dtype: np.dtype) -> Network:
     )  # fmt: skip
 
 
-def _llama(config: dict[str, Any], weights: Weights, dtype: np.dtype) -> Network:
+def _llama(config: dict[str, Any], weights: WeightSource, dtype: np.dtype) -> Network:
     """LlamaForCausalLM, Qwen2ForCausalLM and MistralForCausalLM: RMSNorm before each
     sublayer, RoPE on q and k, grouped-query attention, SwiGLU; Qwen2 has biases on q, k
     and v; Mistral none, and a sliding window in every layer (:func:`_sliding_layers`)."""
@@ -301,7 +301,7 @@ def _layer_types(value: Any, layers: int) -> tuple[str, ...]:
     return tuple(str(name) for name in names)
 
 
-ARCHITECTURES: dict[str, Callable[[dict[str, Any], Weights, np.dtype], Network]] = {
+ARCHITECTURES: dict[str, Callable[[dict[str, Any], WeightSource, np.dtype], Network]] = {
     "gpt2": _gpt2,
     "bert": _bert,
     "llama": _llama,
@@ -310,7 +310,7 @@ ARCHITECTURES: dict[str, Callable[[dict[str, Any], Weights, np.dtype], Network]]
 }
 
 
-def read_network(config: dict[str, Any], weights: Weights, dtype: np.dtype) -> Network:
+def read_network(config: dict[str, Any], weights: WeightSource, dtype: np.dtype) -> Network:
     """The network a checkpoint describes, its weights as ``dtype``."""
     model_type = config.get("model_type")
     if not isinstance(model_type, str) or model_type not in ARCHITECTURES:

@@ -26,7 +26,7 @@ import numpy as np
 
 from .._validation import ArgumentError, Array, MissingDependencyError, fail
 
-__all__ = ["Weights", "locate", "read_config", "write_safetensors"]
+__all__ = ["WeightSource", "Weights", "locate", "read_config", "write_safetensors"]
 
 CONFIG = "config.json"
 SINGLE = "model.safetensors"
@@ -46,6 +46,7 @@ WANTED = [
 ]
 MAX_HEADER = 100 * 2**20  # the format's own limit on the JSON header
 BUILTIN = "builtin:"  # the checkpoints that ship inside attnlab: builtin:coref
+GGUF_MAGIC = b"GGUF"  # the first bytes of a GGUF file (llama.cpp's single-file checkpoints: _gguf)
 
 # safetensors dtype names -> NumPy; BF16 is read as its raw 16 bits (see _as_float).
 _DTYPES: dict[str, np.dtype] = {
@@ -70,8 +71,8 @@ class CheckpointError(ArgumentError):
 
 
 def locate(name_or_dir: str | os.PathLike[str]) -> Path:
-    """The directory of a checkpoint: ``name_or_dir`` itself when it is a directory,
-    else a hub id found in the local cache or downloaded."""
+    """The directory of a checkpoint: ``name_or_dir`` itself when it is a directory or a
+    GGUF file, else a hub id found in the local cache or downloaded."""
     if not isinstance(name_or_dir, (str, os.PathLike)):
         raise fail("name_or_dir", "a directory or a Hugging Face hub id (str)", type(name_or_dir).__name__, TypeError)
     if not str(name_or_dir).strip():  # Path("") is ".": the working directory, silently
@@ -85,6 +86,8 @@ def locate(name_or_dir: str | os.PathLike[str]) -> Path:
         ) from None
     if path.is_dir():
         return path
+    if path.is_file():
+        return _single_file(path)
     name = str(name_or_dir)
     if name.startswith(BUILTIN):
         return _builtin(name[len(BUILTIN) :])
@@ -93,6 +96,25 @@ def locate(name_or_dir: str | os.PathLike[str]) -> Path:
             f"name_or_dir: expected a checkpoint directory or a hub id, got {name!r} (no such directory)"
         )
     return _from_hub(name)
+
+
+def _single_file(path: Path) -> Path:
+    """A GGUF file (named ``*.gguf`` or starting with its magic bytes) as itself; any
+    other file is refused, saying what it is."""
+    try:
+        with path.open("rb") as file:
+            head = file.read(8)
+    except OSError as error:
+        raise CheckpointError(f"name_or_dir: {path} cannot be read ({error.strerror or error})") from None
+    if path.suffix.lower() == ".gguf" or head[:4] == GGUF_MAGIC:
+        return path
+    if path.suffix == ".safetensors" or path.name == CONFIG:
+        what = f"a file of a checkpoint; pass its directory, {path.parent}"
+    else:
+        what = "a file that is not GGUF"
+    raise CheckpointError(
+        f"name_or_dir: expected a checkpoint directory, a .gguf file or a hub id, got {str(path)!r} ({what})"
+    )
 
 
 def _builtin(name: str) -> Path:
@@ -161,7 +183,23 @@ def read_config(directory: Path, name: str = CONFIG) -> dict[str, Any]:
     return config
 
 
-class Weights(Mapping[str, Array]):
+class WeightSource(Mapping[str, Array]):
+    """What the architectures read weights from: tensors by their Hugging Face names,
+    ``directory`` (the checkpoint's directory, or its GGUF file, as errors name it) and
+    :meth:`get_as`. :class:`Weights` reads safetensors; ``_gguf.GGUFWeights`` a GGUF file."""
+
+    directory: Path
+
+    def get_as(self, name: str, shape: tuple[int, ...], dtype: np.dtype) -> Array:
+        """Tensor ``name`` of the expected ``shape`` as ``dtype``.
+
+        Raises:
+            CheckpointError: no such tensor, or one of another shape or kind.
+        """
+        raise NotImplementedError
+
+
+class Weights(WeightSource):
     """A checkpoint's tensors by name, each a read-only view of a memory-mapped file
     (bfloat16 as its raw uint16 bits: :meth:`get` converts)."""
 

@@ -6,15 +6,17 @@ Each raises through :func:`attnlab._validation.fail` (``<argument>: expected <wh
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from .._validation import ArgumentError, Array, array_of, fail, ids_below, is_integer, real_number
+from .._validation import ArgumentError, Array, array_of, fail, flag, ids_below, is_integer, real_number
+from ._chat import chat_prompt
 from ._network import ModelConfig, Network
 from ._tokenizer import Tokenizer
 
-__all__ = ["check_length", "generation_inputs", "layer_indices", "model_inputs", "sequence_ids", "token_ids"]
+__all__ = ["Prompt", "check_length", "generation_inputs", "layer_indices", "model_inputs", "sequence_ids", "token_ids"]
 
 
 def model_inputs(
@@ -46,24 +48,62 @@ def token_ids(config: ModelConfig, input_ids: Any) -> Array:
     return ids.astype(np.int64, copy=False)
 
 
-def sequence_ids(config: ModelConfig, tokenizer: Tokenizer | None, text_or_ids: Any) -> Array:
+@dataclass
+class Prompt:
+    """One sequence as a model reads it: its ids (L,), per token whether a chat template
+    put it there, and what was done to the text (a cut, the template), for the trace to say."""
+
+    ids: Array
+    template: list[bool] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def sequence_ids(
+    config: ModelConfig, tokenizer: Tokenizer | None, text_or_ids: Any, *, truncation: bool = False,
+    chat: bool = False,
+) -> Prompt:  # fmt: skip
     """One sequence's ids (L,): a text tokenized with the model's tokenizer (and its
-    special tokens), or ids checked as :func:`token_ids` checks them.
+    special tokens; with ``chat``, as the user's message in its chat template), or ids
+    checked as :func:`token_ids` checks them.
+
+    A text longer than the limit, the model's positions or the tokenizer's
+    ``model_max_length`` (the smaller), is refused, or with ``truncation`` cut to it.
 
     Raises:
-        ArgumentError: a text and no tokenizer, a text of no token, ids that are not one
-            sequence of the vocabulary's ids.
+        ArgumentError: a text and no tokenizer, a text of no token, a text over the limit
+            without ``truncation``, ``chat`` for a model without a chat template or with
+            ids, ids that are not one sequence of the vocabulary's ids.
     """
-    if isinstance(text_or_ids, str):
-        if tokenizer is None:
-            raise fail("text_or_ids", "token ids: this checkpoint has no tokenizer", "a text")
-        text, text_or_ids = text_or_ids, tokenizer.encode(text_or_ids)
-        if len(text_or_ids) == 0:
-            raise fail("text_or_ids", "a text of at least one token", repr(text))
-    ids = token_ids(config, text_or_ids)
-    if ids.ndim != 1:
-        raise fail("text_or_ids", "one sequence: a text or ids of shape (L,)", f"ids of shape {ids.shape}")
-    return ids
+    flag("truncation", truncation)
+    flag("chat", chat)
+    if not isinstance(text_or_ids, str):
+        if chat:
+            raise fail("chat", "a text to put in the chat template", "token ids")
+        ids = token_ids(config, text_or_ids)
+        if ids.ndim != 1:
+            raise fail("text_or_ids", "one sequence: a text or ids of shape (L,)", f"ids of shape {ids.shape}")
+        return Prompt(ids)
+    if tokenizer is None:
+        raise fail("text_or_ids", "token ids: this checkpoint has no tokenizer", "a text")
+    text, template, notes = text_or_ids, list[bool](), list[str]()
+    if chat:
+        text, template = chat_prompt(tokenizer, text_or_ids)
+        notes.append("the text as a user's message in the model's chat template")
+    limits = [(config.max_position_embeddings, "the model's positions")]
+    if tokenizer.model_max_length is not None:
+        limits.append((tokenizer.model_max_length, "the tokenizer's model_max_length"))
+    limit, why = min(limits)
+    ids = tokenizer.encode(text, add_special_tokens=not chat)
+    if len(ids) > limit:
+        if not truncation:
+            expected = f"at most {limit} tokens, {why} (truncation=True cuts a text to them)"
+            raise fail("text_or_ids", expected, f"{len(ids)}")
+        notes.append(f"cut to its first {limit} of {len(ids)} tokens ({why})")
+        ids = tokenizer.encode(text, add_special_tokens=not chat, max_length=limit)
+        template = template[: len(ids)]
+    if len(ids) == 0:
+        raise fail("text_or_ids", "a text of at least one token", repr(text_or_ids))
+    return Prompt(token_ids(config, ids), template, notes)
 
 
 def generation_inputs(config: ModelConfig, ids: Any, steps: Any, temperature: Any) -> tuple[Array, int, float]:

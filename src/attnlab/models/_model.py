@@ -41,8 +41,9 @@ def answer_view(raw: dict[str, Any], tokens: list[str]) -> dict[str, int] | None
 
 
 def _trace_generation_method(
-    self: Model, text_or_ids: ArrayLike | str, max_new_tokens: int, *, layers: Any = None
-) -> GenerationTrace:
+    self: Model, text_or_ids: ArrayLike | str, max_new_tokens: int, *, layers: Any = None, truncation: bool = False,
+    chat: bool = False,
+) -> GenerationTrace:  # fmt: skip
     """The attention of the tokens a greedy generation adds, recorded from its own
     decode steps with the KV cache: for each new token, the weights of the step that
     chose it (one query, the token before it, over every position before the new
@@ -53,12 +54,14 @@ def _trace_generation_method(
             special tokens) or ids (L,).
         max_new_tokens: the most tokens to add (at least 1; fewer after an end token).
         layers: an index, a list of them, or None for all; negative from the end.
+        truncation: cut a text longer than the model takes (see :meth:`trace`).
+        chat: the text as a user's message in the model's chat template (see :meth:`trace`).
 
     Raises:
         ArgumentError, ArgumentTypeError: what :meth:`generate` and :meth:`trace`
             refuse, and ``max_new_tokens`` below 1.
     """
-    return _trace_generation(self, text_or_ids, max_new_tokens, layers)
+    return _trace_generation(self, text_or_ids, max_new_tokens, layers, truncation, chat)
 
 
 @dataclass(frozen=True)
@@ -86,12 +89,17 @@ class Model:
         network: the checkpoint's weights read into one :class:`Network` (as :func:`load` builds it).
         tokenizer: its tokenizer, or None (ids only).
         name: the checkpoint's name, as a trace and a page show it.
+        weights_note: what the weights were read from, when not plain floats: a GGUF
+            file's "Q4_1, dequantized to float32"; None for a safetensors checkpoint.
     """
 
-    def __init__(self, network: Network, tokenizer: Tokenizer | None, name: str) -> None:
+    def __init__(
+        self, network: Network, tokenizer: Tokenizer | None, name: str, *, weights_note: str | None = None
+    ) -> None:
         self.network = network
         self.tokenizer = tokenizer
         self.name = name
+        self.weights_note = weights_note
 
     @property
     def config(self) -> ModelConfig:
@@ -107,7 +115,9 @@ class Model:
         return (
             f"Model({self.name!r}, {c.model_type}, layers={c.num_hidden_layers}, heads={H}"
             + (f", kv_heads={Hk}" if Hk != H else "")
-            + f", hidden={c.hidden_size}, dtype={self.dtype})"
+            + f", hidden={c.hidden_size}, dtype={self.dtype}"
+            + (f", weights={self.weights_note!r}" if self.weights_note else "")
+            + ")"
         )
 
     def forward(
@@ -136,21 +146,30 @@ class Model:
 
     __call__ = forward
 
-    def trace(self, text_or_ids: ArrayLike | str, layers: Any = None) -> ModelTrace:
+    def trace(
+        self, text_or_ids: ArrayLike | str, layers: Any = None, *, truncation: bool = False, chat: bool = False
+    ) -> ModelTrace:
         """Every step of attention for one sequence in the chosen layers.
 
         Args:
             text_or_ids: a text (tokenized with the model's tokenizer and its special
-                tokens) or ids (L,).
+                tokens, as ``transformers``' ``tokenizer(text)``) or ids (L,).
             layers: an index, a list of them, or None for all; negative indices count
                 from the end.
+            truncation: a text longer than the model takes (its positions, or its
+                tokenizer's ``model_max_length``) is cut to its first tokens, and the
+                trace's ``notes`` say so; without it (default), refused.
+            chat: the text is a user's message in the model's chat template, followed by
+                the prompt for the answer (``apply_chat_template(...,
+                add_generation_prompt=True)``); the trace marks the template's tokens.
 
         Raises:
-            ArgumentError: a text without a tokenizer, ids out of the vocabulary, too many
-                tokens for the positions, a layer the model does not have, or an empty
-                list of layers (a trace of nothing).
+            ArgumentError: a text without a tokenizer, a text over the limit without
+                ``truncation``, ``chat`` for a model without a chat template, ids out of
+                the vocabulary, too many tokens for the positions, a layer the model does
+                not have, or an empty list of layers (a trace of nothing).
         """
-        return _trace(self, text_or_ids, layers)
+        return _trace(self, text_or_ids, layers, truncation, chat)
 
     @overload
     def generate(
@@ -218,11 +237,13 @@ def _forward(
     )
 
 
-def _trace_generation(model: Model, text_or_ids: ArrayLike | str, steps: int, layers: Any) -> GenerationTrace:
+def _trace_generation(
+    model: Model, text_or_ids: ArrayLike | str, steps: int, layers: Any, truncation: bool, chat: bool
+) -> GenerationTrace:
     """See :meth:`Model.trace_generation`."""
     if not is_integer(steps) or steps < 1:
         raise fail("max_new_tokens", "at least one token to generate", repr(steps))
-    prompt = sequence_ids(model.config, model.tokenizer, text_or_ids)
+    prompt = sequence_ids(model.config, model.tokenizer, text_or_ids, truncation=truncation, chat=chat).ids
     chosen = layer_indices(model.config, layers)
     rows: list[list[Array]] = []
     ids = generate(model.network, prompt, int(steps), rows=rows)
@@ -234,10 +255,11 @@ def _trace_generation(model: Model, text_or_ids: ArrayLike | str, steps: int, la
     return GenerationTrace(model.name, [int(i) for i in ids], tokens, len(prompt), weights, {}, special)
 
 
-def _trace(model: Model, text_or_ids: ArrayLike | str, layers: Any) -> ModelTrace:
+def _trace(model: Model, text_or_ids: ArrayLike | str, layers: Any, truncation: bool, chat: bool) -> ModelTrace:
     """See :meth:`Model.trace`."""
     tokenizer = model.tokenizer
-    ids = sequence_ids(model.config, tokenizer, text_or_ids)
+    prompt = sequence_ids(model.config, tokenizer, text_or_ids, truncation=truncation, chat=chat)
+    ids = prompt.ids
     chosen = layer_indices(model.config, layers)
     record = Recorder(trace_layers=frozenset(chosen))
     model.network.forward(ids[None], None, None, None, record, None)  # (L,) -> (1, L)
@@ -248,4 +270,6 @@ def _trace(model: Model, text_or_ids: ArrayLike | str, layers: Any) -> ModelTrac
     c, traces = model.config, {i: record.traces[i] for i in chosen}
     counts = (c.num_hidden_layers, c.num_attention_heads)
     opens = answer_view(c.raw, tokens)
-    return ModelTrace(model.name, [int(i) for i in ids], tokens, traces, *counts, special, parts, opens)
+    made = ModelTrace(model.name, [int(i) for i in ids], tokens, traces, *counts, special, parts, opens)
+    made.template, made.notes = prompt.template or [False] * len(ids), prompt.notes
+    return made

@@ -3,7 +3,12 @@ a person can read.
 
 Three layouts are read: ``tokenizer.json`` (every fast tokenizer), ``vocab.txt`` (BERT's
 WordPiece, with tokenizer_config.json's ``do_lower_case``), and ``vocab.json`` with
-``merges.txt`` (GPT-2's byte-level BPE).
+``merges.txt`` (GPT-2's byte-level BPE). tokenizer_config.json's settings are honoured as
+``transformers`` honours them (:func:`_apply_settings`): a tokenizer.json's padding and
+truncation are off unless asked for, ``add_bos_token``/``add_eos_token`` given there
+rewrite the special tokens around a text, ``do_lower_case`` sets a BERT normalizer's
+lowercasing, ``model_max_length`` is the longest text the checkpoint takes and
+``chat_template`` its chat format.
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from .._validation import Array, MissingDependencyError, fail
+from .._validation import Array, MissingDependencyError, fail, is_integer
 from ._checkpoint import CheckpointError
 
 __all__ = ["Tokenizer", "read_tokenizer"]
@@ -30,34 +35,64 @@ class Tokenizer:
 
     Args:
         backend: a ``tokenizers.Tokenizer`` (the checkpoint's tokenizer.json, or its
-            vocabulary files read into one).
+            vocabulary files read into one), without padding or truncation.
         word_piece: its decoder joins tokens with spaces that are not in the text (BERT's
             WordPiece): :meth:`readable` leaves them out.
+        chat_template: the checkpoint's Jinja chat template, or None (not a chat model).
+        bos_token, eos_token: the texts of its begin and end tokens, as a chat template
+            names them, or None.
+        model_max_length: the most tokens the checkpoint's tokenizer says its model
+            takes, or None (no limit of its own).
     """
 
-    def __init__(self, backend: Any, word_piece: bool = False) -> None:
+    def __init__(
+        self, backend: Any, word_piece: bool = False, *, chat_template: str | None = None,
+        bos_token: str | None = None, eos_token: str | None = None, model_max_length: int | None = None,
+    ) -> None:  # fmt: skip
         self.backend = backend  # a tokenizers.Tokenizer
         self._word_piece = word_piece  # its decoder joins tokens with spaces that are not in the text
         self.special_ids = frozenset(i for i, t in backend.get_added_tokens_decoder().items() if t.special)
+        self.chat_template = chat_template
+        self.bos_token, self.eos_token = bos_token, eos_token
+        self.model_max_length = model_max_length
 
     @property
     def vocab_size(self) -> int:
         return int(self.backend.get_vocab_size())
 
-    def encode(self, text: str, *, add_special_tokens: bool = True) -> Array:
+    def encode(self, text: str, *, add_special_tokens: bool = True, max_length: int | None = None) -> Array:
         """The ids of ``text`` (L,), int64, with the model's special tokens ([CLS] … [SEP],
-        a BOS) where its tokenizer adds them.
+        a BOS) where its tokenizer adds them: ``transformers``' ``tokenizer(text)["input_ids"]``.
 
         Args:
             text: the text.
             add_special_tokens: add them (default); False gives the text's tokens only.
+            max_length: None (default): every token; else at most this many, the text's
+                last tokens cut and the special tokens kept (``truncation=True`` in transformers).
 
         Raises:
             ArgumentTypeError: ``text`` is not a string.
+            ArgumentError: ``max_length`` below the special tokens' count.
         """
         if not isinstance(text, str):
             raise fail("text", "a string", type(text).__name__, TypeError)
-        return np.asarray(self.backend.encode(text, add_special_tokens=add_special_tokens).ids, dtype=np.int64)
+        encoding = self.backend.encode(text, add_special_tokens=False)
+        if max_length is not None:
+            added = self.backend.num_special_tokens_to_add(False) if add_special_tokens else 0
+            if not is_integer(max_length) or max_length < max(added, 1):
+                least = max(added, 1)
+                raise fail("max_length", f"an integer >= {least} (the special tokens and one more)", repr(max_length))
+            encoding.truncate(int(max_length) - added)
+        encoding = self.backend.post_process(encoding, add_special_tokens=add_special_tokens)
+        return np.asarray(encoding.ids, dtype=np.int64)
+
+    def offsets(self, text: str) -> list[tuple[int, int]]:
+        """Each token of ``text`` (without special tokens) as its (start, end) characters in it.
+
+        Args:
+            text: the text.
+        """
+        return [(int(a), int(b)) for a, b in self.backend.encode(text, add_special_tokens=False).offsets]
 
     def decode(self, ids: Any, *, skip_special_tokens: bool = False) -> str:
         """The text of ``ids``.
@@ -204,7 +239,133 @@ def read_tokenizer(directory: Path) -> Tokenizer | None:
         special.append(GPT2_END)  # what transformers' GPT2Tokenizer makes its bos, eos and unk
     if special:
         backend.add_special_tokens(special)
-    return Tokenizer(backend, word_piece)
+    return _apply_settings(directory, backend, word_piece, settings)
+
+
+def _apply_settings(directory: Path, backend: Any, word_piece: bool, settings: dict[str, Any]) -> Tokenizer:
+    """The tokenizer with tokenizer_config.json's settings, as ``transformers`` (5.x) applies them.
+
+    - A tokenizer.json's ``padding`` and ``truncation`` are off: transformers turns both
+      off unless a call asks for them (all-MiniLM-L6-v2's would pad every text to 128).
+    - A BERT tokenizer (``tokenizer_class`` BertTokenizer) normalizes as ``do_lower_case``,
+      ``tokenize_chinese_chars`` and ``strip_accents`` say, and puts [CLS] … [SEP] around a
+      text, whatever its tokenizer.json says (transformers' BertTokenizer rebuilds both).
+    - ``add_bos_token``/``add_eos_token`` must say what the tokenizer does: transformers
+      follows a tokenizer.json's post-processor and ignores them, so a folder where they
+      disagree is refused rather than read one way or the other.
+    - ``model_max_length`` (absent, or transformers' "very large" 10³⁰: no limit),
+      ``bos_token``/``eos_token`` (a text or an added token's ``content``) and
+      ``chat_template`` (chat_template.jinja beside it first, as transformers saves it).
+
+    Raises:
+        CheckpointError: settings of the wrong type, or that contradict each other or the
+            vocabulary.
+    """
+    backend.no_padding()
+    backend.no_truncation()
+    bos, eos = (_token_text(directory, settings, name) for name in ("bos_token", "eos_token"))
+    if word_piece and settings.get("tokenizer_class") in ("BertTokenizer", "BertTokenizerFast"):
+        _bert_settings(directory, backend, settings)
+    for name, token in (("add_bos_token", bos), ("add_eos_token", eos)):
+        _check_added(directory, backend, settings, name, token)
+    return Tokenizer(
+        backend, word_piece, chat_template=_chat_template(directory, settings), bos_token=bos, eos_token=eos,
+        model_max_length=_max_length(directory, settings.get("model_max_length")),
+    )  # fmt: skip
+
+
+def _bert_settings(directory: Path, backend: Any, settings: dict[str, Any]) -> None:
+    """BertTokenizer's normalizer and [CLS] … [SEP], from the settings (transformers' defaults)."""
+    from tokenizers import normalizers, processors
+
+    flags = {"do_lower_case": True, "tokenize_chinese_chars": True}
+    for name, default in flags.items():
+        flags[name] = settings.get(name, default)
+        if not isinstance(flags[name], bool):
+            raise CheckpointError(
+                f"{directory}: tokenizer_config.json: {name}: expected true or false, got {flags[name]!r}"
+            )
+    strip = settings.get("strip_accents")
+    if strip is not None and not isinstance(strip, bool):
+        raise CheckpointError(
+            f"{directory}: tokenizer_config.json: strip_accents: expected true, false or null, got {strip!r}"
+        )
+    backend.normalizer = normalizers.BertNormalizer(
+        clean_text=True, handle_chinese_chars=flags["tokenize_chinese_chars"], strip_accents=strip,
+        lowercase=flags["do_lower_case"],
+    )  # fmt: skip
+    cls, sep = (_token_text(directory, settings, n) or d for n, d in (("cls_token", "[CLS]"), ("sep_token", "[SEP]")))
+    ids = {t: backend.token_to_id(t) for t in (cls, sep)}
+    missing = next((t for t, i in ids.items() if i is None), None)
+    if missing is not None:
+        raise CheckpointError(
+            f"{directory}: tokenizer_config.json: expected {missing!r} in the vocabulary; it is not there"
+        )
+    backend.post_processor = processors.TemplateProcessing(
+        single=f"{cls}:0 $A:0 {sep}:0", pair=f"{cls}:0 $A:0 {sep}:0 $B:1 {sep}:1", special_tokens=list(ids.items())
+    )
+
+
+def _check_added(directory: Path, backend: Any, settings: dict[str, Any], name: str, token: str | None) -> None:
+    """Refuse ``add_bos_token``/``add_eos_token`` (``name``) of the wrong type, or saying
+    other than what the tokenizer does around a text."""
+    if name not in settings:
+        return
+    value = settings[name]
+    if not isinstance(value, bool):
+        raise CheckpointError(f"{directory}: tokenizer_config.json: {name}: expected true or false, got {value!r}")
+    which = name[4:7]  # bos or eos
+    if value and token is None:
+        raise CheckpointError(f"{directory}: tokenizer_config.json: {name} is true but no {which}_token is named")
+    token_id = None if token is None else backend.token_to_id(token)
+    if value and token_id is None:
+        raise CheckpointError(
+            f"{directory}: tokenizer_config.json: {name} is true but {which}_token {token!r} is not in the vocabulary"
+        )
+    ids = backend.encode("a", add_special_tokens=True).ids
+    does = token_id is not None and bool(ids) and ids[0 if which == "bos" else -1] == token_id
+    if does != value:
+        raise CheckpointError(
+            f"{directory}: tokenizer_config.json says {name} {str(value).lower()}, but the tokenizer "
+            f"{'does not add' if value else 'adds'} {token!r}: settings that contradict each other"
+        )
+
+
+def _token_text(directory: Path, settings: dict[str, Any], name: str) -> str | None:
+    """A named special token's text: a string, or an added token's ``content``."""
+    value = settings.get(name)
+    if isinstance(value, dict):
+        value = value.get("content")
+    if value is not None and not (isinstance(value, str) and value):
+        raise CheckpointError(f"{directory}: tokenizer_config.json: {name}: expected a token's text, got {value!r}")
+    return value
+
+
+def _max_length(directory: Path, value: Any) -> int | None:
+    """``model_max_length``: None for none, or transformers' stand-in for none (≥ 10²⁹)."""
+    if value is None or (isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 1e29):
+        return None
+    if not is_integer(value) or value < 1:
+        raise CheckpointError(
+            f"{directory}: tokenizer_config.json: model_max_length: expected a positive integer, got {value!r}"
+        )
+    return int(value)
+
+
+def _chat_template(directory: Path, settings: dict[str, Any]) -> str | None:
+    """The chat template: chat_template.jinja, else tokenizer_config.json's ``chat_template``
+    (a text, or a list of named ones whose "default" is the one; transformers' order)."""
+    jinja = directory / "chat_template.jinja"
+    if jinja.is_file():
+        return jinja.read_text(encoding="utf-8")
+    value = settings.get("chat_template")
+    if isinstance(value, list):
+        named = {t.get("name"): t.get("template") for t in value if isinstance(t, dict)}
+        value = named.get("default")
+    if value is not None and not isinstance(value, str):
+        got = repr(value)[:100]
+        raise CheckpointError(f"{directory}: tokenizer_config.json: chat_template: expected a text, got {got}")
+    return value
 
 
 def _check_unknown_token(directory: Path, backend: Any) -> None:
@@ -248,6 +409,9 @@ class _Encoding:
     def __init__(self, ids: list[int]) -> None:
         self.ids = ids
 
+    def truncate(self, max_length: int) -> None:
+        del self.ids[max_length:]
+
 
 class _CharacterBackend:
     """BERT's tokenization over a vocabulary of single characters, without the tokenizers
@@ -267,9 +431,15 @@ class _CharacterBackend:
         pattern = "(" + "|".join(re.escape(self.vocab[i]) for i in sorted(self.specials)) + ")"
         for n, part in enumerate(re.split(pattern, text) if self.specials else [text]):
             ids += [self.index[part]] if n % 2 else self._words(part)
+        return self.post_process(_Encoding(ids), add_special_tokens=add_special_tokens)
+
+    def num_special_tokens_to_add(self, is_pair: bool) -> int:
+        return 2  # [CLS] and [SEP]
+
+    def post_process(self, encoding: _Encoding, add_special_tokens: bool = True) -> _Encoding:
         if add_special_tokens:
-            ids = [self.index["[CLS]"], *ids, self.index["[SEP]"]]
-        return _Encoding(ids)
+            return _Encoding([self.index["[CLS]"], *encoding.ids, self.index["[SEP]"]])
+        return encoding
 
     def _words(self, text: str) -> list[int]:
         text = "".join(" " if _is_space(c) else c for c in text if not _is_dropped(c))  # BERT's clean_text

@@ -164,6 +164,10 @@ def model_trace_from_dict(cls: Any, data: Any, source: str) -> Any:
         layers[int(key)] = trace
     special = _flags(data, "special", len(tokens), bool, "booleans", source)
     parts = _flags(data, "parts", len(tokens), str, "strings", source)
+    template = _flags(data, "template", len(tokens), bool, "booleans", source)
+    notes = data.get("notes") or []
+    if not isinstance(notes, list) or not all(isinstance(n, str) for n in notes):
+        raise ArgumentError(f"{source}: notes: expected a list of texts")
     opens = data.get("opens")
     if opens is not None and not (
         isinstance(opens, dict)
@@ -171,7 +175,9 @@ def model_trace_from_dict(cls: Any, data: Any, source: str) -> Any:
         and all(type(x) is int and x >= 0 for x in opens.values())
     ):
         raise ArgumentError(f"{source}: opens: expected null or whole numbers ≥ 0 under layer, head, query")
-    fields: dict[str, Any] = {"opens": opens, **_saved_names(data, num_layers, source), **_saved_source(data, source)}
+    fields: dict[str, Any] = {"opens": opens, "template": template, "notes": notes}
+    fields.update(_saved_names(data, num_layers, source))
+    fields.update(_saved_source(data, source))
     fields.update(_saved_image(data, source))
     made = cls(
         str(data.get("model")), ids, tokens, dict(sorted(layers.items())), num_layers, num_heads, special, parts,

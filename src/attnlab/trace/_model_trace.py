@@ -55,6 +55,8 @@ class _Fields:
     source_parts: list[str] = field(default_factory=list)
     image: Array | None = field(default=None, repr=False)
     patch_grid: tuple[int, int] | None = None
+    template: list[bool] = field(default_factory=list)  # put there by a chat template, not the user's words
+    notes: list[str] = field(default_factory=list)  # what was done to the text or read: a cut, a quantization
 
     def __post_init__(self) -> None:
         _fill_and_check(self)
@@ -86,6 +88,9 @@ class ModelTrace(_Fields):
         source_parts: per source token, the characters split over several tokens it holds bytes of.
         image: the picture the model saw, uint8 (height, width, 3), or None.
         patch_grid: (rows, cols) of its patches, or None.
+        template: per token, whether a chat template put it there (not the user's words).
+        notes: what the page and the text should say of how the tokens or weights came
+            ("cut to its first 512 of 600 tokens", "Q4_1, dequantized to float32").
 
     Raises:
         ArgumentError: kinds, modules, a source sequence, an image or a patch grid that do not fit the entries.
@@ -174,6 +179,9 @@ def _fill_and_check(trace: _Fields) -> None:
     NumPy models never give (kinds, modules, a source, an image), as a saved trace's."""
     trace.special = trace.special or [False] * len(trace.tokens)
     trace.parts = trace.parts or [""] * len(trace.tokens)
+    trace.template = trace.template or [False] * len(trace.tokens)
+    if len(trace.template) != len(trace.tokens):
+        raise fail("template", f"{len(trace.tokens)} marks, one per token", f"{len(trace.template)}")
     if trace.source_tokens is not None:
         trace.source_special = trace.source_special or [False] * len(trace.source_tokens)
         trace.source_parts = trace.source_parts or [""] * len(trace.source_tokens)
@@ -235,9 +243,10 @@ def _to_dict(trace: ModelTrace) -> dict[str, Any]:
     if trace.image is not None:
         raw = np.ascontiguousarray(trace.image, dtype=np.uint8)
         image = {"shape": list(raw.shape), "base64": base64.b64encode(raw.tobytes()).decode()}
+    marks = {"template": trace.template, "notes": trace.notes}
     pictures = {"image": image, "patch_grid": None if trace.patch_grid is None else list(trace.patch_grid)}
     layers = {"layers": {str(i): t.to_dict() for i, t in trace.layers.items()}}
-    return {**fixed, **counts, **named, **source, **pictures, **layers}
+    return {**fixed, **counts, **named, **source, **marks, **pictures, **layers}
 
 
 def _render(trace: ModelTrace, lang: str, precision: int) -> str:
@@ -258,7 +267,7 @@ def _render(trace: ModelTrace, lang: str, precision: int) -> str:
             else name.format(model=trace.model, i=i, n=trace.num_layers)
         )
         texts.append(replace(one, tokens=rows, key_tokens=keys).render(lang=lang, precision=precision, title=title))
-    return "\n\n".join(texts)
+    return "\n\n".join([f"({'; '.join(trace.notes)})"] * bool(trace.notes) + texts)
 
 
 _KIND_WORDS = {

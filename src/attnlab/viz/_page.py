@@ -265,15 +265,19 @@ def page_data(trace: Trace | ModelTrace, opens: dict[str, int] | None = None) ->
     return {  # the page shows text: control characters and lone surrogates escaped (no page can encode those)
         "model": display_text(model), "sequences": sequences, "layers": layers, "opens": opens or opening(trace),
         "random_seed": seeds[0] if seeds else None,
+        "notes": [display_text(n) for n in trace.notes] if isinstance(trace, ModelTrace) else [],
         "image": image_data(trace) if isinstance(trace, ModelTrace) else None,
     }  # fmt: skip
 
 
-def _sequence(name: str, tokens: list[str], special: list[bool], parts: list[str]) -> dict[str, object]:
-    """One sequence of the page: its name and its tokens, as text fit for display, with their marks."""
+def _sequence(
+    name: str, tokens: list[str], special: list[bool], parts: list[str], template: list[bool] | None = None
+) -> dict[str, object]:
+    """One sequence of the page: its name and its tokens, as text fit for display, with their marks
+    (special, a piece of a character, put there by a chat template)."""
     return {
         "name": name, "tokens": [display_text(t) for t in tokens], "special": list(special),
-        "parts": [display_text(p) for p in parts],
+        "parts": [display_text(p) for p in parts], "template": list(template or [False] * len(tokens)),
     }  # fmt: skip
 
 
@@ -287,7 +291,7 @@ def _sequences(trace: Trace | ModelTrace) -> tuple[list[dict[str, object]], Call
         keys = trace.key_labels
         return [rows, _sequence("keys", keys, [False] * len(keys), [""] * len(keys))], lambda kind: (0, 1)
     if trace.source_tokens is None:
-        return [_sequence("tokens", trace.tokens, trace.special, trace.parts)], lambda kind: (0, 0)
+        return [_sequence("tokens", trace.tokens, trace.special, trace.parts, trace.template)], lambda kind: (0, 0)
     target = _sequence("decoder", trace.tokens, trace.special, trace.parts)
     source = _sequence("encoder", trace.source_tokens, trace.source_special, trace.source_parts)
     over = {"encoder": (1, 1), "cross": (0, 1)}  # the decoder's self-attention: (0, 0)

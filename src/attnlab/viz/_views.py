@@ -10,7 +10,9 @@ head and query controls:
 - **rollout and flow**: precomputed (layers, L, L) arrays (``attnlab.analysis``), a layer's
   matrix and a query's row over the tokens;
 - **ablation**: a layers × heads effect (``attnlab.analysis.ablate``'s ``to_dict()``), a
-  heatmap whose cells open their head.
+  heatmap whose cells open their head;
+- **head types**: each head's dominant kind (``attnlab.analysis.head_types``'s
+  ``to_dict()``), the model view's heads outlined and labelled by it, with a legend.
 
 Every view's numbers are carried exact (float64, base64) or as float32 weights, and the
 views' data together is at most MAX_VIEWS_BYTES, checked before the page is written.
@@ -30,10 +32,13 @@ from ..trace import GenerationTrace, ModelTrace
 from ..trace._display import display_text
 from ..trace._trace import Trace
 
-__all__ = ["MAX_VIEWS_BYTES", "Views", "align_tokens", "check_ablation", "split_pair", "views_data"]
+__all__ = [
+    "MAX_VIEWS_BYTES", "Views", "align_tokens", "check_ablation", "check_head_types", "split_pair", "views_data",
+]  # fmt: skip
 
 MAX_VIEWS_BYTES = 16 * 10**6  # the views' own data, in base64: what Chromium decodes in well under a second
 MODES = ("zero", "mean", "patch")
+HEAD_KINDS = ("previous", "induction", "sink", "self", "cls", "sep", "punctuation")  # analysis.head_types' kinds
 METRICS = {"logprob": "Δ log p(target)", "kl": "KL"}  # attnlab.analysis's names, and the page's words
 ALIGNMENT_RULE = (
     "tokens align by a longest common subsequence of the two texts' tokens; between two aligned tokens, "
@@ -46,13 +51,15 @@ class Views:
     """What a page shows beyond its trace (None: not shown): ``second``, a second text's
     trace through the same model; ``generation``, a generation's recorded decode steps;
     ``rollout`` and ``flow``, (layers, L, L) arrays over the trace's tokens; ``ablation``,
-    an ablation's effect as a dict (see :func:`check_ablation`)."""
+    an ablation's effect as a dict (see :func:`check_ablation`); ``head_types``, each head's
+    dominant kind as a dict (see :func:`check_head_types`)."""
 
     second: ModelTrace | None = None
     generation: GenerationTrace | None = None
     rollout: Array | None = None
     flow: Array | None = None
     ablation: dict[str, Any] | None = None
+    head_types: dict[str, Any] | None = None
 
 
 def _b64(x: Array, dtype: str = "<f8") -> str:
@@ -188,6 +195,44 @@ def check_ablation(ablation: Any, trace: Trace | ModelTrace) -> dict[str, Any]:
     }  # fmt: skip
 
 
+def check_head_types(types: Any, trace: Trace | ModelTrace) -> dict[str, Any]:
+    """Head types as the page draws them (``attnlab.analysis.head_types(...).to_dict()``):
+    ``kinds``, names; ``dominant``, layers × heads of a kind or None; ``scores``, each
+    kind's layers × heads floats; ``threshold`` and ``repeat`` (None or a count). The page
+    gets each head's dominant kind and its score. Other keys are ignored.
+
+    Raises:
+        ArgumentError, ArgumentTypeError: anything else, or another shape than the model's.
+    """
+    if not isinstance(types, dict):
+        raise fail("head_types", "a dict (HeadTypes.to_dict())", type(types).__name__, TypeError)
+    layers = trace.num_layers if isinstance(trace, ModelTrace) else 1
+    kinds, dominant, scores = types.get("kinds"), types.get("dominant"), types.get("scores")
+    if not isinstance(kinds, list) or not all(isinstance(k, str) and k in HEAD_KINDS for k in kinds):
+        raise fail("head_types", f"kinds among {', '.join(HEAD_KINDS)}", repr(kinds))
+    rows: list[Any] = dominant if isinstance(dominant, list) and len(dominant) == layers else []
+    if not rows or any(not isinstance(row, list) or len(row) != trace.num_heads for row in rows):
+        raise fail("head_types", f"dominant: {layers} layers × {trace.num_heads} heads", _shape_of(dominant))
+    if not isinstance(scores, dict) or any(k not in kinds for row in rows for k in row if k is not None):
+        raise fail("head_types", "scores of every kind named in dominant", repr(type(scores).__name__))
+    chosen = [
+        [None if k is None else _score(scores[k][layer][head]) for head, k in enumerate(row)]
+        for layer, row in enumerate(rows)
+    ]
+    threshold, repeat = types.get("threshold"), types.get("repeat")
+    return {
+        "kinds": kinds, "dominant": rows, "scores": chosen, "threshold": _score(threshold),
+        "repeat": repeat if isinstance(repeat, int) and not isinstance(repeat, bool) else None,
+    }  # fmt: skip
+
+
+def _score(x: Any) -> float:
+    """A share of attention in [0, 1] (a float sum's rounding past either end clipped)."""
+    if isinstance(x, bool) or not isinstance(x, (int, float, np.integer, np.floating)) or not -1e-6 <= x <= 1 + 1e-6:
+        raise fail("head_types", "scores and threshold in [0, 1]", repr(x))
+    return min(1.0, max(0.0, float(x)))
+
+
 def _shape_of(effect: Any) -> str:
     if isinstance(effect, list):
         return f"a list of {len(effect)} rows"
@@ -221,6 +266,7 @@ def views_data(trace: Trace | ModelTrace, views: Views | None) -> dict[str, Any]
         if views.rollout is None and views.flow is None
         else _flows_data(trace, views.rollout, views.flow),
         "ablation": None if views.ablation is None else check_ablation(views.ablation, trace),
+        "head_types": None if views.head_types is None else check_head_types(views.head_types, trace),
     }
     size = sum(len(str(value)) for value in data.values())
     if size > MAX_VIEWS_BYTES:

@@ -293,9 +293,12 @@ const weights = (h) => weightsOf(shownLayer(), h, state.scale);
 const vec = (xs) => "[" + xs.map((x) => x.toFixed(3)).join(", ") + "]";
 const shorten = (t, most) => ([...t].length > most ? [...t].slice(0, most - 1).join("") + "…" : t); // their start
 // token i of sequence `seq`: its marks, special ([CLS]) or a piece of a character split over several tokens
-const tokenClass = (seq, i) => (seq.special[i] ? "special" : seq.parts[i] ? "part" : "");
+// or put there by a chat template (not the user's words)
+const tokenClass = (seq, i) =>
+  seq.special[i] ? "special" : seq.template?.[i] ? "template" : seq.parts[i] ? "part" : "";
 const tokenTitle = (seq, i) =>
-  seq.special[i] ? "special token" : seq.parts[i] ? `holds bytes of ${seq.parts[i]}, split over several tokens` : "";
+  seq.special[i] ? "special token" : seq.template?.[i] ? "put there by the chat template, not the user's words"
+  : seq.parts[i] ? `holds bytes of ${seq.parts[i]}, split over several tokens` : "";
 // a piece that shows no character of its own is named by the character it is part of
 const pieceOnly = (seq, i) => seq.parts[i] && !seq.tokens[i].trim();
 const tokenLabel = (seq, i) => (pieceOnly(seq, i) ? `${seq.tokens[i]}‹piece of ${seq.parts[i]}›` : seq.tokens[i]);
@@ -403,8 +406,9 @@ function axisNote() {
     : [...(everyRow > 1 ? [thinnedNote(everyRow, L, "query")] : []), ...(every > 1 ? [thinnedNote(every, S, "key")] : [])];
   return `axes: ${notes.join("; ")}; hover a cell for its query and key`;
 }
-const randomNote = () => (page.random_seed === null ? ""
-  : `random weights (seed ${page.random_seed}), not trained: what a head shows here is chance, not something learned`);
+const randomNote = () => [...(page.random_seed === null ? []
+  : [`random weights (seed ${page.random_seed}), not trained: what a head shows here is chance, not something learned`]),
+  ...(page.notes || [])].join(" · ");
 function sizeHeatmap() {
   canvas.width = margin + S * cell;
   canvas.height = margin + L * rowCell;

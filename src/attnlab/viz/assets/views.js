@@ -5,7 +5,8 @@
 // - two texts: the same layer and head for both, side by side, and B − A where tokens align;
 // - generated tokens: each new token's row, as the decode step with the KV cache computed it;
 // - rollout and flow: a layer's rollout matrix and the query's rollout and flow over the tokens;
-// - ablation: the layers × heads effect, a click on a cell opening that head.
+// - ablation: the layers × heads effect, a click on a cell opening that head;
+// - head types: the model view's heads outlined and labelled by their dominant kind, with a legend.
 // Tokens are only ever written as text.
 
 const byId = (id) => document.getElementById(id);
@@ -292,6 +293,37 @@ function ablationView(ablation) {
   };
 }
 
+// ---- head types: each head of the model view labelled and outlined by its dominant kind ----
+
+const KIND_COLOURS = {
+  previous: "#1f77b4", induction: "#d62728", sink: "#7f7f7f", self: "#2ca02c", cls: "#9467bd", sep: "#8c564b",
+  punctuation: "#e377c2",
+};
+function headTypesView(types) {
+  const box = panel("head-types-view", "head types:", `each head of the model view is outlined and labelled by ` +
+    `its dominant kind, the share of its attention on that kind of key (${types.threshold} or more; unlabelled: ` +
+    `none reaches it)${types.repeat ? `; induction on ${types.repeat} random tokens repeated` : ""}`);
+  const legend = element("div", { class: "head-types-legend", id: "head-types-legend" });
+  for (const kind of types.kinds) {
+    const item = element("span", { class: "head-type", "data-kind": kind }, kind);
+    item.style.borderColor = KIND_COLOURS[kind];
+    legend.appendChild(item);
+  }
+  box.appendChild(legend);
+  for (const canvas of document.querySelectorAll("#grid canvas[data-layer]")) {
+    const layer = views.page_layers[Number(canvas.dataset.layer)], head = Number(canvas.dataset.head);
+    const kind = types.dominant[layer]?.[head];
+    if (!kind) continue;
+    const score = types.scores[layer][head];
+    canvas.style.outline = `3px solid ${KIND_COLOURS[kind]}`;
+    canvas.title += `: ${kind} ${score.toFixed(2)}`;
+    const label = element("div", { class: "head-type", "data-kind": kind }, `${kind} ${score.toFixed(2)}`);
+    label.style.borderColor = KIND_COLOURS[kind];
+    canvas.parentElement.appendChild(label);
+  }
+  return () => {};
+}
+
 // ---- the views open ----
 
 const drawers = [];
@@ -300,6 +332,7 @@ if (views !== null) {
   if (views.generation) drawers.push(generationView(views.generation));
   if (views.flows) drawers.push(flowsView(views.flows));
   if (views.ablation) drawers.push(ablationView(views.ablation));
+  if (views.head_types) drawers.push(headTypesView(views.head_types));
   const redraw = () => drawers.forEach((draw) => draw());
   redraw();
   document.addEventListener("attnlab:render", redraw);

