@@ -15,7 +15,7 @@ from attnlab import analysis, distributed, hf, models, nn
 
 pytestmark = pytest.mark.slow  # the build executes the tutorial's cells: about 30 s on 2 cores
 
-PAGES = ("index", "tutorial/self-attention", "tutorial/multi-head", "tutorial/notebooks")
+PAGES = ("index", "tutorial/self-attention", "tutorial/multi-head", "tutorial/real-models", "tutorial/notebooks")
 
 
 def test_the_tutorial_is_built_in_both_languages(built_site):

@@ -93,7 +93,7 @@ def _numpy_generation(args: argparse.Namespace, layers: Any) -> tuple[ModelTrace
     generation = model.trace_generation(prompt, args.generate, layers=layers)
     full = model.trace(generation.ids, layers=layers)
     full.template = (marked.template or [False] * len(prompt)) + [False] * generation.generated
-    full.notes = marked.notes
+    full.notes = [*full.notes, *marked.notes]
     return full, generation
 
 

@@ -271,5 +271,6 @@ def _trace(model: Model, text_or_ids: ArrayLike | str, layers: Any, truncation: 
     counts = (c.num_hidden_layers, c.num_attention_heads)
     opens = answer_view(c.raw, tokens)
     made = ModelTrace(model.name, [int(i) for i in ids], tokens, traces, *counts, special, parts, opens)
-    made.template, made.notes = prompt.template or [False] * len(ids), prompt.notes
+    made.template = prompt.template or [False] * len(ids)
+    made.notes = [model.weights_note, *prompt.notes] if model.weights_note else prompt.notes
     return made
