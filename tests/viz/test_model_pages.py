@@ -136,3 +136,23 @@ def test_an_image_to_text_page_shows_a_decoder_tokens_attention_over_the_encoder
     browser.execute_script("window.attnlabView.useLayer(1)")  # the decoder's self-attention: no patch among its keys
     assert view(browser, "overlayWeights()") is None
     assert "not the image's patches" in browser.find_element(By.ID, "overlay-note").text
+
+
+def test_a_chat_page_draws_the_template_tokens_apart_and_says_why(browser, tmp_path):
+    """In headless Chromium: the head view's labels of the template's tokens carry their own
+    class (blue), the user's words none, and the note above the page says what blue means."""
+    from attnlab import models
+    from checkpoints import chat_model_folder
+
+    trace = models.load(chat_model_folder(tmp_path)).trace("Hello there", layers=0, chat=True)
+    page = tmp_path / "chat.html"
+    al.view(trace, page)
+    browser.get(page.as_uri())
+    labels = browser.find_elements(By.CSS_SELECTOR, "#headview text")
+    left = labels[: len(trace.tokens)]  # the queries' column
+    marked = [label.get_attribute("class") == "template" for label in left]
+    assert [label.text for label in left] == trace.tokens
+    assert marked == [t and not s for t, s in zip(trace.template, trace.special, strict=True)]
+    note = browser.find_element(By.ID, "random-note").text
+    assert "chat template" in note and "blue tokens" in note
+    assert browser.get_log("browser") == []

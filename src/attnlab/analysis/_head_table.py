@@ -73,7 +73,7 @@ class HeadTypes:
         return [(int(i) // heads, int(i) % heads, float(flat[i])) for i in order]
 
     def dominant(self, threshold: float = THRESHOLD) -> list[list[str | None]]:
-        """Each head's kind of highest score, [layer][head], or None where every score is
+        """Each head's kind of highest score, as ``kinds[layer][head]``, or None where every score is
         below ``threshold`` (a tie goes to the kind listed first in :data:`KINDS`).
 
         Raises:

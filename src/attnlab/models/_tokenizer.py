@@ -39,8 +39,8 @@ class Tokenizer:
         word_piece: its decoder joins tokens with spaces that are not in the text (BERT's
             WordPiece): :meth:`readable` leaves them out.
         chat_template: the checkpoint's Jinja chat template, or None (not a chat model).
-        bos_token, eos_token: the texts of its begin and end tokens, as a chat template
-            names them, or None.
+        bos_token: the text of its begin token, as a chat template names it, or None.
+        eos_token: the text of its end token, or None.
         model_max_length: the most tokens the checkpoint's tokenizer says its model
             takes, or None (no limit of its own).
     """

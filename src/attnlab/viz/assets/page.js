@@ -408,7 +408,9 @@ function axisNote() {
 }
 const randomNote = () => [...(page.random_seed === null ? []
   : [`random weights (seed ${page.random_seed}), not trained: what a head shows here is chance, not something learned`]),
-  ...(page.notes || [])].join(" · ");
+  ...(page.notes || []),
+  ...(page.sequences.some((seq) => seq.template?.some(Boolean)) ? ["blue tokens: the chat template's, not the user's"] : []),
+].join(" · ");
 function sizeHeatmap() {
   canvas.width = margin + S * cell;
   canvas.height = margin + L * rowCell;
@@ -435,13 +437,15 @@ function drawPieceMark(ctx, mid, column) {
   if (column) ctx.fillRect(mid - 1, margin - 12, 2, 8);
   else ctx.fillRect(margin - 12, mid - 1, 8, 2);
 }
+// a token's label colour on the canvas: grey for a special token, blue for a chat template's, as the text's CSS
+const labelColour = (seq, i) => (seq.special[i] ? "#888" : seq.template?.[i] ? "#2a6f97" : "#222");
 function drawQueryLabel(ctx, t, i, mid) { // query i, left of row i
-  ctx.fillStyle = i === state.query ? "#b00" : rowSeq.special[i] ? "#888" : "#222";
+  ctx.fillStyle = i === state.query ? "#b00" : labelColour(rowSeq, i);
   ctx.textAlign = "right";
   ctx.fillText(t, margin - 4, mid, margin - 6);
 }
 function drawKeyLabel(ctx, t, i, mid) { // key j, above column j: upright, or read bottom to top
-  ctx.fillStyle = colSeq.special[i] ? "#888" : "#222";
+  ctx.fillStyle = labelColour(colSeq, i);
   ctx.save();
   if (upright) {
     ctx.textAlign = "center";
