@@ -109,6 +109,17 @@ def test_strongest_dominant_render_and_json() -> None:
         result.dominant(1.5)
 
 
+def test_a_head_that_rests_on_the_first_token_is_a_sink_only_when_it_is_nothing_else() -> None:
+    """SmolLM2's 18.6 puts 0.93 of a text's attention on its first token and 0.91 on the
+    induction target of a repeat: an induction head (by hand: 0.91 ≥ 0.5 beats the sink)."""
+    scores = {
+        "previous": np.array([[0.1, 0.2, 0.6]]),
+        "induction": np.array([[0.91, 0.1, 0.0]]),
+        "sink": np.array([[0.93, 0.8, 0.9]]),
+    }
+    assert HeadTypes(scores, "m", ["a", "b"]).dominant() == [["induction", "sink", "previous"]]
+
+
 def test_a_trace_whose_last_tokens_do_not_repeat_is_refused() -> None:
     trace = _trace([CAUSAL[None]], ["<s>", "a", "b", "a", "c"], [], [9, 1, 2, 1, 3])
     with pytest.raises(ArgumentError, match="repeat"):

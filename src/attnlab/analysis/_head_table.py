@@ -73,21 +73,31 @@ class HeadTypes:
         return [(int(i) // heads, int(i) % heads, float(flat[i])) for i in order]
 
     def dominant(self, threshold: float = THRESHOLD) -> list[list[str | None]]:
-        """Each head's kind of highest score, as ``kinds[layer][head]``, or None where every score is
-        below ``threshold`` (a tie goes to the kind listed first in :data:`KINDS`).
+        """Each head's kind, as ``kinds[layer][head]``: of the kinds whose score reaches
+        ``threshold``, the highest, the first-token sink last of all (a head with nothing to
+        do rests on the first token: an induction head does, on a text without a repeat, so a
+        sink score says less than any other); None where no score reaches it. A tie goes to
+        the kind listed first in :data:`KINDS`.
 
         Raises:
             ArgumentError: a threshold outside [0, 1].
         """
         if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not 0 <= threshold <= 1:
             raise fail("threshold", "a number in [0, 1]", repr(threshold))
-        stacked = np.stack(list(self.scores.values()))  # kinds × (layers, heads) -> (kinds, layers, heads)
-        best = stacked.argmax(axis=0)  # (layers, heads): the first maximum
-        top = stacked.max(axis=0)
-        return [
-            [self.kinds[b] if t >= threshold else None for b, t in zip(brow, trow, strict=True)]
-            for brow, trow in zip(best.tolist(), top.tolist(), strict=True)
-        ]
+        kinds = [k for k in self.kinds if k != "sink"] + [k for k in self.kinds if k == "sink"]
+        stacked = np.stack([self.scores[k] for k in kinds])  # kinds × (layers, heads) -> (kinds, layers, heads)
+        reached = np.where(stacked >= threshold, stacked, -1.0)
+        others = reached[:-1] if kinds[-1] == "sink" else reached
+        layers, heads = self.shape
+        chosen: list[list[str | None]] = [[None] * heads for _ in range(layers)]
+        for layer in range(layers):
+            for head in range(heads):
+                column = others[:, layer, head]
+                if column.size and column.max() >= 0:
+                    chosen[layer][head] = kinds[int(column.argmax())]
+                elif reached[-1, layer, head] >= 0:
+                    chosen[layer][head] = kinds[-1]
+        return chosen
 
     @property
     def description(self) -> str:
