@@ -27,3 +27,12 @@ def test_every_test_folder_is_a_package_folder_of_src():
     folders = {p.name for p in TESTS.iterdir() if p.is_dir() and p.name not in ("seed", "docs", "__pycache__")}
     packages = {p.parent.name for p in SRC.glob("*/__init__.py")}
     assert folders and folders <= packages, folders - packages
+
+
+def test_exceptions_and_warnings_are_defined_only_in_the_exceptions_module():
+    defined = {}
+    for path in SRC.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ClassDef) and node.name.endswith(("Error", "Warning", "Exception")):
+                defined[node.name] = str(path.relative_to(SRC))
+    assert len(defined) >= 9 and set(defined.values()) == {"_exceptions.py"}, defined

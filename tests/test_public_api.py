@@ -74,3 +74,30 @@ def test_a_renamed_name_is_a_deprecated_alias_of_the_new_one():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert nn.MultiheadSelfAttention is not None  # the new name does not warn
+
+
+EXCEPTIONS = {
+    "attnlab": ["ArgumentError", "ArgumentTypeError", "AttnlabError", "MissingDependencyError", "MissingFontWarning"],
+    "attnlab.models": ["CheckpointError"],
+    "attnlab.hf": ["UnsupportedModelError"],
+    "attnlab.distributed": ["RingError"],
+}
+
+
+def test_every_exception_and_warning_is_defined_once_in_the_exceptions_module():
+    """Each public error or warning is the very class attnlab._exceptions defines, shown
+    under the module users import it from; every class _exceptions defines is exported
+    somewhere (InputError, the CLI's own, apart), and every error is an AttnlabError."""
+    exceptions = importlib.import_module("attnlab._exceptions")
+    defined = {name for name in exceptions.__all__ if isinstance(getattr(exceptions, name), type)}
+    exported = set()
+    for module, names in EXCEPTIONS.items():
+        for name in names:
+            public = getattr(importlib.import_module(module), name)
+            assert public is getattr(exceptions, name), f"{module}.{name}"
+            assert public.__module__ == module, f"{module}.{name}"
+            exported.add(name)
+    assert defined == exported | {"InputError"}
+    assert importlib.import_module("attnlab.cli._inputs").InputError is exceptions.InputError
+    errors = [getattr(exceptions, name) for name in defined if not issubclass(getattr(exceptions, name), Warning)]
+    assert all(issubclass(error, exceptions.AttnlabError) for error in errors)

@@ -11,7 +11,7 @@ docs/design.md.
 import importlib.metadata as _metadata
 
 from . import distributed, functional, interop, models, nn, reference
-from ._validation import ArgumentError, ArgumentTypeError, AttnlabError, MissingDependencyError
+from ._exceptions import ArgumentError, ArgumentTypeError, AttnlabError, MissingDependencyError
 from .functional import (
     Attention,
     Gradients,

@@ -1,4 +1,4 @@
-"""The errors attnlab raises about its arguments, and the checks that build them.
+"""The checks of attnlab's arguments, and the errors they raise (defined in :mod:`._exceptions`).
 
 Every message reads ``<argument>: expected <what>, got <what came>``, and every error is
 an :class:`AttnlabError` as well as the ``ValueError`` or ``TypeError`` a caller expects,
@@ -8,9 +8,11 @@ so that a program (the CLI among them) can tell a bad argument from a bug.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 import numpy as np
+
+from ._exceptions import ArgumentError, ArgumentTypeError, AttnlabError, MissingDependencyError
 
 __all__ = [
     "FLOAT_DTYPES",
@@ -43,30 +45,6 @@ FLOAT_DTYPES = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64)
 SEED_LIMIT = 2**63  # seeds are ints in [0, 2**63): what a Philox key and numpy's SeedSequence take
 
 
-class AttnlabError(Exception):
-    """Base of every error attnlab raises on purpose: a bad argument or bad input."""
-
-
-class ArgumentError(AttnlabError, ValueError):
-    """An argument has the right type but a value that cannot be used."""
-
-    def __init__(self, message: str, argument: str = "") -> None:
-        super().__init__(message)
-        self.argument = argument  # the name the message starts with, so a caller can rename it
-
-
-class ArgumentTypeError(AttnlabError, TypeError):
-    """An argument has the wrong type."""
-
-    def __init__(self, message: str, argument: str = "") -> None:
-        super().__init__(message)
-        self.argument = argument
-
-
-class MissingDependencyError(AttnlabError, ImportError):
-    """An optional feature's extra is not installed; the message says which to install."""
-
-
 def fail(name: str, expected: str, got: object, error: type[Exception] = ValueError) -> AttnlabError:
     """Build (not raise) the error for argument ``name``: an :class:`ArgumentError`, or an
     :class:`ArgumentTypeError` when ``error`` is ``TypeError``. Callers ``raise fail(...)``."""
@@ -79,8 +57,9 @@ def _is_real(x: Any) -> bool:
     return isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(x, (bool, np.bool_))
 
 
-def is_integer(x: Any) -> bool:
-    """A Python or NumPy integer that is not a bool."""
+def is_integer(x: Any) -> TypeGuard[int]:
+    """A Python or NumPy integer that is not a bool (the one integer check; typed as int,
+    which a NumPy integer stands in for wherever attnlab takes one)."""
     return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
 
 

@@ -11,17 +11,17 @@ dimensions broadcast as in NumPy.
 from __future__ import annotations
 
 import enum
-import warnings
 from typing import Any, Literal, overload
 
 import numpy as np
 from numpy.typing import ArrayLike
 
+from ._exceptions import deprecated
 from ._validation import Array, fail, flag, float_array, probability
 from .engine._attention import Attention, Engine, Gradients, attention, backward, choose_engine
 from .engine._problem import make_problem
 from .engine._softmax import softmax
-from .engine._variants import Alignment, MaskMod
+from .engine.variants import Alignment, MaskMod, Rules
 
 __all__ = [
     "Attention",
@@ -227,12 +227,7 @@ def _need_weights(need_weights: Any, return_weights: Any) -> bool:
             "both",
             TypeError,
         )
-    warnings.warn(
-        "scaled_dot_product_attention: return_weights is deprecated and will be removed in the next release;"
-        " use need_weights (torch's name)",
-        DeprecationWarning,
-        stacklevel=3,
-    )
+    deprecated("scaled_dot_product_attention's return_weights", "need_weights (torch's name)", stacklevel=3)
     return flag("return_weights", return_weights)
 
 
@@ -303,11 +298,8 @@ def scaled_dot_product_attention_backward(
         raise fail("rng", "the forward's int seed when dropout_p > 0", None, TypeError)
     if (output is None) != (lse is None):
         raise fail("output, lse", "both of the forward's results or neither", "only one of them")
-    pb = make_problem(
-        query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, rng,
-        window=window, causal_alignment=causal_alignment, softcap=softcap, alibi_slopes=alibi_slopes,
-        sinks=sinks, mask_mod=mask_mod, key_lengths=key_lengths,
-    )  # fmt: skip
+    rules = Rules(is_causal, causal_alignment, window, softcap, alibi_slopes, sinks, mask_mod)
+    pb = make_problem(query, key, value, attn_mask, dropout_p, scale, enable_gqa, rng, rules, key_lengths=key_lengths)
     saved = None
     # float16's output and lse were rounded to float16: the backward recomputes them in float32
     if output is not None and pb.result_dtype != np.float16:

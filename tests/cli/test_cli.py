@@ -13,15 +13,10 @@ import pytest
 import attnlab as al
 from attnlab.cli import _demo, main
 from attnlab.trace import ModelTrace
+from helpers import run_cli
 from oracles import requires
 
 NUMBER = re.compile(r"-?\d+\.\d+|-?\d+")
-
-
-def run(capsys, *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
 
 
 def numbers(text: str) -> list[str]:
@@ -32,7 +27,7 @@ def numbers(text: str) -> list[str]:
 
 def test_demo_prints_the_seed_programs_numbers_every_one(capsys, seed_run):
     seed_text, _ = seed_run
-    code, out, _ = run(capsys, "demo")
+    code, out, _ = run_cli(capsys, "demo")
     assert code == 0
     assert numbers(out) == numbers(seed_text)
     assert len(numbers(out)) == 2 + 3 * 2 + 3 * 16 + 4 * 6
@@ -40,7 +35,7 @@ def test_demo_prints_the_seed_programs_numbers_every_one(capsys, seed_run):
 
 def test_demo_sections_come_in_the_seed_programs_order(capsys, seed_run):
     seed_text, _ = seed_run
-    _, out, _ = run(capsys, "demo")
+    _, out, _ = run_cli(capsys, "demo")
     labels = [
         "输入序列长度",
         "输入维度",
@@ -59,14 +54,14 @@ def test_demo_sections_come_in_the_seed_programs_order(capsys, seed_run):
 
 
 def test_demo_in_english_has_the_same_numbers(capsys, seed_run):
-    _, out, _ = run(capsys, "demo", "--lang", "en")
+    _, out, _ = run_cli(capsys, "demo", "--lang", "en")
     assert "Attention weights (after softmax)" in out and "第" not in out
     assert numbers(out) == numbers(seed_run[0])
 
 
 def test_demo_json_is_the_reference_at_full_precision(capsys, seed_run):
     _, seed = seed_run
-    _, out, _ = run(capsys, "demo", "--format", "json")
+    _, out, _ = run_cli(capsys, "demo", "--format", "json")
     data = json.loads(out)
     assert data["weights"] == seed["attention_weights"]
     assert data["output"] == seed["output"]
@@ -77,8 +72,8 @@ def test_trace_json_matches_its_text(capsys, tmp_path):
     path = tmp_path / "x.json"
     path.write_text(json.dumps(np.random.default_rng(0).normal(size=(3, 5)).tolist()))
     args = [str(path), "--d-k", "4", "--seed", "3", "--tokens", "a b c"]
-    _, text, _ = run(capsys, "trace", *args, "--lang", "en", "--precision", "6")
-    _, raw, _ = run(capsys, "trace", *args, "--format", "json")
+    _, text, _ = run_cli(capsys, "trace", *args, "--lang", "en", "--precision", "6")
+    _, raw, _ = run_cli(capsys, "trace", *args, "--format", "json")
     data = json.loads(raw)
     assert data["tokens"] == ["a", "b", "c"]
     printed = [float(x) for x in numbers(text)]
@@ -103,7 +98,7 @@ def test_trace_reads_every_input_kind(capsys, tmp_path, monkeypatch, suffix):
     else:
         monkeypatch.setattr(sys, "stdin", __import__("io").StringIO(json.dumps(X.tolist())))
         path = "-"
-    code, out, _ = run(capsys, "trace", str(path), "--format", "json", "--scale", "none", "--causal")
+    code, out, _ = run_cli(capsys, "trace", str(path), "--format", "json", "--scale", "none", "--causal")
     assert code == 0
     data = json.loads(out)
     assert data["inputs"] == X.tolist() and data["scale"] == 1.0
@@ -112,17 +107,17 @@ def test_trace_reads_every_input_kind(capsys, tmp_path, monkeypatch, suffix):
 
 def test_trace_text_one_hot_like_the_article(capsys):
     sentence = "小明是个运动达人，他平时很爱打篮球"
-    code, out, _ = run(capsys, "trace", "--text", sentence, "--format", "json")
+    code, out, _ = run_cli(capsys, "trace", "--text", sentence, "--format", "json")
     data = json.loads(out)
     assert code == 0 and data["tokens"] == list(sentence)
     X = np.array(data["inputs"])
     assert X.shape == (17, 17) and np.array_equal(X, np.eye(17))  # 17 distinct characters
-    _, text, _ = run(capsys, "trace", "--text", sentence)
+    _, text, _ = run_cli(capsys, "trace", "--text", sentence)
     assert "第 0 行 (小)" in text and "词 16 (球) 的输出" in text
 
 
 def test_trace_text_random_embedding_repeats_vectors_for_repeated_words(capsys):
-    _, out, _ = run(
+    _, out, _ = run_cli(
         capsys, "trace", "--text", "the cat saw the dog", "--embed", "random", "--d-model", "5", "--format", "json"
     )
     X = np.array(json.loads(out)["inputs"])
@@ -164,7 +159,7 @@ def test_bad_input_is_one_line_and_exit_status_2(tmp_path, case):
 
 def test_npy_with_objects_is_refused_without_unpickling(tmp_path, capsys):
     np.save(tmp_path / "x.npy", np.array([[1, None]], dtype=object), allow_pickle=True)
-    code, _, err = run(capsys, "trace", str(tmp_path / "x.npy"))
+    code, _, err = run_cli(capsys, "trace", str(tmp_path / "x.npy"))
     assert code == 2 and "pickle" in err.lower()
 
 
@@ -203,7 +198,7 @@ def test_hostile_files_end_in_one_line(name, tmp_path, monkeypatch, capsys):
     text, message = HOSTILE_FILES[name]
     (tmp_path / name).write_text(text)
     monkeypatch.chdir(tmp_path)
-    code, out, err = run(capsys, "trace", name)
+    code, out, err = run_cli(capsys, "trace", name)
     assert code == 2 and out == "" and message in err and err.count("\n") == 1
 
 
@@ -211,10 +206,10 @@ def test_an_npz_under_an_npy_name_and_a_bom_csv(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     np.savez(tmp_path / "a.npz", x=np.ones((2, 2)))
     (tmp_path / "a.npz").rename(tmp_path / "a.npy")
-    code, _, err = run(capsys, "trace", "a.npy")
+    code, _, err = run_cli(capsys, "trace", "a.npy")
     assert code == 2 and "got an .npz archive" in err
     (tmp_path / "excel.csv").write_bytes(b"\xef\xbb\xbf1,0\n0,1\n")
-    code, out, _ = run(capsys, "trace", "excel.csv", "--format", "json")
+    code, out, _ = run_cli(capsys, "trace", "excel.csv", "--format", "json")
     assert code == 0 and json.loads(out)["inputs"] == [[1.0, 0.0], [0.0, 1.0]]
 
 
@@ -237,7 +232,7 @@ def test_ctrl_c_is_one_line_and_status_130(monkeypatch, capsys):
         raise KeyboardInterrupt
 
     monkeypatch.setattr(_demo, "ReferenceSelfAttention", interrupted)
-    code, _, err = run(capsys, "demo")
+    code, _, err = run_cli(capsys, "demo")
     assert code == 130 and err == "attnlab demo: interrupted\n"
 
 
@@ -254,22 +249,22 @@ def test_a_terminal_without_chinese_gets_escapes():
 def test_scores_that_overflow_give_valid_json_a_plot_and_a_page(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "x.json").write_text("[[1e200, 1e200], [1e200, -1e200]]")
-    code, out, _ = run(capsys, "trace", "x.json", "--format", "json")
+    code, out, _ = run_cli(capsys, "trace", "x.json", "--format", "json")
     data = json.loads(out)  # valid JSON: NaN is written "NaN", never a bare NaN
     assert code == 0 and data["weights"][0][0] == "NaN"
     (tmp_path / "trace.json").write_text(out)
     assert al.Trace.from_dict(data).weights.shape == (2, 2)
     assert np.isnan(al.Trace.from_dict(data).weights).all()
-    code, _, _ = run(capsys, "plot", "trace.json", "-o", "x.png")
+    code, _, _ = run_cli(capsys, "plot", "trace.json", "-o", "x.png")
     assert code == 0 and (tmp_path / "x.png").stat().st_size > 0
-    code, _, _ = run(capsys, "view", "x.json", "-o", "x.html")  # the page shows them as not numbers
+    code, _, _ = run_cli(capsys, "view", "x.json", "-o", "x.html")  # the page shows them as not numbers
     assert code == 0 and (tmp_path / "x.html").stat().st_size > 0
 
 
 def test_a_page_too_large_for_a_browser_is_refused_before_work(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "long.json").write_text(json.dumps([[1.0, 0.0]] * 4097))
-    code, _, err = run(capsys, "view", "long.json", "-o", "x.html")
+    code, _, err = run_cli(capsys, "view", "long.json", "-o", "x.html")
     # 4097² cells of its one head, past 4096²: the page computes a head's scores and weights when it shows it
     assert code == 2 and "a head of 16,785,409 cells (L·S) for the page to compute, at most 16,777,216 (4096²)" in err
     assert "use fewer tokens" in err and not (tmp_path / "x.html").exists()
@@ -285,7 +280,7 @@ def test_the_cli_and_the_page_refuse_a_page_by_the_same_numbers(tmp_path, monkey
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setitem(attnlab.viz._page.PAGE_LIMITS, limit, value)
-    code, _, err = run(capsys, "view", "--text", "a b c", "-o", "x.html")  # 9 cells, about 400 bytes
+    code, _, err = run_cli(capsys, "view", "--text", "a b c", "-o", "x.html")  # 9 cells, about 400 bytes
     assert (
         code == 2
         and err.startswith("attnlab view: error: --text: expected a page that a browser opens")
@@ -295,43 +290,43 @@ def test_the_cli_and_the_page_refuse_a_page_by_the_same_numbers(tmp_path, monkey
     with pytest.raises(al.ArgumentError, match=re.escape(message)) as refused:
         al.view(al.SelfAttention(3, 3).trace(np.eye(3)))
     assert str(refused.value).startswith("trace: expected a page that a browser opens in a few seconds, got 3 tokens")
-    assert run(capsys, "view", "--text", "a b", "-o", "x.html")[0] == 0 and (tmp_path / "x.html").exists()
+    assert run_cli(capsys, "view", "--text", "a b", "-o", "x.html")[0] == 0 and (tmp_path / "x.html").exists()
 
 
 def test_a_trace_with_inconsistent_arrays_is_refused(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
-    code, out, _ = run(capsys, "trace", "--text", "a b c", "--format", "json")
+    code, out, _ = run_cli(capsys, "trace", "--text", "a b c", "--format", "json")
     for field, value in [("Q", [1.0, 2.0]), ("K", [[1.0]]), ("scale", 1e400), ("scale", None)]:
         data = json.loads(out)
         data[field] = value
         (tmp_path / "t.json").write_text(json.dumps(data))
-        code, _, err = run(capsys, "view", "t.json", "-o", "t.html")
+        code, _, err = run_cli(capsys, "view", "t.json", "-o", "t.html")
         assert code == 2 and f"t.json: {field}: expected" in err, (field, err)
 
 
 def test_the_output_is_checked_first_and_named_when_the_disk_is_full(tmp_path, capsys):
-    code, _, err = run(capsys, "view", "--text", "a b", "-o", str(tmp_path / "missing" / "x.html"))
+    code, _, err = run_cli(capsys, "view", "--text", "a b", "-o", str(tmp_path / "missing" / "x.html"))
     assert code == 2 and "-o: expected a file in a folder that exists" in err
     full = tmp_path / "full.html"
     full.symlink_to("/dev/full")  # every write fails with ENOSPC
-    code, _, err = run(capsys, "view", "--text", "a b", "-o", str(full))
+    code, _, err = run_cli(capsys, "view", "--text", "a b", "-o", str(full))
     assert code == 2 and err == f"attnlab view: error: {full}: No space left on device\n"
 
 
 @pytest.mark.slow
 def test_two_thousand_distinct_characters_trace_with_d_k_at_most_64(capsys):
     text = "".join(chr(0x4E00 + i) for i in range(2000))
-    code, out, _ = run(capsys, "trace", "--text", text, "--format", "json")
+    code, out, _ = run_cli(capsys, "trace", "--text", text, "--format", "json")
     data = json.loads(out)
     assert code == 0 and len(data["tokens"]) == 2000 and len(data["Q"][0]) == 64  # d_k defaults to at most 64
 
 
 def test_what_a_saved_trace_cannot_honour_is_an_error(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
-    _, out, _ = run(capsys, "trace", "--text", "a b", "--format", "json")
+    _, out, _ = run_cli(capsys, "trace", "--text", "a b", "--format", "json")
     (tmp_path / "t.json").write_text(out)
     for option in (["--causal"], ["--num-heads", "2"], ["--d-k", "3"], ["--scale", "2"]):
-        code, _, err = run(capsys, "view", "t.json", *option, "-o", "t.html")
+        code, _, err = run_cli(capsys, "view", "t.json", *option, "-o", "t.html")
         assert code == 2 and f"{option[0]}: t.json is a saved trace, already computed" in err
 
 
@@ -345,11 +340,11 @@ def test_what_a_saved_trace_cannot_honour_is_an_error(tmp_path, monkeypatch, cap
 )
 def test_hostile_saved_traces(field, value, message, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
-    _, out, _ = run(capsys, "trace", "--text", "a b", "--format", "json")
+    _, out, _ = run_cli(capsys, "trace", "--text", "a b", "--format", "json")
     data = json.loads(out)
     data[field] = value
     (tmp_path / "t.json").write_text(json.dumps(data))
-    code, _, err = run(capsys, "trace", "t.json")
+    code, _, err = run_cli(capsys, "trace", "t.json")
     assert code == 2 and message in err and err.count("\n") == 1
 
 
@@ -357,12 +352,12 @@ def test_a_huge_npy_header_is_refused_before_reading(tmp_path, monkeypatch, caps
     monkeypatch.chdir(tmp_path)
     with open(tmp_path / "huge.npy", "wb") as f:  # a header that promises 10¹² numbers, and no data
         np.lib.format.write_array_header_1_0(f, {"descr": "<f8", "fortran_order": False, "shape": (10**6, 10**6)})
-    code, _, err = run(capsys, "trace", "huge.npy")
+    code, _, err = run_cli(capsys, "trace", "huge.npy")
     assert code == 2 and "expected at most 67,108,864 numbers, got shape (1000000, 1000000)" in err
 
 
 def test_bench_checks_its_output_before_running(capsys):
-    code, _, err = run(capsys, "bench", "--quick", "--json", "/no/such/folder/x.json")
+    code, _, err = run_cli(capsys, "bench", "--quick", "--json", "/no/such/folder/x.json")
     assert code == 2 and "--json: expected a file in a folder that exists" in err
 
 
@@ -455,9 +450,9 @@ def test_wide_tokens_widen_their_columns():
 
 def test_a_saved_trace_refuses_embedding_options(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
-    _, out, _ = run(capsys, "trace", "--text", "a b", "--format", "json")
+    _, out, _ = run_cli(capsys, "trace", "--text", "a b", "--format", "json")
     (tmp_path / "t.json").write_text(out)
-    code, _, err = run(capsys, "trace", "t.json", "--embed", "random")
+    code, _, err = run_cli(capsys, "trace", "t.json", "--embed", "random")
     assert code == 2 and "--embed: t.json is a saved trace" in err
 
 
@@ -547,8 +542,8 @@ def test_byte_level_pieces_are_labelled_in_the_text_trace(tmp_path):
 
 
 def test_window_softcap_and_alignment_reach_the_trace(capsys):
-    code, out, _ = run(capsys, "trace", "--text", "a b c d e", "--window", "2,0", "--softcap", "0.5", "--scale", "3",
-                       "--format", "json")  # fmt: skip
+    code, out, _ = run_cli(capsys, "trace", "--text", "a b c d e", "--window", "2,0", "--softcap", "0.5",
+                           "--scale", "3", "--format", "json")  # fmt: skip
     data = json.loads(out)
     assert code == 0 and data["variants"]["window"] == [2, 0] and data["variants"]["softcap"] == 0.5
     raw = np.array(data["scores"])
@@ -559,15 +554,15 @@ def test_window_softcap_and_alignment_reach_the_trace(capsys):
             else:
                 assert data["scaled_scores"][i][j] is None and data["weights"][i][j] == 0.0
     for given, sides in (("2,", [2, None]), (",0", [None, 0]), ("none,1", [None, 1]), ("NONE, 3", [None, 3])):
-        code, out, _ = run(capsys, "trace", "--text", "a b c", "--window", given, "--format", "json")
+        code, out, _ = run_cli(capsys, "trace", "--text", "a b c", "--window", given, "--format", "json")
         assert code == 0 and json.loads(out)["variants"]["window"] == sides
     argv = ["trace", "--text", "a b c d", "--embed", "random", "--d-model", "4", "--num-heads", "2", "--causal"]
-    _, top_left, _ = run(capsys, *argv, "--format", "json")
-    code, bottom_right, _ = run(capsys, *argv, "--causal-alignment", "bottom_right", "--format", "json")
+    _, top_left, _ = run_cli(capsys, *argv, "--format", "json")
+    code, bottom_right, _ = run_cli(capsys, *argv, "--causal-alignment", "bottom_right", "--format", "json")
     bottom_right = json.loads(bottom_right)
     assert code == 0 and bottom_right["variants"]["causal_alignment"] == "bottom_right"
     assert bottom_right["weights"] == json.loads(top_left)["weights"]  # as many keys as queries: the same diagonal
-    code, out, _ = run(capsys, "trace", "--text", "a b c", "--window", "1,0", "--lang", "en")
+    code, out, _ = run_cli(capsys, "trace", "--text", "a b c", "--window", "1,0", "--lang", "en")
     assert code == 0 and "attention rules: sliding window (1, 0): query i sees keys i − 1 … i" in out
 
 
@@ -599,16 +594,18 @@ def test_bad_variant_options_are_one_line_naming_the_option(option, value, messa
 
 def test_a_saved_trace_or_a_model_refuses_the_variant_options(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
-    _, out, _ = run(capsys, "trace", "--text", "a b", "--window", "1,0", "--format", "json")
+    _, out, _ = run_cli(capsys, "trace", "--text", "a b", "--window", "1,0", "--format", "json")
     (tmp_path / "t.json").write_text(out)
     for option in (["--window", "1,0"], ["--softcap", "2"], ["--causal-alignment", "bottom_right"]):
-        code, _, err = run(capsys, "view", "t.json", *option, "-o", "t.html")
+        code, _, err = run_cli(capsys, "view", "t.json", *option, "-o", "t.html")
         assert code == 2 and err.count("\n") == 1
         assert f"{option[0]}: t.json is a saved trace, already computed; {option[0]} cannot change it" in err
-    code, _, _ = run(capsys, "view", "t.json", "-o", "t.html")  # its own window is kept, and shown
+    code, _, _ = run_cli(capsys, "view", "t.json", "-o", "t.html")  # its own window is kept, and shown
     assert code == 0 and "sliding window (1, 0)" in (tmp_path / "t.html").read_text()
     for option in (["--window", "4,0"], ["--softcap", "30"], ["--causal-alignment", "bottom_right"]):
-        code, _, err = run(capsys, "trace", "--model", "gpt2", "--text", "a", *option)  # refused before any download
+        code, _, err = run_cli(
+            capsys, "trace", "--model", "gpt2", "--text", "a", *option
+        )  # refused before any download
         assert code == 2 and err.count("\n") == 1
         assert f"{option[0]}: --model gpt2 attends as its config says (its causal mask, its own window)" in err
 
@@ -619,7 +616,7 @@ def test_a_saved_trace_or_a_model_refuses_the_variant_options(tmp_path, monkeypa
 def test_a_csv_field_over_the_csv_modules_limit_is_refused_in_one_line(capsys, tmp_path):
     big = tmp_path / "big.csv"
     big.write_text("x" * 140_000 + ",1\nb,2\n", encoding="utf-8")  # csv's default field_size_limit is 131,072
-    code, out, err = run(capsys, "trace", str(big))
+    code, out, err = run_cli(capsys, "trace", str(big))
     assert code == 2 and out == ""
     assert err == f"attnlab trace: error: {big}: cannot read as CSV: line 1: field larger than field limit (131072)\n"
 
@@ -628,7 +625,7 @@ def test_a_csv_field_over_the_csv_modules_limit_is_refused_in_one_line(capsys, t
 def test_a_csv_whose_first_row_holds_nan_or_inf_is_refused_not_taken_as_a_header(capsys, tmp_path, first):
     table = tmp_path / "x.csv"
     table.write_text(f"{first}\n2,3\n", encoding="utf-8")
-    code, out, err = run(capsys, "trace", str(table))
+    code, out, err = run_cli(capsys, "trace", str(table))
     bad = next(j for j, field in enumerate(first.split(",")) if field.strip().lower().lstrip("+-") in ("nan", "inf"))
     assert code == 2 and out == ""
     assert err.splitlines() == [
@@ -640,7 +637,7 @@ def test_a_csv_whose_first_row_holds_nan_or_inf_is_refused_not_taken_as_a_header
 def test_a_csv_header_is_still_skipped(capsys, tmp_path, header):
     table = tmp_path / "x.csv"
     table.write_text(f"{header}\na,1,0\nb,0,1\n", encoding="utf-8")
-    code, out, err = run(capsys, "trace", str(table), "--format", "json")
+    code, out, err = run_cli(capsys, "trace", str(table), "--format", "json")
     assert code == 0, err
     assert json.loads(out)["inputs"] == [[1.0, 0.0], [0.0, 1.0]] and json.loads(out)["tokens"] == ["a", "b"]
 
@@ -651,11 +648,11 @@ def test_a_bom_is_accepted_only_at_the_start_of_a_file(capsys, tmp_path):
     as a header (which is how the row used to vanish) or as part of a token."""
     for name, text in [("a.csv", "\ufeff1,0\n0,1\n"), ("a.json", "\ufeff[[1, 0], [0, 1]]")]:
         (tmp_path / name).write_text(text, encoding="utf-8")
-        code, out, err = run(capsys, "trace", str(tmp_path / name), "--format", "json")
+        code, out, err = run_cli(capsys, "trace", str(tmp_path / name), "--format", "json")
         assert code == 0 and json.loads(out)["inputs"] == [[1.0, 0.0], [0.0, 1.0]], err
     joined = tmp_path / "joined.csv"
     joined.write_text("x,\ufeff1,2\nb,3,4\n", encoding="utf-8")
-    code, out, err = run(capsys, "trace", str(joined))
+    code, out, err = run_cli(capsys, "trace", str(joined))
     assert (code, out) == (2, "")
     assert (
         err
@@ -663,7 +660,7 @@ def test_a_bom_is_accepted_only_at_the_start_of_a_file(capsys, tmp_path):
     )
     twice = tmp_path / "twice.json"
     twice.write_text("\ufeff\ufeff[[1]]", encoding="utf-8")
-    code, _, err = run(capsys, "trace", str(twice))
+    code, _, err = run_cli(capsys, "trace", str(twice))
     assert code == 2 and "not valid JSON" in err and len(err.splitlines()) == 1
 
 
@@ -677,17 +674,17 @@ def test_a_bom_is_accepted_only_at_the_start_of_a_file(capsys, tmp_path):
     ],
 )
 def test_a_grapheme_cluster_in_text_is_one_token(capsys, text, tokens):
-    code, out, _ = run(capsys, "trace", "--text", text, "--format", "json")
+    code, out, _ = run_cli(capsys, "trace", "--text", text, "--format", "json")
     assert code == 0 and json.loads(out)["tokens"] == tokens  # the clusters, written out by hand (UAX #29)
 
 
 def test_control_characters_and_lone_surrogates_are_escaped_on_the_terminal_and_kept_in_json(capsys):
     text = "a\x1b[31m b\udcff c\x07"  # an ANSI colour, an undecodable argv byte, the bell
-    code, out, _ = run(capsys, "trace", "--text", text)
+    code, out, _ = run_cli(capsys, "trace", "--text", text)
     assert code == 0
     assert "\x1b" not in out and "\x07" not in out and "\udcff" not in out
     assert "(a\\x1b[31m)" in out and "(b\\udcff)" in out and "(c\\x07)" in out
-    code, out, _ = run(capsys, "trace", "--text", text, "--format", "json")
+    code, out, _ = run_cli(capsys, "trace", "--text", text, "--format", "json")
     assert code == 0 and json.loads(out)["tokens"] == ["a\x1b[31m", "b\udcff", "c\x07"]  # exactly as given
 
 
@@ -711,8 +708,8 @@ def test_the_help_states_the_limits_of_precision_and_seed(capsys):
 
 
 def test_experiment_list_refuses_a_stray_word(capsys):
-    code, out, err = run(capsys, "experiment", "list", "scaling")
+    code, out, err = run_cli(capsys, "experiment", "list", "scaling")
     assert (code, out) == (2, "")
     assert err == "attnlab experiment: error: NAME: expected nothing after 'list' (it lists them all), got 'scaling'\n"
-    code, out, _ = run(capsys, "experiment", "list")
+    code, out, _ = run_cli(capsys, "experiment", "list")
     assert code == 0 and out.startswith("scaling ")

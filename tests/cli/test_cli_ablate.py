@@ -11,11 +11,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from tests.checkpoints import tiny_checkpoint_with_tokenizer
 
 from attnlab import models
 from attnlab.analysis import ablate
-from attnlab.cli import main
+from checkpoints import tiny_checkpoint_with_tokenizer
+from helpers import run_cli
 
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
@@ -28,14 +28,8 @@ def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tiny_checkpoint_with_tokenizer(tmp_path_factory.mktemp("ablate_cli"))
 
 
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
-
-
 def test_the_table_is_the_library_s_result(capsys: pytest.CaptureFixture[str], checkpoint: Path) -> None:
-    code, out, err = run(capsys, "ablate", "--model", str(checkpoint), "--text", TEXT, "--target", " the")
+    code, out, err = run_cli(capsys, "ablate", "--model", str(checkpoint), "--text", TEXT, "--target", " the")
     assert code == 0, err
     assert "ran in attnlab's NumPy model" in err
     expected = ablate(models.load(checkpoint), TEXT, heads="all", target=" the")
@@ -49,7 +43,7 @@ def test_json_gives_every_field_on_either_backend(
     capsys: pytest.CaptureFixture[str], checkpoint: Path, backend: str
 ) -> None:
     argv = ["ablate", "--model", str(checkpoint), "--text", TEXT, "--heads", "0:1,1:3", "--backend", backend]
-    code, out, err = run(capsys, *argv, "--mode", "mean", "--format", "json")
+    code, out, err = run_cli(capsys, *argv, "--mode", "mean", "--format", "json")
     assert code == 0, err
     data = json.loads(out)
     assert data["metric"] == "kl" and data["mode"] == "mean" and data["target"] is None
@@ -61,7 +55,7 @@ def test_json_gives_every_field_on_either_backend(
 
 def test_patching_from_the_command_line(capsys: pytest.CaptureFixture[str], checkpoint: Path) -> None:
     argv = ["ablate", "--model", str(checkpoint), "--text", TEXT, "--patch-text", "The cat sat in the"]
-    code, out, err = run(capsys, *argv, "--target", " the", "--format", "json")
+    code, out, err = run_cli(capsys, *argv, "--target", " the", "--format", "json")
     assert code == 0, err
     data = json.loads(out)
     assert data["mode"] == "patch" and len(data["patch_tokens"]) == len(data["tokens"])
@@ -83,12 +77,7 @@ def test_patching_from_the_command_line(capsys: pytest.CaptureFixture[str], chec
 def test_bad_input_is_one_line_and_exit_status_2(
     capsys: pytest.CaptureFixture[str], checkpoint: Path, options: list[str], message: str
 ) -> None:
-    argv = ["ablate", "--model", str(checkpoint), "--text", TEXT, *options]
-    try:
-        code = main(argv)
-    except SystemExit as exited:  # argparse's usage errors
-        code = int(exited.code or 0)
-    out, err = capsys.readouterr()
+    code, out, err = run_cli(capsys, "ablate", "--model", str(checkpoint), "--text", TEXT, *options)
     assert code == 2 and out == ""
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
     assert re.search(message, err), err
@@ -100,7 +89,7 @@ def test_output_writes_the_page_with_the_heatmap(
 ) -> None:
     page = tmp_path / "heads.html"
     argv = ["ablate", "--model", str(checkpoint), "--text", TEXT, "--target", " the", "--backend", backend]
-    code, out, err = run(capsys, *argv, "--format", "json", "-o", str(page))
+    code, out, err = run_cli(capsys, *argv, "--format", "json", "-o", str(page))
     assert code == 0, err
     html = page.read_text(encoding="utf-8")
     views = json.loads(re.search(r'<script id="attnlab-views" type="application/json">(.*?)</script>', html, re.S)[1])
@@ -108,5 +97,5 @@ def test_output_writes_the_page_with_the_heatmap(
 
 
 def test_output_refuses_a_path_that_is_not_a_page(capsys: pytest.CaptureFixture[str], checkpoint: Path) -> None:
-    code, _, err = run(capsys, "ablate", "--model", str(checkpoint), "--text", TEXT, "-o", "heads.png")
+    code, _, err = run_cli(capsys, "ablate", "--model", str(checkpoint), "--text", TEXT, "-o", "heads.png")
     assert code == 2 and "heads.png" in err and len(err.strip().splitlines()) == 1

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from tests.checkpoints import tiny_checkpoint_with_tokenizer
 
 from attnlab import models
 from attnlab.analysis import head_types
-from attnlab.cli import main
+from checkpoints import tiny_checkpoint_with_tokenizer
+from helpers import run_cli
 
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
@@ -26,14 +26,10 @@ def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tiny_checkpoint_with_tokenizer(tmp_path_factory.mktemp("heads_cli"))
 
 
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
-
-
 def test_the_table_is_the_library_s_result(capsys: pytest.CaptureFixture[str], checkpoint: Path) -> None:
-    code, out, err = run(capsys, "heads", "--model", str(checkpoint), "--text", TEXT, "--repeat", "10", "--top", "2")
+    code, out, err = run_cli(
+        capsys, "heads", "--model", str(checkpoint), "--text", TEXT, "--repeat", "10", "--top", "2"
+    )
     assert code == 0, err
     assert "ran in attnlab's NumPy model" in err
     expected = head_types(models.load(checkpoint), TEXT, repeat=10, seed=0)
@@ -46,7 +42,7 @@ def test_json_gives_the_scores_on_either_backend(
     capsys: pytest.CaptureFixture[str], checkpoint: Path, backend: str
 ) -> None:
     argv = ["heads", "--model", str(checkpoint), "--text", TEXT, "--repeat", "8", "--seed", "4", "--backend", backend]
-    code, out, err = run(capsys, *argv, "--format", "json", "--threshold", "0.2")
+    code, out, err = run_cli(capsys, *argv, "--format", "json", "--threshold", "0.2")
     assert code == 0, err
     data = json.loads(out)
     assert data["kinds"] == ["previous", "induction", "sink", "self"] and data["threshold"] == 0.2
@@ -69,11 +65,7 @@ def test_json_gives_the_scores_on_either_backend(
 def test_bad_input_is_one_line_and_exit_2(
     capsys: pytest.CaptureFixture[str], checkpoint: Path, argv: list[str], message: str
 ) -> None:
-    try:
-        code = main(["heads", "--model", str(checkpoint), *argv])
-    except SystemExit as usage:  # argparse's: a value its option type refuses
-        code = int(str(usage.code))
-    out, err = capsys.readouterr()
+    code, out, err = run_cli(capsys, "heads", "--model", str(checkpoint), *argv)
     assert code == 2 and out == ""
     assert err.count("\n") == 1 and message in err, err
 
@@ -82,10 +74,12 @@ def test_output_writes_the_page_with_each_head_s_kind(
     capsys: pytest.CaptureFixture[str], checkpoint: Path, tmp_path: Path
 ) -> None:
     page = tmp_path / "heads.html"
-    code, _, err = run(capsys, "heads", "--model", str(checkpoint), "--text", TEXT, "--repeat", "8", "-o", str(page))
+    code, _, err = run_cli(
+        capsys, "heads", "--model", str(checkpoint), "--text", TEXT, "--repeat", "8", "-o", str(page)
+    )
     assert code == 0, err
     html = page.read_text(encoding="utf-8")
     expected = head_types(models.load(checkpoint), TEXT, repeat=8, seed=0).dominant()
     views = json.loads(html.split('<script id="attnlab-views" type="application/json">', 1)[1].split("</script>")[0])
     assert views["head_types"]["dominant"] == expected and views["head_types"]["threshold"] == 0.5
-    assert "headTypesView" in html
+    assert "mountHeadTypes" in html  # the view that draws them (tests/viz/test_views_browser.py opens it)

@@ -9,22 +9,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from tests.checkpoints import SENTENCE, tiny_model, train_tokenizers
 
-from attnlab.cli import main
+from checkpoints import SENTENCE, tiny_model, train_tokenizers
+from helpers import run_cli
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("attnlab.hf")
-
-
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    try:
-        code = main(list(argv))
-    except SystemExit as exit_:  # argparse's own usage errors
-        code = int(exit_.code or 0)
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
 
 
 @pytest.fixture(scope="module")
@@ -68,10 +59,10 @@ def vit_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_a_mistral_directory_runs_on_the_numpy_path_and_on_transformers_when_forced(capsys, mistral_dir) -> None:
-    code, out, err = run(capsys, "trace", "--model", str(mistral_dir), "--text", SENTENCE, "--format", "json")
+    code, out, err = run_cli(capsys, "trace", "--model", str(mistral_dir), "--text", SENTENCE, "--format", "json")
     assert code == 0 and "(mistral) ran in attnlab's NumPy model" in err
     numpy_path = json.loads(out)
-    code, out, err = run(
+    code, out, err = run_cli(
         capsys,
         "trace",
         "--model",
@@ -94,16 +85,16 @@ def test_a_mistral_directory_runs_on_the_numpy_path_and_on_transformers_when_for
 
 def test_a_whisper_directory_traces_its_decoder_over_silence_and_says_so(capsys, whisper_dir, tmp_path) -> None:
     page = tmp_path / "whisper.html"
-    code, _, err = run(capsys, "view", "--model", str(whisper_dir), "--text", "他很爱打篮球", "-o", str(page))
+    code, _, err = run_cli(capsys, "view", "--model", str(whisper_dir), "--text", "他很爱打篮球", "-o", str(page))
     assert code == 0, err
     assert "(whisper) ran in transformers, on attnlab's engine" in err
     assert page.stat().st_size > 0
-    code, out, err = run(capsys, "trace", "--model", str(whisper_dir), "--text", "他很爱打篮球", "--format", "json")
+    code, out, err = run_cli(capsys, "trace", "--model", str(whisper_dir), "--text", "他很爱打篮球", "--format", "json")
     assert code == 0, err
     saved = json.loads(out)
     assert saved["kinds"] == {"2": "cross"}  # the last entry: the decoder's cross-attention
     assert saved["source_tokens"][0] == "silence 0" and len(saved["source_tokens"]) == 16
-    code, _, err = run(capsys, "plot", "--model", str(whisper_dir), "--text", "他很", "-o", str(tmp_path / "w.png"))
+    code, _, err = run_cli(capsys, "plot", "--model", str(whisper_dir), "--text", "他很", "-o", str(tmp_path / "w.png"))
     assert code == 0, err
 
 
@@ -114,7 +105,7 @@ def test_a_vit_directory_reads_the_picture_of_image(capsys, vit_dir, tmp_path) -
     pixels = np.zeros((32, 32, 3), np.uint8)
     pixels[:, :16, 0] = 255
     Image.fromarray(pixels).save(picture)
-    code, out, err = run(capsys, "trace", "--model", str(vit_dir), "--image", str(picture), "--format", "json")
+    code, out, err = run_cli(capsys, "trace", "--model", str(vit_dir), "--image", str(picture), "--format", "json")
     assert code == 0, err
     saved = json.loads(out)
     assert saved["patch_grid"] == [4, 4] and saved["tokens"][:2] == ["[CLS]", "patch 0,0"]
@@ -129,16 +120,16 @@ def test_a_vit_directory_reads_the_picture_of_image(capsys, vit_dir, tmp_path) -
     ],
 )
 def test_bad_choices_are_one_line_with_exit_status_2(capsys, vit_dir, argv, message) -> None:
-    code, _, err = run(capsys, "trace", "--model", str(vit_dir), "--text", "a", *argv)
+    code, _, err = run_cli(capsys, "trace", "--model", str(vit_dir), "--text", "a", *argv)
     assert code == 2 and message.format(d=vit_dir) in err and len(err.strip().splitlines()) == 1
 
 
 def test_image_and_backend_need_a_model_and_a_missing_picture_is_named(capsys, vit_dir, tmp_path) -> None:
-    code, _, err = run(capsys, "trace", "--image", "x.png")
+    code, _, err = run_cli(capsys, "trace", "--image", "x.png")
     assert code == 2 and "--image: expected --model with it" in err
-    code, _, err = run(capsys, "trace", "--text", "a", "--backend", "numpy")
+    code, _, err = run_cli(capsys, "trace", "--text", "a", "--backend", "numpy")
     assert code == 2 and "--backend: expected --model with it" in err
-    code, _, err = run(capsys, "trace", "--model", str(vit_dir), "--image", str(tmp_path / "none.png"))
+    code, _, err = run_cli(capsys, "trace", "--model", str(vit_dir), "--image", str(tmp_path / "none.png"))
     assert code == 2 and "--image: no such file" in err
 
 
@@ -176,7 +167,7 @@ def test_what_the_review_found_is_one_line_naming_the_option(
     Image.fromarray(np.zeros((64, 64, 3), np.uint8)).save(tmp_path / "p.png")
     monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 1000)  # 4,096 pixels: over twice the limit, a "bomb"
     for argv, message in cases:
-        code, _, err = run(capsys, *argv)
+        code, _, err = run_cli(capsys, *argv)
         assert code == 2 and message in err and len(err.strip().splitlines()) == 1, (argv, err)
 
 

@@ -12,19 +12,10 @@ import numpy as np
 import pytest
 
 from attnlab import models
-from attnlab.cli import main
+from helpers import run_cli
 
 A = "小明是个运动达人，小红是个音乐迷，他平时很爱打篮球"
 B = "小明是个运动达人，小红是个音乐迷，她平时很爱弹钢琴"
-
-
-def run(capsys, *argv: str) -> tuple[int, str, str]:
-    try:
-        code = main(list(argv))
-    except SystemExit as usage:  # argparse's one-line usage error
-        code = int(usage.code or 0)
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
 
 
 def views_of(path) -> dict:
@@ -63,14 +54,14 @@ def gpt2(tmp_path_factory):
     ],
 )
 def test_bad_views_are_one_line_errors(capsys, tmp_path, argv, message):
-    code, _, err = run(capsys, *argv, *(["-o", str(tmp_path / "p.html")] if argv[0] == "view" else []))
+    code, _, err = run_cli(capsys, *argv, *(["-o", str(tmp_path / "p.html")] if argv[0] == "view" else []))
     assert code == 2 and message in err and err.count("\n") <= 2  # the backend line, then the error
     assert "Traceback" not in err
 
 
 def test_two_texts_through_the_model_make_one_page_of_both(capsys, tmp_path):
     page = tmp_path / "two.html"
-    code, _, _ = run(capsys, "view", "--model", "builtin:coref", "--text", A, "--text", B, "-o", str(page))
+    code, _, _ = run_cli(capsys, "view", "--model", "builtin:coref", "--text", A, "--text", B, "-o", str(page))
     assert code == 0
     pair = views_of(page)["pair"]
     coref = models.load("builtin:coref")
@@ -80,7 +71,7 @@ def test_two_texts_through_the_model_make_one_page_of_both(capsys, tmp_path):
 @pytest.mark.parametrize("backend", ["numpy", "transformers"])
 def test_generate_past_the_models_positions_is_refused_before_it_runs(capsys, tmp_path, gpt2, backend):
     argv = ["view", "--model", str(gpt2), "--text", "The cat", "--generate", "60", "--backend", backend]
-    code, _, err = run(capsys, *argv, "-o", str(tmp_path / "g.html"))
+    code, _, err = run_cli(capsys, *argv, "-o", str(tmp_path / "g.html"))
     assert code == 2 and "the model's 40 positions" in err and "Traceback" not in err
 
 
@@ -88,7 +79,7 @@ def test_generate_past_the_models_positions_is_refused_before_it_runs(capsys, tm
 def test_generate_writes_the_recorded_rows_of_either_backend(capsys, tmp_path, gpt2, backend):
     page = tmp_path / "g.html"
     argv = ["view", "--model", str(gpt2), "--text", "The cat sat", "--generate", "4", "--backend", backend]
-    code, _, err = run(capsys, *argv, "-o", str(page))
+    code, _, err = run_cli(capsys, *argv, "-o", str(page))
     assert code == 0, err
     data = views_of(page)["generation"]
     expected = models.load(gpt2).trace_generation("The cat sat", 4)
@@ -120,7 +111,7 @@ def test_rollout_without_attnlab_analysis_is_a_one_line_error_before_the_model_r
         ["view", "--rollout", "-o", str(tmp_path / "r.html")],
         ["plot", "--stage", "rollout", "-o", str(tmp_path / "r.png")],
     ):
-        code, _, err = run(capsys, *argv, "--model", "builtin:coref", "--text", A)
+        code, _, err = run_cli(capsys, *argv, "--model", "builtin:coref", "--text", A)
         assert code == 2 and "attention rollout needs attnlab.analysis" in err
         assert "ran in" not in err  # refused before the model ran
 
@@ -130,15 +121,16 @@ def test_rollout_is_computed_by_attnlab_analysis_for_the_page_and_the_plot(capsy
     calls: list = []
     stub_analysis(monkeypatch, calls)
     page = tmp_path / "r.html"
-    assert run(capsys, "view", "--model", "builtin:coref", "--text", A, "--rollout", "-o", str(page))[0] == 0
+    assert run_cli(capsys, "view", "--model", "builtin:coref", "--text", A, "--rollout", "-o", str(page))[0] == 0
     flows = views_of(page)["flows"]
     assert flows["layers"] == 2 and flows["rollout"] and flows["flow"] and calls == ["rollout", "flow", "rollout"]
     picture = tmp_path / "r.png"
     assert (
-        run(capsys, "plot", "--model", "builtin:coref", "--text", A, "--stage", "rollout", "-o", str(picture))[0] == 0
+        run_cli(capsys, "plot", "--model", "builtin:coref", "--text", A, "--stage", "rollout", "-o", str(picture))[0]
+        == 0
     )
     assert picture.stat().st_size > 0
-    code, _, err = run(capsys, "plot", "--text", "a b", "--stage", "rollout", "-o", str(picture))
+    code, _, err = run_cli(capsys, "plot", "--text", "a b", "--stage", "rollout", "-o", str(picture))
     assert code == 2 and "--stage rollout: expected --model" in err
-    code, _, err = run(capsys, "view", "--text", "a b", "--rollout", "-o", str(page))
+    code, _, err = run_cli(capsys, "view", "--text", "a b", "--rollout", "-o", str(page))
     assert code == 2 and "--rollout: expected --model" in err

@@ -12,6 +12,7 @@ import pytest
 import attnlab as al
 from attnlab.engine.fused import _blas
 from attnlab.engine.fused import _engine as _fused
+from oracles import torch_sdpa_with_gradients
 
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.skipif(not _fused.available(), reason="numba is not installed (attnlab[fast])")
@@ -35,13 +36,6 @@ def choose(monkeypatch):
     _blas.products.cache_clear()
 
 
-def torch_attention(q, k, v, grad, **kwargs):
-    tq, tk, tv = (torch.tensor(x, requires_grad=True) for x in (q, k, v))
-    out = torch.nn.functional.scaled_dot_product_attention(tq, tk, tv, **kwargs)
-    out.backward(torch.tensor(grad))
-    return [x.detach().numpy() for x in (out, tq.grad, tk.grad, tv.grad)]
-
-
 @pytest.mark.parametrize("choice", ["scipy", pytest.param("mkl", marks=pytest.mark.skipif(not HAS_MKL, reason="mkl"))])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_either_blas_gives_torchs_attention_and_gradients(choose, choice, dtype):
@@ -54,7 +48,7 @@ def test_either_blas_gives_torchs_attention_and_gradients(choose, choice, dtype)
     grad = rng.standard_normal(q.shape).astype(dtype)
     result = al.attention(q, k, v, is_causal=True, enable_gqa=True, engine="fused")
     ours = [result.output, *result.backward(grad)]
-    theirs = torch_attention(q, k, v, grad, is_causal=True, enable_gqa=True)
+    theirs = torch_sdpa_with_gradients(q, k, v, grad, is_causal=True, enable_gqa=True)
     tolerance = 2e-5 if dtype == np.float32 else 1e-12
     for got, want in zip(ours, theirs, strict=True):
         np.testing.assert_allclose(got, want, rtol=tolerance, atol=tolerance * np.abs(want).max())

@@ -55,9 +55,9 @@ def inputs(dtype, batch=2, heads=4, kv_heads=2, L=1, S=100, E=8, seed=0):
 
 def test_the_decode_path_takes_few_queries_against_many_keys():
     q, k, v = inputs(np.float32, L=3)
-    assert _decode.decodes(make_problem(q, k, v, None, 0.0, False, None, True, None))
-    assert not _decode.decodes(make_problem(q, k[..., :3, :], v[..., :3, :], None, 0.0, False, None, True, None))
-    assert not _decode.decodes(make_problem(q, k, v, np.ones((3, 100), bool), 0.0, False, None, True, None))
+    assert _decode.decodes(make_problem(q, k, v, None, 0.0, None, True, None))
+    assert not _decode.decodes(make_problem(q, k[..., :3, :], v[..., :3, :], None, 0.0, None, True, None))
+    assert not _decode.decodes(make_problem(q, k, v, np.ones((3, 100), bool), 0.0, None, True, None))
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
@@ -244,7 +244,7 @@ def test_random_shapes_and_variants_equal_naive(seed):
         kwargs.update(sinks=rng.standard_normal(heads), alibi_slopes=rng.random(heads))
     lengths = rng.integers(0, S + 1, size=batch) if seed % 2 else None
     decoded = al.attention(q, k, v, engine="fused", key_lengths=lengths, **kwargs)
-    assert _decode.decodes(make_problem(q, k, v, None, 0.0, False, None, True, None, key_lengths=lengths))
+    assert _decode.decodes(make_problem(q, k, v, None, 0.0, None, True, None, key_lengths=lengths))
     rtol, scale = RTOL[np.dtype(dtype)], float(np.abs(v).max())
     for b in range(batch):
         n = S if lengths is None else int(lengths[b])

@@ -12,6 +12,7 @@ import pytest
 from attnlab.engine._attention import choose_engine
 from attnlab.engine._problem import make_problem
 from attnlab.engine.fused import _engine as _fused
+from attnlab.engine.variants import Rules
 
 TABLE = json.loads((Path(__file__).parents[2] / "docs" / "engine-choice.json").read_text())["rows"]
 CLEARLY = 1.25  # one engine at least this many times faster; closer than that is a tie
@@ -21,7 +22,9 @@ SLACK_MS = 1.0  # and a wrong choice that costs under a millisecond does not mat
 def chosen(slices: int, L: int, S: int, E: int, causal: bool = False, mask=None, dropout_p: float = 0.0) -> str:
     q = np.broadcast_to(np.float32(0), (slices, L, E))  # views: nothing is allocated
     kv = np.broadcast_to(np.float32(0), (slices, S, E))
-    return choose_engine(None, make_problem(q, kv, kv, mask, dropout_p, causal, None, False, None), False)
+    return choose_engine(
+        None, make_problem(q, kv, kv, mask, dropout_p, None, False, None, Rules(is_causal=causal)), False
+    )
 
 
 def row_id(row: dict) -> str:
@@ -76,8 +79,8 @@ def test_the_cost_model_counts_the_scores_a_window_leaves(monkeypatch):
     eighth: the tiled engine skips the rest, so its work counts 8× and it is chosen."""
     monkeypatch.setattr(_fused, "available", lambda: False)
     q = np.zeros((1, 1024, 64), dtype=np.float32)
-    plain = make_problem(q, q, q, None, 0.0, False, None, False, None)
-    windowed = make_problem(q, q, q, None, 0.0, True, None, False, None, window=(128, 0))
+    plain = make_problem(q, q, q, None, 0.0, None, False, None)
+    windowed = make_problem(q, q, q, None, 0.0, None, False, None, Rules(is_causal=True, window=(128, 0)))
     assert windowed.visible_scores() == sum(min(i, 128) + 1 for i in range(1024))  # keys i − 128 … i, by hand
     assert choose_engine(None, plain, False) == "naive"
     assert choose_engine(None, windowed, False) == "tiled"

@@ -10,50 +10,15 @@ import numpy as np
 import pytest
 
 import attnlab as al
-from oracles import assert_close, numerical_gradient, optional_module, requires
+from helpers import make, mask_for
+from oracles import assert_close, numerical_gradient, optional_module, requires, torch_reference
 
 torch = optional_module("torch")
 
 DTYPES = [np.float64, np.float32]
 
 
-def make(rng, shape, dtype):
-    return rng.standard_normal(shape).astype(dtype)
-
-
-def torch_reference(q, k, v, mask, is_causal, scale, gqa):
-    """torch's SDPA for the output and gradients; its math formula for weights and lse."""
-    tq, tk, tv = (torch.tensor(x, requires_grad=True) for x in (q, k, v))
-    tmask = None if mask is None else torch.tensor(mask)
-    out = torch.nn.functional.scaled_dot_product_attention(
-        tq, tk, tv, tmask, is_causal=is_causal, scale=scale, enable_gqa=gqa
-    )
-    with torch.no_grad():
-        kk = tk
-        if gqa:
-            kk = tk.repeat_interleave(tq.shape[-3] // tk.shape[-3], -3)
-        scores = tq @ kk.transpose(-1, -2) * (scale if scale is not None else q.shape[-1] ** -0.5)
-        if tmask is not None:
-            scores = scores.masked_fill(~tmask, -torch.inf) if tmask.dtype == torch.bool else scores + tmask
-        if is_causal:
-            scores = scores.masked_fill(~torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool).tril(), -torch.inf)
-        lse = torch.logsumexp(scores, -1)
-        weights = torch.nan_to_num(torch.softmax(scores, -1))  # fully masked rows: 0
-    return tq, tk, tv, out, weights.numpy(), lse.numpy()
-
-
 MASKS = ["none", "bool-2d", "bool-4d", "float-2d", "float-3d"]
-
-
-def mask_for(kind, rng, L, S, dtype):
-    if kind == "none":
-        return None
-    shape = {"2d": (L, S), "4d": (2, 1, L, S), "3d": (4, L, S)}[kind.split("-")[1]]
-    if kind.startswith("bool"):
-        mask = rng.random(shape) > 0.3
-        mask[..., 1, :] = False  # a fully masked query row
-        return mask
-    return make(rng, shape, dtype)
 
 
 # torch refuses attn_mask with is_causal; test_mask_and_causal_combine covers that pair
@@ -73,7 +38,7 @@ def test_forward_and_gradients_match_torch(dtype, mask_kind, is_causal, lengths,
     q = make(rng, (2, 4, L, 8), dtype)
     k = make(rng, (2, kv_heads, S, 8), dtype)
     v = make(rng, (2, kv_heads, S, 3), dtype)
-    mask = mask_for(mask_kind, rng, L, S, dtype)
+    mask = mask_for(mask_kind, rng, L, S, dtype, drop=0.3, empty_row=1)
     scale = 0.3 if mask_kind == "float-3d" else None
     out, weights, lse = al.scaled_dot_product_attention(
         q, k, v, mask, is_causal=is_causal, scale=scale, enable_gqa=gqa, need_weights=True, return_lse=True

@@ -25,6 +25,7 @@ from attnlab.engine import _tiled
 from attnlab.engine._problem import make_problem
 from attnlab.engine.fused import _engine as _fused
 from attnlab.engine.fused import _tasks
+from helpers import use_small_blocks
 
 if _fused.available():
     from attnlab.engine.fused import _kernels as _fused_kernels
@@ -36,9 +37,7 @@ GRAD_RTOL = {np.dtype(np.float32): 2e-6, np.dtype(np.float64): 1e-14}
 
 @pytest.fixture(autouse=True)
 def small_blocks(monkeypatch):
-    monkeypatch.setattr(_tiled, "BLOCK_Q", 16)
-    monkeypatch.setattr(_tasks, "CAUSAL_BLOCK_Q", 8)
-    monkeypatch.setattr(_tiled, "BLOCK_K", 24)
+    use_small_blocks(monkeypatch, 16, 8, 24)
 
 
 def score_terms(q: np.ndarray, k: np.ndarray) -> float:
@@ -484,7 +483,7 @@ def test_a_variant_that_is_off_still_gives_one_entry_per_slice():
     """The kernels read slice n's ALiBi slope and sink whether or not the variant is on,
     so an unused one is n zeros, never a shorter placeholder that they would read past."""
     q = np.ones((3, 4, 5, 8), np.float32)
-    variant = _tasks._variant(make_problem(q, q, q, None, 0.0, False, None, True, None))
+    variant = _tasks._variant(make_problem(q, q, q, None, 0.0, None, True, None))
     for on, values in variant[3:]:
         assert not on
         np.testing.assert_array_equal(values, np.zeros(12, np.float32))

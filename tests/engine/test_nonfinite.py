@@ -10,10 +10,9 @@ import numpy as np
 import pytest
 
 import attnlab as al
-from attnlab.engine import _tiled
 from attnlab.engine.fused import _engine as _fused
-from attnlab.engine.fused import _tasks
-from oracles import optional_module, requires
+from helpers import use_small_blocks
+from oracles import optional_module, requires, torch_math
 
 torch = optional_module("torch")
 
@@ -23,26 +22,9 @@ L, S, E = 5, 7, 4
 ENGINES = ["naive", "tiled", *(["fused"] if _fused.available() else [])]
 
 
-def torch_math(q, k, v, mask, is_causal):
-    """torch's math backend, except that the causal rule overrides a score (as masked_fill
-    does) instead of being added to it: a key after the query is never read, even as NaN."""
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-
-    tq, tk, tv = (torch.tensor(x) for x in (q, k, v))
-    if not is_causal:
-        with sdpa_kernel(SDPBackend.MATH):
-            bias = None if mask is None else torch.tensor(mask)
-            return torch.nn.functional.scaled_dot_product_attention(tq, tk, tv, attn_mask=bias).numpy()
-    scores = tq @ tk.transpose(-1, -2) / q.shape[-1] ** 0.5 + (0 if mask is None else torch.tensor(mask))
-    later = ~torch.ones(scores.shape[-2:], dtype=torch.bool).tril()
-    return (torch.softmax(scores.masked_fill(later, -torch.inf), dim=-1) @ tv).numpy()
-
-
 @pytest.fixture(autouse=True)
 def small_blocks(monkeypatch):
-    monkeypatch.setattr(_tiled, "BLOCK_Q", 2)
-    monkeypatch.setattr(_tasks, "CAUSAL_BLOCK_Q", 1)
-    monkeypatch.setattr(_tiled, "BLOCK_K", 3)
+    use_small_blocks(monkeypatch, 2, 1, 3)
 
 
 @pytest.mark.parametrize("place, bad, is_causal", list(itertools.product(PLACES, VALUES, [False, True])))

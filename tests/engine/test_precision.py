@@ -10,7 +10,7 @@ import pytest
 
 import attnlab as al
 from attnlab.engine.fused import _engine as _fused
-from oracles import optional_module, requires
+from oracles import optional_module, requires, torch_softmax_gradients
 
 torch = optional_module("torch")
 
@@ -25,16 +25,8 @@ def _arrays(seed: int = 0) -> tuple[np.ndarray, ...]:
     return tuple(rng.standard_normal(shape) for shape in ((2, 600, 16), (2, 530, 16), (2, 530, 16), (2, 600, 16)))
 
 
-def _torch_gradients(q, k, v, grad_output, scale):  # type: ignore[no-untyped-def]
-    """dQ, dK, dV of softmax(scale·Q·Kᵀ)·V by torch's autograd in float64."""
-    tq, tk, tv = (torch.tensor(x, requires_grad=True) for x in (q, k, v))
-    output = torch.softmax(tq @ tk.transpose(-1, -2) * scale, dim=-1) @ tv
-    output.backward(torch.tensor(grad_output))
-    return [t.grad.numpy() for t in (tq, tk, tv)]
-
-
 def _check(q, k, v, grad_output, scale, engine):  # type: ignore[no-untyped-def]
-    expected = _torch_gradients(q, k, v, grad_output, scale)
+    expected = torch_softmax_gradients(q, k, v, grad_output, scale)
     got = al.attention(q, k, v, scale=scale, engine=engine).backward(grad_output)
     for name, g, e in zip(("dQ", "dK", "dV"), got, expected, strict=True):
         np.testing.assert_allclose(g, e, rtol=0, atol=1e-13, err_msg=name)
@@ -61,7 +53,7 @@ def test_one_huge_key_element_keeps_dq_exact(engine):
 def test_huge_scale_gives_exactly_zero_dq_and_dk(engine):
     q, k, v, grad_output = _arrays(2)
     got = al.attention(q, k, v, scale=1e10, engine=engine).backward(grad_output)
-    expected = _torch_gradients(q, k, v, grad_output, 1e10)
+    expected = torch_softmax_gradients(q, k, v, grad_output, 1e10)
     assert not np.any(expected[0]) and not np.any(expected[1])  # every row one-hot: torch's dZ is 0
     assert not np.any(got.query) and not np.any(got.key)
     np.testing.assert_allclose(got.value, expected[2], rtol=0, atol=1e-13)
@@ -94,7 +86,7 @@ def test_values_near_the_float64_maximum_give_finite_dq_and_dk(engine, largest):
     gradient, which torch itself on V makes NaN (dP = dO·Vᵀ overflows)."""
     q, k, v, grad_output = _arrays(5)
     v *= largest / np.abs(v).max()
-    expected = _torch_gradients(q, k, np.ldexp(v, -10), grad_output, 0.25)
+    expected = torch_softmax_gradients(q, k, np.ldexp(v, -10), grad_output, 0.25)
     got = al.attention(q, k, v, scale=0.25, engine=engine).backward(grad_output)
     for name, g, e in zip(("dQ", "dK"), got[:2], expected[:2], strict=True):
         assert np.isfinite(g).all(), name
@@ -105,7 +97,7 @@ def test_values_near_the_float64_maximum_give_finite_dq_and_dk(engine, largest):
 
 @requires("torch")
 @pytest.mark.parametrize("engine", BLOCKED)
-def test_near_tie_at_a_huge_score_keeps_every_weight(engine):
+def test_near_tie_at_a_huge_score_keeps_dq_dk_and_dv_exact(engine):
     """Three keys share the top score of about 2.8e14 to within 1 (every score exact: q has
     one element 2⁵⁰ and the keys' are quarters), so lse = m + log l rounded to a quarter
     would lose log l's digits: the weights, and dQ, dK, dV, follow m and l apart."""
@@ -115,7 +107,7 @@ def test_near_tie_at_a_huge_score_keeps_every_weight(engine):
     k[0, :, 2] = np.round(k[0, :, 2] * 4) / 4
     k[0, 5, 2] = k[0, 9, 2] = k[0, :, 2].max()
     k[0, 5, 2] += 2.0**-48  # one more than keys 9 and the first maximum, after the scale 1/4
-    expected = _torch_gradients(q, k, v, grad_output, 0.25)
+    expected = torch_softmax_gradients(q, k, v, grad_output, 0.25)
     got = al.attention(q, k, v, scale=0.25, engine=engine).backward(grad_output)
     for name, g, e in zip(("dQ", "dK", "dV"), got, expected, strict=True):
         np.testing.assert_allclose(g, e, rtol=0, atol=1e-14 * max(np.abs(e).max(), 1.0), err_msg=name)

@@ -14,7 +14,7 @@ from hypothesis import given, settings
 import attnlab as al
 from attnlab.engine import _threads, _tiled
 from attnlab.engine.fused import _engine as _fused
-from attnlab.engine.fused import _tasks
+from helpers import make, mask_for, use_small_blocks
 from oracles import assert_close, optional_module, requires
 
 torch = optional_module("torch")
@@ -22,9 +22,7 @@ torch = optional_module("torch")
 
 @pytest.fixture(autouse=True)
 def small_blocks(monkeypatch):
-    monkeypatch.setattr(_tiled, "BLOCK_Q", 16)
-    monkeypatch.setattr(_tasks, "CAUSAL_BLOCK_Q", 8)
-    monkeypatch.setattr(_tiled, "BLOCK_K", 24)
+    use_small_blocks(monkeypatch, 16, 8, 24)
 
 
 @pytest.fixture(params=["one-pass", "two-pass"])
@@ -33,27 +31,12 @@ def backward_kind(request, monkeypatch):
     monkeypatch.setattr(_tiled, "ONE_PASS_BACKWARD_FROM", 1 if request.param == "one-pass" else 10**9)
 
 
-def make(rng, shape, dtype):
-    return rng.standard_normal(shape).astype(dtype)
-
-
 MASKS = ["none", "bool-2d", "bool-4d", "float-2d", "float-3d", "fully-masked"]
 CASES = list(
     itertools.product(
         [np.float64, np.float32], MASKS, [False, True], [(37, 53), (53, 37), (1, 70)], [False, True], [0.0, 0.3]
     )
 )
-
-
-def mask_for(kind, rng, L, S, dtype):
-    if kind == "none":
-        return None
-    if kind == "fully-masked":
-        mask = np.ones((L, S), dtype=bool)
-        mask[L // 2] = False
-        return mask
-    shape = {"2d": (L, S), "4d": (2, 1, L, S), "3d": (4, L, S)}[kind.split("-")[1]]
-    return rng.random(shape) > 0.5 if kind.startswith("bool") else make(rng, shape, dtype)
 
 
 BLOCKED = ["tiled", *(["fused"] if _fused.available() else [])]

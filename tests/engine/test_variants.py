@@ -41,7 +41,7 @@ import pytest
 
 import attnlab as al
 from attnlab.engine.fused import _engine as _fused
-from oracles import optional_module, requires
+from oracles import TOLERANCE, optional_module, requires
 
 torch = optional_module("torch")
 
@@ -53,7 +53,6 @@ ENGINES = [
     ),
 ]
 DTYPES = [pytest.param(np.float64, id="float64"), pytest.param(np.float32, id="float32")]
-TOLERANCE = {np.dtype(np.float64): 1e-12, np.dtype(np.float32): 2e-5}
 
 
 def available_engines() -> list[str]:
@@ -288,7 +287,7 @@ def assert_matches(actual: Any, expected: np.ndarray, dtype: Any, what: str) -> 
     np.testing.assert_array_equal(actual[~finite], expected[~finite], err_msg=f"{what}: non-finite entries")
     scale = float(np.max(np.abs(expected[finite]), initial=0.0))
     error = np.abs(actual[finite].astype(np.float64) - expected[finite])
-    limit = TOLERANCE[np.dtype(dtype)] * max(scale, 1e-300)
+    limit = TOLERANCE[np.dtype(dtype)]["of_scale"] * max(scale, 1e-300)
     worst = float(np.max(error, initial=0.0))
     assert worst <= limit, f"{what}: max error {worst:.3g} > {limit:.3g} (scale {scale:.3g})"
 

@@ -13,6 +13,7 @@ pytest.importorskip("transformers")
 
 from attnlab.hf import _backend  # noqa: E402
 from attnlab.hf._backend import attention_forward  # noqa: E402
+from oracles import torch_sdpa_blhe  # noqa: E402
 
 
 class _Module(torch.nn.Module):
@@ -37,12 +38,6 @@ def _gradients(output: object, grad_output: object, *inputs: object) -> list[np.
     return [g.numpy() for g in torch.autograd.grad(output, inputs, grad_output)]
 
 
-def _sdpa(query: object, key: object, value: object, mask: object = None, is_causal: bool = False) -> object:
-    """torch's SDPA, its output transposed to (B, L, H, E) as transformers' sdpa returns it."""
-    output = torch.nn.functional.scaled_dot_product_attention(query, key, value, attn_mask=mask, is_causal=is_causal)
-    return output.transpose(1, 2)
-
-
 def test_a_strided_query_and_dO_give_sdpas_output_and_gradients_in_the_layout_transformers_wants():
     query, key, value, grad_output = _tensors(2, 3, 40, 40, 8)
     assert not query.is_contiguous()
@@ -50,7 +45,7 @@ def test_a_strided_query_and_dO_give_sdpas_output_and_gradients_in_the_layout_tr
     module.is_causal = True
     output, weights = attention_forward(module, query, key, value, None)
     assert weights is None and output.shape == (2, 40, 3, 8) and output.is_contiguous()
-    expected = _sdpa(query, key, value, is_causal=True)
+    expected = torch_sdpa_blhe(query, key, value, is_causal=True)
     np.testing.assert_allclose(output.detach().numpy(), expected.detach().numpy(), atol=1e-12, rtol=0)
     ours = _gradients(output, grad_output, query, key, value)
     theirs = _gradients(expected, grad_output, query, key, value)
@@ -84,7 +79,7 @@ def test_a_zero_or_minus_infinity_float_mask_without_gradient_goes_to_the_engine
     monkeypatch.setattr(_backend, "_engine_call", lambda call: masks.append(call.mask) or engine_call(call))
     output, _ = attention_forward(_Module(), query, key, value, mask)
     assert masks[0].dtype == bool and np.array_equal(masks[0], allowed)
-    expected = _sdpa(query, key, value, torch.from_numpy(allowed))
+    expected = torch_sdpa_blhe(query, key, value, torch.from_numpy(allowed))
     np.testing.assert_allclose(output.detach().numpy(), expected.detach().numpy(), atol=1e-12, rtol=0)
     ours = _gradients(output, grad_output, query, key, value)
     theirs = _gradients(expected, grad_output, query, key, value)
@@ -106,7 +101,7 @@ def test_any_other_float_mask_stays_float_and_a_trainable_one_gets_sdpas_gradien
     monkeypatch.setattr(_backend, "_engine_call", lambda call: masks.append(call.mask) or engine_call(call))
     output, _ = attention_forward(_Module(), query, key, value, mask)
     assert masks[0].dtype == np.float64
-    expected = _sdpa(query, key, value, mask)
+    expected = torch_sdpa_blhe(query, key, value, mask)
     np.testing.assert_allclose(output.detach().numpy(), expected.detach().numpy(), atol=1e-12, rtol=0)
     if kind == "needs a gradient":
         (ours,) = _gradients(output, grad_output, mask)
@@ -125,7 +120,7 @@ def test_without_gradients_the_forward_skips_autograd_and_gives_sdpas_output(con
     with guard():
         output, _ = attention_forward(module, query, key, value, None)
     assert output.grad_fn is None and output.is_contiguous()
-    expected = _sdpa(query.detach(), key.detach(), value.detach(), is_causal=True)
+    expected = torch_sdpa_blhe(query.detach(), key.detach(), value.detach(), is_causal=True)
     np.testing.assert_allclose(output.numpy(), expected.numpy(), atol=1e-12, rtol=0)
 
 
@@ -136,5 +131,5 @@ def test_a_half_precision_output_comes_back_in_its_dtype_and_transformers_layout
     q, k, v = (x.detach().to(half) for x in (query, key, value))
     output, _ = attention_forward(_Module(), q, k, v, None)
     assert output.dtype == half and output.shape == (1, 16, 2, 8) and output.is_contiguous()
-    expected = _sdpa(*(x.float().double() for x in (q, k, v)))  # the rounded inputs, computed exactly
+    expected = torch_sdpa_blhe(*(x.float().double() for x in (q, k, v)))  # the rounded inputs, computed exactly
     np.testing.assert_allclose(output.double().numpy(), expected.numpy(), atol=2e-2, rtol=1e-2)

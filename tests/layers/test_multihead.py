@@ -164,7 +164,7 @@ def test_fully_masked_queries_give_zero_attention_where_torch_gives_nan():
         dict(dropout=0.5),
     ],
 )
-def test_every_gradient_matches_finite_differences(options):
+def test_input_and_parameter_gradients_match_finite_differences(options):
     rng = np.random.default_rng(1)
     layer = al.MultiheadAttention(E, H, seed=3, dtype=np.float64, **options)
     state = layer.state_dict()

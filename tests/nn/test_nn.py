@@ -11,17 +11,14 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from attnlab import nn  # noqa: E402
-from oracles import numerical_gradient  # noqa: E402
+from oracles import numerical_gradient, torch_bert_self_attention  # noqa: E402
+from oracles import torch_leaf as t  # noqa: E402
 
 TOL = 1e-10
 
 
 def rng(seed: int = 0) -> np.random.Generator:
     return np.random.default_rng(seed)
-
-
-def t(x: np.ndarray) -> torch.Tensor:
-    return torch.tensor(x, dtype=torch.float64, requires_grad=True)
 
 
 def check(ours: np.ndarray, theirs: torch.Tensor, tol: float = TOL) -> None:
@@ -66,25 +63,6 @@ def test_linear_embedding_layernorm_and_gelu_equal_torch():
     check(g, tg), check(dg, tx.grad)
 
 
-def torch_attention(
-    x: torch.Tensor, layer: nn.MultiheadSelfAttention, mask: np.ndarray | None
-) -> tuple[torch.Tensor, list]:
-    """BERT's self-attention in torch, from the layer's weights."""
-    params = [t(p.value) for p in layer.parameters()]
-    wq, bq, wk, bk, wv, bv, wo, bo = params
-    B, L, D = x.shape
-    H = layer.heads
-
-    def heads(y: torch.Tensor) -> torch.Tensor:
-        return y.reshape(B, L, H, D // H).transpose(1, 2)
-
-    linear = torch.nn.functional.linear
-    q, k, v = heads(linear(x, wq, bq)), heads(linear(x, wk, bk)), heads(linear(x, wv, bv))
-    attn_mask = None if mask is None else torch.tensor(mask)[:, None, None, :]
-    o = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask)
-    return linear(o.transpose(1, 2).reshape(B, L, D), wo, bo), params
-
-
 def test_self_attention_and_the_transformer_block_equal_torch():
     x = rng(7).standard_normal((2, 6, 8))
     mask = np.ones((2, 6), dtype=bool)
@@ -96,7 +74,7 @@ def test_self_attention_and_the_transformer_block_equal_torch():
     dy = rng(10).standard_normal(y.shape)
     dx = back(dy)
     tx = t(x)
-    ty, params = torch_attention(tx, layer, mask)
+    ty, params = torch_bert_self_attention(tx, layer, mask)
     (ty * torch.tensor(dy)).sum().backward()
     check(y, ty), check(dx, tx.grad)
     for p, tp in zip(layer.parameters(), params, strict=True):
@@ -108,7 +86,7 @@ def test_self_attention_and_the_transformer_block_equal_torch():
     y, back, _ = block(x, key_padding_mask=~mask)
     dx = back(dy)
     tx = t(x)
-    a, attn_params = torch_attention(tx, block.attention, mask)
+    a, attn_params = torch_bert_self_attention(tx, block.attention, mask)
     n1w, n1b, uw, ub, dw, db, n2w, n2b = (t(p.value) for p in block.parameters()[8:])
     h = torch.nn.functional.layer_norm(tx + a, (8,), n1w, n1b, eps=1e-5)
     m = torch.nn.functional.linear(

@@ -91,7 +91,7 @@ def test_a_page_too_large_says_its_size_the_limit_and_what_to_use_fewer_of(shape
     assert "\n" not in str(refused.value)
 
 
-def test_exact_numbers_never_pass_the_pages_limit(monkeypatch):
+def test_a_page_whose_exact_numbers_pass_its_limit_is_written_in_float24(monkeypatch):
     # by hand: exact, (16·12·12·192 numbers + 16²·144 raw scores)·4 bytes·4/3 + 12·192 = 2,558,208 bytes;
     # float24 (442,368 + 36,864)·3·4/3 + 2,304 = 1,919,232
     shape = PageShape(16, 12, 12, (64, 64), model=True, itemsize=4)
@@ -115,7 +115,7 @@ def test_a_rounded_pages_data_is_its_q_k_v_rounded_and_it_says_so(monkeypatch):
     monkeypatch.setitem(PAGE_LIMITS, "page", 2700)
     (first, _) = page_data(trace)["layers"]
     assert first["dtype"] == "fixed15" and first["masks"] == [[[i + 1, 7 - i] if i < 7 else [8] for i in range(8)]]
-    assert "fixed15" in al.view(trace)  # the page decodes (tests/viz: in Chromium) and says so (page.js: roundingNote)
+    assert "fixed15" in al.view(trace)  # the page decodes (in Chromium) and says so (js/controls.js: roundingNote)
 
 
 def test_a_layer_with_numbers_that_are_not_finite_is_carried_as_float24(monkeypatch):
@@ -191,11 +191,11 @@ def page_rows(browser, head: int, rows: list[int]) -> np.ndarray:
 def test_a_page_of_fixed_numbers_decodes_them_and_computes_the_engines_weights_within_their_rounding(
     browser, tmp_path, monkeypatch
 ):
-    import attnlab.viz._page
+    import attnlab.viz._page_size
 
     trace = gpt2_shaped(40, layers=2, heads=3, width=8, seed=2)
     monkeypatch.setitem(PAGE_LIMITS, "exact", 100)
-    monkeypatch.setattr(attnlab.viz._page, "GIVEN_SCORES_UP_TO", 0)  # the page computes q·kᵀ from its fixed q, k
+    monkeypatch.setattr(attnlab.viz._page_size, "GIVEN_SCORES_UP_TO", 0)  # the page computes q·kᵀ from its fixed q, k
     monkeypatch.setitem(PAGE_LIMITS, "page", 17_000)  # by hand: float24 24,000 bytes, fixed13 17,280, fixed12 16,320
     dtype = encoding(PageShape.of(trace))
     assert dtype == "fixed12"
@@ -224,9 +224,9 @@ def test_a_page_of_fixed_numbers_decodes_them_and_computes_the_engines_weights_w
 def test_scores_computed_over_the_unmasked_keys_give_the_engines_weights(browser, tmp_path, monkeypatch, rules):
     from selenium.webdriver.common.by import By
 
-    import attnlab.viz._page
+    import attnlab.viz._page_size
 
-    monkeypatch.setattr(attnlab.viz._page, "GIVEN_SCORES_UP_TO", 0)  # the page computes every score itself
+    monkeypatch.setattr(attnlab.viz._page_size, "GIVEN_SCORES_UP_TO", 0)  # the page computes every score itself
     rng = np.random.default_rng(3)
     X = rng.standard_normal((11, 8))  # 11 rows: an odd count, the last row without a pair
     trace = al.MultiheadAttention(8, 2, seed=0, dtype=np.float64).trace(X, **rules)

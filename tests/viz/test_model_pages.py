@@ -14,21 +14,19 @@ import traces
 pytest.importorskip("selenium")
 
 from selenium.webdriver.common.by import By
-from selenium.webdriver.support.ui import WebDriverWait
 
 import attnlab as al
+from helpers import open_page
 
 pytestmark = pytest.mark.browser
 
 
-def open_page(browser, trace, path: Path, **opens) -> None:
+def view_and_open(browser, trace, path: Path, **opens) -> None:
+    """Write trace's page with al.view, open it, wait for its image; no error in the console."""
     if trace.image is not None:
         pytest.importorskip("PIL")  # the image goes in as a PNG (the hf extra's Pillow)
     al.view(trace, path, **opens)
-    browser.get(path.as_uri())
-    WebDriverWait(browser, 10).until(
-        lambda b: b.execute_script("return !!(window.attnlabView && attnlabView.imageReady)")
-    )
+    open_page(browser, path, "window.attnlabView && attnlabView.imageReady", timeout=10)
     assert browser.get_log("browser") == []  # no error in the console
 
 
@@ -43,7 +41,7 @@ def softmax(z: np.ndarray) -> np.ndarray:
 
 def test_an_encoder_decoder_page_shows_the_three_kinds_each_on_its_own_axes(browser, tmp_path):
     trace = traces.encoder_decoder()
-    open_page(browser, trace, tmp_path / "ed.html")
+    view_and_open(browser, trace, tmp_path / "ed.html")
     groups = browser.find_elements(By.CSS_SELECTOR, "#layer optgroup")
     assert [g.get_attribute("label") for g in groups] == ["encoder", "decoder", "cross-attention"]
     names = [[o.text for o in g.find_elements(By.TAG_NAME, "option")] for g in groups]
@@ -87,7 +85,7 @@ OVERLAY = "return document.getElementById('overlay').toDataURL()"
 
 def test_a_vision_page_draws_its_patches_as_tokens_and_a_patchs_attention_over_the_image(browser, tmp_path):
     trace, image = traces.vit(), traces.picture()
-    open_page(browser, trace, tmp_path / "vit.html", query=26)
+    view_and_open(browser, trace, tmp_path / "vit.html", query=26)
     thumbnails = browser.find_elements(By.CSS_SELECTOR, "#patches canvas")
     assert len(thumbnails) == 49  # 7 × 7 patches
     assert [b.text for b in browser.find_elements(By.CSS_SELECTOR, "#apart button")] == ["[CLS]", "[REG]"]
@@ -121,7 +119,7 @@ def test_a_vision_page_draws_its_patches_as_tokens_and_a_patchs_attention_over_t
 
 def test_an_image_to_text_page_shows_a_decoder_tokens_attention_over_the_encoders_patches(browser, tmp_path):
     trace = traces.image_to_text()
-    open_page(browser, trace, tmp_path / "trocr.html")
+    view_and_open(browser, trace, tmp_path / "trocr.html")
     assert len(browser.find_elements(By.CSS_SELECTOR, "#patches canvas")) == 49
     assert (
         view(browser, "layer") == 0 and view(browser, "overlayWeights()") is not None

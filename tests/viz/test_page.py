@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from importlib.resources import files
 
 import numpy as np
 import pytest
@@ -58,14 +57,15 @@ def test_overflow_is_not_mistaken_for_a_mask():
 
 
 def test_the_page_inlines_its_assets_and_leaves_tokens_that_name_a_slot_as_data():
-    assets = files("attnlab.viz") / "assets"
+    from attnlab.viz._page import asset_files
+
     slots = ["__ATTNLAB_STYLE__", "__ATTNLAB_SCRIPT__", "__ATTNLAB_DATA__"]
     page = al.view(al.SelfAttention(3, 2).trace(np.eye(3), tokens=slots))
     assert page is not None
     csp = "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data: blob:"
     assert f'<meta http-equiv="Content-Security-Policy" content="{csp}">' in page
-    for name, tag in (("page.css", "style"), ("page.js", "script")):
-        text = (assets / name).read_text(encoding="utf-8")
+    for name, text in asset_files().items():  # page.css, views.css and every module of the script
+        tag = "style" if name.endswith(".css") else "script"
         assert text in page and f"</{tag}" not in text.lower()  # inline, and cannot end its own block
     assert [page.count(slot) for slot in slots] == [1, 1, 1]  # each token once, in the data; no slot left
 

@@ -17,6 +17,7 @@ from selenium.webdriver.support.ui import Select
 
 import attnlab as al
 from attnlab.cli import main
+from helpers import open_page
 
 pytestmark = pytest.mark.browser
 
@@ -24,14 +25,13 @@ ARTIFACTS = Path(__file__).parents[2] / "test-artifacts"
 XSS = "<img/src=x/onerror=window.__xss=1>"
 
 
-def open_page(browser, tmp_path: Path, capsys, *argv: str) -> dict:
+def write_and_open_page(browser, tmp_path: Path, capsys, *argv: str) -> dict:
     """Write the page with the CLI, open it, and return the trace it was made from."""
     assert main(["trace", *argv, "--format", "json"]) == 0
     trace = json.loads(capsys.readouterr().out)
     page = tmp_path / "view.html"
     assert main(["view", *argv, "-o", str(page)]) == 0
-    browser.get(page.as_uri())
-    assert browser.execute_script("return window.attnlabView && window.attnlabView.ready") is True
+    open_page(browser, page)
     return trace
 
 
@@ -46,7 +46,9 @@ def hover_cell(browser, i: int, j: int, L: int) -> str:
 
 
 def test_a_cell_shows_the_python_weight(browser, tmp_path, capsys):
-    trace = open_page(browser, tmp_path, capsys, "--text", "小明是个运动达人，他平时很爱打篮球", "--scale", "3")
+    trace = write_and_open_page(
+        browser, tmp_path, capsys, "--text", "小明是个运动达人，他平时很爱打篮球", "--scale", "3"
+    )
     weights = np.array(trace["weights"])
     for i, j in [(0, 0), (3, 7), (16, 16), (9, 0)]:
         assert hover_cell(browser, i, j, 17) == f"{weights[i, j]:.4f}"
@@ -57,7 +59,7 @@ def test_a_cell_shows_the_python_weight(browser, tmp_path, capsys):
 
 @pytest.mark.parametrize("position", [None, -200, 0, 100, 200])
 def test_b_the_scale_slider_recomputes_the_softmax(browser, tmp_path, capsys, position):
-    trace = open_page(
+    trace = write_and_open_page(
         browser,
         tmp_path,
         capsys,
@@ -104,7 +106,7 @@ def test_b_the_scale_slider_recomputes_the_softmax(browser, tmp_path, capsys, po
 
 
 def test_c_the_head_selector_switches_heads(browser, tmp_path, capsys):
-    trace = open_page(
+    trace = write_and_open_page(
         browser,
         tmp_path,
         capsys,
@@ -133,7 +135,7 @@ def test_d_tokens_are_text_and_no_script_runs(browser, tmp_path, capsys):
     tokens = f"a {XSS} </script><script>window.__xss=2</script> b"
     sequence = tmp_path / "x.json"
     sequence.write_text(json.dumps([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0], [0.5, 0.0]]))
-    open_page(browser, tmp_path, capsys, str(sequence), "--tokens", tokens)
+    write_and_open_page(browser, tmp_path, capsys, str(sequence), "--tokens", tokens)
     assert browser.execute_script("return window.__xss") is None
     assert browser.find_elements(By.CSS_SELECTOR, "img") == []
     labels = [t.text for t in browser.find_elements(By.CSS_SELECTOR, "#steps td.token")]
@@ -159,7 +161,7 @@ def test_e_a_512_token_page_loads_and_draws_its_cells_without_a_node_each(browse
 
 
 def test_export_png_and_svg(browser, tmp_path, capsys):
-    open_page(browser, tmp_path, capsys, "--text", "a b c")
+    write_and_open_page(browser, tmp_path, capsys, "--text", "a b c")
     png = browser.execute_script("return window.attnlabView.exportPNG()")
     svg = browser.execute_script("return window.attnlabView.exportSVG()")
     assert png.startswith("data:image/png;base64,") and len(png) > 100
@@ -170,7 +172,7 @@ def test_export_png_and_svg(browser, tmp_path, capsys):
 
 
 def test_a_link_opens_a_query_head_and_scale(browser, tmp_path, capsys):
-    trace = open_page(
+    trace = write_and_open_page(
         browser, tmp_path, capsys, "--text", "a b c d", "--embed", "random", "--d-model", "4", "--num-heads", "2"
     )
     browser.get((tmp_path / "view.html").as_uri() + "#query=3&head=1&scale=0.25")
@@ -184,7 +186,7 @@ def test_a_link_opens_a_query_head_and_scale(browser, tmp_path, capsys):
 def test_f_scores_that_overflow_are_shown_as_not_numbers(browser, tmp_path, capsys):
     rows = tmp_path / "overflow.json"
     rows.write_text("[[1e200, 1e200], [1e200, -1e200]]")  # finite input, scores beyond float range
-    trace = open_page(browser, tmp_path, capsys, str(rows))
+    trace = write_and_open_page(browser, tmp_path, capsys, str(rows))
     assert trace["weights"] == [["NaN", "NaN"], ["NaN", "NaN"]]  # the engine's NaN, as valid JSON
     assert hover_cell(browser, 0, 1, 2) == "NaN"
     assert "4 weights that are not numbers" in browser.find_element(By.ID, "legend").text
@@ -200,7 +202,7 @@ def test_g_axis_labels_colour_scale_and_readout(browser, tmp_path, capsys):
     not the top colour); the readout follows the slider and the head."""
     sequence = tmp_path / "same.json"
     sequence.write_text(json.dumps([[1.0, 2.0, 0.5, 1.0]] * 6))  # equal rows: every weight is 1/6
-    open_page(browser, tmp_path, capsys, str(sequence), "--tokens", "a b 小 c d e", "--num-heads", "2")
+    write_and_open_page(browser, tmp_path, capsys, str(sequence), "--tokens", "a b 小 c d e", "--num-heads", "2")
     labels = browser.execute_script("return window.attnlabView.axisLabels")
     assert labels == [[i, t] for i, t in enumerate(["a", "b", "小", "c", "d", "e"])]
     assert hover_cell(browser, 2, 3, 6) == f"{1 / 6:.4f}"
@@ -259,7 +261,7 @@ def test_i_the_notebook_iframe_runs_the_page(browser, tmp_path):
 
 
 def test_j_the_scale_box_keeps_the_scale_on_bad_input(browser, tmp_path, capsys):
-    open_page(browser, tmp_path, capsys, "--text", "a b c")
+    write_and_open_page(browser, tmp_path, capsys, "--text", "a b c")
     browser.execute_script("window.attnlabView.setScale(0.5)")
     for text in ("", "abc", "-1"):
         browser.execute_script(
@@ -477,7 +479,7 @@ def test_o_view_opens_on_the_layer_head_and_query_it_is_given(browser, tmp_path)
 
 
 def test_p_a_single_layer_page_shows_no_layer_selector_and_says_its_weights_are_random(browser, tmp_path, capsys):
-    open_page(browser, tmp_path, capsys, "--text", "小明 是 个 运动 达人")
+    write_and_open_page(browser, tmp_path, capsys, "--text", "小明 是 个 运动 达人")
     assert not browser.find_element(By.ID, "layer-label").is_displayed()
     assert browser.find_element(By.ID, "layer-label").size["width"] == 0
     note = browser.find_element(By.ID, "random-note")
@@ -531,7 +533,7 @@ def test_s_thinned_axis_labels_say_how_they_were_thinned(browser, tmp_path, leng
 
 
 def test_t_full_width_punctuation_is_drawn_in_a_cjk_font_in_the_head_view(browser, tmp_path, capsys):
-    open_page(browser, tmp_path, capsys, "--text", "小明是个运动达人，他平时很爱打篮球")
+    write_and_open_page(browser, tmp_path, capsys, "--text", "小明是个运动达人，他平时很爱打篮球")
     commas = [t for t in browser.find_elements(By.CSS_SELECTOR, "#headview text") if t.text == "，"]
     assert len(commas) == 2  # one a side
     for comma in commas:
@@ -553,7 +555,7 @@ def pixel_at(browser, i: int, j: int, dx: int = 2, dy: int = 2) -> list[int]:
 
 def test_u_a_windowed_page_shows_its_band_masked_and_says_its_rules(browser, tmp_path, capsys):
     argv = ["--text", "a b c d e f", "--embed", "random", "--d-model", "8", "--window", "2,0", "--softcap", "0.5"]
-    trace = open_page(browser, tmp_path, capsys, *argv)
+    trace = write_and_open_page(browser, tmp_path, capsys, *argv)
     note = browser.find_element(By.ID, "rules-note")
     assert note.is_displayed() and "sliding window (2, 0): query i sees keys i − 2 … i" in note.text
     assert "softcap 0.5" in note.text and "Grey, struck-through cells are masked keys" in note.text
@@ -583,7 +585,7 @@ def test_u_a_windowed_page_shows_its_band_masked_and_says_its_rules(browser, tmp
     np.testing.assert_allclose(shown, al.softmax(z), atol=1e-12)
     ARTIFACTS.mkdir(exist_ok=True)
     browser.save_screenshot(str(ARTIFACTS / "view-window.png"))
-    open_page(browser, tmp_path, capsys, "--text", "a b c")  # a plain page: neither note
+    write_and_open_page(browser, tmp_path, capsys, "--text", "a b c")  # a plain page: neither note
     assert not browser.find_element(By.ID, "rules-note").is_displayed()
     assert not browser.find_element(By.ID, "mask-legend").is_displayed()
 
@@ -611,7 +613,7 @@ def test_v_alibi_sinks_and_a_per_head_mask_function_give_the_engines_weights(bro
 def test_w_a_scale_at_which_the_scores_overflow_is_refused_by_the_link_and_the_box(browser, tmp_path, capsys):
     rows = tmp_path / "big.json"
     rows.write_text(json.dumps((np.eye(3) * 100).tolist()))  # raw scores of about 100: 1e308 · 100 overflows
-    trace = open_page(browser, tmp_path, capsys, str(rows))
+    trace = write_and_open_page(browser, tmp_path, capsys, str(rows))
     largest = np.abs(np.array(trace["scores"])).max()
     with np.errstate(over="ignore"):
         assert largest * 1e308 == np.inf  # the engine at scale 1e308 gives NaN weights: nothing to show

@@ -17,6 +17,7 @@ from selenium.webdriver.support.ui import Select
 import attnlab as al
 from attnlab import models
 from attnlab.cli import main
+from helpers import open_page
 
 pytestmark = pytest.mark.browser
 
@@ -29,10 +30,8 @@ def coref():
     return models.load("builtin:coref")
 
 
-def open_page(browser, path) -> None:
-    browser.get(path.as_uri())
-    assert browser.execute_script("return window.attnlabView.ready && window.attnlabViews.ready") is True
-    assert browser.execute_script("return window.attnlabViews.count") == 1
+# the page has every view ready, and one set of them
+READY = "window.attnlabView.ready && window.attnlabViews.ready && window.attnlabViews.count === 1"
 
 
 def hover(browser, canvas_id: str, i: int, j: int, readout: str) -> str:
@@ -59,7 +58,7 @@ def test_two_texts_side_by_side_and_their_difference_where_tokens_align(browser,
     first, second = coref.trace(A), coref.trace(B)
     page = tmp_path / "two.html"
     al.view((first, second), page)
-    open_page(browser, page)
+    open_page(browser, page, READY)
     assert browser.find_element(By.ID, "pair-view-title").text == "layer 1, head 0"  # coref's answering head
     q, red = first.tokens.index("他"), second.tokens.index("红")  # one length: position i aligns with i
     wA, wB = (t.layers[1].weights[0].astype(np.float32).astype(np.float64) for t in (first, second))
@@ -93,7 +92,7 @@ def test_each_generated_tokens_row_is_transformers_full_forward_row(browser, tmp
     eager = transformers.AutoModelForCausalLM.from_pretrained(gpt2, attn_implementation="eager").eval()
     with torch.no_grad():
         full = eager(torch.tensor([record.ids[:-1]]), output_attentions=True).attentions
-    open_page(browser, page)
+    open_page(browser, page, READY)
     P = record.prompt_length
     browser.execute_script("window.attnlabView.useLayer(1); window.attnlabView.setHead(3)")
     assert browser.find_element(By.ID, "generation-view-title").text.startswith("layer 1, head 3")
@@ -111,7 +110,7 @@ def test_rollout_and_flow_show_the_given_numbers_and_a_row_chooses_the_query(bro
     rollout[1, 2, 4] = 0.25  # drawn by hand: layer 1, position 2, token 4 (高)
     page = tmp_path / "rollout.html"
     al.view(trace, page, query=2, rollout=rollout, flow=rollout / 2)
-    open_page(browser, page)
+    open_page(browser, page, READY)
     cells = {
         (td.get_attribute("data-kind"), i): td.get_attribute("data-value")
         for i, row in enumerate(browser.find_elements(By.CSS_SELECTOR, "#flows-table tr")[1:])
@@ -131,10 +130,33 @@ def test_the_ablation_heatmap_shows_each_effect_and_a_cell_opens_its_head(browse
     effect = [[0.5, -0.25, None, 0.0], [0.125, -1.0, 1.0, 0.0625]]
     page = tmp_path / "ablation.html"
     al.view_ablation(trace, {"effect": effect, "metric": "logprob", "target": "明", "mode": "zero"}, page)
-    open_page(browser, page)
+    open_page(browser, page, READY)
     assert hover(browser, "ablation", 1, 2, "ablation-value") == "1.0000"
     assert hover(browser, "ablation", 0, 2, "ablation-value") == ""  # not ablated: no number
     assert "Δ log p(target)" in browser.find_element(By.ID, "ablation-value").text
     click(browser, "ablation", 0, 3)
     assert browser.execute_script("return [window.attnlabView.layer, window.attnlabView.head]") == [0, 3]
     assert browser.find_element(By.ID, "head").get_attribute("value") == "3"
+
+
+def test_a_heads_page_labels_each_head_of_the_model_view_by_its_kind(browser, tmp_path):
+    """attnlab heads -o on all-MiniLM-L6-v2: each thumbnail of a head with a kind carries a
+    label of that kind and its outline, the others none; the legend lists every kind scored."""
+    from attnlab.analysis import head_types
+    from checkpoints import minilm_dir
+
+    page, text = tmp_path / "heads.html", "The animal didn't cross the street because it was too tired."
+    assert main(["heads", "--model", str(minilm_dir()), "--text", text, "--repeat", "8", "-o", str(page)]) == 0
+    open_page(browser, page, READY, timeout=10)
+    expected = head_types(models.load(minilm_dir()), text, repeat=8, seed=0)
+    dominant = expected.dominant()
+    for canvas in browser.find_elements(By.CSS_SELECTOR, "#grid canvas[data-layer]"):
+        layer, head = int(canvas.get_attribute("data-layer")), int(canvas.get_attribute("data-head"))
+        labels = canvas.find_elements(By.XPATH, "following-sibling::div[contains(@class, 'head-type')]")
+        kind = dominant[layer][head]
+        assert [label.get_attribute("data-kind") for label in labels] == ([kind] if kind else []), (layer, head)
+        assert ("solid" in (canvas.get_attribute("style") or "")) == bool(kind)
+    legend = browser.find_elements(By.CSS_SELECTOR, "#head-types-legend .head-type")
+    assert [item.text for item in legend] == expected.kinds
+    assert any(kind for row in dominant for kind in row)  # the test sees at least one label
+    assert browser.get_log("browser") == []

@@ -10,11 +10,13 @@ from typing import Any, Protocol
 import numpy as np
 
 from .._validation import Array, fail, is_integer
+from ..viz._views import ABLATE_MODES
 from ._ablation import Ablation
+from ._runner import runner_for
 
 __all__ = ["MODES", "ablate"]
 
-MODES = ("zero", "mean")
+MODES = ABLATE_MODES  # defined with the page that shows an ablation, below this layer
 # forwards run side by side as one batch: at most this many tokens in all (and 64 forwards)
 _BATCH_TOKENS = 4096
 
@@ -121,20 +123,20 @@ def ablate(
 
 def _runner(model: Any, tokenizer: Any) -> _Runner:
     """The forwards of an attnlab model or, through attnlab.hf, of a transformers one."""
-    from ..models._model import Model
-
-    if isinstance(model, Model):
-        from ._numpy_runner import NumpyRunner
-
-        if tokenizer is not None:
-            raise fail("tokenizer", "None for an attnlab model (it has its own)", type(tokenizer).__name__)
-        return NumpyRunner(model)
-    if type(model).__module__.startswith("transformers.") and hasattr(model, "set_attn_implementation"):
-        from ._hf_runner import TransformersRunner
-
-        return TransformersRunner(model, tokenizer)
     expected = "an attnlab.models.Model or a transformers model"
-    raise fail("model", expected, type(model).__name__, TypeError)
+    return runner_for(model, tokenizer, _numpy_runner, _transformers_runner, "model", expected)
+
+
+def _numpy_runner(model: Any) -> _Runner:
+    from ._numpy_runner import NumpyRunner
+
+    return NumpyRunner(model)
+
+
+def _transformers_runner(model: Any, tokenizer: Any) -> _Runner:
+    from ._hf_runner import TransformersRunner  # torch, imported for a transformers model only
+
+    return TransformersRunner(model, tokenizer)
 
 
 def _cells(heads: Any, layers: int, count: int) -> list[tuple[int, int]]:

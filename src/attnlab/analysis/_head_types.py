@@ -25,6 +25,7 @@ from .._validation import Array, fail, is_integer, text_ids
 from ..trace import ModelTrace
 from ._head_table import KINDS, HeadTypes
 from ._rollout import _layer_weights
+from ._runner import runner_for
 
 __all__ = [
     "DEFAULT_TEXT",
@@ -367,13 +368,14 @@ class _NumpyRunner(_Runner):
 class _TransformersRunner(_Runner):
     def __init__(self, model: Any, tokenizer: Any) -> None:
         from ..hf import check_model
+        from ..hf._torch import model_name
 
         check_model(model)
         config = model.config
         if getattr(config, "is_encoder_decoder", False):
             raise fail("model", "a decoder-only or encoder-only model", f"the encoder-decoder {config.model_type}")
         self.model, self.tokenizer = model, getattr(tokenizer, "tokenizer", tokenizer)
-        self.name = str(getattr(config, "_name_or_path", "") or config.model_type)
+        self.name = model_name(model)
         self.vocab_size = int(config.vocab_size)
         self.positions = getattr(config, "max_position_embeddings", None)
         first = getattr(config, "bos_token_id", None)
@@ -407,13 +409,5 @@ class _TransformersRunner(_Runner):
 
 def _runner(model: Any, tokenizer: Any) -> _Runner:
     """The forwards of an attnlab model or, through attnlab.hf, of a transformers one."""
-    from ..models._model import Model
-
-    if isinstance(model, Model):
-        if tokenizer is not None:
-            raise fail("tokenizer", "None for an attnlab model (it has its own)", type(tokenizer).__name__)
-        return _NumpyRunner(model)
-    if type(model).__module__.startswith("transformers.") and hasattr(model, "set_attn_implementation"):
-        return _TransformersRunner(model, tokenizer)
     expected = "an attnlab.models.Model, a transformers model or a ModelTrace"
-    raise fail("model_or_trace", expected, type(model).__name__, TypeError)
+    return runner_for(model, tokenizer, _NumpyRunner, _TransformersRunner, "model_or_trace", expected)

@@ -14,7 +14,7 @@ from .._validation import Array, fail, is_integer, text_ids
 from ..hf import NAME, UnsupportedModelError, check_model
 from ..hf._inputs import _labelled
 from ..hf._register import on_attnlab
-from ..hf._torch import from_numpy, to_numpy, torch, transformers
+from ..hf._torch import from_numpy, model_name, to_numpy, torch, transformers
 
 __all__ = ["TransformersRunner"]
 
@@ -33,7 +33,7 @@ class TransformersRunner:
                 f"{config.model_type}: ablate runs decoder-only and encoder-only models; this one is an encoder-decoder"
             )
         self.model, self.tokenizer = model, getattr(tokenizer, "tokenizer", tokenizer)
-        self.name = str(getattr(config, "_name_or_path", "") or config.model_type)
+        self.name = model_name(model)
         self.names = {id(module): name for name, module in model.named_modules()}
         self.order: list[int] = []  # id(module) of each attention call of a forward, found by record
         self.num_layers = self.num_heads = 0

@@ -10,6 +10,7 @@ import numpy as np
 from .._timer import PAUSE_SECONDS, best_times
 from ..engine._attention import Engine, choose_engine
 from ..engine._problem import make_problem
+from ..engine.variants import Rules
 from ._machine import gemm_run, read_run
 from ._shapes import Shape, available_engines, timed_runs
 from ._table import cell, markdown_table, ratio
@@ -41,7 +42,9 @@ def chosen_engine(shape: Shape) -> str:
     query = np.broadcast_to(np.zeros((), shape.dtype), shape.query_shape)  # views: nothing is allocated
     key = np.broadcast_to(np.zeros((), shape.dtype), shape.key_shape)
     lengths = None if shape.key_lengths is None else np.array(shape.key_lengths)
-    problem = make_problem(query, key, key, None, 0.0, shape.causal, None, shape.gqa, None, key_lengths=lengths)
+    problem = make_problem(
+        query, key, key, None, 0.0, None, shape.gqa, None, Rules(is_causal=shape.causal), key_lengths=lengths
+    )
     return choose_engine(None, problem, False)
 
 

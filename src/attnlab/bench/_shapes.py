@@ -12,6 +12,7 @@ import numpy as np
 
 from .._validation import Array
 from ..engine._attention import ENGINES, Engine, attention
+from ..engine.variants import Band
 
 __all__ = ["Shape", "available_engines", "textbook_attention", "timed_runs"]
 
@@ -86,7 +87,8 @@ def textbook_attention(q: Array, k: Array, v: Array, causal: bool) -> Array:
     q (B…, L, E), k and v (B…, S, E), the (B…, L, S) scores whole in memory."""
     scores = q @ k.swapaxes(-1, -2) / np.sqrt(q.shape[-1])  # (B…, L, S)
     if causal:
-        scores = np.where(np.tril(np.ones(scores.shape[-2:], dtype=bool)), scores, -np.inf)
+        L, S = scores.shape[-2:]
+        scores = np.where(Band.of(True, None, 0, (L, S)).allowed(slice(0, L), slice(0, S)), scores, -np.inf)
     weights = np.exp(scores - scores.max(axis=-1, keepdims=True))
     return (weights / weights.sum(axis=-1, keepdims=True)) @ v
 

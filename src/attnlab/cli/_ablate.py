@@ -17,13 +17,16 @@ Examples::
 from __future__ import annotations
 
 import argparse
-import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .._validation import AttnlabError
+from .._json import json_text
+from ..viz._views import ABLATE_MODES
 from ._inputs import InputError
 from ._options import at_least
-from ._transformers import BACKENDS, _quiet, backend_for, is_encoder_decoder, say_backend
+from ._transformers import _quiet, add_model_options, is_encoder_decoder, run_on_model, say_backend
+
+if TYPE_CHECKING:
+    from ..analysis import Ablation
 
 __all__ = ["OPTIONS", "add_options", "run"]
 
@@ -52,22 +55,13 @@ def add_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", required=True, metavar="NAME|DIR", help="a checkpoint directory or hub id")
     parser.add_argument("--text", required=True, help="the text whose next token is predicted")
     parser.add_argument("--target", metavar="TOKEN", help="one token: measure the change in its log-probability")
-    parser.add_argument("--mode", choices=("zero", "mean"), default="zero", help="zero (default) or mean")
+    parser.add_argument("--mode", choices=ABLATE_MODES, default="zero", help="zero (default) or mean")
     parser.add_argument("--patch-text", help="a text of as many tokens: patch in each head's output on it")
     parser.add_argument("--heads", type=_heads, default="all", help="all (default) or LAYER:HEAD pairs (0:1,5:3)")
-    parser.add_argument(
-        "--backend",
-        choices=BACKENDS,
-        help="numpy: attnlab's own model (GPT-2, BERT, Llama, Mistral, Qwen2); transformers: the model as "
-        "transformers builds it, on attnlab's engine (pip install 'attnlab[hf]'). Default: numpy where it can",
-    )
-    parser.add_argument("--format", choices=("text", "json"), default="text", help="text (default) or json")
     parser.add_argument("--precision", type=at_least(1, 17), default=4, help="significant digits (default 4)")
-    parser.add_argument(
-        "-o", "--output", metavar="PAGE.html",
-        help="also write the page of --text with the layers × heads heatmap; a click on a cell opens that head",
-    )  # fmt: skip
-    parser.set_defaults(image=None)  # backend_for's: ablate reads text only
+    add_model_options(
+        parser, "also write the page of --text with the layers × heads heatmap; a click on a cell opens that head"
+    )
 
 
 OPTIONS = (add_options,)
@@ -76,29 +70,21 @@ OPTIONS = (add_options,)
 def run(args: argparse.Namespace) -> None:
     """Load --model on its backend, ablate --heads and print the table (or its JSON)."""
     from ..analysis import ablate
-    from ..models._checkpoint import locate
 
-    if args.output is not None:
-        from ..viz._page import check_path
-
-        check_path(args.output)
-    directory = locate(args.model)
-    backend, model_type = backend_for(args, directory)
-    model, tokenizer = _numpy_model(args.model) if backend == "numpy" else _transformers_model(args, directory)
-    try:
-        result = ablate(
+    def work(model: Any, tokenizer: Any) -> Ablation:
+        return ablate(
             model, args.text, heads=args.heads, mode=args.mode, target=args.target, patch_text=args.patch_text,
             tokenizer=tokenizer,
         )  # fmt: skip
-    except AttnlabError as error:
-        raise _in_option_words(error) from None
+
+    ran = run_on_model(args, _transformers_model, work, _OPTION_OF)
     if args.output is not None:
-        _write_page(args, model, tokenizer, result.to_dict())
-    say_backend(args, backend, model_type)
+        _write_page(args, ran.model, ran.tokenizer, ran.result.to_dict())
+    say_backend(args, ran.backend, ran.model_type)
     if args.format == "json":
-        print(json.dumps(result.to_dict(), ensure_ascii=False, allow_nan=False))
+        print(json_text(ran.result.to_dict()))
     else:
-        print(result.render(precision=args.precision))
+        print(ran.result.render(precision=args.precision))
 
 
 def _write_page(args: argparse.Namespace, model: Any, tokenizer: Any, ablation: dict[str, Any]) -> None:
@@ -113,12 +99,6 @@ def _write_page(args: argparse.Namespace, model: Any, tokenizer: Any, ablation: 
         trace = hf.trace(model, args.text, tokenizer=tokenizer)
     check_page_size(trace, "--text")
     view_ablation(trace, ablation, args.output)
-
-
-def _numpy_model(name: str) -> tuple[Any, None]:
-    from ..models import load
-
-    return load(name), None
 
 
 def _transformers_model(args: argparse.Namespace, directory: Any) -> tuple[Any, Any]:
@@ -147,11 +127,3 @@ def _transformers_model(args: argparse.Namespace, directory: Any) -> tuple[Any, 
         except (OSError, ValueError, KeyError, TypeError):
             raise InputError(f"--model: {args.model} has no tokenizer transformers can load") from None
     return model, tokenizer
-
-
-def _in_option_words(error: AttnlabError) -> AttnlabError:
-    """The error with ablate's argument renamed to its option (one line)."""
-    message, argument = str(error), getattr(error, "argument", "")
-    if argument in _OPTION_OF and message.startswith(f"{argument}:"):
-        return InputError(_OPTION_OF[argument] + message[len(argument) :])
-    return error

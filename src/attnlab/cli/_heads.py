@@ -18,14 +18,16 @@ Examples::
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .._validation import AttnlabError
+from .._json import json_text
 from ._inputs import InputError
 from ._options import at_least
-from ._transformers import BACKENDS, _quiet, backend_for, is_encoder_decoder, load_on_attnlab, say_backend
+from ._transformers import _quiet, add_model_options, is_encoder_decoder, load_on_attnlab, run_on_model, say_backend
+
+if TYPE_CHECKING:
+    from ..analysis import HeadTypes
 
 __all__ = ["OPTIONS", "add_options", "run"]
 
@@ -61,17 +63,9 @@ def add_options(parser: argparse.ArgumentParser) -> None:
         "--threshold", type=_fraction, default=0.5,
         help="a head whose every score is below it has no dominant kind (default 0.5)",
     )  # fmt: skip
-    parser.add_argument(
-        "--backend", choices=BACKENDS,
-        help="numpy: attnlab's own model (GPT-2, BERT, Llama, Mistral, Qwen2); transformers: the model as "
-        "transformers builds it, on attnlab's engine (pip install 'attnlab[hf]'). Default: numpy where it can",
-    )  # fmt: skip
-    parser.add_argument("--format", choices=("text", "json"), default="text", help="text (default) or json")
-    parser.add_argument(
-        "-o", "--output", metavar="PAGE.html",
-        help="also write the page of --text (every layer), its model view's heads labelled by their kind",
-    )  # fmt: skip
-    parser.set_defaults(image=None)  # backend_for's: heads reads text only
+    add_model_options(
+        parser, "also write the page of --text (every layer), its model view's heads labelled by their kind"
+    )
 
 
 OPTIONS = (add_options,)
@@ -80,27 +74,18 @@ OPTIONS = (add_options,)
 def run(args: argparse.Namespace) -> None:
     """Load --model on its backend, score every head and print the table (or its JSON)."""
     from ..analysis import head_types
-    from ..models._checkpoint import locate
 
-    if args.output is not None:
-        from ..viz._page import check_path
+    def work(model: Any, tokenizer: Any) -> HeadTypes:
+        return head_types(model, args.text, repeat=args.repeat, seed=args.seed, tokenizer=tokenizer)
 
-        check_path(args.output)
-    directory = locate(args.model)
-    backend, model_type = backend_for(args, directory)
-    model, tokenizer = _numpy_model(args.model) if backend == "numpy" else _transformers_model(args, directory)
-    try:
-        result = head_types(model, args.text, repeat=args.repeat, seed=args.seed, tokenizer=tokenizer)
-    except AttnlabError as error:
-        raise _in_option_words(error) from None
+    ran = run_on_model(args, _transformers_model, work, _OPTION_OF)
     if args.output is not None:
-        _write_page(args, model, tokenizer, result.to_dict(top=args.top, threshold=args.threshold))
-    say_backend(args, backend, model_type)
+        _write_page(args, ran.model, ran.tokenizer, ran.result.to_dict(top=args.top, threshold=args.threshold))
+    say_backend(args, ran.backend, ran.model_type)
     if args.format == "json":
-        data = result.to_dict(top=args.top, threshold=args.threshold)
-        print(json.dumps(data, ensure_ascii=False, allow_nan=False))
+        print(json_text(ran.result.to_dict(top=args.top, threshold=args.threshold)))
     else:
-        print(result.render(top=args.top, threshold=args.threshold))
+        print(ran.result.render(top=args.top, threshold=args.threshold))
 
 
 def _write_page(args: argparse.Namespace, model: Any, tokenizer: Any, types: dict[str, Any]) -> None:
@@ -117,12 +102,6 @@ def _write_page(args: argparse.Namespace, model: Any, tokenizer: Any, types: dic
         trace = hf.trace(model, {"input_ids": torch.tensor([types["ids"]])}, tokenizer=tokenizer)
     check_page_size(trace, "--text")
     write_page(trace, args.output, opening(trace), Views(head_types=types))
-
-
-def _numpy_model(name: str) -> tuple[Any, None]:
-    from ..models import load
-
-    return load(name), None
 
 
 def _transformers_model(args: argparse.Namespace, directory: Path) -> tuple[Any, Any]:
@@ -143,11 +122,3 @@ def _transformers_model(args: argparse.Namespace, directory: Path) -> tuple[Any,
         except (OSError, ValueError, KeyError, TypeError):
             raise InputError(f"--model: {args.model} has no tokenizer transformers can load") from None
     return model, tokenizer
-
-
-def _in_option_words(error: AttnlabError) -> AttnlabError:
-    """The error with head_types' argument renamed to its option (one line)."""
-    message, argument = str(error), getattr(error, "argument", "")
-    if argument in _OPTION_OF and message.startswith(f"{argument}:"):
-        return InputError(_OPTION_OF[argument] + message[len(argument) :])
-    return error

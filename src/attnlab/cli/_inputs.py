@@ -17,7 +17,8 @@ from typing import Any
 import numpy as np
 import regex
 
-from .._validation import ArgumentError, Array
+from .._exceptions import InputError
+from .._validation import Array
 
 __all__ = [
     "InputError",
@@ -32,10 +33,6 @@ __all__ = [
 SUFFIXES = (".json", ".csv", ".npy")
 BOM = "\ufeff"  # the byte-order mark, accepted only at the very start of a file or of standard input
 MAX_VALUES = 2**26  # the most numbers an input file may hold (512 MiB as float64)
-
-
-class InputError(ArgumentError):
-    """The user's input cannot be used; the message says why."""
 
 
 def _numeric_rows(rows: Any, source: str) -> Array:

@@ -11,7 +11,7 @@ import math
 import numpy as np
 
 from .._validation import Array
-from ..engine._variants import ALIGNMENTS
+from ..engine.variants import ALIGNMENTS
 from ..layers._multihead import MultiheadAttention
 from ..layers._self_attention import SelfAttention
 from ..trace import ModelTrace

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import sys
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
-from .._validation import AttnlabError
+from .._exceptions import AttnlabError, CheckpointError
 from ..trace import ModelTrace
 from ._inputs import InputError
 
@@ -20,10 +20,13 @@ T = TypeVar("T")
 
 __all__ = [
     "BACKENDS",
+    "ModelRun",
+    "add_model_options",
     "backend_for",
     "in_option_words",
     "is_encoder_decoder",
     "load_on_attnlab",
+    "run_on_model",
     "say_backend",
     "transformers_trace",
 ]
@@ -81,11 +84,67 @@ def say_backend(args: argparse.Namespace, backend: str, model_type: str) -> None
     print(f"attnlab: --model {args.model} ({model_type}) ran in {name}", file=sys.stderr)
 
 
-def _model_type(directory: Path) -> str | None:
-    """config.json's model_type, None without a readable one."""
+def add_model_options(parser: argparse.ArgumentParser, page: str) -> None:
+    """--backend, --format and -o: the options of a command that runs --model on either
+    backend and prints a table or its JSON (ablate, heads); ``page`` is -o's help."""
+    parser.add_argument(
+        "--backend", choices=BACKENDS,
+        help="numpy: attnlab's own model (GPT-2, BERT, Llama, Mistral, Qwen2); transformers: the model as "
+        "transformers builds it, on attnlab's engine (pip install 'attnlab[hf]'). Default: numpy where it can",
+    )  # fmt: skip
+    parser.add_argument("--format", choices=("text", "json"), default="text", help="text (default) or json")
+    parser.add_argument("-o", "--output", metavar="PAGE.html", help=page)
+    parser.set_defaults(image=None)  # backend_for's: these commands read text only
+
+
+@dataclass(frozen=True)
+class ModelRun(Generic[T]):
+    """What :func:`run_on_model` ran: the model and its tokenizer (None for attnlab's own
+    model), the work's result, and the backend and model type for :func:`say_backend`."""
+
+    model: Any
+    tokenizer: Any
+    result: T
+    backend: str
+    model_type: str
+
+
+def run_on_model(
+    args: argparse.Namespace,
+    load_transformers: Callable[[argparse.Namespace, Path], tuple[Any, Any]],
+    work: Callable[[Any, Any], T],
+    option_of: dict[str, str],
+) -> ModelRun[T]:
+    """-o's path checked first, --model loaded on its backend (attnlab's NumPy model, or
+    ``load_transformers(args, directory)``: a model and its tokenizer), and ``work(model,
+    tokenizer)``, its errors about an argument of ``option_of`` renamed to that option."""
+    from ..models import load
+    from ..models._checkpoint import locate
+
+    if args.output is not None:
+        from ..viz._page import check_path
+
+        check_path(args.output)
+    directory = locate(args.model)
+    backend, model_type = backend_for(args, directory)
+    model, tokenizer = (load(args.model), None) if backend == "numpy" else load_transformers(args, directory)
     try:
-        return str(json.loads((directory / "config.json").read_text(encoding="utf-8")).get("model_type"))
-    except (OSError, ValueError, AttributeError):
+        result = work(model, tokenizer)
+    except AttnlabError as error:
+        message, argument = str(error), getattr(error, "argument", "")
+        if argument in option_of and message.startswith(f"{argument}:"):
+            raise InputError(option_of[argument] + message[len(argument) :]) from None
+        raise
+    return ModelRun(model, tokenizer, result, backend, model_type)
+
+
+def _model_type(directory: Path) -> str | None:
+    """config.json's model_type (read as attnlab's loader reads it), None without a readable one."""
+    from ..models._checkpoint import read_config
+
+    try:
+        return str(read_config(directory).get("model_type"))
+    except (OSError, CheckpointError):
         return None
 
 
@@ -136,9 +195,11 @@ def is_encoder_decoder(directory: Path) -> bool:
     are read as decoders."""
     if directory.is_file():
         return False
+    from ..models._checkpoint import read_config
+
     try:
-        return bool(json.loads((directory / "config.json").read_text(encoding="utf-8")).get("is_encoder_decoder"))
-    except (OSError, ValueError, AttributeError):
+        return bool(read_config(directory).get("is_encoder_decoder"))
+    except (OSError, CheckpointError):
         return False
 
 

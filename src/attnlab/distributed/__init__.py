@@ -13,3 +13,5 @@ from ._attention import LAYOUTS, ring_attention, ring_attention_backward, shard,
 from ._ring import RingError
 
 __all__ = ["LAYOUTS", "RingError", "ring_attention", "ring_attention_backward", "shard", "unshard"]
+
+RingError.__module__ = __name__  # attnlab.distributed.RingError, where users find it

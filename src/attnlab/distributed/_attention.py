@@ -25,9 +25,9 @@ from typing import Any, Literal, overload
 import numpy as np
 from numpy.typing import ArrayLike
 
-from .._validation import Array, array_of, fail, float_array
+from .._validation import Array, array_of, fail, float_array, is_integer
 from ..engine._attention import ENGINES, Engine, Gradients
-from ..engine._variants import Alignment
+from ..engine.variants import Alignment
 from . import _ring
 
 __all__ = ["LAYOUTS", "ring_attention", "ring_attention_backward", "shard", "unshard"]
@@ -213,7 +213,7 @@ def _check_saved(query: Any, key: Any, value: Any, grad_output: Any, output: Any
     """grad_output and output of the forward's output shape, lse of its rows."""
     from ..engine._problem import make_problem
 
-    pb = make_problem(query, key, value, None, 0.0, False, None, enable_gqa, None)
+    pb = make_problem(query, key, value, None, 0.0, None, enable_gqa, None)
     for name, x in (("grad_output", grad_output), ("output", output)):
         array = float_array(name, x)
         if array.shape != pb.output_shape:
@@ -241,9 +241,9 @@ def shard(x: ArrayLike, world_size: int, rank: int, layout: Layout = "contiguous
         ArgumentTypeError: an axis that is not an integer.
     """
     x = array_of("x", x)
-    if isinstance(world_size, bool) or not isinstance(world_size, (int, np.integer)) or world_size < 1:
+    if not is_integer(world_size) or world_size < 1:
         raise fail("world_size", "a positive integer", repr(world_size))
-    if isinstance(rank, bool) or not isinstance(rank, (int, np.integer)) or not 0 <= rank < world_size:
+    if not is_integer(rank) or not 0 <= rank < world_size:
         raise fail("rank", f"an integer in 0..{world_size - 1}", repr(rank))
     if layout not in LAYOUTS:
         raise fail("layout", f"one of {', '.join(LAYOUTS)}", repr(layout))
@@ -273,7 +273,7 @@ def unshard(shards: Sequence[ArrayLike], layout: Layout = "contiguous", axis: in
 def _axis(axis: Any, ndim: int) -> int:
     """``axis`` as an axis of an array of ``ndim`` dimensions, counted from 0 (NumPy's
     rule: −ndim <= axis < ndim), refused as :func:`attnlab.softmax` refuses one."""
-    if isinstance(axis, (bool, np.bool_)) or not isinstance(axis, (int, np.integer)):
+    if not is_integer(axis):
         raise fail("axis", "an integer", repr(axis), TypeError)
     if not -ndim <= axis < ndim:
         raise fail("axis", f"an integer in [{-ndim}, {ndim}) (an axis of the {ndim}-dimensional array)", repr(axis))

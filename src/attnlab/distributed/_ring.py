@@ -28,7 +28,7 @@ Positions: ``layout`` says which rows of the whole sequence a shard holds: "cont
 one run (rank r after ranks 0 … r − 1), or "zigzag", two runs, chunk r and chunk 2P − 1 − r
 of 2P (the first ⌈n/2⌉ rows, then the rest), so that causal work is even across ranks.
 
-Variants: ``is_causal`` and ``window`` allow one band of global J − I (``_variants.Band``,
+Variants: ``is_causal`` and ``window`` allow one band of global J − I (``variants.Band``,
 around the diagonal J − I = offset, offset = S_total − L_total = 0 bottom-right as top-left,
 queries and keys being the same positions). A product of query rows from global position
 I0 with keys from J0 sees that band shifted by J0 − I0 in its own coordinates (local
@@ -54,11 +54,13 @@ from typing import Any, Literal
 
 import numpy as np
 
+from .._exceptions import RingError
 from .._validation import ArgumentError, ArgumentTypeError, Array, AttnlabError, MissingDependencyError, fail, flag
-from ..engine import _variants
 from ..engine._attention import ENGINES, Engine, Gradients, backward, blocked_engine, choose_engine
 from ..engine._problem import Problem, make_problem, sum_to_shape
-from ..engine._variants import Band
+from ..engine.variants import Band, Rules, offset
+from ..engine.variants.softcap import check_softcap
+from ..engine.variants.window import check_window
 
 __all__ = [
     "BLOCK", "LAYOUTS", "VARIANTS", "Piece", "Ring", "RingError", "pieces", "ring_backward", "ring_forward", "runs_of",
@@ -152,12 +154,6 @@ def _torch_distributed() -> Any:
     return dist
 
 
-class RingError(AttnlabError, RuntimeError):
-    """What every rank raises when one rank's call failed with an error that is not about
-    its arguments (a ``MemoryError``, a bug), or when the ranks are out of step: the calls
-    being paired are not each rank's same call."""
-
-
 # per process group, how many ring calls this process has made on it: the sequence number
 # of the next agreement, which every rank must share (see :func:`agree`)
 _CALLS: dict[int, int] = {}
@@ -213,10 +209,11 @@ def agree(
             )
     lengths = [m["shapes"]["query"][-2] for m in every]
     total = (sum(lengths), sum(lengths))  # (L_total, S_total): the queries and keys are the same positions
-    offset = _variants.offset(parsed.get("causal_alignment", "top_left"), total)
+    diagonal = offset(parsed.get("causal_alignment", "top_left"), total)
+    band = Band.of(parsed["is_causal"], check_window(parsed.get("window")), diagonal, total)
     return Ring(
         dist, group, rank, size, lengths, runs_of(lengths, parsed["layout"]), parsed["is_causal"], parsed["scale"],
-        parsed["enable_gqa"], _variants.band(parsed["is_causal"], parsed.get("window"), offset, total), offset,
+        parsed["enable_gqa"], band, diagonal,
         parsed.get("softcap"), parsed.get("alibi_slopes"), parsed.get("sinks"),
     )  # fmt: skip
 
@@ -345,7 +342,8 @@ def check_shards(
     """This rank's own arguments: what an attention call over them checks (the variants
     among them: window, alignment, softcap, ALiBi and sinks), and one length."""
     given = {name: value for name, value in (variants or {}).items() if name not in ("attn_mask", "mask_mod")}
-    make_problem(query, key, value, None, 0.0, is_causal, scale, enable_gqa, None, **given)  # raises what it finds
+    rules = Rules.of(is_causal=is_causal, **given)
+    make_problem(query, key, value, None, 0.0, scale, enable_gqa, None, rules)  # raises what it finds
     if np.shape(query)[-2] < 1:
         raise fail("query", "a shard of at least one row on every rank", f"shape {np.shape(query)}")
     if np.shape(key)[-2] != np.shape(query)[-2]:
@@ -405,10 +403,10 @@ def _cut(band: Band, rows: slice, shift: int, cols: slice) -> Iterator[Piece]:
 def _problem(ring: Ring, query: Array, key: Array, value: Array, piece: Piece) -> Problem:
     """The engine's problem of one piece: its rows and keys, the piece's causal rule or the
     ring's band shifted into its coordinates, and ALiBi's diagonal likewise."""
+    rules = Rules(is_causal=piece.kind == "causal", softcap=ring.softcap, alibi_slopes=ring.alibi_slopes)
     pb = make_problem(
-        query[..., piece.rows, :], key[..., piece.cols, :], value[..., piece.cols, :], None, 0.0,
-        piece.kind == "causal", ring.scale, ring.enable_gqa, None, softcap=ring.softcap,
-        alibi_slopes=ring.alibi_slopes,
+        query[..., piece.rows, :], key[..., piece.cols, :], value[..., piece.cols, :], None, 0.0, ring.scale,
+        ring.enable_gqa, None, rules,
     )  # fmt: skip
     offset = ring.offset - piece.shift  # |J − (I + offset)| = |j − (i + offset − shift)|
     if piece.kind != "band":
@@ -471,7 +469,7 @@ def _pass(ring: Ring, blocks: tuple[Array, ...] | None, likes: tuple[Array, ...]
 
 def _local(ring: Ring, query: Array, key: Array, value: Array) -> Problem:
     """The problem of this rank's shards: its output shape, dtypes and sinks."""
-    return make_problem(query, key, value, None, 0.0, False, ring.scale, ring.enable_gqa, None, sinks=ring.sinks)
+    return make_problem(query, key, value, None, 0.0, ring.scale, ring.enable_gqa, None, Rules(sinks=ring.sinks))
 
 
 def ring_forward(ring: Ring, query: Array, key: Array, value: Array, engine: Engine | None) -> tuple[Array, Array]:
@@ -595,12 +593,11 @@ def settings(
     if given["mask_mod"] is not None:
         raise fail("mask_mod", "None (ring attention takes no mask function: its ranks cannot check they share one)",
                    f"a {type(given['mask_mod']).__name__}")  # fmt: skip
-    if given["window"] is not None:
-        _variants.band(False, given["window"], 0, (1, 1))  # raises what is wrong with it
-    _variants.offset(given["causal_alignment"], (1, 1))
+    check_window(given["window"])  # raises what is wrong with it
+    offset(given["causal_alignment"], (1, 1))
     parsed = {name: given[name] for name in ("window", "causal_alignment", "alibi_slopes", "sinks")}
     parsed["window"] = None if given["window"] is None else tuple(given["window"])
-    parsed["softcap"] = _variants.softcap(given["softcap"])
+    parsed["softcap"] = check_softcap(given["softcap"])
     return {"is_causal": is_causal, "scale": scale, "enable_gqa": enable_gqa, "layout": layout, **parsed}
 
 

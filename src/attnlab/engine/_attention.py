@@ -21,9 +21,10 @@ from numpy.typing import ArrayLike
 from .._validation import Array, MissingDependencyError, fail, flag, float_array, positive_int
 from . import _naive, _ragged, _tiled
 from ._problem import Engine, Problem, Saved, make_problem, sum_to_shape
-from ._variants import Alignment, MaskMod
 from .fused import _decode
 from .fused import _engine as _fused
+from .variants import Alignment, MaskMod, Rules
+from .variants.sinks import sinks_gradient
 
 __all__ = [
     "DECODE_FROM_BYTES",
@@ -219,7 +220,7 @@ def _fastest(pb: Problem) -> Engine:
     if scores * pb.compute_dtype.itemsize > NAIVE_MAX_BYTES:
         return blocked.name
     queries = min(L, _tiled.BLOCK_Q)  # per task
-    if blocked.compiled and pb.plain:  # tasks compiled whole
+    if blocked.compiled and pb.compiles_whole:  # tasks compiled whole
         fits = queries * FUSED_KEYS_PER_QUERY >= S and queries * S >= FUSED_TASK_FROM
         return blocked.name if fits else "naive"
     # the tiled engine, or the fused one running the tiled engine's loop in Python
@@ -278,6 +279,7 @@ def attention(
     need_weights: bool = False,
     engine: Engine | None = None,
     num_threads: int | None = None,
+    rules: Rules | None = None,
 ) -> Attention:
     """O = dropout(softmax(Z))·V with Z = softcap(scale·Q·Kᵀ) + float mask + ALiBi, −∞
     where a mask rules a key out, as an :class:`Attention` result that can give its own
@@ -326,6 +328,9 @@ def attention(
         engine: "naive", "tiled" or "fused"; None picks the faster for the shapes.
         num_threads: threads of the blocked engines; default ``ATTNLAB_NUM_THREADS``, else
             the machine's cores (the same bits for any number).
+        rules: the variants as one ``engine.variants.Rules`` (a variant registered from
+            outside the package goes in its ``extra``), in place of their keywords, which
+            must then be left at their defaults; None: built from the keywords.
 
     Returns:
         An :class:`Attention`: ``output`` (B…, L, Ev), ``lse`` (B…, L), ``weights``, and
@@ -338,10 +343,12 @@ def attention(
             that does not return a bool array of the block's shape.
         TypeError: an argument of the wrong type or dtype (flags must be bools).
     """
+    keywords = Rules(is_causal, causal_alignment, window, softcap, alibi_slopes, sinks, mask_mod)
+    if rules is not None and keywords.given():
+        raise fail("rules", "the variants either as rules or as keywords", f"both ({', '.join(keywords.given())})")
     pb = make_problem(
-        query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, rng,
-        window=window, causal_alignment=causal_alignment, softcap=softcap, alibi_slopes=alibi_slopes,
-        sinks=sinks, mask_mod=mask_mod, key_lengths=key_lengths,
+        query, key, value, attn_mask, dropout_p, scale, enable_gqa, rng, keywords if rules is None else rules,
+        key_lengths=key_lengths,
     )  # fmt: skip
     need_weights = flag("need_weights", need_weights)
     threads = _threads(num_threads)
@@ -403,10 +410,7 @@ def backward(
         grad_value = grad_value.reshape(*batch, H // pb.groups, pb.groups, S, -1).sum(axis=-3)  # (B…, Hk, S, Ev)
     grad_sinks = None
     if pb.sinks is not None:
-        with np.errstate(over="ignore", invalid="ignore"):
-            sink_weight = np.exp(pb.sinks[..., None] - lse)  # (B…, L)
-        per_slice = -(sink_weight * delta).sum(axis=-1)  # (B…)
-        grad_sinks = per_slice.reshape(pb.slices // max(pb.heads, 1), pb.heads).sum(axis=0)  # (H,); (1,) for 2-D
+        grad_sinks = sinks_gradient(pb.sinks, lse, delta, pb.slices, pb.heads)
     result = pb.result_dtype
     grad_query, grad_key, grad_value = (  # the engine's own arrays: summed (a copy) only where broadcast
         (grad if grad.shape == x.shape else sum_to_shape(grad, x.shape)).astype(result, copy=False)

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from .._validation import Array, fail, int_seed
+from .._validation import Array, fail, int_seed, is_integer
 
 __all__ = ["TILE_COLS", "TILE_ROWS", "check_rng", "dropout_factor", "dropout_seed", "keep_mask"]
 
@@ -24,7 +24,7 @@ def check_rng(rng: Any) -> int | np.random.Generator | None:
     """``rng`` once it is a Generator, an int seed in [0, 2**63) or None."""
     if rng is None or isinstance(rng, np.random.Generator):
         return rng
-    if not isinstance(rng, (int, np.integer)) or isinstance(rng, (bool, np.bool_)):
+    if not is_integer(rng):
         raise fail("rng", "a numpy.random.Generator, an int seed in [0, 2**63) or None", repr(rng), TypeError)
     return int_seed("rng", rng)
 

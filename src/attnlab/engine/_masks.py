@@ -4,7 +4,8 @@ the masks (dropout is ``_dropout``'s).
 The scores, on a block Z = scale·Q·Kᵀ (…, l, s) that starts at row ``row0`` and column
 ``col0`` of the full (L, S) matrix, in this order (:func:`modify_scores_`):
 
-1. Z ← softcap(Z) + float ``attn_mask`` + ALiBi, softcap(x) = c·tanh(x/c).
+1. Z ← softcap(Z) + float ``attn_mask`` + ALiBi (+ the bias of each variant registered
+   from outside the package), softcap(x) = c·tanh(x/c).
 2. −∞ where a key is ruled out, whatever Z was (NaN included): a bool mask's False, a
    float mask's −∞, a j − i outside the band of ``is_causal`` and the window, and the
    mask function's False.
@@ -16,15 +17,13 @@ import numpy as np
 
 from .._validation import Array, fail
 from ._problem import Problem
+from .variants import Band, Context
+from .variants.alibi import alibi_
+from .variants.softcap import softcap_
 
 __all__ = ["mask_mod_allows", "mask_scores_", "modify_scores_"]
 
 SliceIndex = int | Array  # slice n, or an array of them shaped as B…
-
-
-def _distance(rows: slice, cols: slice) -> Array:
-    """j − i over a block, (l, s)."""
-    return np.arange(cols.start, cols.stop)[None, :] - np.arange(rows.start, rows.stop)[:, None]
 
 
 def mask_mod_allows(pb: Problem, slices: SliceIndex, rows: slice, cols: slice) -> Array | None:
@@ -67,24 +66,24 @@ def modify_scores_(
     slope = pb.per_slice(pb.alibi)
     cap_derivative = None
     if pb.softcap is not None:
-        scores /= pb.softcap
-        np.tanh(scores, out=scores)
-        if derivative:
-            cap_derivative = 1.0 - scores * scores
-        scores *= pb.softcap
+        cap_derivative = softcap_(pb.softcap, scores, derivative)
     if mask is not None and mask.dtype != bool:
         scores += mask
     if slope is not None:
-        distance = np.abs(_distance(rows, cols) - pb.offset).astype(scores.dtype)  # |j − (i + offset)|
-        scores -= distance * np.asarray(slope[slices])[..., None, None]
+        alibi_(slope, pb.offset, scores, slices, rows, cols)
+    if pb.extra:
+        context = Context(pb.batch_shape, pb.compute_dtype, pb.lengths, pb.offset)
+        for variant, value in pb.extra:
+            bias = variant.bias(value, slices, rows, cols, context)
+            if bias is not None:
+                scores += bias
     if mask is not None:
         if mask.dtype == bool:
             np.copyto(scores, -np.inf, where=~mask)
         else:
             np.copyto(scores, -np.inf, where=np.isneginf(mask))  # −∞ masks even a NaN score
     if not pb.band.inside(rows, cols):
-        distance = _distance(rows, cols)
-        np.copyto(scores, -np.inf, where=(distance < pb.band.lowest) | (distance > pb.band.highest))
+        np.copyto(scores, -np.inf, where=~pb.band.allowed(rows, cols))
     if allowed is not None:
         np.copyto(scores, -np.inf, where=~allowed)
     return cap_derivative
@@ -100,5 +99,6 @@ def mask_scores_(scores: Array, mask: Array | None, is_causal: bool) -> None:
             scores += mask
             np.copyto(scores, -np.inf, where=np.isneginf(mask))
     if is_causal:
-        rows, cols = scores.shape[-2:]
-        np.copyto(scores, -np.inf, where=np.arange(cols)[None, :] > np.arange(rows)[:, None])
+        L, S = scores.shape[-2:]
+        causal = Band.of(True, None, 0, (L, S))
+        np.copyto(scores, -np.inf, where=~causal.allowed(slice(0, L), slice(0, S)))

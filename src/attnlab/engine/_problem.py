@@ -10,7 +10,7 @@ Shape letters, used with one meaning each throughout the package:
 And the matrices of one slice: Z = softcap(scale·Q·Kᵀ) + float mask + ALiBi, with −∞
 where a mask rules a key out (L, S), the scores; P = softmax(Z) the weights (the sink
 s_h, if any, joins every row's sum and is dropped); O = P·V (L, Ev) the output;
-lse = log(Σ_j exp(Z_ij) + exp(s_h)) (L,). The variants are described in ``_variants``.
+lse = log(Σ_j exp(Z_ij) + exp(s_h)) (L,). The variants are described in ``variants``.
 """
 
 from __future__ import annotations
@@ -33,11 +33,11 @@ from .._validation import (
     real_number,
     same_dtype,
 )
-from . import _variants
+from . import variants
 from ._dropout import check_rng, dropout_factor, dropout_seed
-from ._variants import Band, MaskMod
+from .variants import NO_RULES, Band, MaskMod, Rules, Variant
 
-__all__ = ["Engine", "Problem", "Saved", "make_problem", "sum_to_shape"]
+__all__ = ["Engine", "Problem", "Saved", "default_scale", "make_problem", "sum_to_shape"]
 
 Engine = Literal["naive", "tiled", "fused"]  # the engines' names, the values of engine=
 
@@ -78,6 +78,8 @@ class Problem:
     # the keys from a sequence's length on do not exist for it (flash-attn's cache_seqlens)
     key_lengths: Array | None = None
     bottom_right: bool = False  # causal_alignment="bottom_right": each sequence's diagonal is at its own length
+    rules: Rules = NO_RULES  # the variants as given, passed on whole (a trace, the ring)
+    extra: tuple[tuple[Variant, Any], ...] = ()  # variants registered from outside the package, checked
 
     @property
     def compute_dtype(self) -> np.dtype:
@@ -95,10 +97,11 @@ class Problem:
         return math.prod(self.batch_shape)
 
     @property
-    def plain(self) -> bool:
-        """No attention mask, no mask function and no dropout: what the fused engine
-        compiles whole (the band, softcap, ALiBi and sinks included)."""
-        return self.mask is None and self.mask_mod is None and self.dropout_seed is None
+    def compiles_whole(self) -> bool:
+        """No attention mask, no mask function, no dropout and no variant from outside the
+        package: what the fused engine compiles whole (the band, softcap, ALiBi and sinks
+        included)."""
+        return self.mask is None and self.mask_mod is None and self.dropout_seed is None and not self.extra
 
     @property
     def heads(self) -> int:
@@ -136,26 +139,24 @@ def make_problem(
     value: Any,
     attn_mask: Any,
     dropout_p: Any,
-    is_causal: Any,
     scale: Any,
     enable_gqa: Any,
     rng: Any,
+    rules: Rules = NO_RULES,
     *,
-    window: Any = None,
-    causal_alignment: Any = "top_left",
-    softcap: Any = None,
-    alibi_slopes: Any = None,
-    sinks: Any = None,
-    mask_mod: Any = None,
     key_lengths: Any = None,
 ) -> Problem:
-    """Check every argument of an attention call and normalise it."""
+    """Check every argument of an attention call and normalise it: ``rules`` are its
+    variants, each checked by its module in ``variants``."""
     query = float_array("query", query)
     key = float_array("key", key)
     value = float_array("value", value)
     dtype = same_dtype(query=query, key=key, value=value)
     work = compute_dtype(dtype)
-    is_causal, enable_gqa = flag("is_causal", is_causal), flag("enable_gqa", enable_gqa)
+    if not isinstance(rules, Rules):
+        raise fail("rules", "an attnlab.engine.variants.Rules", type(rules).__name__, TypeError)
+    flag("is_causal", rules.is_causal)
+    enable_gqa = flag("enable_gqa", enable_gqa)
     L, E = query.shape[-2:]
     S = key.shape[-2]
     if key.shape[-1] != E:
@@ -177,7 +178,7 @@ def make_problem(
         batch = (*batch, query.shape[-3])
     p = probability("dropout_p", dropout_p)
     rng = check_rng(rng)
-    diagonal = _variants.offset(causal_alignment, (L, S))
+    checked = variants.check(rules, batch, work, (L, S))
     lengths = _key_lengths(key_lengths, batch, S)
     if lengths is not None and p > 0:
         raise fail("dropout_p", "0 with key_lengths (decoding runs without dropout)", p)
@@ -186,21 +187,23 @@ def make_problem(
         key=key.astype(work, copy=False),
         value=value.astype(work, copy=False),
         mask=_mask(attn_mask, (*batch, L, S), work),
-        is_causal=is_causal,
+        is_causal=checked.values["is_causal"],
         scale=_scale(scale, E),
-        offset=diagonal,
-        band=_variants.band(is_causal, window, diagonal, (L, S)),
-        softcap=_variants.softcap(softcap),
-        alibi=_variants.alibi_slopes(alibi_slopes, batch, work),
-        sinks=_variants.sinks(sinks, batch, work),
-        mask_mod=_variants.mask_mod(mask_mod),
+        offset=checked.offset,
+        band=checked.band,
+        softcap=checked.values["softcap"],
+        alibi=checked.values["alibi_slopes"],
+        sinks=checked.values["sinks"],
+        mask_mod=checked.values["mask_mod"],
         groups=groups,
         dropout_p=p,
         dropout_seed=dropout_seed(rng) if p > 0 else None,
         result_dtype=dtype,
         batch_shape=batch,
         key_lengths=lengths,
-        bottom_right=causal_alignment == "bottom_right",
+        bottom_right=rules.causal_alignment == "bottom_right",
+        rules=rules,
+        extra=checked.extra,
     )
 
 
@@ -238,11 +241,16 @@ def _groups(query: Array, key: Array, value: Array) -> int:
     return heads // kv_heads
 
 
+def default_scale(E: int) -> float:
+    """torch's default multiplier of Q·Kᵀ, 1/√E (1 when E = 0: the scores are all 0): the one place it is computed."""
+    return 1.0 / math.sqrt(E) if E else 1.0
+
+
 def _scale(scale: Any, E: int) -> float:
-    """The multiplier of Q·Kᵀ: ``scale`` if given, else 1/√E (1 when E = 0: the scores are all 0)."""
+    """The multiplier of Q·Kᵀ: ``scale`` if given, else :func:`default_scale`."""
     if scale is not None:
         return real_number("scale", scale)
-    return 1.0 / math.sqrt(E) if E else 1.0
+    return default_scale(E)
 
 
 def _mask(attn_mask: Any, full: tuple[int, ...], work: np.dtype) -> Array | None:

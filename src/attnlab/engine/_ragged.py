@@ -20,7 +20,7 @@ import numpy as np
 from .._validation import Array
 from ._problem import Problem, Saved, sum_to_shape
 from ._tiled import kv_batch_shape
-from ._variants import Band, MaskMod
+from .variants import Band, MaskMod
 
 __all__ = ["backward", "forward", "sequences"]
 

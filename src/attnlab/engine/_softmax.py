@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import ArrayLike
 
-from .._validation import Array, compute_dtype, fail, float_array
+from .._validation import Array, compute_dtype, fail, float_array, is_integer
 
 __all__ = ["softmax"]
 
@@ -51,7 +51,7 @@ def softmax(x: ArrayLike, axis: int = -1) -> Array:
         ValueError: ``axis`` is not one of x's axes.
     """
     x = float_array("x", x, min_ndim=1)
-    if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)):
+    if not is_integer(axis):
         raise fail("axis", "an integer", repr(axis), TypeError)
     if not -x.ndim <= axis < x.ndim:
         raise fail("axis", f"an integer in [{-x.ndim}, {x.ndim})", axis)

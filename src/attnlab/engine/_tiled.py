@@ -355,7 +355,7 @@ def forward(pb: Problem, threads: int | None = None, kernels: Kernels = NUMPY) -
         np.empty((n, L, pb.value.shape[-1]), dtype=pb.compute_dtype),  # (B·H, L, Ev)
         np.empty((n, L), dtype=pb.compute_dtype),  # (B·H, L)
     )
-    compiled = kernels.forward_tasks(fp, threads) if kernels.forward_tasks is not None and pb.plain else None
+    compiled = kernels.forward_tasks(fp, threads) if kernels.forward_tasks is not None and pb.compiles_whole else None
     if compiled is not None:
         tasks = compiled
     else:
@@ -581,6 +581,7 @@ def backward(
     )
     exponent = _gradient_exponent(pb.value, grad_output, bounds)
     value = np.ldexp(pb.value, -exponent) if exponent else pb.value  # V·2⁻ᵏ, (B…, S, Ev)
+    exact = bool((np.isfinite(lse) & (np.abs(lse) >= EXACT_DELTA_FROM)).any())  # rows _exact_rows recomputes
     with np.errstate(all="ignore"):
         lse, lse_low, delta = _exact_rows(pb, grad_output, saved, lse, finite, value, exponent)  # (B·H, L) each
     bp = BackwardPass(
@@ -596,7 +597,10 @@ def backward(
         np.empty((n, S, E), dtype=dtype),  # (B·H, S, E)
         np.empty((n, S, Ev), dtype=dtype),  # (B·H, S, Ev)
     )
-    compiled = kernels.backward_tasks(bp, threads) if kernels.backward_tasks is not None and pb.plain else None
+    # rows of a huge lse: their m and δ came from _scores' products, so their blocks' Z must too
+    # (a compiled task's own product, MKL's on an AMD core, may round Z's maximum otherwise)
+    whole = pb.compiles_whole and not exact
+    compiled = kernels.backward_tasks(bp, threads) if kernels.backward_tasks is not None and whole else None
     tasks = _backward_tasks(bp, kernels) if compiled is None else compiled
     run(tasks, threads)
     grad_mask = _grad_mask(bp)

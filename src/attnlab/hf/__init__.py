@@ -16,4 +16,6 @@ from ._register import NAME, check_model, register
 
 __all__ = ["NAME", "UnsupportedModelError", "attention_forward", "check_model", "register", "trace", "trace_generation"]
 
+UnsupportedModelError.__module__ = __name__  # attnlab.hf.UnsupportedModelError, where users find it
+
 register()

@@ -20,16 +20,12 @@ from typing import Any
 
 import numpy as np
 
-from .._validation import AttnlabError, fail
+from .._exceptions import UnsupportedModelError
+from .._validation import fail
 from ..engine._attention import Attention, attention
-from ._torch import from_numpy, heads_last_copy, to_numpy, torch, transformers
+from ._torch import from_numpy, heads_last_copy, model_type, to_numpy, torch, transformers
 
 __all__ = ["EngineCall", "UnsupportedModelError", "attention_forward", "recorder"]
-
-
-class UnsupportedModelError(AttnlabError, ValueError):
-    """A model, or a feature of one, that attnlab's backend cannot run exactly: the message
-    names the model type and the feature."""
 
 
 # Keywords that reach the attention function but do not change what it computes: the
@@ -132,7 +128,7 @@ def attention_forward(
     )
     if unknown:
         raise UnsupportedModelError(
-            f"{_model_type(module)}: attnlab's attention cannot honour the keyword(s) {', '.join(unknown)}; "
+            f"{model_type(module)}: attnlab's attention cannot honour the keyword(s) {', '.join(unknown)}; "
             "load the model with attn_implementation='sdpa' or 'eager'"
         )
     B, H, L = query.shape[0], query.shape[1], query.shape[-2]
@@ -147,7 +143,7 @@ def attention_forward(
         mask = _with_bias(position_bias, mask)
     if s_aux is not None and s_aux.numel() != H:  # per-token sinks: not one logit per head
         raise UnsupportedModelError(
-            f"{_model_type(module)}: attnlab's attention cannot honour s_aux of shape {tuple(s_aux.shape)} "
+            f"{model_type(module)}: attnlab's attention cannot honour s_aux of shape {tuple(s_aux.shape)} "
             f"(its sinks are one logit per query head, ({H},)); load the model with attn_implementation='eager'"
         )
     sinks = None if s_aux is None else s_aux.reshape(H)  # (H,)
@@ -213,7 +209,7 @@ def _packed(module: Any, cu_q: Any, cu_k: Any, mask: Any, B: int, L: int, S: int
     same = cu_q is not None and cu_k is not None and cu_q.shape == cu_k.shape and bool((cu_q == cu_k).all())
     if not (same and B == 1 and L == S and int(cu_q[-1]) == L and int(cu_q[0]) == 0):
         raise UnsupportedModelError(
-            f"{_model_type(module)}: attnlab's attention cannot honour cu_seq_lens_q/cu_seq_lens_k other than "
+            f"{model_type(module)}: attnlab's attention cannot honour cu_seq_lens_q/cu_seq_lens_k other than "
             f"one row of the same packed sequences for queries and keys (got batch {B}, {L} queries, {S} keys); "
             "load the model with attn_implementation='sdpa' or 'eager'"
         )
@@ -225,11 +221,6 @@ def _packed(module: Any, cu_q: Any, cu_k: Any, mask: Any, B: int, L: int, S: int
     if mask.dtype == torch.bool:
         return mask & within
     return mask.masked_fill(~within, -float("inf"))
-
-
-def _model_type(module: Any) -> str:
-    config = getattr(module, "config", None)
-    return str(getattr(config, "model_type", None) or type(module).__name__)
 
 
 def _engine_call(call: EngineCall) -> Attention:

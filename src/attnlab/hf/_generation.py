@@ -89,7 +89,7 @@ def trace_generation(
         or getattr(model, "get_output_embeddings", lambda: None)() is None
     ):
         raise fail("model", "a causal language model that generates (AutoModelForCausalLM)", type(model).__name__)
-    if not is_integer(max_new_tokens) or isinstance(max_new_tokens, bool) or max_new_tokens < 1:
+    if not is_integer(max_new_tokens) or max_new_tokens < 1:
         raise fail("max_new_tokens", "at least one token to generate", repr(max_new_tokens))
     sequences = model_inputs(model, text, tokenizer)
     prompt = sequences.inputs["input_ids"]

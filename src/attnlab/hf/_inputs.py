@@ -14,7 +14,7 @@ import numpy as np
 from .._validation import Array, fail
 from ..models._tokenizer import Tokenizer
 from ..trace import ModelTrace, Trace
-from ._torch import torch
+from ._torch import model_name, torch
 
 __all__ = ["Sequence", "Sequences", "model_inputs"]
 
@@ -55,7 +55,7 @@ class Sequences:
         kinds: dict[int, str],
     ) -> ModelTrace:  # fmt: skip
         """The ModelTrace of ``traces`` over these sequences."""
-        name = str(getattr(model.config, "_name_or_path", "") or model.config.model_type)
+        name = model_name(model)
         main = self.target if self.target is not None else self.source
         return ModelTrace(
             name, main.ids, main.tokens, traces, entries, heads, main.special, main.parts, None,

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from .._validation import fail, is_integer
+from ..engine.variants import Rules
 from ..trace import ModelTrace, Trace
 from ..trace._trace import build_trace
 from ._backend import EngineCall, _engine_call, recorder
@@ -103,10 +104,8 @@ def _trace_of(call: EngineCall, states: Any) -> Trace:
         inputs = np.zeros((L, 0), query.dtype)  # the module's input was not a (1, L, D) tensor: none to show
     options = call.options
     mask = None if call.mask is None else call.mask[0]  # (1, ·, L, S) -> (·, L, S)
-    return build_trace(
-        inputs, query[0], K, V, scale=options["scale"], is_causal=options["is_causal"], tokens=None,
-        attn_mask=mask, softcap=options["softcap"], sinks=call.sinks,
-    )  # fmt: skip
+    rules = Rules(is_causal=options["is_causal"], softcap=options["softcap"], sinks=call.sinks)
+    return build_trace(inputs, query[0], K, V, scale=options["scale"], rules=rules, tokens=None, attn_mask=mask)
 
 
 @contextlib.contextmanager

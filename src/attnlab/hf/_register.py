@@ -14,7 +14,7 @@ from typing import Any
 
 from .._validation import fail
 from ._backend import UnsupportedModelError, attention_forward
-from ._torch import torch, transformers
+from ._torch import model_type, torch, transformers
 
 __all__ = ["NAME", "check_model", "on_attnlab", "register"]
 
@@ -86,7 +86,7 @@ def check_model(model: Any) -> None:
     """
     if not isinstance(model, torch.nn.Module):
         raise fail("model", "a transformers model (a torch.nn.Module)", type(model).__name__, TypeError)
-    model_type = getattr(getattr(model, "config", None), "model_type", None) or type(model).__name__
+    label = model_type(model)
     own: dict[str, str] = {}  # class name: the first module path of that class
     routed = False
     for path, module in model.named_modules():
@@ -97,14 +97,14 @@ def check_model(model: Any) -> None:
     if own:
         names = sorted(own)
         raise UnsupportedModelError(
-            f"{model_type}: {', '.join(names)} {'computes' if len(names) == 1 else 'compute'} attention in its own "
+            f"{label}: {', '.join(names)} {'computes' if len(names) == 1 else 'compute'} attention in its own "
             f"code (at {', '.join(own[name] for name in names)}), not through transformers' attention interface, "
             "so attnlab cannot run it (attn_implementation='attnlab' would be ignored there); "
             "use attn_implementation='eager' or 'sdpa'"
         )
     if not routed:
         raise UnsupportedModelError(
-            f"{model_type}: no module of this model goes through transformers' attention interface, so "
+            f"{label}: no module of this model goes through transformers' attention interface, so "
             "attn_implementation='attnlab' would change nothing"
         )
 

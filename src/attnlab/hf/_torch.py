@@ -15,7 +15,19 @@ try:
 except ImportError:
     raise MissingDependencyError("attnlab.hf needs PyTorch and transformers: pip install 'attnlab[hf]'") from None
 
-__all__ = ["from_numpy", "heads_last_copy", "to_numpy", "torch", "transformers"]
+__all__ = ["from_numpy", "heads_last_copy", "model_name", "model_type", "to_numpy", "torch", "transformers"]
+
+
+def model_type(model: Any) -> str:
+    """What the messages call a transformers model or module: its config's ``model_type``
+    ("gpt2"), or its class's name when it has none."""
+    return str(getattr(getattr(model, "config", None), "model_type", None) or type(model).__name__)
+
+
+def model_name(model: Any) -> str:
+    """A transformers model's name, as a trace or an ablation records it: the hub id or
+    directory it was loaded from, else its config's ``model_type``."""
+    return str(getattr(model.config, "_name_or_path", "") or model.config.model_type)
 
 
 def to_numpy(tensor: Any, dtype: Any = None, *, contiguous: bool = False) -> Any:

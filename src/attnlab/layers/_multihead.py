@@ -31,18 +31,19 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike
 
 from .._validation import Array, array_of, fail, flag, float_array, int_seed, layer_dtype, positive_int, probability
-from ..engine import _variants
 from ..engine._attention import Attention, Gradients, attention
 from ..engine._problem import sum_to_shape
-from ..engine._variants import Alignment, MaskMod
+from ..engine.variants import Alignment, Band, MaskMod, Rules, offset
+from ..engine.variants.window import check_window
 from ..trace._trace import Trace, build_trace
 from ._linear import linear, linear_backward, merge_heads, split_heads
+from ._module import Module
 
 __all__ = ["MultiheadAttention"]
 
@@ -114,20 +115,11 @@ def _combined_mask(
 
 
 @dataclass(frozen=True)
-class _Variants:
-    """The engine's variants one forward was given (see the module's docstring)."""
-
-    window: Any = None
-    causal_alignment: Any = "top_left"
-    softcap: Any = None
-    alibi_slopes: Any = None
-    sinks: Any = None
-    mask_mod: Any = None
-
-
-@dataclass(frozen=True)
 class _Forward:
-    """One forward of the layer: what it returned and what its backward needs."""
+    """One forward of the layer: what it returned and what its backward needs, and the
+    backward itself (the engine's convention: the result carries its backward)."""
+
+    layer: MultiheadAttention
 
     inputs: tuple[Array, Array, Array]  # query (N, L, D), key (N, S, Dk), value (N, S, Dv)
     attention: Attention  # over heads q (N, H, L, E), k and v (N, H, S', E)
@@ -136,14 +128,16 @@ class _Forward:
     batched: bool
     float_mask_shape: tuple[int, ...] | None  # the caller's float attn_mask's, (L, S) or (N·H, L, S)
 
+    def backward(self, grad_output: Any) -> tuple[Gradients, dict[str, Array]]:
+        """The input gradients and one gradient per parameter (see :meth:`MultiheadAttention.backward`)."""
+        return _backward(self.layer, self, grad_output)
 
-LayerT = TypeVar("LayerT", bound="_Parameters")
 
-
-class _Parameters:
-    """What MultiheadAttention shares with torch's nn.Module: its parameters under torch's
-    names (``_params``, in ``dtype``) and its training mode; and the attributes that
-    ``_configure`` sets from the constructor's arguments."""
+class _Parameters(Module):
+    """What MultiheadAttention adds to the one :class:`Module` (its training mode, as
+    torch's nn.Module): its parameters under torch's names (``_params``, in ``dtype``),
+    which ``named_parameters`` yields as the arrays themselves, as torch's yields its
+    tensors; and the attributes that ``_configure`` sets from the constructor's arguments."""
 
     embed_dim: int
     num_heads: int
@@ -158,11 +152,19 @@ class _Parameters:
 
     _params: dict[str, Array]
     dtype: np.dtype
-    training: bool
+    grads: dict[str, Array]
 
-    def named_parameters(self) -> Iterator[tuple[str, Array]]:
-        """(name, array) of every parameter, the live arrays (as torch's ``named_parameters``)."""
-        return iter(self._params.items())
+    def named_parameters(self, prefix: str = "") -> Iterator[tuple[str, Array]]:  # type: ignore[override]
+        """(name, array) of every parameter, the live arrays (as torch's ``named_parameters``).
+
+        Args:
+            prefix: put before each name.
+        """
+        return ((prefix + name, value) for name, value in self._params.items())
+
+    def zero_grad(self) -> None:
+        """Forget the last backward's gradients."""
+        self.grads = {}
 
     def state_dict(self) -> dict[str, Array]:
         """Copies of the parameters under torch's names and shapes."""
@@ -178,18 +180,6 @@ class _Parameters:
             ValueError: a name missing or unknown, or a shape that is not this layer's.
         """
         self._params = _checked_state(state, self._params, self.dtype)
-
-    def train(self: LayerT, mode: bool = True) -> LayerT:
-        """Training mode (dropout on) or not, as torch's; returns the layer.
-
-        Args:
-            mode: True for training, False for evaluation (:meth:`eval`).
-        """
-        self.training = flag("mode", mode)
-        return self
-
-    def eval(self: LayerT) -> LayerT:
-        return self.train(False)
 
 
 class _Tracing(_Parameters):
@@ -223,8 +213,8 @@ class _Tracing(_Parameters):
         Raises:
             ValueError: a layer with add_bias_kv, add_zero_attn, kdim or vdim, or x not (L, D).
         """
-        variants = _Variants(window, causal_alignment, softcap, alibi_slopes, sinks, mask_mod)
-        return _trace(self, x, is_causal, scale, tokens, variants)
+        rules = Rules(is_causal, causal_alignment, window, softcap, alibi_slopes, sinks, mask_mod)
+        return _trace(self, x, scale, tokens, rules)
 
 
 class MultiheadAttention(_Tracing):
@@ -312,9 +302,11 @@ class MultiheadAttention(_Tracing):
                 layer (ALiBi and ``mask_mod`` with appended keys among them).
         """
         average = flag("average_attn_weights", average_attn_weights)
-        masks = (key_padding_mask, attn_mask, flag("is_causal", is_causal))
-        variants = _Variants(window, causal_alignment, softcap, alibi_slopes, sinks, mask_mod)
-        self._last = forward = _forward(self, (query, key, value), *masks, flag("need_weights", need_weights), variants)
+        rules = Rules(flag("is_causal", is_causal), causal_alignment, window, softcap, alibi_slopes, sinks, mask_mod)
+        inputs = (query, key, value)
+        self._last = forward = _forward(
+            self, inputs, key_padding_mask, attn_mask, flag("need_weights", need_weights), rules
+        )
         return _returned(self, forward, average)
 
     forward = __call__
@@ -334,7 +326,7 @@ class MultiheadAttention(_Tracing):
         """
         if self._last is None:
             raise RuntimeError("backward: call the layer (forward) first")
-        grads, self.grads = _backward(self, self._last, grad_output)
+        grads, self.grads = self._last.backward(grad_output)
         return grads
 
 
@@ -373,21 +365,16 @@ def _configure(
 def _trace(
     layer: _Parameters,
     x: Any,
-    is_causal: bool,
     scale: float | None,
     tokens: Sequence[str] | None,
-    variants: _Variants,
+    rules: Rules,
 ) -> Trace:
     """See :meth:`MultiheadAttention.trace`."""
     if layer.add_bias_kv or layer.add_zero_attn or "in_proj_weight" not in layer._params:
         raise fail("self", "a layer without add_bias_kv, add_zero_attn, kdim or vdim to trace", "one with them")
     x = _batch_first(layer, "x", x, layer.embed_dim, batched=False)  # (1, L, D)
     Q, K, V = (split_heads(linear(x, w, b), layer.num_heads)[0] for w, b in _projections(layer))  # (H, L, E)
-    trace = build_trace(
-        x[0], Q, K, V, scale=scale, is_causal=is_causal, tokens=tokens, window=variants.window,
-        causal_alignment=variants.causal_alignment, softcap=variants.softcap, alibi_slopes=variants.alibi_slopes,
-        sinks=variants.sinks, mask_mod=variants.mask_mod,
-    )  # fmt: skip
+    trace = build_trace(x[0], Q, K, V, scale=scale, rules=rules, tokens=tokens)
     trace.layer_output = _out_proj(layer, merge_heads(trace.output[None]))[0]  # (1, L, D) -> (L, D)
     return trace
 
@@ -445,26 +432,22 @@ def _checked_state(state: Any, current: dict[str, Array], dtype: np.dtype) -> di
     return loaded
 
 
-def _engine_variants(
-    variants: _Variants, is_causal: bool, lengths: tuple[int, int], extra: int
-) -> tuple[Array | None, dict[str, Any]]:
+def _engine_rules(rules: Rules, lengths: tuple[int, int], extra: int) -> tuple[Array | None, Rules]:
     """The (L, S) keys that is_causal and the window allow, to build into the layer's mask
     (None: the engine applies them), and the variants the engine is given. Without
     appended keys the engine is given them all; with ``extra`` appended keys, which have
     no position, the band is built over the S real keys here (the appended ones stay
     unmasked) and ALiBi and mask_mod are refused."""
     if not extra:
-        return None, {"is_causal": is_causal, **vars(variants)}
+        return None, rules
     for name in ("alibi_slopes", "mask_mod"):
-        if getattr(variants, name) is not None:
+        if getattr(rules, name) is not None:
             expected = "None with add_bias_kv or add_zero_attn (the keys they append have no position)"
             raise fail(name, expected, "a value")
     L, S = lengths
-    diagonal = _variants.offset(variants.causal_alignment, lengths)
-    band = _variants.band(is_causal, variants.window, diagonal, lengths)
-    distance = np.arange(S)[None, :] - np.arange(L)[:, None]  # j − i, (L, S)
-    allowed = (distance >= band.lowest) & (distance <= band.highest) if band.limits(lengths) else None
-    return allowed, {"softcap": variants.softcap, "sinks": variants.sinks}
+    band = Band.of(rules.is_causal, check_window(rules.window), offset(rules.causal_alignment, lengths), lengths)
+    allowed = band.allowed(slice(0, L), slice(0, S)) if band.limits(lengths) else None
+    return allowed, Rules(softcap=rules.softcap, sinks=rules.sinks)
 
 
 def _forward(
@@ -472,9 +455,8 @@ def _forward(
     inputs: tuple[Any, Any, Any],
     key_padding_mask: Any,
     attn_mask: Any,
-    is_causal: bool,
     need_weights: bool,
-    variants: _Variants,
+    rules: Rules,
 ) -> _Forward:
     """Check the inputs, project, split into heads, attend, merge, project out."""
     batched = array_of("query", inputs[0]).ndim == 3
@@ -497,18 +479,18 @@ def _forward(
         zero = np.zeros((N, H, 1, layer.head_dim), layer.dtype)
         k, v = np.concatenate([k, zero], axis=2), np.concatenate([v, zero], axis=2)  # (N, H, S' + 1, E)
     extra = layer.add_bias_kv + layer.add_zero_attn
-    band, engine_variants = _engine_variants(variants, is_causal, (L, S), extra)
+    band, engine_rules = _engine_rules(rules, (L, S), extra)
     mask = _combined_mask(attn_mask, key_padding_mask, band, (N, H, L, S), extra, layer.dtype)
     dropout_p = layer.dropout if layer.training else 0.0
     rng = layer.generator if dropout_p else None
     result = attention(
-        q, k, v, attn_mask=mask, dropout_p=dropout_p, need_weights=need_weights, rng=rng, **engine_variants
+        q, k, v, attn_mask=mask, dropout_p=dropout_p, need_weights=need_weights, rng=rng, rules=engine_rules
     )
     merged = merge_heads(result.output)  # (N, L, D)
     output = _out_proj(layer, merged)  # (N, L, D)
     float_mask = attn_mask is not None and array_of("attn_mask", attn_mask).dtype != bool
     return _Forward(
-        inputs=(query, key, value), attention=result, merged=merged, output=output, batched=batched,
+        layer=layer, inputs=(query, key, value), attention=result, merged=merged, output=output, batched=batched,
         float_mask_shape=np.shape(attn_mask) if float_mask else None,
     )  # fmt: skip
 

@@ -10,7 +10,7 @@ from numpy.typing import ArrayLike, DTypeLike
 
 from .. import reference
 from .._validation import Array, fail, float_array, int_seed, layer_dtype, positive_int, real_number
-from ..engine._variants import Alignment
+from ..engine.variants import Alignment, Rules
 from ..functional import scaled_dot_product_attention
 from ..trace._trace import Trace, build_trace
 
@@ -129,10 +129,8 @@ class SelfAttention:
         X, Q, K, V = _project(self, X)
         if X.ndim != 2:
             raise fail("X", f"one sequence of shape (L, {self.d_model}) to trace", f"shape {X.shape}")
-        return build_trace(
-            X, Q, K, V, scale=scale, is_causal=is_causal, tokens=tokens, window=window,
-            causal_alignment=causal_alignment, softcap=softcap,
-        )  # fmt: skip
+        rules = Rules(is_causal=is_causal, causal_alignment=causal_alignment, window=window, softcap=softcap)
+        return build_trace(X, Q, K, V, scale=scale, rules=rules, tokens=tokens)
 
 
 def _project(layer: SelfAttention, X: Any) -> tuple[Array, Array, Array, Array]:

@@ -16,12 +16,12 @@ from typing import Any
 
 import numpy as np
 
-from .._validation import Array
+from .._validation import Array, is_integer
 from ._checkpoint import CheckpointError, WeightSource
 from ._network import FULL, SLIDING, Block, ModelConfig, Network
 from ._ops import ACTIVATIONS, Linear, Norm, Rope, rope_frequencies
 
-__all__ = ["ARCHITECTURES", "end_tokens", "read_network"]
+__all__ = ["ARCHITECTURES", "architecture", "end_tokens", "read_network"]
 
 
 class _Reader:
@@ -39,7 +39,7 @@ class _Reader:
 
     def integer(self, *keys: str, default: int | None = None, minimum: int = 1) -> int:
         value = next((self.config[k] for k in keys if self.config.get(k) is not None), default)
-        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        if not is_integer(value) or value < minimum:
             got = "nothing" if value is None else repr(value)
             expected = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
             raise CheckpointError(f"config.json: {keys[0]}: expected {expected}, got {got}")
@@ -83,10 +83,12 @@ class _Reader:
 
     def linear(self, name: str, n_in: int, n_out: int, bias: bool = True) -> Linear:
         """An nn.Linear, stored (out, in)."""
-        return Linear(self.get(f"{name}.weight", n_out, n_in), self.get(f"{name}.bias", n_out) if bias else None)
+        return Linear.of(self.get(f"{name}.weight", n_out, n_in), self.get(f"{name}.bias", n_out) if bias else None)
 
     def norm(self, name: str, width: int, eps: float, rms: bool = False) -> Norm:
-        return Norm(self.get(f"{name}.weight", width), None if rms else self.get(f"{name}.bias", width), eps, rms)
+        return Norm.of(
+            self.get(f"{name}.weight", width), None if rms else self.get(f"{name}.bias", width), eps, rms=rms
+        )
 
     def eos(self) -> tuple[int, ...]:
         return end_tokens(self.config.get("eos_token_id"))
@@ -114,19 +116,19 @@ def _gpt2(config: dict[str, Any], weights: WeightSource, dtype: np.dtype) -> Net
     for i in range(layers):
         p = f"h.{i}."
         fused_w, fused_b = r.get(p + "attn.c_attn.weight", D, 3 * D), r.get(p + "attn.c_attn.bias", 3 * D)
-        q, k, v = (Linear(fused_w[:, j * D : (j + 1) * D].T, fused_b[j * D : (j + 1) * D]) for j in range(3))
+        q, k, v = (Linear.of(fused_w[:, j * D : (j + 1) * D].T, fused_b[j * D : (j + 1) * D]) for j in range(3))
         scale = (D // H) ** -0.5 if r.flag("scale_attn_weights", True) else 1.0
         if r.flag("scale_attn_by_inverse_layer_idx", False):
             scale /= i + 1
         blocks.append(
             Block(
                 q, k, v,
-                Linear(r.get(p + "attn.c_proj.weight", D, D).T, r.get(p + "attn.c_proj.bias", D)),
+                Linear.of(r.get(p + "attn.c_proj.weight", D, D).T, r.get(p + "attn.c_proj.bias", D)),
                 scale,
                 r.norm(p + "ln_1", D, eps),
                 r.norm(p + "ln_2", D, eps),
-                up=Linear(r.get(p + "mlp.c_fc.weight", D, inner).T, r.get(p + "mlp.c_fc.bias", inner)),
-                down=Linear(r.get(p + "mlp.c_proj.weight", inner, D).T, r.get(p + "mlp.c_proj.bias", D)),
+                up=Linear.of(r.get(p + "mlp.c_fc.weight", D, inner).T, r.get(p + "mlp.c_fc.bias", inner)),
+                down=Linear.of(r.get(p + "mlp.c_proj.weight", inner, D).T, r.get(p + "mlp.c_proj.bias", D)),
                 activation=act,
             )
         )  # fmt: skip
@@ -135,7 +137,7 @@ def _gpt2(config: dict[str, Any], weights: WeightSource, dtype: np.dtype) -> Net
     cfg = ModelConfig("gpt2", V, D, layers, H, H, D // H, P, True, r.eos(), config, layer_types=(FULL,) * layers)
     return Network(
         cfg, embed, tuple(blocks), pre_norm=True, positions=r.get("wpe.weight", P, D),
-        final_norm=r.norm("ln_f", D, eps), head=Linear(head),
+        final_norm=r.norm("ln_f", D, eps), head=Linear.of(head),
     )  # fmt: skip
 
 
@@ -183,7 +185,7 @@ def _bert(config: dict[str, Any], weights: WeightSource, dtype: np.dtype) -> Net
         tied = r.flag("tie_word_embeddings", True) or not r.has("/cls.predictions.decoder.weight")
         decoder = embed if tied else r.get("/cls.predictions.decoder.weight", V, D)
         bias_name = "/cls.predictions.bias" if r.has("/cls.predictions.bias") else "/cls.predictions.decoder.bias"
-        head = Linear(decoder, r.get(bias_name, V))
+        head = Linear.of(decoder, r.get(bias_name, V))
     cfg = ModelConfig("bert", V, D, layers, H, H, D // H, P, False, (), config, layer_types=(FULL,) * layers)
     types = r.get("embeddings.token_type_embeddings.weight", r.integer("type_vocab_size", default=2), D)
     return Network(
@@ -196,7 +198,7 @@ def _llama(config: dict[str, Any], weights: WeightSource, dtype: np.dtype) -> Ne
     """LlamaForCausalLM, Qwen2ForCausalLM and MistralForCausalLM: RMSNorm before each
     sublayer, RoPE on q and k, grouped-query attention, SwiGLU; Qwen2 has biases on q, k
     and v; Mistral none, and a sliding window in every layer (:func:`_sliding_layers`)."""
-    model_type = config.get("model_type")
+    model_type = architecture(config)
     qwen2, mistral = model_type == "qwen2", model_type == "mistral"
     r = _Reader(config, weights, dtype, "embed_tokens.weight", ["model.", ""])
     D, H, layers = r.integer("hidden_size"), r.integer("num_attention_heads"), r.integer("num_hidden_layers")
@@ -211,7 +213,7 @@ def _llama(config: dict[str, Any], weights: WeightSource, dtype: np.dtype) -> Ne
         raise CheckpointError(f"config.json: num_attention_heads: expected a divisor of hidden_size {D}, got {H}")
     if E % 2:  # RoPE rotates pairs of coordinates
         raise CheckpointError(f"config.json: head_dim: expected an even number (RoPE rotates pairs), got {E}")
-    window, layer_types = _sliding_layers(r, str(model_type), layers)
+    window, layer_types = _sliding_layers(r, model_type, layers)
     eps, act = r.epsilon("rms_norm_eps", 1e-6), r.activation("hidden_act", "silu")
     if qwen2 or mistral:  # their transformers classes have no bias flags: Qwen2's q, k and v have biases
         qkv_bias, out_bias, mlp_bias = qwen2, False, False
@@ -240,12 +242,12 @@ def _llama(config: dict[str, Any], weights: WeightSource, dtype: np.dtype) -> Ne
     embed = r.get("embed_tokens.weight", V, D)
     head = embed if r.flag("tie_word_embeddings", False) else r.get("/lm_head.weight", V, D)
     cfg = ModelConfig(
-        str(model_type), V, D, layers, H, Hk, E, P, True, r.eos(), config, sliding_window=window,
+        model_type, V, D, layers, H, Hk, E, P, True, r.eos(), config, sliding_window=window,
         layer_types=layer_types,
     )  # fmt: skip
     return Network(
         cfg, embed, tuple(blocks), pre_norm=True, rope=Rope(rope_frequencies(config, E)),
-        final_norm=r.norm("norm", D, eps, rms=True), head=Linear(head),
+        final_norm=r.norm("norm", D, eps, rms=True), head=Linear.of(head),
     )  # fmt: skip
 
 
@@ -310,11 +312,17 @@ ARCHITECTURES: dict[str, Callable[[dict[str, Any], WeightSource, np.dtype], Netw
 }
 
 
-def read_network(config: dict[str, Any], weights: WeightSource, dtype: np.dtype) -> Network:
-    """The network a checkpoint describes, its weights as ``dtype``."""
+def architecture(config: dict[str, Any]) -> str:
+    """config.json's ``model_type``, once it is one attnlab runs in NumPy (a key of
+    :data:`ARCHITECTURES`); a CheckpointError naming them otherwise."""
     model_type = config.get("model_type")
     if not isinstance(model_type, str) or model_type not in ARCHITECTURES:
         raise CheckpointError(
             f"config.json: model_type: expected one of {', '.join(ARCHITECTURES)}, got {model_type!r}"
         )
-    return ARCHITECTURES[model_type](config, weights, dtype)
+    return model_type
+
+
+def read_network(config: dict[str, Any], weights: WeightSource, dtype: np.dtype) -> Network:
+    """The network a checkpoint describes, its weights as ``dtype``."""
+    return ARCHITECTURES[architecture(config)](config, weights, dtype)

@@ -24,9 +24,10 @@ from typing import Any
 
 import numpy as np
 
-from .._validation import ArgumentError, Array, MissingDependencyError, fail
+from .._exceptions import CheckpointError
+from .._validation import Array, MissingDependencyError, fail
 
-__all__ = ["WeightSource", "Weights", "locate", "read_config", "write_safetensors"]
+__all__ = ["CheckpointError", "WeightSource", "Weights", "locate", "read_config", "write_safetensors"]
 
 CONFIG = "config.json"
 SINGLE = "model.safetensors"
@@ -61,13 +62,6 @@ _DTYPES: dict[str, np.dtype] = {
     "U8": np.dtype("u1"),
     "BOOL": np.dtype("?"),
 }
-
-
-class CheckpointError(ArgumentError):
-    """A checkpoint that cannot be used: missing, incomplete, corrupted or unsupported."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(message, "name_or_dir")
 
 
 def locate(name_or_dir: str | os.PathLike[str]) -> Path:

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from .._validation import Array, MissingDependencyError
+from .._validation import Array, MissingDependencyError, is_integer
 from ._checkpoint import GGUF_MAGIC as MAGIC
 from ._checkpoint import CheckpointError, WeightSource
 from ._tokenizer import Tokenizer
@@ -402,7 +402,7 @@ def gguf_config(file: GGUFFile) -> dict[str, Any]:
         value = meta.get(f"{arch}.{key}")
         if value is None and not required:
             return None
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        if not is_integer(value) or value < 1:
             raise CheckpointError(f"{file.path}: metadata {arch}.{key}: expected a positive integer, got {value!r}")
         return value
 

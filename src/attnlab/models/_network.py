@@ -12,16 +12,18 @@ with S = L plus the cached positions.
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
 
+from .._exceptions import deprecated
 from .._validation import Array
 from ..engine._masks import mask_scores_
+from ..engine.variants import Band
 from ..functional import attention
+from ..layers._linear import merge_heads, split_heads
 from ..trace import Trace, Variants
 from ._ops import Linear, Norm, Rope, rotate
 
@@ -43,8 +45,7 @@ class _Renamed:
     def __get__(self, instance: object, owner: type | None = None) -> Any:
         if instance is None:
             return self
-        message = f"{self.old_name} is deprecated and will be removed in the next release: use {self.new_name}"
-        warnings.warn(message, DeprecationWarning, stacklevel=2)
+        deprecated(self.old_name, self.new_name)
         return getattr(instance, self.new_name)
 
 
@@ -154,21 +155,21 @@ class Block:
         """The layer's output (B, L, D) for its input x (B, L, D): each sublayer's norm
         before it (``pre_norm``: GPT-2, Llama, Qwen2, Mistral) or after its residual sum (BERT)."""
         if pre_norm:
-            x = x + self.attention(self.attention_norm(x), layer, step)
-            return x + self.mlp(self.mlp_norm(x))
-        x = self.attention_norm(x + self.attention(x, layer, step))
-        return self.mlp_norm(x + self.mlp(x))
+            x = x + self.attention(self.attention_norm.infer(x), layer, step)
+            return x + self.mlp(self.mlp_norm.infer(x))
+        x = self.attention_norm.infer(x + self.attention(x, layer, step))
+        return self.mlp_norm.infer(x + self.mlp(x))
 
     def attention(self, h: Array, layer: int, step: Step) -> Array:
         """Self-attention over h (B, L, D), the cached positions' keys first: its output
         after the out projection (B, L, D). A sliding layer passes the engine the window
         (w − 1, 0) and, past the prompt, only the last L + w − 1 keys (those its queries see)."""
         c = step.config
-        B, L, _ = h.shape
-        H, Hk, E = c.num_attention_heads, c.num_key_value_heads, c.head_dim
-        q = self.query(h).reshape(B, L, H, E).transpose(0, 2, 1, 3)  # (B, L, H·E) -> (B, H, L, E)
-        k = self.key(h).reshape(B, L, Hk, E).transpose(0, 2, 1, 3)  # (B, L, Hk·E) -> (B, Hk, L, E)
-        v = self.value(h).reshape(B, L, Hk, E).transpose(0, 2, 1, 3)  # (B, L, Hk·E) -> (B, Hk, L, E)
+        L = h.shape[1]  # h (B, L, D)
+        H, Hk = c.num_attention_heads, c.num_key_value_heads
+        q = split_heads(self.query.infer(h), H)  # (B, L, H·E) -> (B, H, L, E)
+        k = split_heads(self.key.infer(h), Hk)  # (B, L, Hk·E) -> (B, Hk, L, E)
+        v = split_heads(self.value.infer(h), Hk)  # (B, L, Hk·E) -> (B, Hk, L, E)
         if step.rope is not None:
             q, k = rotate(q, *step.rope), rotate(k, *step.rope)
         if step.cache is not None:
@@ -188,8 +189,8 @@ class Block:
         out, weights = result.output.astype(h.dtype, copy=False), result.weights
         if record is not None and record.head_outputs is not None:
             out = record.head_outputs(layer, out)  # (B, H, L, Ev), some heads replaced
-        merged = out.transpose(0, 2, 1, 3).reshape(B, L, H * E)  # (B, H, L, E) -> (B, L, H·E)
-        projected = self.out(merged)
+        merged = merge_heads(out)  # (B, H, L, E) -> (B, L, H·E)
+        projected = self.out.infer(merged)
         if record is not None and weights is not None:
             if record.attentions:
                 record.weights.append(weights)
@@ -199,10 +200,10 @@ class Block:
 
     def mlp(self, x: Array) -> Array:
         if self.gate is None:
-            return self.down(self.activation(self.up(x)))
-        hidden = self.activation(self.gate(x))
-        hidden *= self.up(x)
-        return self.down(hidden)
+            return self.down.infer(self.activation(self.up.infer(x)))
+        hidden = self.activation(self.gate.infer(x))
+        hidden *= self.up.infer(x)
+        return self.down.infer(hidden)
 
 
 @dataclass(frozen=True)
@@ -239,7 +240,7 @@ class Network:
         if self.token_types is not None:
             x += self.token_types[np.zeros_like(ids) if types is None else types]
         if self.embed_norm is not None:
-            x = self.embed_norm(x)
+            x = self.embed_norm.infer(x)
         mask, is_causal = attention_mask(self.config.causal, valid, ids.shape[1], past)
         rope = None if self.rope is None else self.rope.tables(positions, x.dtype)
         step = Step(self.config, mask, is_causal, rope, cache, record)
@@ -252,7 +253,7 @@ class Network:
         if cache is not None:
             cache.length += ids.shape[1]
         if self.final_norm is not None:
-            x = self.final_norm(x)
+            x = self.final_norm.infer(x)
             if hidden is not None:
                 hidden[-1] = x
         return x
@@ -263,8 +264,8 @@ class Network:
             return None
         if self.head_transform is not None:
             dense, act, norm = self.head_transform
-            x = norm(act(dense(x)))
-        return self.head(x)
+            x = norm.infer(act(dense.infer(x)))
+        return self.head.infer(x)
 
 
 def attention_mask(causal: bool, valid: Array | None, L: int, past: int) -> tuple[Array | None, bool]:
@@ -298,10 +299,10 @@ def _layer_trace(batch: tuple[Array, ...], block: Block, step: Step) -> Trace:
     mask = step.mask
     mask_scores_(scaled, None if mask is None else mask[0] if mask.ndim == 4 else mask, False)
     L, S = scaled.shape[-2:]
-    distance = np.arange(S)[None, :] - np.arange(S - L, S)[:, None]  # j − i, (L, S): query i is position S − L + i
-    lowest = -np.inf if block.window is None else -(block.window - 1)
-    highest = 0 if step.is_causal else np.inf
-    np.copyto(scaled, -np.inf, where=(distance < lowest) | (distance > highest))  # the causal rule and the window
+    # query i is position S − L + i: the band bottom-right aligned, a window of w keys (w − 1, None)
+    window = None if block.window is None else (block.window - 1, None)
+    band = Band.of(step.is_causal, window, S - L, (L, S))
+    np.copyto(scaled, -np.inf, where=~band.allowed(slice(0, L), slice(0, S)))  # the causal rule and the window
     rules = Variants(  # what the page and plot say (L = S: the alignment does not show)
         is_causal=step.is_causal,
         window=None if block.window is None else (block.window - 1, 0),

@@ -1,5 +1,8 @@
-"""The pieces of a transformer block around attention: linear maps, the two norms, the
-activations and rotary position embeddings, each as ``transformers`` computes it.
+"""The pieces of a transformer block around attention: the activations and rotary position
+embeddings, each as ``transformers`` computes it. The linear maps and the two norms are the
+one :class:`~attnlab.layers.Linear` and :class:`~attnlab.layers.Norm` (LayerNorm, RMSNorm)
+of attnlab.layers, over the memory-mapped weights (re-exported here); a pretrained network
+calls their ``infer``, the forward without a backward.
 
 Shapes: x (…, D) for a hidden state of width D; q and k (B, heads, L, head_dim) for RoPE.
 """
@@ -14,44 +17,9 @@ from typing import Any
 import numpy as np
 
 from .._validation import Array, MissingDependencyError
-from ..layers import linear
+from ..layers import Linear, Norm
 
 __all__ = ["ACTIVATIONS", "Linear", "Norm", "Rope", "rope_frequencies", "rotate"]
-
-
-@dataclass(frozen=True)
-class Linear:
-    """y = x·Wᵀ + b with W (out, in), as torch's ``nn.Linear`` stores it (the
-    memory-mapped weight itself); a GPT-2 ``Conv1D`` weight, stored (in, out), is read
-    through its transpose, a view."""
-
-    weight: Array
-    bias: Array | None = None
-
-    def __call__(self, x: Array) -> Array:
-        return linear(x, self.weight, self.bias)
-
-
-@dataclass(frozen=True)
-class Norm:
-    """LayerNorm (x − mean)/√(var + eps)·w + b, or with ``rms``: x/√(mean(x²) + eps)·w,
-    over the last axis."""
-
-    weight: Array
-    bias: Array | None
-    eps: float
-    rms: bool = False
-
-    def __call__(self, x: Array) -> Array:
-        if self.rms:
-            y = x / np.sqrt(np.mean(np.square(x), axis=-1, keepdims=True) + self.eps)
-            return y * self.weight
-        centred = x - np.mean(x, axis=-1, keepdims=True)
-        y = centred / np.sqrt(np.mean(np.square(centred), axis=-1, keepdims=True) + self.eps)
-        y *= self.weight
-        if self.bias is not None:
-            y += self.bias
-        return y
 
 
 def _gelu(x: Array) -> Array:

@@ -9,9 +9,9 @@ order: attention, residual, LayerNorm, feed-forward, residual, LayerNorm). Train
 ``SelfAttention`` is a deprecated alias of MultiheadSelfAttention.
 """
 
-import warnings
 from typing import Any
 
+from .._exceptions import deprecated
 from . import _attention, _layers, _training
 from ._attention import *  # noqa: F403 (each module's __all__)
 from ._layers import *  # noqa: F403
@@ -26,6 +26,6 @@ def __getattr__(name: str) -> Any:
     """The deprecated aliases, each with a DeprecationWarning; AttributeError for any other name."""
     if name in _DEPRECATED:
         new = _DEPRECATED[name]
-        warnings.warn(f"attnlab.nn.{name} is deprecated: use attnlab.nn.{new}", DeprecationWarning, stacklevel=2)
+        deprecated(f"attnlab.nn.{name}", f"attnlab.nn.{new}")
         return globals()[new]
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,7 +1,7 @@
 """attnlab.nn's attention layers: MultiheadSelfAttention (BERT's self-attention on attnlab's
-engine) and TransformerBlock (BERT's layer). Each forward returns its output, its backward
-and, with ``need_weights``, the attention weights; the backward then also takes a gradient
-on those weights (a loss on the weights themselves).
+engine) and TransformerBlock (BERT's layer). Each forward returns an :class:`AttentionForward`:
+its output, its backward and, with ``need_weights``, the attention weights; the backward
+then also takes a gradient on those weights (a loss on the weights themselves).
 
 Padding follows torch's ``key_padding_mask``: (B, L) bool, True for a key to ignore. The
 keyword ``key_mask`` (True for a key to keep, the opposite) is deprecated.
@@ -9,17 +9,29 @@ keyword ``key_mask`` (True for a key to keep, the opposite) is deprecated.
 
 from __future__ import annotations
 
-import math
-import warnings
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
-from .._validation import fail, positive_int
+from .._exceptions import deprecated
+from .._validation import Array, fail, positive_int
 from ..engine._attention import attention
-from ._layers import Array, Backward, LayerNorm, Linear, Module, gelu
+from ..engine._problem import default_scale
+from ..layers._linear import merge_heads, split_heads
+from ..layers._module import Backward, Module
+from ._layers import LayerNorm, Linear, gelu
 
 __all__ = ["MultiheadSelfAttention", "TransformerBlock"]
+
+
+class AttentionForward(NamedTuple):
+    """What an attention layer's forward returns: the output (B, L, D), its backward
+    (``backward(dy, d_weights=None)``) and the weights (B, H, L, L) or None; a
+    :class:`~attnlab.layers.Forward` with the weights beside it."""
+
+    output: Array
+    backward: Backward
+    weights: Array | None
 
 
 def _padding(key_padding_mask: Array | None, key_mask: Array | None) -> Array | None:
@@ -29,11 +41,7 @@ def _padding(key_padding_mask: Array | None, key_mask: Array | None) -> Array | 
         return key_padding_mask
     if key_padding_mask is not None:
         raise fail("key_mask", "nothing when key_padding_mask is given", "both")
-    warnings.warn(
-        "key_mask (True = keep) is deprecated: pass key_padding_mask=~key_mask (True = ignore, as torch's)",
-        DeprecationWarning,
-        stacklevel=3,
-    )
+    deprecated("key_mask (True = keep)", "key_padding_mask=~key_mask (True = ignore, as torch's)", stacklevel=3)
     return ~np.asarray(key_mask, dtype=bool)
 
 
@@ -67,22 +75,21 @@ class MultiheadSelfAttention(Module):
         self.query, self.key, self.value, self.out = (Linear(dim, dim, rng=rng, dtype=dtype) for _ in range(4))
 
     def __call__(self, x: Array, key_mask: Array | None = None, *, key_padding_mask: Array | None = None,
-                 need_weights: bool = False) -> tuple[Array, Backward, Array | None]:  # fmt: skip
+                 need_weights: bool = False) -> AttentionForward:  # fmt: skip
         """x (B, L, D); key_padding_mask (B, L), True for a key to ignore (padding).
         ``key_mask`` (True for a key to keep) is deprecated."""
         padding = _padding(key_padding_mask, key_mask)
-        B, L, D = x.shape
-        E = D // self.heads
+        E = x.shape[-1] // self.heads  # x (B, L, D), D = H·E
         projected = [layer(x) for layer in (self.query, self.key, self.value)]
-        q, k, v = (y.reshape(B, L, self.heads, E).transpose(0, 2, 1, 3) for y, _ in projected)  # -> (B, H, L, E)
+        q, k, v = (split_heads(p.output, self.heads) for p in projected)  # (B, L, D) -> (B, H, L, E)
         mask = None if padding is None else ~padding[:, None, None, :]  # (B, L) -> (B, 1, 1, L), True: may attend
         result = attention(q, k, v, attn_mask=mask, need_weights=need_weights)
-        merged = result.output.transpose(0, 2, 1, 3).reshape(B, L, D)  # (B, H, L, E) -> (B, L, D)
-        y, out_back = self.out(merged)
-        scale = 1.0 / math.sqrt(E)
+        merged = merge_heads(result.output)  # (B, H, L, E) -> (B, L, D)
+        out = self.out(merged)
+        scale = default_scale(E)
 
         def backward(dy: Array, d_weights: Array | None = None) -> Array:
-            d_merged = out_back(dy).reshape(B, L, self.heads, E).transpose(0, 2, 1, 3)  # (B, L, D) -> (B, H, L, E)
+            d_merged = split_heads(out.backward(dy), self.heads)  # (B, L, D) -> (B, H, L, E)
             grads = list(result.backward(np.ascontiguousarray(d_merged)))
             if d_weights is not None:  # through the softmax to the scores, then to q and k
                 P = result.weights
@@ -92,11 +99,11 @@ class MultiheadSelfAttention(Module):
                 grads[0] = grads[0] + scale * d_scores @ k
                 grads[1] = grads[1] + scale * np.swapaxes(d_scores, -1, -2) @ q
             dx = np.zeros_like(x)
-            for grad, (_, back) in zip(grads, projected, strict=True):
-                dx += back(grad.transpose(0, 2, 1, 3).reshape(B, L, D))  # (B, H, L, E) -> (B, L, D)
+            for grad, p in zip(grads, projected, strict=True):
+                dx += p.backward(merge_heads(grad))  # (B, H, L, E) -> (B, L, D)
             return dx
 
-        return y, backward, result.weights
+        return AttentionForward(out.output, backward, result.weights)
 
 
 class TransformerBlock(Module):
@@ -127,21 +134,21 @@ class TransformerBlock(Module):
         self.output_norm = LayerNorm(dim, eps=eps, dtype=dtype)
 
     def __call__(self, x: Array, key_mask: Array | None = None, *, key_padding_mask: Array | None = None,
-                 need_weights: bool = False) -> tuple[Array, Backward, Array | None]:  # fmt: skip
+                 need_weights: bool = False) -> AttentionForward:  # fmt: skip
         """y and its backward(dy, d_weights=None); the attention weights with ``need_weights``.
         key_padding_mask (B, L): True for a key to ignore; ``key_mask`` (True: keep) is deprecated."""
         padding = _padding(key_padding_mask, key_mask)
-        a, attention_back, weights = self.attention(x, key_padding_mask=padding, need_weights=need_weights)
-        h, norm1_back = self.attention_norm(x + a)
-        u, up_back = self.up(h)
-        g, gelu_back = gelu(u)
-        m, down_back = self.down(g)
-        y, norm2_back = self.output_norm(h + m)
+        attended = self.attention(x, key_padding_mask=padding, need_weights=need_weights)
+        norm1 = self.attention_norm(x + attended.output)
+        up = self.up(norm1.output)
+        act = gelu(up.output)
+        down = self.down(act.output)
+        norm2 = self.output_norm(norm1.output + down.output)
 
         def backward(dy: Array, d_weights: Array | None = None) -> Array:
-            d_sum = norm2_back(dy)
-            dh = d_sum + up_back(gelu_back(down_back(d_sum)))
-            d_first = norm1_back(dh)
-            return d_first + attention_back(d_first, d_weights)
+            d_sum = norm2.backward(dy)
+            dh = d_sum + up.backward(act.backward(down.backward(d_sum)))
+            d_first = norm1.backward(dh)
+            return d_first + attended.backward(d_first, d_weights)
 
-        return y, backward, weights
+        return AttentionForward(norm2.output, backward, attended.weights)

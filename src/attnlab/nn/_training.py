@@ -9,8 +9,8 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from .._validation import fail, real_number
-from ._layers import Array, Backward, Module, Parameter
+from .._validation import Array, fail, real_number
+from ..layers._module import Forward, Module, Parameter
 
 __all__ = ["AdamW", "clip_grad_norm", "cross_entropy", "train"]
 
@@ -18,7 +18,7 @@ BatchT = TypeVar("BatchT")
 ModuleT = TypeVar("ModuleT", bound=Module)
 
 
-def cross_entropy(logits: Array, targets: Array) -> tuple[float, Backward]:
+def cross_entropy(logits: Array, targets: Array) -> Forward:
     """The mean of −log softmax(logits)[target] over the rows, and its backward.
 
     Args:
@@ -26,7 +26,8 @@ def cross_entropy(logits: Array, targets: Array) -> tuple[float, Backward]:
         targets: (…,) ints in 0..C − 1, −1 for rows that do not count.
 
     Returns:
-        (loss, backward): backward() gives d loss / d logits, (…, C).
+        A :class:`~attnlab.layers.Forward` (loss, backward): backward() gives d loss / d
+        logits, (…, C).
 
     Raises:
         ArgumentError: ``targets``' shape is not logits' without its last axis, or a
@@ -55,7 +56,7 @@ def cross_entropy(logits: Array, targets: Array) -> tuple[float, Backward]:
         grad[~counted] = 0.0
         return (grad * (scale / n)).reshape(logits.shape)
 
-    return loss, backward
+    return Forward(loss, backward)
 
 
 def clip_grad_norm(parameters: list[Parameter], max_norm: float) -> float:

@@ -20,12 +20,12 @@ marked special (``special``/``source_special``) and drawn apart.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
+from .._json import json_text
 from .._validation import Array, fail
 from ._display import notebook_html
 from ._model_checks import KINDS, check_model_trace, image_sequence, model_trace_from_dict
@@ -135,7 +135,7 @@ class ModelTrace(_Fields):
         return _to_dict(self)
 
     def to_json(self) -> str:
-        return json.dumps(self.to_dict(), ensure_ascii=False, allow_nan=False)
+        return json_text(self.to_dict())
 
     @classmethod
     def from_dict(cls, data: Any, source: str = "trace") -> ModelTrace:

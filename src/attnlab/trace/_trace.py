@@ -20,11 +20,12 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike
 
-from .._validation import ArgumentError, Array, fail, real_number
+from .._json import json_text
+from .._validation import ArgumentError, Array, fail, is_integer, real_number
 from ..engine._attention import attention
 from ..engine._masks import mask_mod_allows, modify_scores_
-from ..engine._problem import Problem, make_problem
-from ..engine._variants import Alignment, MaskMod
+from ..engine._problem import Problem, default_scale, make_problem
+from ..engine.variants import Alignment, MaskMod, Rules
 from ..reference import AttentionSteps
 from ._display import display_text, notebook_html
 from ._variants import Variants
@@ -188,7 +189,7 @@ class Trace:
 
     def to_json(self) -> str:
         """The trace as JSON: valid JSON always (see :meth:`to_dict` for non-finite values)."""
-        return json.dumps(self.to_dict(), ensure_ascii=False, allow_nan=False)  # no indent: the C encoder
+        return json_text(self.to_dict())
 
     @classmethod
     def from_reference(cls, inputs: Any, steps: AttentionSteps, tokens: list[str] | None = None) -> Trace:
@@ -243,7 +244,7 @@ def _key_positions(trace: Trace) -> list[str]:
 
 def _one_head(trace: Trace, h: int) -> Trace:
     """Head ``h`` of a trace (itself when it has one head), without the layer's output."""
-    if isinstance(h, bool) or not isinstance(h, (int, np.integer)) or not 0 <= h < trace.num_heads:
+    if not is_integer(h) or not 0 <= h < trace.num_heads:
         raise fail("h", f"a head index in 0..{trace.num_heads - 1}", repr(h))
     if trace.weights.ndim == 2:
         return trace
@@ -327,7 +328,7 @@ def _trace_from_dict(data: Any, source: str) -> Trace:
     # display (text, plot, page) escapes them and control characters, as display_text says
     labels = None if tokens is None else [str(t) for t in tokens]
     seed = data.get("random_seed")
-    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
+    if seed is not None and (not is_integer(seed) or seed < 0):
         raise ArgumentError(f"{source}: random_seed: expected a whole number ≥ 0 or null, got {seed!r}")
     bias, variants = _saved_variants(data, weights.shape, source)
     _check_not_numbers(arrays, float(scale), bias, source)
@@ -430,7 +431,7 @@ def _render(trace: Trace, lang: str, precision: int, title: str | None) -> str:
     """See :meth:`Trace.render`."""
     if lang not in _LABELS:
         raise fail("lang", f"one of {', '.join(_LABELS)}", repr(lang))
-    if isinstance(precision, bool) or not isinstance(precision, int) or not 0 <= precision <= 17:
+    if not is_integer(precision) or not 0 <= precision <= 17:
         raise fail("precision", "an integer in 0..17", repr(precision))
     t = _LABELS[lang]
 
@@ -476,7 +477,7 @@ def _render(trace: Trace, lang: str, precision: int, title: str | None) -> str:
             lines.append(f"  {t['rules']}: {one.variants.describe(lang)}")
             lines += [f"  {t['masked']}"] if one.masked.any() else []
         lines += section(t["scores"], one.scores)
-        if not math.isclose(trace.scale, 1 / math.sqrt(one.Q.shape[1]), rel_tol=1e-12):
+        if not math.isclose(trace.scale, default_scale(one.Q.shape[1]), rel_tol=1e-12):
             lines.append(f"\n  {t['scale']}: {trace.scale:.{precision}f}")
         lines += section(t["scaled"], one.scaled_scores)
         lines += section(t["weights"], one.weights)
@@ -507,8 +508,8 @@ def build_trace(
     V: Array,
     *,
     scale: float | None,
-    is_causal: bool,
     tokens: Sequence[str] | None,
+    is_causal: bool = False,
     attn_mask: ArrayLike | None = None,
     causal_alignment: Alignment = "top_left",
     window: tuple[int | None, int | None] | None = None,
@@ -517,6 +518,7 @@ def build_trace(
     sinks: ArrayLike | None = None,
     mask_mod: MaskMod | None = None,
     key_tokens: Sequence[str] | None = None,
+    rules: Rules | None = None,
 ) -> Trace:
     """The trace of attention over projections Q (…, L, d_k) of ``inputs`` (L, d_model)
     and K (…, S, d_k), V (…, S, d_v): of the same rows in self-attention (S = L), of
@@ -529,9 +531,9 @@ def build_trace(
         Q: (…, L, d_k), one head or (H, L, d_k).
         K: (…, S, d_k).
         V: (…, S, d_v).
-        scale: multiplies Q·Kᵀ; None: 1/√d_k.
-        is_causal: query i attends to keys j <= i only (j <= i + S − L bottom-right aligned).
+        scale: multiplies Q·Kᵀ; None: 1/√d_k (1 when d_k = 0).
         tokens: L labels of the rows, or None.
+        is_causal: query i attends to keys j <= i only (j <= i + S − L bottom-right aligned).
         attn_mask: bool (True: may attend) or float (added), broadcasting to (…, L, S).
         causal_alignment: "top_left" or "bottom_right" (the same when L = S).
         window: (left, right): query i attends to keys i − left … i + right only.
@@ -541,12 +543,14 @@ def build_trace(
         mask_mod: FlexAttention's mask function, as :func:`attnlab.attention` takes it.
         key_tokens: S labels of K's and V's rows when they are not the queries' (the
             other sequence's tokens in cross-attention), or None (the same as ``tokens``).
+        rules: the variants as one ``engine.variants.Rules`` (with any registered from
+            outside the package), in place of their keywords; None: built from them.
 
     Raises:
         ValueError, TypeError: tokens that are not L labels, key tokens that are not S
             labels, and any argument that :func:`attnlab.attention` refuses.
     """
-    scale = 1.0 / math.sqrt(Q.shape[-1]) if scale is None else real_number("scale", scale)
+    scale = default_scale(Q.shape[-1]) if scale is None else real_number("scale", scale)
     L = len(inputs)
     if L == 0:  # a trace shows rows: none is nothing to show, and a page or plot of it would fail
         raise fail("X", "at least one row (token) to trace", "0 rows")
@@ -559,28 +563,27 @@ def build_trace(
         raise fail("key_tokens", f"{S} labels, one per row of K", "a string", TypeError)
     if key_tokens is not None and len(key_tokens) != S:
         raise fail("key_tokens", f"{S} labels, one per row of K and V", f"{len(key_tokens)} labels")
-    result = attention(
-        Q, K, V, attn_mask=attn_mask, is_causal=is_causal, causal_alignment=causal_alignment, window=window,
-        softcap=softcap, alibi_slopes=alibi_slopes, sinks=sinks, mask_mod=mask_mod, scale=scale, need_weights=True,
-    )  # fmt: skip
+    keywords = Rules(is_causal, causal_alignment, window, softcap, alibi_slopes, sinks, mask_mod)
+    if rules is not None and keywords.given():
+        raise fail("rules", "the variants either as rules or as keywords", f"both ({', '.join(keywords.given())})")
+    rules = keywords if rules is None else rules
+    result = attention(Q, K, V, attn_mask=attn_mask, scale=scale, need_weights=True, rules=rules)
     pb = result.problem
     with np.errstate(over="ignore", invalid="ignore"):  # overflowing scores are shown as ±inf or NaN
         scores = Q @ np.swapaxes(K, -1, -2)  # (…, L, L)
         scaled = scores * scale
         _modify(pb, scaled)  # softcap, the biases, and −inf where a rule rules key j out
     bias = None
-    if pb.alibi is not None or (pb.mask is not None and pb.mask.dtype != bool):
+    if pb.alibi is not None or pb.extra or (pb.mask is not None and pb.mask.dtype != bool):
         float_mask = None if pb.mask is None or pb.mask.dtype == bool else pb.mask
-        additive = make_problem(
-            Q, K, V, float_mask, 0.0, False, scale, False, None, causal_alignment=causal_alignment,
-            alibi_slopes=alibi_slopes,
+        biases = Rules.of(
+            causal_alignment=rules.causal_alignment, alibi_slopes=rules.alibi_slopes,
+            **{variant.name: rules.extra[variant.name] for variant, _ in pb.extra},
         )  # fmt: skip
+        additive = make_problem(Q, K, V, float_mask, 0.0, scale, False, None, biases)
         bias = np.zeros_like(scaled)
         _modify(additive, bias)  # the float mask and ALiBi alone, (…, L, L)
-    variants = Variants.of_call(
-        is_causal=pb.is_causal, causal_alignment=causal_alignment, window=window, softcap=pb.softcap,
-        alibi=pb.alibi, sinks=pb.sinks, attn_mask=pb.mask, mask_mod=pb.mask_mod,
-    )  # fmt: skip
+    variants = Variants.of_problem(pb)
     labels = None if tokens is None else list(tokens)
     weights = result.weights
     assert weights is not None  # need_weights: the naive engine's

@@ -1,5 +1,6 @@
 """The attention variants a trace was built with, recorded so that its text, page and plot
-can say them (the engine's semantics are in ``attnlab.engine._variants``).
+can say them (the engine's semantics, and each variant's words, are in
+``attnlab.engine.variants``).
 
 Self-attention is over one sequence, L = S, so the diagonal's offset is 0 with either
 causal alignment; cross-attention (L queries over S ≠ L keys) moves it to S − L when
@@ -15,41 +16,16 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from .._validation import ArgumentError, Array
+from ..engine._problem import Problem
+from ..engine.variants import REGISTRY
+from ..engine.variants.window import check_window
 
 __all__ = ["Variants"]
 
 _ALIGNMENTS = ("top_left", "bottom_right")
-_WORDS = {
-    "en": {
-        "causal": "causal: query i sees keys j ≤ i",
-        "window": "sliding window {window}: query i sees keys {first} … {last}",
-        "first": "i − {n}",
-        "last": "i + {n}",
-        "start": "0",
-        "end": "L − 1",
-        "alignment": "bottom-right aligned (query i's diagonal is key i + S − L: the same as top-left when S = L)",
-        "softcap": "softcap {c}: scores become {c}·tanh(z/{c}), within ±{c}",
-        "alibi": "ALiBi: −slope·|j − i| added to the scores (slope {slopes})",
-        "sinks": "sinks: one logit per head joins each softmax (logit {sinks}), so a row's weights sum to less than 1",
-        "bool": "a bool mask",
-        "float": "a float mask added to the scores",
-        "mask_mod": "mask function {name}",
-    },
-    "zh": {
-        "causal": "因果：查询 i 只看键 j ≤ i",
-        "window": "滑动窗口 {window}：查询 i 只看键 {first} … {last}",
-        "first": "i − {n}",
-        "last": "i + {n}",
-        "start": "0",
-        "end": "L − 1",
-        "alignment": "右下对齐（查询 i 的对角线在键 i + S − L：S = L 时与左上相同）",
-        "softcap": "softcap {c}：分数变为 {c}·tanh(z/{c})，落在 ±{c} 之内",
-        "alibi": "ALiBi：分数加上 −slope·|j − i|（slope {slopes}）",
-        "sinks": "sinks：每个头一个 logit 加入 softmax（logit {sinks}），一行的权重之和小于 1",
-        "bool": "布尔掩码",
-        "float": "加到分数上的浮点掩码",
-        "mask_mod": "掩码函数 {name}",
-    },
+_MASK_WORDS = {  # the attention mask is the call's, not a variant: its words are here
+    "en": {"bool": "a bool mask", "float": "a float mask added to the scores"},
+    "zh": {"bool": "布尔掩码", "float": "加到分数上的浮点掩码"},
 }
 
 
@@ -66,6 +42,8 @@ class Variants:
         sinks: one sink logit per head, or None.
         attn_mask: "bool" or "float", the kind of attention mask given, or None.
         mask_mod: the mask function's name, or None.
+        extra: (name, what the variant recorded) of each variant registered from outside
+            the package that the call used.
     """
 
     is_causal: bool = False
@@ -76,6 +54,16 @@ class Variants:
     sinks: tuple[float, ...] | None = None
     attn_mask: str | None = None
     mask_mod: str | None = None
+    extra: tuple[tuple[str, Any], ...] = ()
+
+    @classmethod
+    def of_problem(cls, pb: Problem) -> Variants:
+        """The record of the call that ``pb`` is (its variants checked by the engine)."""
+        record = cls.of_call(
+            is_causal=pb.is_causal, causal_alignment=pb.rules.causal_alignment, window=check_window(pb.rules.window),
+            softcap=pb.softcap, alibi=pb.alibi, sinks=pb.sinks, attn_mask=pb.mask, mask_mod=pb.mask_mod,
+        )  # fmt: skip
+        return replace(record, extra=tuple((variant.name, variant.record(value)) for variant, value in pb.extra))
 
     @classmethod
     def of_call(
@@ -121,6 +109,9 @@ class Variants:
         data = asdict(self)
         for name in ("window", "alibi_slopes", "sinks"):
             data[name] = None if data[name] is None else list(data[name])
+        data["extra"] = [[name, value] for name, value in self.extra]
+        if not self.extra:  # traces saved before the field read the same
+            del data["extra"]
         return data
 
     @classmethod
@@ -142,26 +133,18 @@ class Variants:
         Args:
             lang: "en" or "zh".
         """
-        words = _WORDS[lang]
-        parts = [words["causal"]] if self.is_causal else []
-        if self.window is not None:
-            left, right = self.window
-            first = words["start"] if left is None else words["first"].format(n=left) if left else "i"
-            last = words["end"] if right is None else words["last"].format(n=right) if right else "i"
-            shown = "(" + ", ".join("None" if side is None else str(side) for side in self.window) + ")"
-            parts.append(words["window"].format(window=shown, first=first, last=last))
-        if self.causal_alignment == "bottom_right":
-            parts.append(words["alignment"])
-        if self.softcap is not None:
-            parts.append(words["softcap"].format(c=f"{self.softcap:g}"))
-        if self.alibi_slopes is not None:
-            parts.append(words["alibi"].format(slopes=", ".join(f"{s:.4g}" for s in self.alibi_slopes)))
-        if self.sinks is not None:
-            parts.append(words["sinks"].format(sinks=", ".join(f"{s:.4g}" for s in self.sinks)))
-        if self.attn_mask is not None:
-            parts.append(words[self.attn_mask])
-        if self.mask_mod is not None:
-            parts.append(words["mask_mod"].format(name=self.mask_mod))
+        recorded = {
+            "is_causal": self.is_causal, "window": self.window, "causal_alignment": self.causal_alignment,
+            "softcap": self.softcap, "alibi_slopes": self.alibi_slopes, "sinks": self.sinks,
+            "mask_mod": self.mask_mod, **dict(self.extra),
+        }  # fmt: skip
+        parts = []
+        for name, value in recorded.items():
+            if name == "mask_mod" and self.attn_mask is not None:  # the call's mask, before the mask function
+                parts.append(_MASK_WORDS[lang][self.attn_mask])
+            variant = REGISTRY.get(name)
+            words = f"{name} {value}" if variant is None else variant.describe(value, lang)
+            parts += [] if words is None else [words]
         return ("；" if lang == "zh" else "; ").join(parts)
 
 
@@ -183,7 +166,7 @@ def _from_dict(cls: type[Variants], data: Any, source: str) -> Variants:
     where = f"{source}: variants"
     if not isinstance(data, dict) or not set(data) <= set(cls.__dataclass_fields__):
         raise ArgumentError(f"{where}: expected null or an object of {', '.join(cls.__dataclass_fields__)}")
-    given = {**Variants().to_dict(), **data}
+    given = {**Variants().to_dict(), "extra": [], **data}
     window = given["window"]
     sides_ok = isinstance(window, list) and len(window) == 2
     if window is not None and not (sides_ok and all(s is None or (type(s) is int and s >= 0) for s in window)):
@@ -199,6 +182,8 @@ def _from_dict(cls: type[Variants], data: Any, source: str) -> Variants:
         "causal_alignment": given["causal_alignment"] in _ALIGNMENTS,
         "attn_mask": given["attn_mask"] in (None, "bool", "float"),
         "mask_mod": given["mask_mod"] is None or isinstance(given["mask_mod"], str),
+        "extra": isinstance(given["extra"], list)
+        and all(isinstance(x, list) and len(x) == 2 and isinstance(x[0], str) for x in given["extra"]),
     }
     for name, ok in checks.items():
         if not ok:
@@ -212,4 +197,5 @@ def _from_dict(cls: type[Variants], data: Any, source: str) -> Variants:
         sinks=None if given["sinks"] is None else tuple(map(float, given["sinks"])),
         attn_mask=given["attn_mask"],
         mask_mod=given["mask_mod"],
+        extra=tuple((name, value) for name, value in given["extra"]),
     )

@@ -1,6 +1,6 @@
 """How a page carries its numbers and masks as text: base64 of little-endian floats
 (exact, or float24), of fixed-point vectors (``fixedN``: N bits a number, a step per
-vector), and a mask as runs per row. assets/page.js decodes each (``decode``, ``maskOf``).
+vector), and a mask as runs per row. assets/js/decoding.js decodes each (``decode``, ``maskFromRuns``).
 """
 
 from __future__ import annotations

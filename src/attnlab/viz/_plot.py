@@ -24,7 +24,8 @@ from typing import Any
 
 import numpy as np
 
-from .._validation import MissingDependencyError, fail, flag, output_path
+from .._exceptions import MissingFontWarning
+from .._validation import MissingDependencyError, fail, flag, is_integer, output_path
 from ..trace import ModelTrace
 from ..trace._display import display_text
 from ..trace._trace import Trace
@@ -46,10 +47,6 @@ ANNOTATE_UP_TO = 16  # write the values in the cells of matrices up to this many
 LABELS_UP_TO = 60  # past this many tokens, label every n-th so that at most this many show
 MASKED_FACE, MASKED_EDGE = "#e0e0e0", "#9a9a9a"  # a masked cell: light grey (no viridis colour is grey), hatched
 MASKED_LABEL = "masked: the key is ruled out for this query (score −∞, weight exactly 0)"
-
-
-class MissingFontWarning(UserWarning):
-    """Tokens need glyphs that no installed font has."""
 
 
 _CJK_FONTS = (
@@ -109,9 +106,7 @@ def select_heads(spec: Any, num_heads: int) -> list[int]:
             heads = [int(part) for part in spec.split(",")]
         except ValueError:
             raise fail("heads", "'all' or indices such as 0,2,5", repr(spec)) from None
-    elif isinstance(spec, (list, tuple)) and all(
-        isinstance(h, (int, np.integer)) and not isinstance(h, (bool, np.bool_)) for h in spec
-    ):
+    elif isinstance(spec, (list, tuple)) and all(is_integer(h) for h in spec):
         heads = [int(h) for h in spec]
     else:
         raise fail("heads", "'all', indices such as '0,2,5', or a list of ints", repr(spec), TypeError)

@@ -1,4 +1,4 @@
-"""The page's views beyond one trace's heads, each drawn by assets/views.js from its own
+"""The page's views beyond one trace's heads, each drawn by assets/js/views/ from its own
 JSON block (``__ATTNLAB_VIEWS_DATA__``), beside the main views and under the same layer,
 head and query controls:
 
@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from .._validation import Array, fail
+from .._validation import Array, fail, is_integer
 from ..trace import GenerationTrace, ModelTrace
 from ..trace._display import display_text
 from ..trace._trace import Trace
@@ -37,7 +37,8 @@ __all__ = [
 ]  # fmt: skip
 
 MAX_VIEWS_BYTES = 16 * 10**6  # the views' own data, in base64: what Chromium decodes in well under a second
-MODES = ("zero", "mean", "patch")
+ABLATE_MODES = ("zero", "mean")  # what a head's output becomes: attnlab.analysis.MODES, ablate --mode
+MODES = (*ABLATE_MODES, "patch")  # an ablation's mode: "patch" when ablate's patch_text replaced the outputs
 HEAD_KINDS = ("previous", "induction", "sink", "self", "cls", "sep", "punctuation")  # analysis.head_types' kinds
 METRICS = {"logprob": "Δ log p(target)", "kl": "KL"}  # attnlab.analysis's names, and the page's words
 ALIGNMENT_RULE = (
@@ -222,7 +223,7 @@ def check_head_types(types: Any, trace: Trace | ModelTrace) -> dict[str, Any]:
     threshold, repeat = types.get("threshold"), types.get("repeat")
     return {
         "kinds": kinds, "dominant": rows, "scores": chosen, "threshold": _score(threshold),
-        "repeat": repeat if isinstance(repeat, int) and not isinstance(repeat, bool) else None,
+        "repeat": int(repeat) if is_integer(repeat) else None,
     }  # fmt: skip
 
 

@@ -10,7 +10,7 @@ each head's partials by their lse in the order of the keys. The units and the me
 depend only on the problem, so the results are the same bits for any thread count.
 
 It takes the problems ``decodes`` accepts: no attention mask, no mask function, no
-dropout (``Problem.plain``), at most DECODE_QUERIES queries and DECODE_ROWS rows per
+dropout (``Problem.compiles_whole``), at most DECODE_QUERIES queries and DECODE_ROWS rows per
 key/value head; any window, causal rule (either alignment), softcap, ALiBi, sinks, and
 per-sequence key lengths (``Problem.key_lengths``: the keys from a sequence's length on
 are never read, and its bottom-right diagonal is that of its own length).
@@ -44,12 +44,12 @@ TASK_BYTES = 2**21  # of K and V at least per task: a smaller task costs more to
 
 
 def decodes(pb: Problem) -> bool:
-    """Whether the decode path takes ``pb``: plain (``Problem.plain``), L <= DECODE_QUERIES,
+    """Whether the decode path takes ``pb``: plain (``Problem.compiles_whole``), L <= DECODE_QUERIES,
     G·L <= DECODE_ROWS, more keys than queries, and no empty dimension."""
     L, S = pb.lengths
     E, Ev = pb.query.shape[-1], pb.value.shape[-1]
     small = 0 < L <= DECODE_QUERIES and L * pb.groups <= DECODE_ROWS
-    return pb.plain and small and S > L and E > 0 and Ev > 0 and pb.slices > 0
+    return pb.compiles_whole and small and S > L and E > 0 and Ev > 0 and pb.slices > 0
 
 
 def _head_lengths(pb: Problem) -> Array:

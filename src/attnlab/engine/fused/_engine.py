@@ -12,7 +12,7 @@ products still by BLAS. ``KERNELS`` gives ``_tiled`` two layers of kernels:
                  (lse_i in two parts, m_i and log l_i, in the rows of a huge lse: ``_tiled``)
 
 - Whole tasks, for attention with no attention mask, no mask function and no dropout
-  (``Problem.plain``), whatever its window, causal rule (either alignment), softcap, ALiBi
+  (``Problem.compiles_whole``), whatever its window, causal rule (either alignment), softcap, ALiBi
   and sinks: the forward of some slices and rows, the backward over blocks of keys and
   over blocks of queries, each one compiled call with its products by BLAS (Intel MKL's
   where the mkl package is installed, else SciPy's through numba's np.dot: ``_blas``) and

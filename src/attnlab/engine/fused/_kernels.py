@@ -588,7 +588,7 @@ def _modify_row_with_derivative_(row, query, first_key, modifiers, derivative): 
 @compile_
 def _band_keys(band, skip, first, stop, keys):  # type: ignore[no-untyped-def]
     """(first, stop): the keys, of ``keys``, that query rows first … stop − 1 read: with
-    ``skip`` only those the band allows (``_variants.Band.keys``; (0, 0) for none), else all."""
+    ``skip`` only those the band allows (``variants.Band.keys``; (0, 0) for none), else all."""
     if not skip:
         return 0, keys
     start, end = max(0, first + band[0]), max(0, min(keys, stop - 1 + band[1] + 1))
@@ -598,7 +598,7 @@ def _band_keys(band, skip, first, stop, keys):  # type: ignore[no-untyped-def]
 @compile_
 def _band_queries(band, skip, start, end, queries):  # type: ignore[no-untyped-def]
     """(first, stop): the queries, of ``queries``, that read keys start … end − 1: with
-    ``skip`` only those the band allows (``_variants.Band.queries``; (0, 0) for none), else all."""
+    ``skip`` only those the band allows (``variants.Band.queries``; (0, 0) for none), else all."""
     if not skip:
         return 0, queries
     first, stop = max(0, start - band[1]), max(0, min(queries, end - 1 - band[0] + 1))

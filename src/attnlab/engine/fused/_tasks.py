@@ -1,6 +1,6 @@
 """The fused engine's compiled tasks, scheduled: which slices and rows each call of
 ``_kernels.attend``, ``backward_keys`` and ``backward_queries`` covers, for attention
-with no attention mask, no mask function and no dropout (``Problem.plain``), with any
+with no attention mask, no mask function and no dropout (``Problem.compiles_whole``), with any
 window, causal rule, softcap, ALiBi and sinks (``_tiled.Kernels.forward_tasks``,
 ``backward_tasks``).
 
@@ -110,12 +110,12 @@ def _variant(pb: Problem) -> tuple[Any, ...]:
 
 
 def forward_tasks(fp: ForwardPass, threads: int | None) -> list[Task] | None:
-    """The forward of ``fp`` as compiled tasks, for a plain problem (``Problem.plain``;
+    """The forward of ``fp`` as compiled tasks, for a plain problem (``Problem.compiles_whole``;
     None for any other): each writes the output and lse of its slices' rows (as
     ``_tiled``'s per-block loop, in blocks of CAUSAL_BLOCK_Q queries where the band has an
     upper limit: causal, or a window's right side)."""
     pb = fp.pb
-    if not pb.plain:
+    if not pb.compiles_whole:
         return None
     L, S = pb.lengths
     scale, unscale = (np.asarray(x, dtype=pb.compute_dtype)[()] for x in (pb.scale, 2.0**fp.exponent))
@@ -134,7 +134,7 @@ def backward_tasks(bp: BackwardPass, threads: int | None) -> list[Task] | None:
     slices in one pass; with fewer, tasks over blocks of keys make dK and dV, then tasks
     over blocks of queries dQ (as ``_tiled``)."""
     pb = bp.pb
-    if not pb.plain:
+    if not pb.compiles_whole:
         return None
     L, S = pb.lengths
     n = pb.slices
