@@ -30,6 +30,7 @@ __all__ = [
     "ids_below",
     "int_seed",
     "is_integer",
+    "is_real",
     "layer_dtype",
     "output_path",
     "positive_int",
@@ -52,8 +53,9 @@ def fail(name: str, expected: str, got: object, error: type[Exception] = ValueEr
     return kind(f"{name}: expected {expected}, got {got}", name)
 
 
-def _is_real(x: Any) -> bool:
-    """A Python or NumPy real number that is not a bool."""
+def is_real(x: Any) -> TypeGuard[float]:
+    """A Python or NumPy real number that is not a bool (the one such check; typed as float,
+    which a NumPy number stands in for, as ``is_integer``'s)."""
     return isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(x, (bool, np.bool_))
 
 
@@ -65,7 +67,7 @@ def is_integer(x: Any) -> TypeGuard[int]:
 
 def real_number(name: str, x: Any, *, minimum: float | None = None) -> float:
     """``x`` as a finite float (not a bool), at least ``minimum`` when given."""
-    if not _is_real(x):
+    if not is_real(x):
         raise fail(name, "a real number", repr(x), TypeError)
     try:
         value = float(x)
@@ -105,7 +107,7 @@ def int_seed(name: str, n: Any) -> int:
 
 def probability(name: str, p: Any) -> float:
     """A dropout probability in [0, 1)."""
-    if not _is_real(p):
+    if not is_real(p):
         raise fail(name, "a number in [0, 1)", repr(p), TypeError)
     if not 0 <= p < 1:
         raise fail(name, "a number in [0, 1)", repr(p))

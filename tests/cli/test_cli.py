@@ -713,3 +713,21 @@ def test_experiment_list_refuses_a_stray_word(capsys):
     assert err == "attnlab experiment: error: NAME: expected nothing after 'list' (it lists them all), got 'scaling'\n"
     code, out, _ = run_cli(capsys, "experiment", "list")
     assert code == 0 and out.startswith("scaling ")
+
+
+def test_ring_takes_a_count_of_heads_as_num_heads_and_its_old_heads_with_a_deprecation_line(capsys, monkeypatch):
+    import attnlab.bench
+
+    calls: list[dict[str, object]] = []
+    monkeypatch.setattr(attnlab.bench, "launch_ring", lambda *args, **kwargs: calls.append(kwargs) or {})
+    monkeypatch.setattr(attnlab.bench, "format_ring", lambda report: "ran")
+    code, out, err = run_cli(capsys, "ring", "--nproc", "2", "--length", "8", "--num-heads", "3", "--causal")
+    assert (code, out, err) == (0, "ran\n", "")
+    assert calls[-1]["heads"] == 3 and calls[-1]["is_causal"] is True
+    code, out, err = run_cli(capsys, "ring", "--nproc", "2", "--length", "8", "--heads", "5")
+    assert (code, out) == (0, "ran\n") and calls[-1]["heads"] == 5
+    assert err == "attnlab ring: --heads is deprecated and will be removed in the next release: use --num-heads\n"
+    with pytest.raises(SystemExit):
+        main(["ring", "--help"])
+    help_text = capsys.readouterr().out
+    assert "--num-heads" in help_text and "--heads" not in help_text.replace("--num-heads", "")

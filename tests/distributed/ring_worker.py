@@ -23,7 +23,7 @@ import torch
 import torch.distributed as dist
 
 from attnlab import AttnlabError, distributed
-from attnlab.distributed import _ring
+from attnlab.distributed import _agreement, _ring
 
 
 def whole(case: dict) -> tuple[np.ndarray, ...]:
@@ -80,7 +80,7 @@ def refusal(case: dict, shards: list, options: dict, rank: int, out: str) -> Non
     bad = refused(case, rank, shards[0].shape[-2])
     message = None
     if case.get("ahead_rank") == rank:  # as if this rank had made a ring call alone: one call ahead of the others
-        _ring._CALLS[id(dist.group.WORLD)] = _ring._CALLS.get(id(dist.group.WORLD), 0) + 1
+        _agreement._CALLS[id(dist.group.WORLD)] = _agreement._CALLS.get(id(dist.group.WORLD), 0) + 1
     try:
         if case.get("call") == "backward":
             output, lse = distributed.ring_attention(*shards[:3], return_lse=True, **options)

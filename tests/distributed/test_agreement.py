@@ -17,13 +17,14 @@ torch = pytest.importorskip("torch")
 
 import attnlab as al  # noqa: E402
 from attnlab import distributed  # noqa: E402
-from attnlab.distributed import _attention, _ring  # noqa: E402
+from attnlab.distributed import _agreement, _attention, _ring  # noqa: E402
+from attnlab.engine.variants import Rules  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
 def fresh_call_counts(monkeypatch: pytest.MonkeyPatch) -> None:
     """No counts left by another test (a freed group's id may come back as a new one's)."""
-    monkeypatch.setattr(_ring, "_CALLS", {})
+    monkeypatch.setattr(_agreement, "_CALLS", {})
 
 
 class Exchange:
@@ -37,7 +38,7 @@ class Exchange:
 
 
 class FakeDist:
-    """torch.distributed as :func:`attnlab.distributed._ring.agree` uses it, for one rank;
+    """torch.distributed as :func:`attnlab.distributed._agreement.agree` uses it, for one rank;
     ``collectives`` counts its all_gathers."""
 
     def __init__(self, exchange: Exchange, rank: int) -> None:
@@ -68,7 +69,7 @@ def on_every_rank(monkeypatch: pytest.MonkeyPatch, fakes: list[FakeDist], call: 
     """``call(rank)`` on a thread per rank, each seeing its own FakeDist; what each returned
     or raised, in rank order."""
     local = threading.local()
-    monkeypatch.setattr(_ring, "_torch_distributed", lambda: local.dist)
+    monkeypatch.setattr(_agreement, "_torch_distributed", lambda: local.dist)
     results: list[Any] = [None] * len(fakes)
 
     def run(rank: int) -> None:
@@ -96,10 +97,11 @@ def agreed(rank: int, **settings: Any) -> _ring.Ring:
     """The Ring this rank's agreement gives, for the ring_attention call with ``settings``."""
     q, k, v = shards(rank)
     given = {"is_causal": True, "scale": None, "enable_gqa": False, "layout": "contiguous", **settings}
-    variants = {name: given.pop(name) for name in list(given) if name in _ring.VARIANTS}
+    attn_mask = given.pop("attn_mask", None)
+    rules = Rules.of(**{name: given.pop(name) for name in list(given) if name not in ("scale", "enable_gqa", "layout")})
     return _attention._agree(
-        "ring_attention", {"query": q, "key": k, "value": v}, given["is_causal"], given["scale"],
-        given["enable_gqa"], given["layout"], None, variants=variants,
+        "ring_attention", {"query": q, "key": k, "value": v}, rules, given["scale"], given["enable_gqa"],
+        given["layout"], None, attn_mask=attn_mask,
     )  # fmt: skip
 
 
@@ -185,7 +187,7 @@ def test_a_rank_one_call_ahead_pairs_with_no_other_ranks_call(monkeypatch):
     call pairs and agrees. A forward meeting a backward is refused the same way."""
     fakes = ranks(3)
     assert all(isinstance(r, _ring.Ring) for r in on_every_rank(monkeypatch, fakes, agreed))
-    _ring._CALLS[id(fakes[1].group.WORLD)] += 1  # rank 1's lone call
+    _agreement._CALLS[id(fakes[1].group.WORLD)] += 1  # rank 1's lone call
     same_error_everywhere(
         on_every_rank(monkeypatch, fakes, agreed), distributed.RingError,
         "ring_attention: the ranks are out of step: rank 0 is at its ring call 2 (ring_attention), rank 1 at its call "

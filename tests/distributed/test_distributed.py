@@ -318,7 +318,7 @@ def test_the_pieces_cover_the_band_once_and_meet_it_in_every_row(monkeypatch):
     sequence's band (−left <= J − I <= right, J <= I when causal; written here from the
     positions that ``shard`` gives), each once; every row of a piece meets a key; and
     without a window only full and top-left causal pieces (those the fused engine compiles)."""
-    from attnlab.distributed import _ring
+    from attnlab.distributed import _ring, _shards
     from attnlab.engine.variants import Band
 
     rng = np.random.default_rng(7)
@@ -337,7 +337,7 @@ def test_the_pieces_cover_the_band_once_and_meet_it_in_every_row(monkeypatch):
         window = None if trial % 5 == 0 else (left, right)
         monkeypatch.setattr(_ring, "BLOCK", int(rng.integers(1, 6)))
         band = Band.of(causal, window, 0, (total, total))
-        runs = _ring.runs_of(lengths, layout)
+        runs = _shards.runs_of(lengths, layout)
         for rank in range(world):
             ring = _ring.Ring(None, None, rank, world, lengths, runs, causal, None, False, band)
             for source in range(world):

@@ -14,7 +14,7 @@ import pytest
 
 import attnlab as al
 from attnlab.engine.variants import REGISTRY, Context, Rules, Variant, and_masks, or_masks, register
-from attnlab.trace._trace import build_trace
+from attnlab.trace._build import build_trace
 
 
 class QuadraticDistance(Variant):

@@ -189,7 +189,7 @@ def test_input_and_parameter_gradients_match_finite_differences(options):
     grads = layer.backward(grad_out)
     for analytic, x in zip(grads, (query, key, value), strict=True):
         np.testing.assert_allclose(analytic, numerical_gradient(loss, x), atol=1e-7, rtol=1e-6)
-    params = dict(layer.named_parameters())
+    params = {name: p.value for name, p in layer.named_parameters()}  # the live arrays, perturbed in place
     for name in layer.grads:
         np.testing.assert_allclose(
             layer.grads[name], numerical_gradient(loss, params[name]), atol=1e-7, rtol=1e-6, err_msg=name

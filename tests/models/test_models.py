@@ -93,7 +93,8 @@ def test_a_single_sequence_has_no_batch_axis_and_the_weights_stay_memory_mapped(
     model = models.load(checkpoints["gpt2", "float32"])
     assert model(IDS[0]).logits.shape == (9, VOCAB)
     np.testing.assert_allclose(model(IDS[0]).logits, model(IDS).logits[0], atol=1e-6)
-    embed = model.network.embed
+    embed = model.network.embed.weight.value
+    assert model.network.head is not None and model.network.head.weight.value is embed  # the tied head: one array
     assert not embed.flags.writeable and not embed.flags.owndata  # a read-only view of the mapped file
 
 

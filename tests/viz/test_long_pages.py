@@ -16,7 +16,7 @@ import pytest
 
 import attnlab as al
 from attnlab.trace import ModelTrace
-from attnlab.trace._trace import build_trace
+from attnlab.trace._build import build_trace
 from attnlab.viz._page import PAGE_LIMITS, PageShape, check_page_size, encoding
 
 WORDS = ["the", "cat", "sat", "on", "the", "mat", "because", "it", "was", "warm", "and", "then", "it", "slept"]

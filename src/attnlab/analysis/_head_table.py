@@ -9,12 +9,11 @@ from typing import Any
 
 import numpy as np
 
-from .._validation import Array, fail, is_integer
+from .._validation import Array, fail, is_integer, is_real
+from ..viz._views import HEAD_KINDS as KINDS  # the kinds, in the order tables list them (a tie goes to the first)
 
 __all__ = ["KINDS", "SHORT", "THRESHOLD", "HeadTypes"]
 
-# the kinds, in the order tables list them (and in which a tie goes to the first)
-KINDS = ("previous", "induction", "sink", "self", "cls", "sep", "punctuation")
 SHORT = {
     "previous": "prev", "induction": "ind", "sink": "sink", "self": "self", "cls": "cls", "sep": "sep",
     "punctuation": "punct",
@@ -82,7 +81,7 @@ class HeadTypes:
         Raises:
             ArgumentError: a threshold outside [0, 1].
         """
-        if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not 0 <= threshold <= 1:
+        if not is_real(threshold) or not 0 <= threshold <= 1:
             raise fail("threshold", "a number in [0, 1]", repr(threshold))
         kinds = [k for k in self.kinds if k != "sink"] + [k for k in self.kinds if k == "sink"]
         stacked = np.stack([self.scores[k] for k in kinds])  # kinds × (layers, heads) -> (kinds, layers, heads)

@@ -22,8 +22,9 @@ import numpy as np
 
 from .. import distributed
 from .._timer import time_once
+from ..distributed import _agreement, _ring
 from ..distributed import _attention as _ring_api
-from ..distributed import _ring
+from ..engine.variants import Rules
 from ._memory import peak_rss_mib
 
 __all__ = ["main"]
@@ -53,7 +54,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
     q, k, v, d = (rng.standard_normal(shape, dtype=dtype) for _ in range(4))
     shards = [distributed.shard(x, size, rank, args.layout) for x in (q, k, v, d)]
     arrays = {"query": shards[0], "key": shards[1], "value": shards[2]}
-    ring = _ring_api._agree("ring", arrays, args.causal, None, False, args.layout, None)
+    ring = _ring_api._agree("ring", arrays, Rules(is_causal=args.causal), None, False, args.layout, None)
     _warm_up()
     dist.barrier()
     query, key, value, grad_output = shards
@@ -72,7 +73,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
         "backward_extra_bytes": backward_extra, "backward_messages": ring.sent[0] - forward_sent[0],
         "backward_bytes": ring.sent[1] - forward_sent[1], "peak_rss_mib": peak_rss_mib(),
     }  # fmt: skip
-    every = _ring._all_gather_json(dist, None, size, mine)
+    every = _agreement._all_gather_json(dist, None, size, mine)
     mine_out = [output, *(grads if grads is not None else ())]  # O, then dQ, dK, dV with --backward
     whole = [_gathered(dist, size, x, args.layout) for x in mine_out] if args.check else []
     dist.destroy_process_group()
@@ -91,19 +92,19 @@ def _gathered(dist: Any, size: int, shard: np.ndarray, layout: Literal["contiguo
     """The whole sequence's array (…, L, E) from every rank's ``shard`` of it (float64)."""
     if size == 1:
         return shard.astype(np.float64)
-    pieces = _ring._all_gather_json(dist, None, size, shard.astype(np.float64).tolist())
+    pieces = _agreement._all_gather_json(dist, None, size, shard.astype(np.float64).tolist())
     return distributed.unshard([np.asarray(p) for p in pieces], layout)
 
 
 def _checked(
-    whole: list[np.ndarray], q: np.ndarray, k: np.ndarray, v: np.ndarray, d: np.ndarray, causal: bool
+    whole: list[np.ndarray], q: np.ndarray, k: np.ndarray, v: np.ndarray, d: np.ndarray, is_causal: bool
 ) -> dict[str, Any]:
     """The single-process engine's time and the ring's largest error against it: of the
     output (``whole[0]``) and, when ``whole`` holds them, of dQ, dK and dV (the backward
     of Σ d∘O, the same ``d`` the ranks used)."""
     from ..engine._attention import attention
 
-    result, seconds = time_once(lambda: attention(q, k, v, is_causal=causal))
+    result, seconds = time_once(lambda: attention(q, k, v, is_causal=is_causal))
     checked: dict[str, Any] = {"single_process_s": seconds}
     checked["max_abs_error"] = float(np.abs(whole[0] - result.output).max())
     if len(whole) == 4:

@@ -25,7 +25,7 @@ def _free_port() -> int:
 
 
 def launch_ring(
-    nproc: int, length: int, *, heads: int = 1, dim: int = 64, causal: bool = False, backward: bool = False,
+    nproc: int, length: int, *, heads: int = 1, dim: int = 64, is_causal: bool = False, backward: bool = False,
     layout: str = "zigzag", float64: bool = False, check: bool = False,
 ) -> dict[str, Any]:  # fmt: skip
     """Run the ring on ``nproc`` local processes; rank 0's report."""
@@ -52,7 +52,7 @@ def launch_ring(
         "--layout",
         layout,
     ]
-    command += [flag for flag, on in (("--causal", causal), ("--backward", backward), ("--float64", float64),
+    command += [flag for flag, on in (("--causal", is_causal), ("--backward", backward), ("--float64", float64),
                                       ("--check", check)) if on]  # fmt: skip
     threads = str(max(1, (os.cpu_count() or 1) // nproc))  # the cores shared out, no oversubscription
     env = {**os.environ, "ATTNLAB_NUM_THREADS": threads, "OMP_NUM_THREADS": "1"}

@@ -82,11 +82,11 @@ def available_engines() -> list[Engine]:
     return [name for name, engine in ENGINES.items() if engine.available()]
 
 
-def textbook_attention(q: Array, k: Array, v: Array, causal: bool) -> Array:
+def textbook_attention(q: Array, k: Array, v: Array, is_causal: bool) -> Array:
     """The three lines every tutorial writes (plus the causal mask): softmax(q·kᵀ/√E)·v,
     q (B…, L, E), k and v (B…, S, E), the (B…, L, S) scores whole in memory."""
     scores = q @ k.swapaxes(-1, -2) / np.sqrt(q.shape[-1])  # (B…, L, S)
-    if causal:
+    if is_causal:
         L, S = scores.shape[-2:]
         scores = np.where(Band.of(True, None, 0, (L, S)).allowed(slice(0, L), slice(0, S)), scores, -np.inf)
     weights = np.exp(scores - scores.max(axis=-1, keepdims=True))

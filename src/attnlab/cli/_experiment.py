@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 
+from .._validation import is_real
 from ._inputs import InputError
 from ._options import at_least
 
@@ -63,5 +64,5 @@ def _print_rows(prefix: str, value: object) -> None:
     if isinstance(value, dict):
         for key, inner in value.items():
             _print_rows(f"{prefix}{key} · ", inner)
-    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+    elif is_real(value):
         print(f"| {prefix.rstrip(' ·')} | {value:.4g} |")

@@ -18,7 +18,7 @@ import numpy as np
 import regex
 
 from .._exceptions import InputError
-from .._validation import Array
+from .._validation import Array, is_real
 
 __all__ = [
     "InputError",
@@ -46,7 +46,7 @@ def _numeric_rows(rows: Any, source: str) -> Array:
         if len(row) != width:
             raise InputError(f"{source}: ragged rows: row 0 has {width} values, row {i} has {len(row)}")
         for j, x in enumerate(row):
-            if isinstance(x, bool) or not isinstance(x, (int, float)):
+            if not is_real(x):
                 raise InputError(f"{source}: row {i}, column {j}: expected a number, got {x!r}")
     try:
         matrix = np.array(rows, dtype=float).reshape(len(rows), width)

@@ -13,7 +13,8 @@ from typing import Any, NoReturn
 
 from .._validation import fail
 from ..trace import ModelTrace
-from ..trace._trace import LANGUAGES, Trace
+from ..trace._labels import LANGUAGES
+from ..trace._trace import Trace
 
 __all__ = [
     "Parser",

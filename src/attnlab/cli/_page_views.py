@@ -14,7 +14,7 @@ from ._sequence import trace_from_args
 
 __all__ = ["MAX_GENERATE", "check_texts", "generation_page", "pair_of_traces"]
 
-MAX_GENERATE = 256  # --generate's most new tokens: the page carries N × (P + N) weights per head and layer
+MAX_GENERATE = 256  # --generate's most new tokens: the page carries N × (L + N) weights per head and layer
 
 
 def check_texts(args: argparse.Namespace, two_allowed: bool) -> None:
@@ -50,7 +50,7 @@ def pair_of_traces(args: argparse.Namespace) -> tuple[ModelTrace, ModelTrace]:
 def generation_page(args: argparse.Namespace) -> tuple[ModelTrace, GenerationTrace]:
     """The --generate N tokens after --text, recorded with the KV cache, and the trace of
     the whole sequence (prompt and generated) for the main views; the page's size is
-    checked for P + N tokens before the model runs."""
+    checked for L + N tokens before the model runs."""
     from ..models._checkpoint import locate
     from ._transformers import backend_for, say_backend
 

@@ -14,6 +14,7 @@ Examples::
 from __future__ import annotations
 
 import argparse
+import sys
 
 from ._options import at_least
 
@@ -24,7 +25,10 @@ def add_options(parser: argparse.ArgumentParser) -> None:
     """ring's own options."""
     parser.add_argument("--nproc", type=at_least(1, 64), required=True, help="processes (ranks) on this machine")
     parser.add_argument("--length", type=at_least(1, 2**24), required=True, help="tokens of the whole sequence")
-    parser.add_argument("--heads", type=at_least(1, 1024), default=1, help="heads (default 1)")
+    parser.add_argument("--num-heads", type=at_least(1, 1024), default=1, help="how many heads (default 1)")
+    parser.add_argument(  # --num-heads' old name, kept one release
+        "--heads", type=at_least(1, 1024), dest="old_heads", default=None, help=argparse.SUPPRESS
+    )
     parser.add_argument("--dim", type=at_least(1, 4096), default=64, help="width of each head (default 64)")
     parser.add_argument("--causal", action="store_true", help="token i attends to tokens 0..i only")
     parser.add_argument("--backward", action="store_true", help="also run and time the backward")
@@ -44,6 +48,10 @@ def run(args: argparse.Namespace) -> None:
     """Launch the ranks and print their figures."""
     from ..bench import format_ring, launch_ring
 
-    print(format_ring(launch_ring(args.nproc, args.length, heads=args.heads, dim=args.dim, causal=args.causal,
+    if args.old_heads is not None:  # ring's --heads was a count, where ablate's and plot's name heads
+        print("attnlab ring: --heads is deprecated and will be removed in the next release: use --num-heads",
+              file=sys.stderr)  # fmt: skip
+        args.num_heads = args.old_heads
+    print(format_ring(launch_ring(args.nproc, args.length, heads=args.num_heads, dim=args.dim, is_causal=args.causal,
                                   backward=args.backward, layout=args.layout, float64=args.float64,
                                   check=args.check)))  # fmt: skip

@@ -11,7 +11,7 @@ import math
 import numpy as np
 
 from .._validation import Array
-from ..engine.variants import ALIGNMENTS
+from ..engine.variants import ALIGNMENTS, Rules
 from ..layers._multihead import MultiheadAttention
 from ..layers._self_attention import SelfAttention
 from ..trace import ModelTrace
@@ -311,10 +311,8 @@ def _run_layer(X: Array, tokens: list[str] | None, args: argparse.Namespace) -> 
         raise InputError(f"--num-heads: expected a divisor of the input's width {X.shape[1]}, got {args.num_heads}")
     else:
         layer = MultiheadAttention(X.shape[1], args.num_heads, seed=args.seed, dtype=np.float64)
-    trace = layer.trace(
-        X, is_causal=args.causal, scale=scale, tokens=tokens, window=args.window,
-        causal_alignment=args.causal_alignment, softcap=args.softcap,
-    )  # fmt: skip
+    rules = Rules(args.causal, args.causal_alignment, args.window, args.softcap)  # the variants' options, whole
+    trace = layer.trace(X, scale=scale, tokens=tokens, rules=rules)
     trace.random_seed = args.seed
     return trace
 

@@ -6,11 +6,12 @@ partial outputs merge by their log-sum-exps. Usage::
 
     out = distributed.ring_attention(q_shard, k_shard, v_shard, is_causal=True)
 
-The algorithm is in :mod:`._ring` and docs/distributed.md.
+The algorithm is in :mod:`._ring` (the schedule), :mod:`._agreement` (the ranks' one
+collective before any other), :mod:`._shards` (the layouts) and docs/distributed.md.
 """
 
+from .._exceptions import RingError
 from ._attention import LAYOUTS, ring_attention, ring_attention_backward, shard, unshard
-from ._ring import RingError
 
 __all__ = ["LAYOUTS", "RingError", "ring_attention", "ring_attention_backward", "shard", "unshard"]
 

@@ -2,7 +2,7 @@
 
 Each rank passes its shard of the queries, keys and values, (B…, n_r, E) with n_r ≥ 1 rows
 of the same positions, and gets its shard of the output of attention over the whole
-sequence; see ``attnlab.distributed._ring`` and docs/distributed.md for the algorithm::
+sequence; see ``attnlab.distributed._ring`` (the schedule), ``._agreement`` and docs/distributed.md for the algorithm::
 
     import torch.distributed as dist
     from attnlab import distributed
@@ -27,12 +27,12 @@ from numpy.typing import ArrayLike
 
 from .._validation import Array, array_of, fail, float_array, is_integer
 from ..engine._attention import ENGINES, Engine, Gradients
-from ..engine.variants import Alignment
-from . import _ring
+from ..engine.variants import Alignment, Rules
+from . import _agreement, _ring, _shards
 
 __all__ = ["LAYOUTS", "ring_attention", "ring_attention_backward", "shard", "unshard"]
 
-LAYOUTS = _ring.LAYOUTS
+LAYOUTS = _shards.LAYOUTS
 Layout = Literal["contiguous", "zigzag"]
 
 
@@ -110,10 +110,9 @@ def ring_attention(
         MissingDependencyError: torch is not installed.
     """
     arrays = {"query": query, "key": key, "value": value}
-    variants = {"window": window, "causal_alignment": causal_alignment, "softcap": softcap,
-                "alibi_slopes": alibi_slopes, "sinks": sinks, "attn_mask": attn_mask, "mask_mod": mask_mod}  # fmt: skip
-    ring = _agree("ring_attention", arrays, is_causal, scale, enable_gqa, layout, group, engine=engine,
-                  variants=variants)  # fmt: skip
+    rules = Rules(is_causal, causal_alignment, window, softcap, alibi_slopes, sinks, mask_mod)
+    ring = _agree("ring_attention", arrays, rules, scale, enable_gqa, layout, group, engine=engine,
+                  attn_mask=attn_mask)  # fmt: skip
     q, k, v = (float_array(name, x) for name, x in arrays.items())
     output, lse = _ring.ring_forward(ring, q, k, v, engine)
     result = output.astype(q.dtype, copy=False)
@@ -180,33 +179,32 @@ def ring_attention_backward(
         RingError: as :func:`ring_attention`.
     """
     arrays = {"query": query, "key": key, "value": value, "grad_output": grad_output, "output": output}
-    variants = {"window": window, "causal_alignment": causal_alignment, "softcap": softcap,
-                "alibi_slopes": alibi_slopes, "sinks": sinks, "attn_mask": attn_mask, "mask_mod": mask_mod}  # fmt: skip
-    ring = _agree("ring_attention_backward", arrays, is_causal, scale, enable_gqa, layout, group,
+    rules = Rules(is_causal, causal_alignment, window, softcap, alibi_slopes, sinks, mask_mod)
+    ring = _agree("ring_attention_backward", arrays, rules, scale, enable_gqa, layout, group,
                   lambda: _check_saved(query, key, value, grad_output, output, lse, enable_gqa), engine,
-                  variants)  # fmt: skip
+                  attn_mask)  # fmt: skip
     q, k, v, d_out, out = (float_array(name, x) for name, x in arrays.items())
     return _ring.ring_backward(ring, d_out, q, k, v, out, np.asarray(lse), engine)
 
 
 def _agree(
-    name: str, arrays: dict[str, Any], is_causal: Any, scale: Any, enable_gqa: Any, layout: Any, group: Any,
-    more: Any = None, engine: Any = None, variants: dict[str, Any] | None = None,
+    name: str, arrays: dict[str, Any], rules: Rules, scale: Any, enable_gqa: Any, layout: Any, group: Any,
+    more: Any = None, engine: Any = None, attn_mask: Any = None,
 ) -> _ring.Ring:  # fmt: skip
-    given = variants or {}
+    """The ranks' agreement on one call (:func:`._agreement.agree`), its ``rules`` whole."""
 
     def check() -> dict[str, Any]:
-        settings = _ring.settings(is_causal, scale, enable_gqa, layout, given)
+        settings = _agreement.settings(rules, attn_mask, scale, enable_gqa, layout)
         if engine not in (None, *ENGINES):
             raise fail("engine", f"one of {', '.join(ENGINES)} or None", repr(engine))
-        _ring.check_shards(arrays["query"], arrays["key"], arrays["value"], is_causal, scale, enable_gqa, given)
+        _agreement.check_shards(arrays["query"], arrays["key"], arrays["value"], rules, scale, enable_gqa)
         if more is not None:
             more()
         return settings
 
-    shared = {"is_causal": is_causal, "scale": scale, "enable_gqa": enable_gqa, "layout": layout,
-              **_ring.shared(given)}  # fmt: skip
-    return _ring.agree(name, arrays, shared, group, check)
+    shared = {"is_causal": rules.is_causal, "scale": scale, "enable_gqa": enable_gqa, "layout": layout,
+              **_agreement.shared(rules)}  # fmt: skip
+    return _agreement.agree(name, arrays, shared, group, check)
 
 
 def _check_saved(query: Any, key: Any, value: Any, grad_output: Any, output: Any, lse: Any, enable_gqa: Any) -> None:
@@ -247,7 +245,7 @@ def shard(x: ArrayLike, world_size: int, rank: int, layout: Layout = "contiguous
         raise fail("rank", f"an integer in 0..{world_size - 1}", repr(rank))
     if layout not in LAYOUTS:
         raise fail("layout", f"one of {', '.join(LAYOUTS)}", repr(layout))
-    return _ring.shard(x, int(world_size), int(rank), layout, _axis(axis, x.ndim))
+    return _shards.shard(x, int(world_size), int(rank), layout, _axis(axis, x.ndim))
 
 
 def unshard(shards: Sequence[ArrayLike], layout: Layout = "contiguous", axis: int = -2) -> Array:
@@ -267,7 +265,7 @@ def unshard(shards: Sequence[ArrayLike], layout: Layout = "contiguous", axis: in
     if not len(shards):
         raise fail("shards", "one shard per rank", "none")
     arrays = [array_of(f"shards[{r}]", s) for r, s in enumerate(shards)]
-    return _ring.unshard(arrays, layout, _axis(axis, min(a.ndim for a in arrays)))
+    return _shards.unshard(arrays, layout, _axis(axis, min(a.ndim for a in arrays)))
 
 
 def _axis(axis: Any, ndim: int) -> int:

@@ -343,12 +343,9 @@ def attention(
             that does not return a bool array of the block's shape.
         TypeError: an argument of the wrong type or dtype (flags must be bools).
     """
-    keywords = Rules(is_causal, causal_alignment, window, softcap, alibi_slopes, sinks, mask_mod)
-    if rules is not None and keywords.given():
-        raise fail("rules", "the variants either as rules or as keywords", f"both ({', '.join(keywords.given())})")
+    rules = Rules(is_causal, causal_alignment, window, softcap, alibi_slopes, sinks, mask_mod).unless(rules)
     pb = make_problem(
-        query, key, value, attn_mask, dropout_p, scale, enable_gqa, rng, keywords if rules is None else rules,
-        key_lengths=key_lengths,
+        query, key, value, attn_mask, dropout_p, scale, enable_gqa, rng, rules, key_lengths=key_lengths
     )  # fmt: skip
     need_weights = flag("need_weights", need_weights)
     threads = _threads(num_threads)

@@ -23,6 +23,7 @@ import numpy as np
 from .._exceptions import UnsupportedModelError
 from .._validation import fail
 from ..engine._attention import Attention, attention
+from ..engine.variants import Rules
 from ._torch import from_numpy, heads_last_copy, model_type, to_numpy, torch, transformers
 
 __all__ = ["EngineCall", "UnsupportedModelError", "attention_forward", "recorder"]
@@ -49,22 +50,26 @@ _BOOKKEEPING = frozenset(
 class EngineCall:
     """One attention module's call, as the engine takes it (NumPy, the compute dtype):
     query (B, H, L, E), key (B, Hk, S, E), value (B, Hk, S, Ev), ``mask`` bool or float
-    (broadcasting to (B, H, L, S)) or None, and the keywords of :func:`attnlab.attention`."""
+    (broadcasting to (B, H, L, S)) or None, the variants as one :class:`Rules` (causal,
+    softcap, the sinks (H,) as NumPy), and the other keywords of :func:`attnlab.attention`
+    (scale, enable_gqa, dropout_p, rng, need_weights)."""
 
     module: Any
     query: Any
     key: Any
     value: Any
     mask: Any
-    sinks: Any
+    rules: Rules
     options: dict[str, Any]
 
     @classmethod
     def of(
-        cls, module: Any, query: Any, key: Any, value: Any, mask: Any, sinks: Any, options: dict[str, Any]
+        cls, module: Any, query: Any, key: Any, value: Any, mask: Any, sinks: Any, rules: Rules, options: dict[str, Any]
     ) -> EngineCall:
-        """The call of these tensors, as NumPy arrays (float16 and bfloat16 widened to float32)."""
-        return cls(module, to_numpy(query), to_numpy(key), to_numpy(value), to_numpy(mask), to_numpy(sinks), options)
+        """The call of these tensors, as NumPy arrays (float16 and bfloat16 widened to float32),
+        ``sinks`` (a tensor or None) joining ``rules``."""
+        rules = rules.replace(sinks=to_numpy(sinks))
+        return cls(module, to_numpy(query), to_numpy(key), to_numpy(value), to_numpy(mask), rules, options)
 
 
 # While attnlab.hf.trace runs, the function that records a call and returns its output
@@ -148,16 +153,17 @@ def attention_forward(
         )
     sinks = None if s_aux is None else s_aux.reshape(H)  # (H,)
     p = float(dropout) if getattr(module, "training", False) else 0.0
+    rules = Rules(is_causal=causal, softcap=softcap)  # the sinks join it as NumPy (EngineCall.of, _forward)
     options: dict[str, Any] = dict(
-        is_causal=causal, scale=scaling, softcap=softcap, enable_gqa=query.shape[1] != key.shape[1],
-        dropout_p=p, rng=_rng() if p > 0 else None, need_weights=_weights_wanted(output_attentions),
+        scale=scaling, enable_gqa=query.shape[1] != key.shape[1], dropout_p=p, rng=_rng() if p > 0 else None,
+        need_weights=_weights_wanted(output_attentions),
     )  # fmt: skip
     record = recorder.get()
     if record is not None:
-        call = EngineCall.of(module, query, key, value, mask, sinks, options)
+        call = EngineCall.of(module, query, key, value, mask, sinks, rules, options)
         output = from_numpy(record(call), query)  # (B, H, L, Ev)
         return output.transpose(1, 2).contiguous(), None
-    output, weights = _run_engine(query, key, value, mask, sinks, options)
+    output, weights = _run_engine(query, key, value, mask, sinks, rules, options)
     return output.transpose(1, 2).contiguous(), weights  # (B, L, H, Ev)
 
 
@@ -224,7 +230,7 @@ def _packed(module: Any, cu_q: Any, cu_k: Any, mask: Any, B: int, L: int, S: int
 
 
 def _engine_call(call: EngineCall) -> Attention:
-    return attention(call.query, call.key, call.value, attn_mask=call.mask, sinks=call.sinks, **call.options)
+    return attention(call.query, call.key, call.value, attn_mask=call.mask, rules=call.rules, **call.options)
 
 
 class _EngineFunction(torch.autograd.Function):
@@ -242,8 +248,8 @@ class _EngineFunction(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx: Any, query: Any, key: Any, value: Any, mask: Any, sinks: Any, options: Any) -> Any:
-        result, output, weights = _forward(query, key, value, mask, sinks, options, ctx.needs_input_grad[3])
+    def forward(ctx: Any, query: Any, key: Any, value: Any, mask: Any, sinks: Any, rules: Any, options: Any) -> Any:
+        result, output, weights = _forward(query, key, value, mask, sinks, rules, options, ctx.needs_input_grad[3])
         ctx.result = result
         ctx.formats = tuple(None if x is None else (x.dtype, x.device) for x in (query, key, value, mask, sinks))
         if weights is not None:
@@ -260,28 +266,33 @@ class _EngineFunction(torch.autograd.Function):
                 from_numpy(grad, like) if needed and grad is not None else None
                 for grad, like, needed in zip(wanted, ctx.formats, ctx.needs_input_grad, strict=False)
             ),
+            None,  # rules
             None,  # options
         )
 
 
-def _run_engine(query: Any, key: Any, value: Any, mask: Any, sinks: Any, options: dict[str, Any]) -> tuple[Any, Any]:
+def _run_engine(
+    query: Any, key: Any, value: Any, mask: Any, sinks: Any, rules: Rules, options: dict[str, Any]
+) -> tuple[Any, Any]:
     """(output (B, H, L, Ev), weights or None): :class:`_EngineFunction`, or, where no
     gradient can flow (``torch.no_grad``, ``inference_mode``, no input requiring one), the
     same forward without autograd's bookkeeping (0.1 ms a call)."""
     inputs = (query, key, value, mask, sinks)
     if torch.is_grad_enabled() and any(x is not None and x.requires_grad for x in inputs):
-        return tuple(_EngineFunction.apply(*inputs, options))
-    _, output, weights = _forward(*inputs, options, mask_needs_grad=False)
+        return tuple(_EngineFunction.apply(*inputs, rules, options))
+    _, output, weights = _forward(*inputs, rules, options, mask_needs_grad=False)
     return output, weights
 
 
 def _forward(
-    query: Any, key: Any, value: Any, mask: Any, sinks: Any, options: dict[str, Any], mask_needs_grad: bool
-) -> tuple[Attention, Any, Any]:
+    query: Any, key: Any, value: Any, mask: Any, sinks: Any, rules: Rules, options: dict[str, Any],
+    mask_needs_grad: bool,
+) -> tuple[Attention, Any, Any]:  # fmt: skip
     """The engine's forward on these tensors: its result, the output (B, H, L, Ev) in
     query's dtype and device, whose memory is (B, L, H, Ev), and the weights or None."""
     q, k, v = (to_numpy(x, contiguous=True) for x in (query, key, value))
-    result = _engine_call(EngineCall(None, q, k, v, _engine_mask(mask, mask_needs_grad), to_numpy(sinks), options))
+    rules = rules.replace(sinks=to_numpy(sinks))
+    result = _engine_call(EngineCall(None, q, k, v, _engine_mask(mask, mask_needs_grad), rules, options))
     weights = None if result.weights is None else from_numpy(result.weights, query)
     return result, heads_last_copy(result.exact_output, query), weights
 

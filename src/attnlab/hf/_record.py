@@ -2,7 +2,7 @@
 as an :class:`attnlab.Trace` by the engine's own call (no second forward).
 
 While the forward runs, :data:`_backend.recorder` hands each attention call to
-:class:`_Recording`, which computes it through :func:`attnlab.trace._trace.build_trace`
+:class:`_Recording`, which computes it through :func:`attnlab.trace._build.build_trace`
 (the weights and every step beside the output the model goes on with), and hooks on the
 modules catch each one's input (the query side's hidden states) and its output after the
 out projection.
@@ -18,9 +18,8 @@ from typing import Any
 import numpy as np
 
 from .._validation import fail, is_integer
-from ..engine.variants import Rules
 from ..trace import ModelTrace, Trace
-from ..trace._trace import build_trace
+from ..trace._build import build_trace
 from ._backend import EngineCall, _engine_call, recorder
 from ._inputs import Sequences, model_inputs
 from ._register import check_model, on_attnlab
@@ -102,10 +101,9 @@ def _trace_of(call: EngineCall, states: Any) -> Trace:
     inputs = states[0].detach().float().numpy() if states is not None and states.shape[-2] == L else None
     if inputs is None:
         inputs = np.zeros((L, 0), query.dtype)  # the module's input was not a (1, L, D) tensor: none to show
-    options = call.options
     mask = None if call.mask is None else call.mask[0]  # (1, ·, L, S) -> (·, L, S)
-    rules = Rules(is_causal=options["is_causal"], softcap=options["softcap"], sinks=call.sinks)
-    return build_trace(inputs, query[0], K, V, scale=options["scale"], rules=rules, tokens=None, attn_mask=mask)
+    scale = call.options["scale"]
+    return build_trace(inputs, query[0], K, V, scale=scale, rules=call.rules, tokens=None, attn_mask=mask)
 
 
 @contextlib.contextmanager

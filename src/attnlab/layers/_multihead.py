@@ -29,7 +29,7 @@ their positions, are refused with them.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,9 +41,10 @@ from ..engine._attention import Attention, Gradients, attention
 from ..engine._problem import sum_to_shape
 from ..engine.variants import Alignment, Band, MaskMod, Rules, offset
 from ..engine.variants.window import check_window
-from ..trace._trace import Trace, build_trace
+from ..trace._build import build_trace
+from ..trace._trace import Trace
 from ._linear import linear, linear_backward, merge_heads, split_heads
-from ._module import Module
+from ._module import Module, Parameter
 
 __all__ = ["MultiheadAttention"]
 
@@ -134,10 +135,12 @@ class _Forward:
 
 
 class _Parameters(Module):
-    """What MultiheadAttention adds to the one :class:`Module` (its training mode, as
-    torch's nn.Module): its parameters under torch's names (``_params``, in ``dtype``),
-    which ``named_parameters`` yields as the arrays themselves, as torch's yields its
-    tensors; and the attributes that ``_configure`` sets from the constructor's arguments."""
+    """What MultiheadAttention adds to the one :class:`Module` (its training mode,
+    ``named_parameters``, ``parameters`` and ``zero_grad``, as torch's nn.Module): its
+    :class:`Parameter` objects under torch's names (``_params``, in ``dtype``; the
+    Module's ``named_parameters`` yields them under those names), the gradients of the
+    last backward by name (``grads``), ``state_dict``/``load_state_dict``; and the
+    attributes that ``_configure`` sets from the constructor's arguments."""
 
     embed_dim: int
     num_heads: int
@@ -150,25 +153,22 @@ class _Parameters(Module):
     add_zero_attn: bool
     batch_first: bool
 
-    _params: dict[str, Array]
+    _params: dict[str, Parameter]
     dtype: np.dtype
-    grads: dict[str, Array]
 
-    def named_parameters(self, prefix: str = "") -> Iterator[tuple[str, Array]]:  # type: ignore[override]
-        """(name, array) of every parameter, the live arrays (as torch's ``named_parameters``).
+    @property
+    def grads(self) -> dict[str, Array]:
+        """The gradient of each parameter under torch's names, as the last backward set
+        them (``zero_grad`` zeroes them; empty before any backward)."""
+        return {name: p.grad for name, p in self._params.items() if p._grad is not None}
 
-        Args:
-            prefix: put before each name.
-        """
-        return ((prefix + name, value) for name, value in self._params.items())
-
-    def zero_grad(self) -> None:
-        """Forget the last backward's gradients."""
-        self.grads = {}
+    def _arrays(self) -> dict[str, Array]:
+        """The parameters' arrays under torch's names (the live ones)."""
+        return {name: p.value for name, p in self._params.items()}
 
     def state_dict(self) -> dict[str, Array]:
         """Copies of the parameters under torch's names and shapes."""
-        return {k: v.copy() for k, v in self._params.items()}
+        return {k: v.copy() for k, v in self._arrays().items()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Replace every parameter; names and shapes must be exactly this layer's.
@@ -179,7 +179,8 @@ class _Parameters(Module):
         Raises:
             ValueError: a name missing or unknown, or a shape that is not this layer's.
         """
-        self._params = _checked_state(state, self._params, self.dtype)
+        for name, value in _checked_state(state, self._arrays(), self.dtype).items():
+            self._params[name].value = value
 
 
 class _Tracing(_Parameters):
@@ -189,7 +190,7 @@ class _Tracing(_Parameters):
         self, x: Any, *, is_causal: bool = False, scale: float | None = None, tokens: Sequence[str] | None = None,
         window: tuple[int | None, int | None] | None = None, causal_alignment: Alignment = "top_left",
         softcap: float | None = None, alibi_slopes: ArrayLike | None = None, sinks: ArrayLike | None = None,
-        mask_mod: MaskMod | None = None,
+        mask_mod: MaskMod | None = None, rules: Rules | None = None,
     ) -> Trace:  # fmt: skip
         """Self-attention of one sequence x (L, D), every head's intermediates kept:
         Q, K, V (H, L, E) after the in-projection, weights (H, L, L), each head's output
@@ -209,11 +210,13 @@ class _Tracing(_Parameters):
             alibi_slopes: (H,), as the forward takes it.
             sinks: (H,), as the forward takes it.
             mask_mod: as the forward takes it.
+            rules: the variants as one ``engine.variants.Rules`` instead of the keywords
+                above (not both).
 
         Raises:
             ValueError: a layer with add_bias_kv, add_zero_attn, kdim or vdim, or x not (L, D).
         """
-        rules = Rules(is_causal, causal_alignment, window, softcap, alibi_slopes, sinks, mask_mod)
+        rules = Rules(is_causal, causal_alignment, window, softcap, alibi_slopes, sinks, mask_mod).unless(rules)
         return _trace(self, x, scale, tokens, rules)
 
 
@@ -258,8 +261,7 @@ class MultiheadAttention(_Tracing):
         self.training = True
         self.generator = np.random.default_rng(None if seed is None else int_seed("seed", seed))
         params = _initial_parameters(self.generator, embed_dim, self.kdim, self.vdim, self.bias, self.add_bias_kv)
-        self._params = {k: v.astype(self.dtype) for k, v in params.items()}
-        self.grads: dict[str, Array] = {}
+        self._params = {k: Parameter(v.astype(self.dtype)) for k, v in params.items()}
         self._last: _Forward | None = None
 
     def __repr__(self) -> str:
@@ -326,7 +328,9 @@ class MultiheadAttention(_Tracing):
         """
         if self._last is None:
             raise RuntimeError("backward: call the layer (forward) first")
-        grads, self.grads = self._last.backward(grad_output)
+        grads, param_grads = self._last.backward(grad_output)
+        for name, grad in param_grads.items():
+            self._params[name].grad = grad  # set, not added: the last backward's
         return grads
 
 
@@ -381,7 +385,7 @@ def _trace(
 
 def _projections(layer: _Parameters) -> list[tuple[Array, Array | None]]:
     """(weight, bias) of the query, key and value projections."""
-    D, p = layer.embed_dim, layer._params
+    D, p = layer.embed_dim, layer._arrays()
     if "in_proj_weight" in p:
         weights = [p["in_proj_weight"][i * D : (i + 1) * D] for i in range(3)]
     else:
@@ -392,7 +396,8 @@ def _projections(layer: _Parameters) -> list[tuple[Array, Array | None]]:
 
 def _out_proj(layer: _Parameters, merged: Array) -> Array:
     """The heads side by side (…, D) through the output projection."""
-    return linear(merged, layer._params["out_proj.weight"], layer._params.get("out_proj.bias"))
+    p = layer._arrays()
+    return linear(merged, p["out_proj.weight"], p.get("out_proj.bias"))
 
 
 def _batch_first(layer: _Parameters, name: str, x: Any, width: int, batched: bool) -> Array:
@@ -469,7 +474,7 @@ def _forward(
     S = key.shape[1]
     if key.shape[:2] != value.shape[:2] or key.shape[0] != N:
         raise fail("key, value", f"the same batch N={N} and length", f"shapes {key.shape}, {value.shape}")
-    H, p = layer.num_heads, layer._params
+    H, p = layer.num_heads, layer._arrays()
     q, k, v = (linear(x, w, b) for x, (w, b) in zip((query, key, value), _projections(layer), strict=True))
     if layer.add_bias_kv:
         k = np.concatenate([k, np.broadcast_to(p["bias_k"][0], (N, 1, D))], axis=1)  # (N, S + 1, D)
@@ -515,7 +520,7 @@ def _backward(layer: MultiheadAttention, forward: _Forward, grad_output: Any) ->
     grad_out = _batch_first(layer, "grad_output", grad_output, D, forward.batched)  # (N, L, D)
     if grad_out.shape != (N, L, D):
         raise fail("grad_output", f"the output's shape for batch {N}, length {L}", f"shape {np.shape(grad_output)}")
-    p, grads = layer._params, {}
+    p, grads = layer._arrays(), {}
     grad_merged, grads["out_proj.weight"], grads["out_proj.bias"] = linear_backward(
         grad_out, forward.merged, p["out_proj.weight"]
     )

@@ -12,7 +12,8 @@ from .. import reference
 from .._validation import Array, fail, float_array, int_seed, layer_dtype, positive_int, real_number
 from ..engine.variants import Alignment, Rules
 from ..functional import scaled_dot_product_attention
-from ..trace._trace import Trace, build_trace
+from ..trace._build import build_trace
+from ..trace._trace import Trace
 
 __all__ = ["SelfAttention"]
 
@@ -106,6 +107,7 @@ class SelfAttention:
         window: tuple[int | None, int | None] | None = None,
         causal_alignment: Alignment = "top_left",
         softcap: float | None = None,
+        rules: Rules | None = None,
     ) -> Trace:
         """Every intermediate of one forward pass of a (L, d_model) input, as a Trace.
 
@@ -117,6 +119,8 @@ class SelfAttention:
             window: (left, right), as :meth:`forward` takes it.
             causal_alignment: "top_left" or "bottom_right", as :meth:`forward` takes it.
             softcap: c > 0, as :meth:`forward` takes it.
+            rules: the variants as one ``engine.variants.Rules`` instead of the keywords
+                above (not both).
 
         Returns:
             The :class:`Trace`: X, Q, K, V, scores, scaled scores (softcapped, −inf where
@@ -129,7 +133,7 @@ class SelfAttention:
         X, Q, K, V = _project(self, X)
         if X.ndim != 2:
             raise fail("X", f"one sequence of shape (L, {self.d_model}) to trace", f"shape {X.shape}")
-        rules = Rules(is_causal=is_causal, causal_alignment=causal_alignment, window=window, softcap=softcap)
+        rules = Rules(is_causal, causal_alignment, window, softcap).unless(rules)
         return build_trace(X, Q, K, V, scale=scale, rules=rules, tokens=tokens)
 
 

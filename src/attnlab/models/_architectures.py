@@ -16,7 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from .._validation import Array, is_integer
+from .._validation import Array, is_integer, is_real
+from ..layers import Embedding
 from ._checkpoint import CheckpointError, WeightSource
 from ._network import FULL, SLIDING, Block, ModelConfig, Network
 from ._ops import ACTIVATIONS, Linear, Norm, Rope, rope_frequencies
@@ -47,7 +48,7 @@ class _Reader:
 
     def number(self, key: str, default: float) -> float:
         value = self.config.get(key, default)
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
+        if not is_real(value):
             raise CheckpointError(f"config.json: {key}: expected a number, got {value!r}")
         return float(value)
 
@@ -104,7 +105,7 @@ def _gpt2(config: dict[str, Any], weights: WeightSource, dtype: np.dtype) -> Net
     stored (in, out), c_attn fused (D, 3D), gelu_new, the head tied to wte."""
     r = _Reader(config, weights, dtype, "wte.weight", ["transformer.", ""])
     D, H, layers = r.integer("n_embd", "hidden_size"), r.integer("n_head", "num_attention_heads"), r.integer("n_layer")
-    V, P, inner = (
+    vocab, max_positions, inner = (
         r.integer("vocab_size"),
         r.integer("n_positions", "max_position_embeddings"),
         r.integer("n_inner", default=4 * D),
@@ -132,12 +133,15 @@ def _gpt2(config: dict[str, Any], weights: WeightSource, dtype: np.dtype) -> Net
                 activation=act,
             )
         )  # fmt: skip
-    embed = r.get("wte.weight", V, D)
-    head = embed if r.flag("tie_word_embeddings", True) else r.get("/lm_head.weight", V, D)
-    cfg = ModelConfig("gpt2", V, D, layers, H, H, D // H, P, True, r.eos(), config, layer_types=(FULL,) * layers)
+    embed = r.get("wte.weight", vocab, D)
+    head = embed if r.flag("tie_word_embeddings", True) else r.get("/lm_head.weight", vocab, D)
+    cfg = ModelConfig(
+        "gpt2", vocab, D, layers, H, H, D // H, max_positions, True, r.eos(), config, layer_types=(FULL,) * layers
+    )
     return Network(
-        cfg, embed, tuple(blocks), pre_norm=True, positions=r.get("wpe.weight", P, D),
-        final_norm=r.norm("ln_f", D, eps), head=Linear.of(head),
+        cfg, Embedding.of(embed), tuple(blocks), pre_norm=True,
+        positions=Embedding.of(r.get("wpe.weight", max_positions, D)),
+        final_norm=r.norm("ln_f", D, eps), head=Linear.of(head),  # tied: the embedding's own table
     )  # fmt: skip
 
 
@@ -147,7 +151,11 @@ def _bert(config: dict[str, Any], weights: WeightSource, dtype: np.dtype) -> Net
     (dense, act, LayerNorm, decoder tied to the word embeddings) when the checkpoint has it."""
     r = _Reader(config, weights, dtype, "embeddings.word_embeddings.weight", ["bert.", ""])
     D, H, layers = r.integer("hidden_size"), r.integer("num_attention_heads"), r.integer("num_hidden_layers")
-    V, P, inner = r.integer("vocab_size"), r.integer("max_position_embeddings"), r.integer("intermediate_size")
+    vocab, max_positions, inner = (
+        r.integer("vocab_size"),
+        r.integer("max_position_embeddings"),
+        r.integer("intermediate_size"),
+    )
     if D % H:
         raise CheckpointError(f"config.json: num_attention_heads: expected a divisor of hidden_size {D}, got {H}")
     if config.get("position_embedding_type", "absolute") != "absolute":
@@ -174,7 +182,7 @@ def _bert(config: dict[str, Any], weights: WeightSource, dtype: np.dtype) -> Net
                 activation=act,
             )
         )
-    embed = r.get("embeddings.word_embeddings.weight", V, D)
+    embed = r.get("embeddings.word_embeddings.weight", vocab, D)
     transform, head = None, None
     if r.has("/cls.predictions.transform.dense.weight"):
         transform = (
@@ -183,14 +191,18 @@ def _bert(config: dict[str, Any], weights: WeightSource, dtype: np.dtype) -> Net
             r.norm("/cls.predictions.transform.LayerNorm", D, eps),
         )
         tied = r.flag("tie_word_embeddings", True) or not r.has("/cls.predictions.decoder.weight")
-        decoder = embed if tied else r.get("/cls.predictions.decoder.weight", V, D)
+        decoder = embed if tied else r.get("/cls.predictions.decoder.weight", vocab, D)
         bias_name = "/cls.predictions.bias" if r.has("/cls.predictions.bias") else "/cls.predictions.decoder.bias"
-        head = Linear.of(decoder, r.get(bias_name, V))
-    cfg = ModelConfig("bert", V, D, layers, H, H, D // H, P, False, (), config, layer_types=(FULL,) * layers)
+        head = Linear.of(decoder, r.get(bias_name, vocab))
+    cfg = ModelConfig(
+        "bert", vocab, D, layers, H, H, D // H, max_positions, False, (), config, layer_types=(FULL,) * layers
+    )
     types = r.get("embeddings.token_type_embeddings.weight", r.integer("type_vocab_size", default=2), D)
     return Network(
-        cfg, embed, tuple(blocks), pre_norm=False, positions=r.get("embeddings.position_embeddings.weight", P, D),
-        token_types=types, embed_norm=r.norm("embeddings.LayerNorm", D, eps), head_transform=transform, head=head,
+        cfg, Embedding.of(embed), tuple(blocks), pre_norm=False,
+        positions=Embedding.of(r.get("embeddings.position_embeddings.weight", max_positions, D)),
+        token_types=Embedding.of(types), embed_norm=r.norm("embeddings.LayerNorm", D, eps), head_transform=transform,
+        head=head,
     )  # fmt: skip
 
 
@@ -204,7 +216,11 @@ def _llama(config: dict[str, Any], weights: WeightSource, dtype: np.dtype) -> Ne
     D, H, layers = r.integer("hidden_size"), r.integer("num_attention_heads"), r.integer("num_hidden_layers")
     Hk = r.integer("num_key_value_heads", default=H)
     E = r.integer("head_dim", default=D // H)
-    V, P, inner = r.integer("vocab_size"), r.integer("max_position_embeddings"), r.integer("intermediate_size")
+    vocab, max_positions, inner = (
+        r.integer("vocab_size"),
+        r.integer("max_position_embeddings"),
+        r.integer("intermediate_size"),
+    )
     if H % Hk:
         raise CheckpointError(
             f"config.json: num_key_value_heads: expected a divisor of num_attention_heads {H}, got {Hk}"
@@ -213,7 +229,7 @@ def _llama(config: dict[str, Any], weights: WeightSource, dtype: np.dtype) -> Ne
         raise CheckpointError(f"config.json: num_attention_heads: expected a divisor of hidden_size {D}, got {H}")
     if E % 2:  # RoPE rotates pairs of coordinates
         raise CheckpointError(f"config.json: head_dim: expected an even number (RoPE rotates pairs), got {E}")
-    window, layer_types = _sliding_layers(r, model_type, layers)
+    sliding_window, layer_types = _sliding_layers(r, model_type, layers)
     eps, act = r.epsilon("rms_norm_eps", 1e-6), r.activation("hidden_act", "silu")
     if qwen2 or mistral:  # their transformers classes have no bias flags: Qwen2's q, k and v have biases
         qkv_bias, out_bias, mlp_bias = qwen2, False, False
@@ -236,17 +252,17 @@ def _llama(config: dict[str, Any], weights: WeightSource, dtype: np.dtype) -> Ne
                 down=r.linear(p + "mlp.down_proj", inner, D, mlp_bias),
                 activation=act,
                 gate=r.linear(p + "mlp.gate_proj", D, inner, mlp_bias),
-                window=window if layer_types[i] == SLIDING else None,
+                sliding_window=sliding_window if layer_types[i] == SLIDING else None,
             )
         )
-    embed = r.get("embed_tokens.weight", V, D)
-    head = embed if r.flag("tie_word_embeddings", False) else r.get("/lm_head.weight", V, D)
+    embed = r.get("embed_tokens.weight", vocab, D)
+    head = embed if r.flag("tie_word_embeddings", False) else r.get("/lm_head.weight", vocab, D)
     cfg = ModelConfig(
-        model_type, V, D, layers, H, Hk, E, P, True, r.eos(), config, sliding_window=window,
+        model_type, vocab, D, layers, H, Hk, E, max_positions, True, r.eos(), config, sliding_window=sliding_window,
         layer_types=layer_types,
     )  # fmt: skip
     return Network(
-        cfg, embed, tuple(blocks), pre_norm=True, rope=Rope(rope_frequencies(config, E)),
+        cfg, Embedding.of(embed), tuple(blocks), pre_norm=True, rope=Rope(rope_frequencies(config, E)),
         final_norm=r.norm("norm", D, eps, rms=True), head=Linear.of(head),
     )  # fmt: skip
 
@@ -278,8 +294,8 @@ def _sliding_layers(r: _Reader, model_type: str, layers: int) -> tuple[int | Non
     named = None if config.get("layer_types") is None else _layer_types(config["layer_types"], layers)
     # Qwen2Config drops the window without use_sliding_window, and then names no layer sliding
     use = r.flag("use_sliding_window", False) and config.get("sliding_window") is not None
-    window = r.integer("sliding_window") if use else None
-    if window is None:
+    sliding_window = r.integer("sliding_window") if use else None
+    if sliding_window is None:
         if named is not None and SLIDING in named:
             raise CheckpointError(
                 f"config.json: layer_types: {SLIDING!r} layers need use_sliding_window true and a sliding_window; "
@@ -289,7 +305,7 @@ def _sliding_layers(r: _Reader, model_type: str, layers: int) -> tuple[int | Non
     if named is None:
         first = r.integer("max_window_layers", default=28, minimum=0)  # Qwen2Config's default
         named = tuple(SLIDING if i >= first else FULL for i in range(layers))
-    return window, named
+    return sliding_window, named
 
 
 def _layer_types(value: Any, layers: int) -> tuple[str, ...]:

@@ -62,7 +62,7 @@ def generate(
     config = network.config
     prompt, steps, temperature = generation_inputs(config, ids, steps, temperature)
     generator = np.random.default_rng(check_rng(rng)) if temperature > 0 else None
-    cache = _KVCache(config, 1, len(prompt) + steps, network.embed.dtype, steps)
+    cache = _KVCache(config, 1, len(prompt) + steps, network.embed.weight.value.dtype, steps)
     tokens, step_input, chosen_from = list(prompt), prompt, []
     for _ in range(steps):
         record = None if rows is None else Recorder(attentions=True)
@@ -79,7 +79,8 @@ def generate(
         step_input = np.array([token])
     result = np.asarray(tokens, dtype=np.int64)
     if flag("output_logits", output_logits):
-        return result, np.stack(chosen_from) if chosen_from else np.zeros((0, config.vocab_size), network.embed.dtype)
+        dtype = network.embed.weight.value.dtype
+        return result, np.stack(chosen_from) if chosen_from else np.zeros((0, config.vocab_size), dtype)
     return result
 
 

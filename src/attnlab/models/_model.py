@@ -107,7 +107,7 @@ class Model:
 
     @property
     def dtype(self) -> np.dtype:
-        return self.network.embed.dtype
+        return self.network.embed.weight.value.dtype
 
     def __repr__(self) -> str:
         c = self.config

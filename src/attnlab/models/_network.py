@@ -23,6 +23,7 @@ from .._validation import Array
 from ..engine._masks import mask_scores_
 from ..engine.variants import Band
 from ..functional import attention
+from ..layers import Embedding
 from ..layers._linear import merge_heads, split_heads
 from ..trace import Trace, Variants
 from ._ops import Linear, Norm, Rope, rotate
@@ -135,7 +136,7 @@ class Step:
 class Block:
     """One transformer layer's weights: attention (query, key, value, out), two norms and
     the MLP down(act(gate(x))·up(x)) with a gate (Llama, Qwen2, Mistral) or
-    down(act(up(x))); ``window``: w, the sliding window of a causal layer (the query at
+    down(act(up(x))); ``sliding_window``: w, the sliding window of a causal layer (the query at
     position i sees the keys i − w < j <= i), or None."""
 
     query: Linear
@@ -149,7 +150,7 @@ class Block:
     down: Linear
     activation: Callable[[Array], Array]
     gate: Linear | None = None
-    window: int | None = None
+    sliding_window: int | None = None
 
     def forward(self, x: Array, layer: int, step: Step, pre_norm: bool) -> Array:
         """The layer's output (B, L, D) for its input x (B, L, D): each sublayer's norm
@@ -177,14 +178,14 @@ class Block:
         record = step.record
         keep = record is not None and (record.attentions or layer in record.trace_layers)
         seen_k, seen_v, mask = k, v, step.mask
-        if self.window is not None and not keep:  # the weights keep all S columns, as transformers'
-            first = max(k.shape[2] - L - (self.window - 1), 0)  # the first key the first query sees
+        if self.sliding_window is not None and not keep:  # the weights keep all S columns, as transformers'
+            first = max(k.shape[2] - L - (self.sliding_window - 1), 0)  # the first key the first query sees
             seen_k, seen_v = k[:, :, first:], v[:, :, first:]  # (B, Hk, S, E) -> (B, Hk, S − first, E)
             mask = None if mask is None else mask[..., first:]  # (…, L, S) -> (…, L, S − first)
         result = attention(
             q, seen_k, seen_v, attn_mask=mask, is_causal=step.is_causal, causal_alignment="bottom_right",
-            window=None if self.window is None else (self.window - 1, 0), scale=self.scale, enable_gqa=Hk != H,
-            need_weights=keep,
+            window=None if self.sliding_window is None else (self.sliding_window - 1, 0), scale=self.scale,
+            enable_gqa=Hk != H, need_weights=keep,
         )  # fmt: skip
         out, weights = result.output.astype(h.dtype, copy=False), result.weights
         if record is not None and record.head_outputs is not None:
@@ -213,11 +214,11 @@ class Network:
     returns hidden states)."""
 
     config: ModelConfig
-    embed: Array  # (vocab, D)
+    embed: Embedding  # (vocab, D)
     blocks: tuple[Block, ...]
     pre_norm: bool
-    positions: Array | None = None  # (max_position_embeddings, D): learned; None with rope
-    token_types: Array | None = None  # (types, D), BERT
+    positions: Embedding | None = None  # (max_position_embeddings, D): learned; None with rope
+    token_types: Embedding | None = None  # (types, D), BERT
     embed_norm: Norm | None = None  # BERT's LayerNorm over the summed embeddings
     rope: Rope | None = None
     final_norm: Norm | None = None
@@ -234,11 +235,11 @@ class Network:
         each layer's output, the last one after the final norm (as transformers does)."""
         past = cache.length if cache is not None else 0
         positions = np.arange(past, past + ids.shape[1])  # (L,)
-        x = self.embed[ids]  # (B, L, D)
+        x = self.embed.infer(ids)  # (B, L, D), a copy
         if self.positions is not None:
-            x += self.positions[positions]
+            x += self.positions.infer(positions)
         if self.token_types is not None:
-            x += self.token_types[np.zeros_like(ids) if types is None else types]
+            x += self.token_types.infer(np.zeros_like(ids) if types is None else types)
         if self.embed_norm is not None:
             x = self.embed_norm.infer(x)
         mask, is_causal = attention_mask(self.config.causal, valid, ids.shape[1], past)
@@ -268,7 +269,7 @@ class Network:
         return self.head.infer(x)
 
 
-def attention_mask(causal: bool, valid: Array | None, L: int, past: int) -> tuple[Array | None, bool]:
+def attention_mask(is_causal: bool, valid: Array | None, L: int, past: int) -> tuple[Array | None, bool]:
     """The padding mask (B, 1, L, S), True where a query sees a key, or None without
     padding, and ``is_causal``: the L queries are the positions past..S − 1, so the
     engine's causal rule is aligned at the bottom right. ``valid`` (B, S): False for
@@ -276,13 +277,13 @@ def attention_mask(causal: bool, valid: Array | None, L: int, past: int) -> tupl
     no key sees itself, so no row is empty (a sliding layer's window can still empty a
     padding query's row: its output is then 0)."""
     if valid is None:
-        return None, causal
+        return None, is_causal
     S = past + L
     query_pos, key_pos = np.arange(past, S), np.arange(S)
-    allowed = key_pos[None, :] <= query_pos[:, None] if causal else np.ones((L, S), dtype=bool)  # (L, S)
+    allowed = key_pos[None, :] <= query_pos[:, None] if is_causal else np.ones((L, S), dtype=bool)  # (L, S)
     allowed = allowed & valid[:, None, None, :]  # (B, 1, L, S)
     empty = ~allowed.any(axis=-1, keepdims=True)
-    return allowed | (empty & (key_pos[None, :] == query_pos[:, None])), causal
+    return allowed | (empty & (key_pos[None, :] == query_pos[:, None])), is_causal
 
 
 def _layer_trace(batch: tuple[Array, ...], block: Block, step: Step) -> Trace:
@@ -300,12 +301,12 @@ def _layer_trace(batch: tuple[Array, ...], block: Block, step: Step) -> Trace:
     mask_scores_(scaled, None if mask is None else mask[0] if mask.ndim == 4 else mask, False)
     L, S = scaled.shape[-2:]
     # query i is position S − L + i: the band bottom-right aligned, a window of w keys (w − 1, None)
-    window = None if block.window is None else (block.window - 1, None)
+    window = None if block.sliding_window is None else (block.sliding_window - 1, None)
     band = Band.of(step.is_causal, window, S - L, (L, S))
     np.copyto(scaled, -np.inf, where=~band.allowed(slice(0, L), slice(0, S)))  # the causal rule and the window
     rules = Variants(  # what the page and plot say (L = S: the alignment does not show)
         is_causal=step.is_causal,
-        window=None if block.window is None else (block.window - 1, 0),
+        window=None if block.sliding_window is None else (block.sliding_window - 1, 0),
         attn_mask=None if mask is None else "bool",
     )
     return Trace(h, q, K, V, scores, block.scale, scaled, weights, out, None, projected, variants=rules)

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from .._validation import Array, MissingDependencyError
+from .._validation import Array, MissingDependencyError, is_real
 from ..layers import Linear, Norm
 
 __all__ = ["ACTIVATIONS", "Linear", "Norm", "Rope", "rope_frequencies", "rotate"]
@@ -96,7 +96,7 @@ def rope_frequencies(config: dict[str, Any], head_dim: int) -> Array:
 
 
 def _positive(value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+    if not is_real(value) or not value > 0:
         raise ValueError(f"not a positive number: {value!r}")
     return float(value)
 

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from .._validation import Array, MissingDependencyError, fail, is_integer
+from .._validation import Array, MissingDependencyError, fail, is_integer, is_real
 from ._checkpoint import CheckpointError
 
 __all__ = ["Tokenizer", "read_tokenizer"]
@@ -343,7 +343,7 @@ def _token_text(directory: Path, settings: dict[str, Any], name: str) -> str | N
 
 def _max_length(directory: Path, value: Any) -> int | None:
     """``model_max_length``: None for none, or transformers' stand-in for none (≥ 10²⁹)."""
-    if value is None or (isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 1e29):
+    if value is None or (is_real(value) and value >= 1e29):
         return None
     if not is_integer(value) or value < 1:
         raise CheckpointError(

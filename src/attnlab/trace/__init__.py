@@ -2,10 +2,12 @@
 traced attention modules (:class:`ModelTrace`), as text, JSON and, through
 :mod:`attnlab.viz`, a page."""
 
+from ._build import build_trace
 from ._display import register_notebook_html
 from ._generation import GenerationTrace
+from ._labels import LANGUAGES
 from ._model_trace import KINDS, ModelTrace
-from ._trace import LANGUAGES, Trace, build_trace
+from ._trace import Trace
 from ._variants import Variants
 
 __all__ = [

@@ -1,13 +1,13 @@
 """The attention of generated tokens, recorded from the decode steps of a generation with
 a KV cache.
 
-A causal model given a prompt of P tokens makes N new ones: the prompt's forward (L = P)
-chooses token P from its last position, then each decode step runs one query, the token
+A causal model given a prompt of L tokens makes N new ones: the prompt's forward (its L
+queries) chooses token L from its last position, then each decode step runs one query, the token
 just chosen, against the cached keys of every position so far, and chooses the next. So
-the step that chose token P + n (n = 0..N − 1) had one query row, at position P + n − 1,
-over the P + n keys before token P + n: that row is token P + n's "attention over
+the step that chose token L + n (n = 0..N − 1) had one query row, at position L + n − 1,
+over the L + n keys before token L + n: that row is token L + n's "attention over
 everything before it", and the generation's weights of a layer are those N rows,
-(H, N, P + N − 1), row n filled in its first P + n columns (0 past them: keys it did not
+(H, N, L + N − 1), row n filled in its first L + n columns (0 past them: keys it did not
 have). The last new token is never a query (generation stops once it is chosen).
 """
 
@@ -28,14 +28,14 @@ class GenerationTrace:
 
     Args:
         model: the model's name.
-        ids: the prompt's ids and then the generated ones, P + N of them.
+        ids: the prompt's ids and then the generated ones, L + N of them.
         tokens: their tokens, as text.
-        prompt_length: P, the prompt's tokens (at least 1).
-        weights: layer -> (H, N, P + N − 1) float: row n is the weights of the step that
-            chose token P + n, its one query at position P + n − 1 over the keys 0..P + n − 1
-            (its first P + n columns; 0 past them).
+        prompt_length: L, the prompt's tokens (at least 1).
+        weights: layer -> (H, N, L + N − 1) float: row n is the weights of the step that
+            chose token L + n, its one query at position L + n − 1 over the keys 0..L + n − 1
+            (its first L + n columns; 0 past them).
         names: layer -> its name (a module path, or "layer i").
-        special: whether each token is special (<|endoftext|>), P + N of them; [] for none.
+        special: whether each token is special (<|endoftext|>), L + N of them; [] for none.
 
     Raises:
         ArgumentError: a prompt of no token, no token generated, tokens and ids of other
@@ -73,15 +73,15 @@ class GenerationTrace:
 
 
 def stack_rows(rows: list[Array], prompt_length: int) -> Array:
-    """One layer's weights (H, N, P + N − 1) from its N recorded rows (H, P + n), each the
+    """One layer's weights (H, N, L + N − 1) from its N recorded rows (H, L + n), each the
     one query row of a step, padded with 0 past its keys.
 
     Raises:
-        ArgumentError: a row that does not have P + n keys (a cache that dropped keys, such
+        ArgumentError: a row that does not have L + n keys (a cache that dropped keys, such
             as a sliding window's, cannot be laid out by position).
     """
     count = len(rows)
-    stacked = np.zeros((rows[0].shape[0], count, prompt_length + count - 1), dtype=np.float64)  # (H, N, P + N − 1)
+    stacked = np.zeros((rows[0].shape[0], count, prompt_length + count - 1), dtype=np.float64)  # (H, N, L + N − 1)
     for n, row in enumerate(rows):
         if row.shape[-1] != prompt_length + n:
             expected = f"{prompt_length + n} keys at step {n}, one per position so far"

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from .._validation import ArgumentError, Array
+from .._validation import ArgumentError, Array, is_real
 from ..engine._problem import Problem
 from ..engine.variants import REGISTRY
 from ..engine.variants.window import check_window
@@ -154,11 +154,7 @@ def _side(side: Any) -> int | None:
 
 def _numbers(values: Any) -> bool:
     """A non-empty list of finite numbers (not bools)."""
-    return (
-        isinstance(values, list)
-        and bool(values)
-        and all(isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) for x in values)
-    )
+    return isinstance(values, list) and bool(values) and all(is_real(x) and math.isfinite(x) for x in values)
 
 
 def _from_dict(cls: type[Variants], data: Any, source: str) -> Variants:

@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from .._validation import Array, fail, is_integer
+from .._validation import Array, fail, is_integer, is_real
 from ..trace import GenerationTrace, ModelTrace
 from ..trace._display import display_text
 from ..trace._trace import Trace
@@ -39,7 +39,8 @@ __all__ = [
 MAX_VIEWS_BYTES = 16 * 10**6  # the views' own data, in base64: what Chromium decodes in well under a second
 ABLATE_MODES = ("zero", "mean")  # what a head's output becomes: attnlab.analysis.MODES, ablate --mode
 MODES = (*ABLATE_MODES, "patch")  # an ablation's mode: "patch" when ablate's patch_text replaced the outputs
-HEAD_KINDS = ("previous", "induction", "sink", "self", "cls", "sep", "punctuation")  # analysis.head_types' kinds
+# analysis.head_types' kinds (analysis.KINDS is this one), in the order tables list them (a tie goes to the first)
+HEAD_KINDS = ("previous", "induction", "sink", "self", "cls", "sep", "punctuation")
 METRICS = {"logprob": "Δ log p(target)", "kl": "KL"}  # attnlab.analysis's names, and the page's words
 ALIGNMENT_RULE = (
     "tokens align by a longest common subsequence of the two texts' tokens; between two aligned tokens, "
@@ -131,7 +132,7 @@ def _pair_data(first: ModelTrace, second: ModelTrace) -> dict[str, Any]:
 
 
 def _generation_data(trace: Trace | ModelTrace, generation: GenerationTrace) -> dict[str, Any]:
-    """The generated tokens' rows, per layer (H, N, P + N − 1) float32."""
+    """The generated tokens' rows, per layer (H, N, L + N − 1) float32."""
     ids = list(trace.ids) if isinstance(trace, ModelTrace) else None
     if ids is not None and ids not in (list(generation.ids), list(generation.ids)[: generation.prompt_length]):
         raise fail("generation", "the generation whose tokens (or prompt) the trace is over", "another sequence's")
@@ -229,7 +230,7 @@ def check_head_types(types: Any, trace: Trace | ModelTrace) -> dict[str, Any]:
 
 def _score(x: Any) -> float:
     """A share of attention in [0, 1] (a float sum's rounding past either end clipped)."""
-    if isinstance(x, bool) or not isinstance(x, (int, float, np.integer, np.floating)) or not -1e-6 <= x <= 1 + 1e-6:
+    if not is_real(x) or not -1e-6 <= x <= 1 + 1e-6:
         raise fail("head_types", "scores and threshold in [0, 1]", repr(x))
     return min(1.0, max(0.0, float(x)))
 
@@ -243,7 +244,7 @@ def _shape_of(effect: Any) -> str:
 def _cell(x: Any) -> float | None:
     if x is None or (isinstance(x, float) and math.isnan(x)):
         return None
-    if isinstance(x, bool) or not isinstance(x, (int, float, np.integer, np.floating)) or not math.isfinite(x):
+    if not is_real(x) or not math.isfinite(x):
         raise fail("ablation", "effect: finite floats (None: a head not ablated)", repr(x))
     return float(x)
 

@@ -61,6 +61,19 @@ class Rules:
         """The values that differ from the defaults (JSON-ready ones stay as given)."""
         return {k: v for k, v in self.values().items() if not _is_default(k, v)}
 
+    def unless(self, rules: Rules | None) -> Rules:
+        """``rules`` when given, else these (a function's keywords): the variants come one
+        way or the other, never both.
+
+        Raises:
+            ValueError: ``rules`` given beside keywords that differ from the defaults.
+        """
+        if rules is None:
+            return self
+        if self.given():
+            raise fail("rules", "the variants either as rules or as keywords", f"both ({', '.join(self.given())})")
+        return rules
+
 
 NO_RULES = Rules()  # no variant at all
 
