@@ -14,6 +14,7 @@ def test_the_rows_show_ratios_to_attnlab_and_the_read_rate_floor() -> None:
         "forward": {"attnlab NumPy": 1.0, "attnlab": 1.5, "eager": 2.0, "sdpa": 0.5},
         "generate": {"attnlab NumPy": 3.2, "attnlab": 6.4, "eager": 4.8, "sdpa": 1.6},
         "same_tokens": True,
+        "generated": {"attnlab NumPy": 32, "attnlab": 32, "eager": 32, "sdpa": 32},
         "max_abs_logit_difference": 2e-5,
         "logit_scale": 28.0,
     }

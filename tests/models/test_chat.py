@@ -73,3 +73,51 @@ def test_smollm2_chat_ids_equal_apply_chat_template(smollm2: Any, text: str) -> 
     message = [{"role": "user", "content": text}]
     rendered = oracle.apply_chat_template(message, add_generation_prompt=True, tokenize=False)
     assert rendered.endswith("<|im_start|>assistant\n")
+
+
+CHATML = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+@pytest.mark.parametrize("text", ["a", "assistant", "user"], ids=["letter", "assistant", "role"])
+def test_the_users_words_are_found_where_the_template_put_them_not_elsewhere(chat_folder: Path, text: str) -> None:
+    """A word that the template also writes after the message ("assistant", its role, a
+    letter of either) is marked where the message is: by hand, the unmarked tokens are the
+    text's own tokens (the tokenizer alone), and they sit right after "user \\n"."""
+    model = models.load(chat_folder)
+    model.tokenizer.chat_template = CHATML
+    trace = model.trace(text, layers=0, chat=True)
+    words = [i for i, mark in enumerate(trace.template) if not mark]
+    alone = model.tokenizer.encode(text, add_special_tokens=False).tolist()
+    assert [trace.ids[i] for i in words] == alone
+    assert words == list(range(words[0], words[0] + len(alone))) and words[0] < len(trace.ids) - 4
+
+
+@pytest.mark.parametrize(
+    "template",
+    [
+        "{{ 1/0 }}",
+        "{{ 1 + 'a' }}",
+        "{% macro f(n) %}{{ f(n) }}{% endmacro %}{{ f(1) }}",
+        "{{ 'a' * 10**10 }}",
+        "{{ raise_exception('two\\nlines') }}",
+        "{{ ''.__class__.__mro__ }}",
+    ],
+    ids=["division", "type", "recursion", "huge-product", "two-lines", "escape"],
+)
+def test_a_hostile_template_is_one_line_not_a_traceback_or_a_hang(chat_folder: Path, template: str) -> None:
+    model = models.load(chat_folder)
+    model.tokenizer.chat_template = template
+    with pytest.raises(ArgumentError, match="chat: the model's chat template fails") as error:
+        model.trace("hello", chat=True)
+    assert "\n" not in str(error.value)
+
+
+def test_a_template_that_changes_the_text_marks_nothing_and_says_so(chat_folder: Path) -> None:
+    model = models.load(chat_folder)
+    model.tokenizer.chat_template = "{{ messages[0]['content'] | trim }}"
+    trace = model.trace("  hello  ", layers=0, chat=True)
+    assert not any(trace.template)
+    assert any("not marked" in note for note in trace.notes)

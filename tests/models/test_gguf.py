@@ -147,7 +147,9 @@ def _gguf_names(name: str) -> str:
     return f"blk.{layer}.{parts[rest]}.{suffix}"
 
 
-def write_tiny_llama(path: Path, quant: Any = None, arch: str = "llama", tied: bool = False) -> None:
+def write_tiny_llama(
+    path: Path, quant: Any = None, arch: str = "llama", tied: bool = False, rope_freqs: bool = False
+) -> None:
     """A random LlamaForCausalLM (or Qwen2ForCausalLM) written as llama.cpp's converter
     would: a Llama's q and k permuted, its matrices in ``quant`` (default F32), a byte-level
     vocabulary of ASCII."""
@@ -175,6 +177,8 @@ def write_tiny_llama(path: Path, quant: Any = None, arch: str = "llama", tied: b
     writer.add_token_merges(["a b", "Ġ ab"])
     writer.add_bos_token_id(len(TOKENS) - 2)
     writer.add_eos_token_id(len(TOKENS) - 1)
+    if rope_freqs:  # Llama 3.1's RoPE scaling as llama.cpp writes it: a tensor of factors, no metadata
+        writer.add_tensor("rope_freqs.weight", np.ones(D // H // 2, dtype=np.float32))
     for name, tensor in state.items():
         if tied and name == "lm_head.weight":
             continue
@@ -330,3 +334,39 @@ def test_cli_refuses_a_truncated_gguf_in_one_line(tiny, tmp_path, capsys):
     assert main(["trace", "--model", str(path), "--text", "hi"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "truncated" in err and "Traceback" not in err
+
+
+def _header(*entries: bytes, tensors: int = 0) -> bytes:
+    """A GGUF version 3 header of raw metadata ``entries`` (each key and value as bytes)."""
+    return b"GGUF" + struct.pack("<IQQ", 3, tensors, len(entries)) + b"".join(entries)
+
+
+def _key(name: str) -> bytes:
+    return struct.pack("<Q", len(name)) + name.encode()
+
+
+def test_arrays_nested_past_what_llama_cpp_writes_are_refused_from_the_header(tmp_path):
+    """200,000 nested arrays of 12 bytes each: refused, not a RecursionError."""
+    nested = struct.pack("<I", 9) + (struct.pack("<I", 9) + struct.pack("<Q", 1)) * 200_000 + struct.pack("<IQ", 0, 0)
+    path = tmp_path / "deep.gguf"
+    path.write_bytes(_header(_key("k") + nested))
+    with pytest.raises(models.CheckpointError, match="arrays nested deeper than 2") as error:
+        models.load(path)
+    assert "\n" not in str(error.value)
+
+
+def test_a_key_given_twice_is_refused(tmp_path):
+    entry = _key("general.architecture") + struct.pack("<I", 8) + _key("llama")
+    path = tmp_path / "twice.gguf"
+    path.write_bytes(_header(entry, entry))
+    with pytest.raises(models.CheckpointError, match=r"'general\.architecture' is given twice"):
+        models.load(path)
+
+
+def test_llama3_rope_frequency_factors_are_refused_not_dropped(tmp_path):
+    """llama.cpp stores Llama 3.1's RoPE scaling as rope_freqs.weight: running without it
+    would give other logits than the model's, without a word."""
+    path = tmp_path / "rope.gguf"
+    write_tiny_llama(path, rope_freqs=True)
+    with pytest.raises(models.CheckpointError, match=r"rope_freqs\.weight .* not read yet"):
+        models.load(path)

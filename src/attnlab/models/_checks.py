@@ -87,8 +87,10 @@ def sequence_ids(
         raise fail("text_or_ids", "token ids: this checkpoint has no tokenizer", "a text")
     text, template, notes = text_or_ids, list[bool](), list[str]()
     if chat:
-        text, template = chat_prompt(tokenizer, text_or_ids)
-        notes.append("the text as a user's message in the model's chat template")
+        text, marks = chat_prompt(tokenizer, text_or_ids)
+        template = marks or []
+        words = "" if marks is not None else "; the template changes the text, so its own tokens are not marked"
+        notes.append(f"the text as a user's message in the model's chat template{words}")
     limits = [(config.max_position_embeddings, "the model's positions")]
     if tokenizer.model_max_length is not None:
         limits.append((tokenizer.model_max_length, "the tokenizer's model_max_length"))

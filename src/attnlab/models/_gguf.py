@@ -35,6 +35,7 @@ __all__ = ["GGUFWeights", "available_memory", "read_gguf", "read_gguf_model"]
 VERSIONS = (2, 3)  # version 1 had 32-bit counts; llama.cpp writes 3
 DEFAULT_ALIGNMENT = 32
 MAX_DIMS = 4
+MAX_NESTING = 2  # arrays of arrays: llama.cpp writes one level (merges' pairs are strings)
 # general.architecture -> config.json's model_type, for the architectures attnlab runs in NumPy
 MODEL_TYPES = {"llama": "llama", "qwen2": "qwen2", "mistral": "mistral"}
 # GGUF tensor names (after "blk.N.") -> Hugging Face names (after "model.layers.N.")
@@ -146,7 +147,7 @@ class _Cursor:
         except UnicodeDecodeError:
             raise CheckpointError(f"{self.path}: the header's {what} is not UTF-8 (a corrupted GGUF file)") from None
 
-    def value(self, type_id: int, what: str) -> Any:
+    def value(self, type_id: int, what: str, depth: int = 0) -> Any:
         if type_id in _SCALARS:
             return self.scalar(_SCALARS[type_id], what)
         if type_id == _STRING:
@@ -154,13 +155,17 @@ class _Cursor:
         if type_id != _ARRAY:
             raise CheckpointError(f"{self.path}: {what} has the unknown value type {type_id} (a corrupted GGUF file)")
         item, count = self.scalar("<I", what), self.scalar("<Q", what)
+        if item == _ARRAY and depth >= MAX_NESTING:
+            raise CheckpointError(
+                f"{self.path}: {what}: arrays nested deeper than {MAX_NESTING} (a corrupted GGUF file)"
+            )
         if item in _SCALARS:  # numbers: one read
             dtype = np.dtype(_SCALARS[item])
             start = self.take(count * dtype.itemsize, what)
             return np.frombuffer(self.data, dtype, count, start).tolist()
         if count > len(self.data) - self.pos:  # every element takes a byte at least
             raise CheckpointError(f"{self.path}: {what} claims {count} elements, past the end of the file")
-        return [self.value(item, what) for _ in range(count)]
+        return [self.value(item, what, depth + 1) for _ in range(count)]
 
 
 def read_gguf(path: Path) -> GGUFFile:
@@ -169,8 +174,9 @@ def read_gguf(path: Path) -> GGUFFile:
 
     Raises:
         CheckpointError: not a GGUF file, a version other than 2 or 3, a header that is
-            truncated or corrupted, a tensor of an unknown type, or one whose bytes lie past
-            the end of the file.
+            truncated or corrupted (arrays nested deeper than llama.cpp writes them, a key
+            or a tensor named twice), a tensor of an unknown type. Whether the tensors' bytes
+            lie inside the file is :func:`check_supported`'s.
         MissingDependencyError: the gguf package is not installed.
     """
     gguf = _gguf()
@@ -197,6 +203,8 @@ def _read_header(gguf: Any, path: Path, cursor: _Cursor) -> GGUFFile:
     metadata: dict[str, Any] = {}
     for _ in range(kv_count):
         key = cursor.string("metadata key")
+        if key in metadata:
+            raise CheckpointError(f"{path}: metadata {key!r} is given twice (a corrupted GGUF file)")
         metadata[key] = cursor.value(cursor.scalar("<I", f"metadata {key!r}"), f"metadata {key!r}")
     entries = [_tensor_entry(cursor) for _ in range(tensor_count)]
     alignment = metadata.get("general.alignment", DEFAULT_ALIGNMENT)
@@ -216,6 +224,8 @@ def _read_header(gguf: Any, path: Path, cursor: _Cursor) -> GGUFFile:
         if dims[0] % block:
             raise CheckpointError(f"{path}: tensor {name!r}: rows of {dims[0]} do not split into {qtype.name} blocks")
         nbytes = int(np.prod(dims, dtype=object)) // block * size
+        if name in result.tensors:
+            raise CheckpointError(f"{path}: tensor {name!r} is listed twice (a corrupted GGUF file)")
         result.tensors[name] = TensorInfo(name, type_id, tuple(reversed(dims)), start + offset, nbytes)
     return result
 
@@ -431,6 +441,11 @@ def gguf_config(file: GGUFFile) -> dict[str, Any]:
     scaling = meta.get(f"{arch}.rope.scaling.type")
     if scaling not in (None, "none"):
         raise CheckpointError(f"{file.path}: metadata {arch}.rope.scaling.type: expected none, got {scaling!r}")
+    if "rope_freqs.weight" in file.tensors:  # Llama 3.1's RoPE scaling, as llama.cpp stores it: factors, no metadata
+        raise CheckpointError(
+            f"{file.path}: the tensor rope_freqs.weight (Llama 3's RoPE frequency factors) is not read yet; "
+            "refused rather than run with unscaled positions"
+        )
     sliding_window = meta.get(f"{arch}.attention.sliding_window")
     if arch == "mistral":
         config["sliding_window"] = sliding_window

@@ -81,7 +81,7 @@ class Tokenizer:
             added = self.backend.num_special_tokens_to_add(False) if add_special_tokens else 0
             if not is_integer(max_length) or max_length < max(added, 1):
                 least = max(added, 1)
-                raise fail("max_length", f"an integer >= {least} (the special tokens and one more)", repr(max_length))
+                raise fail("max_length", f"an integer >= {least}, room for the special tokens", repr(max_length))
             encoding.truncate(int(max_length) - added)
         encoding = self.backend.post_process(encoding, add_special_tokens=add_special_tokens)
         return np.asarray(encoding.ids, dtype=np.int64)
