@@ -201,3 +201,11 @@ def test_bad_input_gets_one_line_errors(gpt2: Any) -> None:
         ablate("gpt2", TEXT, heads="all")
     with pytest.raises(ArgumentError, match="tokenizer: expected the model's tokenizer"):
         ablate(model, TEXT, heads="all")
+
+
+@pytest.mark.parametrize("target", [True, 3.0, b" the"])
+def test_a_target_that_is_no_token_names_target_not_text(gpt2: Any, target: Any) -> None:
+    model, tokenizer, checkpoint = gpt2
+    for runner_model, options in ((models.load(checkpoint), {}), (model, {"tokenizer": tokenizer})):
+        with pytest.raises(ArgumentTypeError, match=r"^target: expected a string that is one token, or a token id, "):
+            ablate(runner_model, TEXT, heads=[(0, 0)], target=target, **options)

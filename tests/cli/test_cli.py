@@ -189,6 +189,9 @@ HOSTILE_FILES = {
     "huge-int.json": ("[[" + "9" * 400 + ", 1]]", "within float range"),
     "empty.npy": ("", "cannot read"),
     "corrupt.npy": ("\x93NUMPY\x01\x00{'descr': broken", "cannot read"),
+    # a header NumPy's literal_eval reads into Python's tokenizer: a TokenError, once a traceback
+    "open-header.npy": ("\x93NUMPY\x01\x00\x10\x00{'descr': '<f8',\n", "not a readable .npy file"),
+    "unterminated.npy": ("\x93NUMPY\x01\x00\x10\x00{'descr': '<f8 \n", "not a readable .npy file"),
     "long.json": (json.dumps([[0.0]] * 9000), "at most 16,777,216 scores"),
 }
 
@@ -196,7 +199,7 @@ HOSTILE_FILES = {
 @pytest.mark.parametrize("name", HOSTILE_FILES)
 def test_hostile_files_end_in_one_line(name, tmp_path, monkeypatch, capsys):
     text, message = HOSTILE_FILES[name]
-    (tmp_path / name).write_text(text)
+    (tmp_path / name).write_bytes(text.encode("latin-1" if name.endswith(".npy") else "utf-8"))  # .npy: bytes
     monkeypatch.chdir(tmp_path)
     code, out, err = run_cli(capsys, "trace", name)
     assert code == 2 and out == "" and message in err and err.count("\n") == 1

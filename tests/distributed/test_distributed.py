@@ -17,7 +17,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from attnlab import distributed  # noqa: E402
+from attnlab import ArgumentError, distributed  # noqa: E402
 from oracles import TOLERANCE  # noqa: E402
 
 WORKER = Path(__file__).with_name("ring_worker.py")
@@ -375,6 +375,16 @@ def test_shard_and_unshard_are_inverses_in_both_layouts():
             np.testing.assert_array_equal(distributed.unshard(shards, layout), x)
     zigzag = [distributed.shard(np.arange(10)[:, None], 2, r, "zigzag")[:, 0].tolist() for r in range(2)]
     assert zigzag == [[0, 1, 2, 8, 9], [3, 4, 5, 6, 7]]  # chunks 0 and 3, chunks 1 and 2
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "zigzag"])
+def test_unshard_of_shards_of_different_widths_names_shards_and_their_shapes(layout):
+    shards = [np.zeros((2, 4, 8)), np.zeros((2, 3, 6))]  # the rows (axis -2) may differ; the width may not
+    with pytest.raises(ArgumentError, match=r"^shards: expected arrays of one shape but along axis -2 .*"
+                       r"got shapes \(2, 4, 8\), \(2, 3, 6\)$"):  # fmt: skip
+        distributed.unshard(shards, layout)
+    with pytest.raises(ArgumentError, match=r"^shards: .*got shapes \(4, 8\), \(2, 4, 8\)$"):
+        distributed.unshard([np.zeros((4, 8)), np.zeros((2, 4, 8))], layout)
 
 
 def test_ring_attention_without_a_process_group_says_so():

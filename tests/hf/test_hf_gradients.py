@@ -64,3 +64,77 @@ def test_every_gradient_equals_eager_where_eager_is_float64(name: str):
     eager = gradients(model, data.inputs, data.keep, "eager")
     assert gradient_difference(eager, gradients(model, data.inputs, data.keep, ORACLE)) <= 1e-8  # the oracle's check
     assert gradient_difference(eager, gradients(model, data.inputs, data.keep, attnlab.hf.NAME)) <= 1e-8
+
+
+# A loss on the attention weights too (output_attentions): the weights returned to
+# transformers carry their gradient, dZ = P∘(dP − rowsum(P∘dP)) through softcap and the
+# scale into dQ and dK. Llama's and Gemma 2's eager softmax in float32, so their reference
+# is the float64 oracle (its weights differentiable), eager's within float32's rounding.
+WEIGHTS_LOSS = ["llama", "bert", "gemma2", "gpt_oss"]
+
+
+def gradients_with_weights(model: Any, data: Any, implementation: str, weights_in_loss: bool = True) -> dict[str, Any]:
+    """d/dθ of Σ output² (+ Σ over the layers of Σ weights²), the model run with output_attentions."""
+    model.set_attn_implementation(implementation)
+    model.zero_grad(set_to_none=True)
+    out = model(**cast(data.inputs, torch.float64), output_attentions=True)
+    loss = main_output(out).square().sum()
+    if weights_in_loss:
+        loss = loss + sum(a.square().sum() for a in out.attentions)
+    loss.backward()
+    return {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
+
+
+@pytest.mark.parametrize("name", WEIGHTS_LOSS)
+def test_a_loss_on_the_weights_gives_eagers_gradients(name: str):
+    arch = ARCHS[name]
+    model, data = arch.build(torch.float64), batch(arch, "right")
+    got = gradients_with_weights(model, data, attnlab.hf.NAME)
+    assert gradient_difference(gradients_with_weights(model, data, ORACLE), got) <= 1e-10
+    if name in EAGER_FLOAT64:
+        assert gradient_difference(gradients_with_weights(model, data, "eager"), got) <= 1e-10
+    else:  # eager's float32 softmax; no padding: no row of masked keys, which its float32 makes NaN
+        data = batch(arch, None)
+        eager = gradients_with_weights(model, data, "eager")
+        assert gradient_difference(eager, gradients_with_weights(model, data, attnlab.hf.NAME)) <= 1e-5
+
+
+@pytest.mark.parametrize("name", ["llama", "bert"])
+def test_weights_returned_but_not_in_the_loss_change_no_gradient(name: str):
+    arch = ARCHS[name]
+    model, data = arch.build(torch.float64), batch(arch, "right")
+    without = gradients(model, data.inputs, data.keep, attnlab.hf.NAME)  # no output_attentions
+    got = gradients_with_weights(model, data, attnlab.hf.NAME, weights_in_loss=False)
+    expected = gradients_with_weights(model, data, ORACLE, weights_in_loss=False)
+    assert gradient_difference(expected, got) <= 1e-10
+    model.set_attn_implementation(attnlab.hf.NAME)
+    model.zero_grad(set_to_none=True)
+    out = model(**cast(data.inputs, torch.float64), output_attentions=True)
+    weights = torch.randn(main_output(out).shape, generator=torch.Generator().manual_seed(7), dtype=torch.float64)
+    (main_output(out) * weights)[data.keep].sum().backward()
+    assert all(torch.equal(p.grad, without[n]) for n, p in model.named_parameters() if p.grad is not None)
+
+
+def test_the_weights_gradient_with_dropout_softcap_sinks_mask_and_gqa_passes_gradcheck():
+    """The autograd Function alone, in float64: a fixed dropout seed (the same mask at each
+    of gradcheck's calls), softcap, sinks, a float mask and GQA; the loss reads the output
+    and the weights (after dropout, as eager's)."""
+    from attnlab.engine.variants import Rules
+    from attnlab.hf._backend import _EngineFunction
+
+    g = torch.Generator().manual_seed(3)
+    q, k, v = (
+        torch.randn(shape, generator=g, dtype=torch.float64) for shape in ((1, 4, 5, 3), (1, 2, 6, 3), (1, 2, 6, 2))
+    )
+    mask = torch.randn(1, 1, 5, 6, generator=g, dtype=torch.float64)
+    mask[..., 0, 1] = -torch.inf
+    sinks = torch.randn(4, generator=g, dtype=torch.float64)
+    options = dict(scale=0.7, enable_gqa=True, dropout_p=0.3, rng=11, need_weights=True)
+    mix = torch.randn(1, 4, 5, 6, generator=g, dtype=torch.float64)
+
+    def loss(*inputs: Any) -> Any:
+        output, weights = _EngineFunction.apply(*inputs, Rules(softcap=1.5), options)
+        return output.square().sum() + (weights * mix).sum() + weights.square().sum()
+
+    inputs = tuple(x.requires_grad_() for x in (q, k, v, mask, sinks))
+    assert torch.autograd.gradcheck(loss, inputs, atol=1e-7)

@@ -216,3 +216,109 @@ def test_ragged_input_ids_and_masks_name_the_argument(saved):
     bert = models.load(saved["bert"])
     with pytest.raises(ArgumentTypeError, match=r"token_type_ids: expected an array \(equally long rows\)"):
         bert([[1, 2], [3, 4]], token_type_ids=[[0, 0], [0]])
+
+
+# --- issue 37, item 4: bounded loading of a hostile folder -------------------------------------
+
+
+def write_vocab(directory: Path) -> None:
+    tokens = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "b", "c", "d"]
+    (directory / "vocab.txt").write_text("\n".join(tokens) + "\n")
+
+
+@pytest.mark.parametrize("name", ["config.json", "tokenizer_config.json", "tokenizer.json", "vocab.txt"])
+def test_a_fifo_or_a_link_to_dev_zero_is_refused_before_it_is_opened(saved, tmp_path, name):
+    for kind, make in (("a FIFO", os.mkfifo), ("a character device", lambda p: os.symlink("/dev/zero", p))):
+        directory = copy_of(saved["bert"], tmp_path / f"{name}-{kind[2:6]}")
+        write_vocab(directory)
+        (directory / name).unlink(missing_ok=True)
+        make(directory / name)  # a FIFO would block open() for ever; /dev/zero never ends
+        with pytest.raises(models.CheckpointError, match=rf"{re.escape(name)}: expected a regular file, got {kind}$"):
+            models.load(directory)
+
+
+def test_a_file_past_the_size_limit_is_refused_naming_its_size_and_the_limit(saved, tmp_path, monkeypatch):
+    from attnlab.models import _checkpoint
+
+    directory = copy_of(saved["gpt2"], tmp_path / "big")
+    size = (directory / "config.json").stat().st_size
+    monkeypatch.setattr(_checkpoint, "MAX_JSON", size - 1)
+    with pytest.raises(models.CheckpointError, match=rf"config.json: expected a file of at most {size - 1:,} bytes, "
+                       rf"got {size:,} bytes$"):  # fmt: skip
+        models.load(directory)
+
+
+@pytest.mark.parametrize(("kind", "key"), [("gpt2", "n_layer"), ("bert", "num_hidden_layers"),
+                                           ("llama", "num_hidden_layers")])  # fmt: skip
+def test_a_layer_count_of_10_to_the_10_is_the_first_missing_layer_before_any_allocation(saved, tmp_path, kind, key):
+    directory = copy_of(saved[kind], tmp_path / "layers")
+    edit_config(directory, **{key: 10**10})
+    with pytest.raises(models.CheckpointError, match=rf"the weight '.*\b2\.[a-z_.]+weight' is missing "
+                       rf"\(config.json: {key}: 10,000,000,000 layers; the weights hold 2\)$"):  # fmt: skip
+        models.load(directory)
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"model_type": ["llama"]}, r"model_type: expected one of gpt2, bert, llama, qwen2, mistral, got \['llama'\]"),
+        ({"model_type": "mistral", "sliding_window": -1}, r"sliding_window: expected a positive integer, got -1"),
+        ({"head_dim": 0}, r"head_dim: expected a positive integer, got 0"),
+        ({"eos_token_id": ["</s>"]}, r"eos_token_id: expected a token id or a list of them, got \['</s>'\]"),
+        ({"eos_token_id": 2.0}, r"eos_token_id: expected a token id or a list of them, got 2.0"),
+    ],
+)
+def test_config_fields_of_the_wrong_type_are_refused_in_one_line(saved, tmp_path, changes, message):
+    directory = copy_of(saved["llama"], tmp_path / "typed")
+    edit_config(directory, **changes)
+    with pytest.raises(models.CheckpointError, match=rf"^config.json: {message}$"):
+        models.load(directory)
+
+
+def test_a_model_type_list_is_one_cli_line(saved, tmp_path, capsys):
+    from attnlab.cli import main
+
+    directory = copy_of(saved["llama"], tmp_path / "typed")
+    edit_config(directory, model_type=["llama"])
+    assert main(["trace", "--model", str(directory), "--text", "a b"]) == 2
+    err = capsys.readouterr().err
+    assert "model_type: expected one of gpt2, bert, llama, qwen2, mistral, got ['llama']" in err
+    assert err.count("\n") == 1
+
+
+# --- issue 37, item 6: a suggested command is safe to paste ---------------------------------------
+
+
+def test_the_conversion_command_of_a_pickle_checkpoint_keeps_a_hostile_folder_name_literal(tmp_path):
+    import shlex
+
+    directory = tmp_path / "a'$(touch x)'b"
+    directory.mkdir()
+    (directory / "config.json").write_text(json.dumps({"model_type": "gpt2"}))
+    (directory / "pytorch_model.bin").write_bytes(b"")
+    with pytest.raises(models.CheckpointError, match="convert it to safetensors once with: python -c ") as caught:
+        models.load(directory)
+    command = str(caught.value).split("once with: ", 1)[1]
+    words = shlex.split(command)
+    assert words[:2] == ["python", "-c"] and words[3:] == [str(directory), f"{directory}-safetensors"]
+    assert subprocess.run(["bash", "-n", "-c", command], check=False).returncode == 0
+    # run through a shell, the arguments arrive as they are and nothing is executed
+    echoed = subprocess.run(
+        ["bash", "-c", command.replace("python -c", "printf '%s\\n'", 1)], cwd=tmp_path, capture_output=True, text=True
+    )
+    assert echoed.stdout.splitlines()[1:] == [str(directory), f"{directory}-safetensors"]
+    assert not (tmp_path / "x").exists()
+
+
+# --- issue 37, item 7: a lone surrogate in a model's text -----------------------------------------
+
+
+def test_a_text_with_a_lone_surrogate_is_refused_naming_its_position(saved, tmp_path):
+    directory = copy_of(saved["bert"], tmp_path / "words")
+    write_vocab(directory)
+    model = models.load(directory)
+    with pytest.raises(ArgumentError, match=r"^text: expected a text of Unicode characters, got a lone surrogate at "
+                       r"position 3$"):  # fmt: skip
+        model.tokenizer.encode("abc\ud800d")
+    with pytest.raises(ArgumentError, match="lone surrogate at position 0"):
+        model.trace("\udfff")

@@ -93,6 +93,8 @@ def ablate(
     if patch_ids is not None and len(patch_ids) != len(ids):
         expected = f"{len(ids)} tokens, as many as text (patching replaces a head's output position by position)"
         raise fail("patch_text", expected, f"{len(patch_ids)} tokens")
+    if target is not None and not isinstance(target, str) and not is_integer(target):  # True, 3.0: not text either
+        raise fail("target", "a string that is one token, or a token id", repr(target), TypeError)
     target_id, target_text = (None, None) if target is None else runner.target(target)
     logits, outputs = runner.record(ids)
     cells = _cells(heads, runner.num_layers, runner.num_heads)

@@ -11,6 +11,7 @@ import json
 import math
 import re
 import sys
+import tokenize
 from pathlib import Path
 from typing import Any
 
@@ -157,7 +158,13 @@ def _npy_header(file: Path, path: str) -> tuple[tuple[int, ...], np.dtype]:
         f.seek(0)
         major, _ = np.lib.format.read_magic(f)
         read = np.lib.format.read_array_header_1_0 if major == 1 else np.lib.format.read_array_header_2_0
-        shape, _, dtype = read(f)
+        try:
+            shape, _, dtype = read(f)
+        except (tokenize.TokenError, SyntaxError, ValueError, TypeError, RecursionError, MemoryError) as error:
+            # NumPy evaluates the header's dict literal: a corrupt one fails in Python's tokenizer
+            reason = str(error).splitlines()[0] if str(error) else type(error).__name__
+            message = f"not a readable .npy file, its header is corrupt ({reason})"
+            raise InputError(f"{path}: cannot read: {message}") from None
     return shape, dtype
 
 

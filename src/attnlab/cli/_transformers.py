@@ -143,9 +143,11 @@ def _model_type(directory: Path) -> str | None:
     from ..models._checkpoint import read_config
 
     try:
-        return str(read_config(directory).get("model_type"))
+        model_type = read_config(directory).get("model_type")
     except (OSError, CheckpointError):
         return None
+    # a list or a number is no type: attnlab's loader refuses it by name ("expected one of …")
+    return None if model_type is not None and not isinstance(model_type, str) else str(model_type)
 
 
 def transformers_trace(args: argparse.Namespace, directory: Path, page: bool) -> ModelTrace:

@@ -265,7 +265,12 @@ def unshard(shards: Sequence[ArrayLike], layout: Layout = "contiguous", axis: in
     if not len(shards):
         raise fail("shards", "one shard per rank", "none")
     arrays = [array_of(f"shards[{r}]", s) for r, s in enumerate(shards)]
-    return _shards.unshard(arrays, layout, _axis(axis, min(a.ndim for a in arrays)))
+    seq = _axis(axis, min(a.ndim for a in arrays))
+    others = {(a.ndim, a.shape[:seq] + a.shape[seq + 1 :]) for a in arrays}
+    if len(others) > 1:  # NumPy's concatenate would name no argument
+        shapes = ", ".join(str(a.shape) for a in arrays[:8]) + (", …" if len(arrays) > 8 else "")
+        raise fail("shards", f"arrays of one shape but along axis {axis} (the sequence)", f"shapes {shapes}")
+    return _shards.unshard(arrays, layout, seq)
 
 
 def _axis(axis: Any, ndim: int) -> int:

@@ -23,7 +23,9 @@ import numpy as np
 from .._exceptions import UnsupportedModelError
 from .._validation import fail
 from ..engine._attention import Attention, attention
+from ..engine._problem import sum_to_shape
 from ..engine.variants import Rules
+from ..engine.variants.sinks import sinks_gradient
 from ._torch import from_numpy, heads_last_copy, model_type, to_numpy, torch, transformers
 
 __all__ = ["EngineCall", "UnsupportedModelError", "attention_forward", "recorder"]
@@ -235,7 +237,9 @@ def _engine_call(call: EngineCall) -> Attention:
 
 class _EngineFunction(torch.autograd.Function):
     """attnlab's forward and its own backward under torch's autograd: the gradients of
-    query, key, value, a float mask (T5's bias) and the sinks, from :meth:`Attention.backward`.
+    query, key, value, a float mask (T5's bias) and the sinks, from :meth:`Attention.backward`,
+    and those through the weights it returns (after dropout, as eager's) where the loss
+    reads them (:func:`_weights_backward`).
 
     What it does for speed (``attnlab bench --hf``): query, key, value and dO go to the
     engine in C order (transformers' query after RoPE and the dO of its transposed output
@@ -252,15 +256,26 @@ class _EngineFunction(torch.autograd.Function):
         result, output, weights = _forward(query, key, value, mask, sinks, rules, options, ctx.needs_input_grad[3])
         ctx.result = result
         ctx.formats = tuple(None if x is None else (x.dtype, x.device) for x in (query, key, value, mask, sinks))
-        if weights is not None:
-            ctx.mark_non_differentiable(weights)
+        ctx.options = options
+        ctx.set_materialize_grads(False)  # an output the loss does not use: None, not zeros
         return output, weights
 
     @staticmethod
-    def backward(ctx: Any, grad_output: Any, _grad_weights: Any) -> Any:
+    def backward(ctx: Any, grad_output: Any, grad_weights: Any) -> Any:
         result: Attention = ctx.result
-        grads = result.backward(to_numpy(grad_output, result.problem.result_dtype, contiguous=True))
-        wanted = (grads.query, grads.key, grads.value, grads.attn_mask, grads.sinks)
+        pb = result.problem
+        if grad_output is None:
+            d_out = np.zeros(pb.output_shape, pb.result_dtype)
+        else:
+            d_out = to_numpy(grad_output, pb.result_dtype, contiguous=True)
+        grads = result.backward(d_out)
+        wanted = [grads.query, grads.key, grads.value, grads.attn_mask, grads.sinks]
+        if grad_weights is not None:  # the weights returned to transformers are in the loss too
+            extra = _weights_backward(result, to_numpy(grad_weights, pb.compute_dtype), ctx.options)
+            wanted = [
+                w if e is None else e.astype(pb.result_dtype) if w is None else w + e
+                for w, e in zip(wanted, extra, strict=True)
+            ]
         return (
             *(
                 from_numpy(grad, like) if needed and grad is not None else None
@@ -269,6 +284,47 @@ class _EngineFunction(torch.autograd.Function):
             None,  # rules
             None,  # options
         )
+
+
+def _weights_backward(result: Attention, grad_weights: np.ndarray, options: dict[str, Any]) -> list[Any]:
+    """The gradients (dQ, dK, dV, the float mask's, the sinks') of Σ dW∘W, W the weights
+    returned (after dropout, as eager's: W = P∘M/(1 − p), P = softmax(Z)): with
+    dP = dW∘M/(1 − p), dZ = P∘(dP − rowsum(P∘dP)) = W∘dW − P·rowsum(W∘dW), the float
+    mask's gradient; then softcap's 1 − tanh² and the scale, into dQ = dZ·K and dK = dZᵀ·Q
+    (summed over each GQA group); the sinks' −Σ P_sink·rowsum(W∘dW); dV is 0 (masked
+    keys have P = 0, and so dZ = 0)."""
+    pb = result.problem
+    dtype = pb.compute_dtype
+    weights = np.asarray(result.weights, dtype)  # W, (B…, L, S)
+    if pb.dropout_p > 0:  # P before the dropout: the same forward without it
+        again = dict(options, dropout_p=0.0, rng=None, need_weights=True)
+        call = EngineCall(None, pb.query, pb.key, pb.value, pb.mask, pb.rules, again)
+        probabilities = np.asarray(_engine_call(call).weights, dtype)
+    else:
+        probabilities = weights
+    applied = weights * grad_weights  # W∘dW = P∘dP
+    row = applied.sum(axis=-1)  # rowsum(P∘dP), (B…, L)
+    grad_scores = applied - probabilities * row[..., None]  # dZ, (B…, L, S)
+    grad_mask = None
+    if pb.mask is not None and pb.mask.dtype != bool:
+        grad_mask = sum_to_shape(grad_scores, pb.mask.shape)
+    key = pb.key if pb.groups == 1 else np.repeat(pb.key, pb.groups, axis=-3)  # (B…, S, E), H heads
+    if pb.softcap is not None:
+        scores = (pb.query * np.asarray(pb.scale, dtype)) @ np.swapaxes(key, -1, -2)  # scale·Q·Kᵀ
+        capped = np.tanh(scores / pb.softcap)
+        grad_scores = grad_scores * (1.0 - capped * capped)
+    grad_scores *= pb.scale
+    grad_query = grad_scores @ key  # (B…, L, E)
+    grad_key = np.swapaxes(grad_scores, -1, -2) @ pb.query  # (B…, S, E), H heads
+    if pb.groups > 1:
+        *batch, H, S, E = grad_key.shape
+        grad_key = grad_key.reshape(*batch, H // pb.groups, pb.groups, S, E).sum(axis=-3)
+    grad_sinks = None if pb.sinks is None else sinks_gradient(pb.sinks, result.lse, row, pb.slices, pb.heads)
+    grad_query, grad_key = (
+        grad if grad.shape == x.shape else sum_to_shape(grad, x.shape)
+        for grad, x in ((grad_query, pb.query), (grad_key, pb.key))
+    )
+    return [grad_query, grad_key, None, grad_mask, grad_sinks]
 
 
 def _run_engine(

@@ -26,7 +26,7 @@ import numpy as np
 from .._validation import fail
 from ..trace import GenerationTrace, ModelTrace
 from ._architectures import ARCHITECTURES, end_tokens, read_network
-from ._checkpoint import CheckpointError, Weights, locate, read_config
+from ._checkpoint import CheckpointError, Weights, exists, locate, read_config
 from ._model import Model, ModelOutput
 from ._network import ModelConfig
 from ._tokenizer import Tokenizer, read_tokenizer
@@ -84,8 +84,8 @@ def load(name_or_dir: str | os.PathLike[str], *, dtype: Any = np.float32) -> Mod
     config = read_config(directory)
     network = read_network(config, Weights(directory), compute)
     generation = directory / "generation_config.json"  # where transformers' generate finds the end token
-    if generation.is_file():
-        ends = end_tokens(read_config(directory, generation.name).get("eos_token_id"))
+    if exists(generation):
+        ends = end_tokens(read_config(directory, generation.name).get("eos_token_id"), generation.name)
         if ends:
             network = replace(network, config=replace(network.config, eos_token_id=ends))
     return Model(network, read_tokenizer(directory), str(name_or_dir))

@@ -11,6 +11,7 @@ one forward.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -45,6 +46,22 @@ class _Reader:
             expected = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
             raise CheckpointError(f"config.json: {keys[0]}: expected {expected}, got {got}")
         return value
+
+    def layers(self, *keys: str, block: str, first: str) -> int:
+        """The layer count, once the weights hold every layer it counts: ``block`` is a layer's
+        name before its index ("h.", "layers."), ``first`` the first weight a layer reads.
+        A count past the layers present (a hostile 10⁹) is the missing weight of the first
+        absent layer, found from the weights' names before anything per layer is made."""
+        count = self.integer(*keys)
+        pattern = re.compile(re.escape(self.prefix + block) + r"(0|[1-9][0-9]*)\.")
+        present = {int(m.group(1)) for name in self.weights if (m := pattern.match(name))}
+        if count > len(present):
+            absent = next(i for i in range(len(present) + 1) if i not in present)
+            raise CheckpointError(
+                f"{self.weights.directory}: the weight {f'{self.prefix}{block}{absent}.{first}'!r} is missing "
+                f"(config.json: {keys[0]}: {count:,} layers; the weights hold {len(present)})"
+            )
+        return count
 
     def number(self, key: str, default: float) -> float:
         value = self.config.get(key, default)
@@ -95,16 +112,23 @@ class _Reader:
         return end_tokens(self.config.get("eos_token_id"))
 
 
-def end_tokens(value: Any) -> tuple[int, ...]:
-    """An ``eos_token_id`` setting (an id, a list of them, or none) as a tuple of ids."""
-    return tuple(value) if isinstance(value, list) else (value,) if isinstance(value, int) else ()
+def end_tokens(value: Any, source: str = "config.json") -> tuple[int, ...]:
+    """An ``eos_token_id`` setting (an id, a list of them, or none) as a tuple of ids.
+
+    Raises:
+        CheckpointError: anything else (a string, a float, a negative id)."""
+    ids = value if isinstance(value, list) else [] if value is None else [value]
+    if not all(is_integer(i) and i >= 0 for i in ids):
+        raise CheckpointError(f"{source}: eos_token_id: expected a token id or a list of them, got {str(value)[:100]}")
+    return tuple(int(i) for i in ids)
 
 
 def _gpt2(config: dict[str, Any], weights: WeightSource, dtype: np.dtype) -> Network:
     """GPT2LMHeadModel: learned positions, LayerNorm before each sublayer, Conv1D weights
     stored (in, out), c_attn fused (D, 3D), gelu_new, the head tied to wte."""
     r = _Reader(config, weights, dtype, "wte.weight", ["transformer.", ""])
-    D, H, layers = r.integer("n_embd", "hidden_size"), r.integer("n_head", "num_attention_heads"), r.integer("n_layer")
+    D, H = r.integer("n_embd", "hidden_size"), r.integer("n_head", "num_attention_heads")
+    layers = r.layers("n_layer", block="h.", first="attn.c_attn.weight")
     vocab, max_positions, inner = (
         r.integer("vocab_size"),
         r.integer("n_positions", "max_position_embeddings"),
@@ -150,7 +174,8 @@ def _bert(config: dict[str, Any], weights: WeightSource, dtype: np.dtype) -> Net
     LayerNorm, LayerNorm after each sublayer's residual sum, exact GELU; the MLM head
     (dense, act, LayerNorm, decoder tied to the word embeddings) when the checkpoint has it."""
     r = _Reader(config, weights, dtype, "embeddings.word_embeddings.weight", ["bert.", ""])
-    D, H, layers = r.integer("hidden_size"), r.integer("num_attention_heads"), r.integer("num_hidden_layers")
+    D, H = r.integer("hidden_size"), r.integer("num_attention_heads")
+    layers = r.layers("num_hidden_layers", block="encoder.layer.", first="attention.self.query.weight")
     vocab, max_positions, inner = (
         r.integer("vocab_size"),
         r.integer("max_position_embeddings"),
@@ -213,7 +238,8 @@ def _llama(config: dict[str, Any], weights: WeightSource, dtype: np.dtype) -> Ne
     model_type = architecture(config)
     qwen2, mistral = model_type == "qwen2", model_type == "mistral"
     r = _Reader(config, weights, dtype, "embed_tokens.weight", ["model.", ""])
-    D, H, layers = r.integer("hidden_size"), r.integer("num_attention_heads"), r.integer("num_hidden_layers")
+    D, H = r.integer("hidden_size"), r.integer("num_attention_heads")
+    layers = r.layers("num_hidden_layers", block="layers.", first="self_attn.q_proj.weight")
     Hk = r.integer("num_key_value_heads", default=H)
     E = r.integer("head_dim", default=D // H)
     vocab, max_positions, inner = (

@@ -18,6 +18,8 @@ import itertools
 import json
 import math
 import os
+import shlex
+import stat
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -27,7 +29,19 @@ import numpy as np
 from .._exceptions import CheckpointError
 from .._validation import Array, MissingDependencyError, fail
 
-__all__ = ["CheckpointError", "WeightSource", "Weights", "locate", "read_config", "write_safetensors"]
+__all__ = [
+    "MAX_JSON",
+    "MAX_TOKENIZER",
+    "CheckpointError",
+    "WeightSource",
+    "Weights",
+    "check_file",
+    "exists",
+    "locate",
+    "read_bounded",
+    "read_config",
+    "write_safetensors",
+]
 
 CONFIG = "config.json"
 SINGLE = "model.safetensors"
@@ -46,6 +60,12 @@ WANTED = [
     "merges.txt",
 ]
 MAX_HEADER = 100 * 2**20  # the format's own limit on the JSON header
+# The most bytes read from a checkpoint's small files: config.json, generation_config.json,
+# tokenizer_config.json, a shard index, a chat template (real ones are kilobytes) ...
+MAX_JSON = 64 * 2**20
+# ... and from its tokenizer.json and vocabulary files (the largest real ones, Gemma's and
+# Llama 3's, are tens of MiB).
+MAX_TOKENIZER = 1024 * 2**20
 BUILTIN = "builtin:"  # the checkpoints that ship inside attnlab: builtin:coref
 GGUF_MAGIC = b"GGUF"  # the first bytes of a GGUF file (llama.cpp's single-file checkpoints: _gguf)
 
@@ -163,13 +183,62 @@ def _what_works_offline(repo_id: str) -> str:
     )
 
 
+def exists(path: Path) -> bool:
+    """Whether anything is at ``path``: a file, a FIFO, a device, a link (even a broken
+    one). What is there is then read only through :func:`read_bounded`."""
+    return os.path.lexists(path)
+
+
+def _kind(mode: int) -> str:
+    kinds = [(stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device")]
+    kinds += [(stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")]
+    return next((name for test, name in kinds if test(mode)), "not a regular file")
+
+
+def check_file(path: Path, limit: int) -> None:
+    """Refuse ``path`` unless it is (or links to) a regular file of at most ``limit``
+    bytes, before it is opened: a FIFO would block the open, /dev/zero never ends.
+
+    Raises:
+        CheckpointError: naming the file, what it is or its size, and the limit.
+    """
+    try:
+        status = path.resolve().stat()
+    except (OSError, RuntimeError) as error:  # a broken link, a loop of links, no permission
+        reason = error.strerror if isinstance(error, OSError) and error.strerror else str(error)
+        raise CheckpointError(f"{path}: expected a readable regular file, got {reason}") from None
+    if not stat.S_ISREG(status.st_mode):
+        raise CheckpointError(f"{path}: expected a regular file, got {_kind(status.st_mode)}")
+    if status.st_size > limit:
+        raise CheckpointError(f"{path}: expected a file of at most {limit:,} bytes, got {status.st_size:,} bytes")
+
+
+def read_bounded(path: Path, limit: int) -> bytes:
+    """The bytes of ``path``, once :func:`check_file` allows it (and no more than ``limit``
+    of them, should the file grow meanwhile).
+
+    Raises:
+        CheckpointError: not a regular file, larger than ``limit``, or unreadable.
+    """
+    check_file(path, limit)
+    try:
+        with path.open("rb") as file:
+            data = file.read(limit + 1)
+    except OSError as error:
+        raise CheckpointError(f"{path}: expected a readable file, got {error.strerror or error}") from None
+    if len(data) > limit:
+        raise CheckpointError(f"{path}: expected a file of at most {limit:,} bytes, got more")
+    return data
+
+
 def read_config(directory: Path, name: str = CONFIG) -> dict[str, Any]:
     """config.json (or another JSON file of the checkpoint) as a dict."""
     path = directory / name
-    if not path.is_file():
+    if not exists(path):
         raise CheckpointError(f"name_or_dir: {directory} has no {name}; expected a Hugging Face checkpoint directory")
+    data = read_bounded(path, MAX_JSON)
     try:
-        config = json.loads(path.read_text(encoding="utf-8"))
+        config = json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as error:
         raise CheckpointError(f"{path}: expected a JSON object, got unreadable JSON ({error})") from None
     if not isinstance(config, dict):
@@ -234,9 +303,10 @@ class Weights(WeightSource):
 
 def _weight_files(directory: Path) -> list[Path]:
     index = directory / INDEX
-    if index.is_file():
+    if exists(index):
+        data = read_bounded(index, MAX_JSON)
         try:
-            weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
+            weight_map = json.loads(data.decode("utf-8"))["weight_map"]
             files = sorted(set(weight_map.values()))
             if not all(isinstance(f, str) for f in files):
                 raise TypeError
@@ -254,10 +324,18 @@ def _weight_files(directory: Path) -> list[Path]:
     if any((directory / name).is_file() for name in ("pytorch_model.bin", "pytorch_model.bin.index.json")):
         raise CheckpointError(
             f"{directory}: only pytorch_model.bin (pickle), which attnlab never loads; convert it to safetensors "
-            'once with: python -c "import transformers as t; '
-            f"t.AutoModel.from_pretrained('{directory}').save_pretrained('{directory}-safetensors')\""
+            f"once with: {conversion_command(directory)}"
         )
     raise CheckpointError(f"{directory}: no {SINGLE} and no {INDEX}")
+
+
+def conversion_command(directory: Path) -> str:
+    """The shell command that converts a pickle checkpoint to safetensors, safe to paste
+    whatever the directory's name holds: the paths are arguments, each quoted by
+    ``shlex.quote`` (a ``$(…)`` or a quote in a name stays a character of it)."""
+    script = "import sys, transformers as t; t.AutoModel.from_pretrained(sys.argv[1]).save_pretrained(sys.argv[2])"
+    paths = (str(directory), f"{directory}-safetensors")
+    return " ".join(["python", "-c", shlex.quote(script), *(shlex.quote(p) for p in paths)])
 
 
 def _read_safetensors(path: Path) -> dict[str, tuple[Array, bool]]:

@@ -22,10 +22,11 @@ from typing import Any
 import numpy as np
 
 from .._validation import Array, MissingDependencyError, fail, is_integer, is_real
-from ._checkpoint import CheckpointError
+from ._checkpoint import MAX_JSON, MAX_TOKENIZER, CheckpointError, check_file, exists, read_bounded
 
 __all__ = ["Tokenizer", "read_tokenizer"]
 
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")  # half of a UTF-16 pair: in no UTF-8 text
 REPLACEMENT = "\ufffd"  # what a decoder writes for the bytes of an unfinished character
 GPT2_END = "<|endoftext|>"
 
@@ -76,6 +77,9 @@ class Tokenizer:
         """
         if not isinstance(text, str):
             raise fail("text", "a string", type(text).__name__, TypeError)
+        surrogate = _LONE_SURROGATE.search(text)
+        if surrogate is not None:  # no UTF-8 for it: the tokenizers library would raise its own error
+            raise fail("text", "a text of Unicode characters", f"a lone surrogate at position {surrogate.start()}")
         encoding = self.backend.encode(text, add_special_tokens=False)
         if max_length is not None:
             added = self.backend.num_special_tokens_to_add(False) if add_special_tokens else 0
@@ -178,8 +182,11 @@ class Tokenizer:
 def read_tokenizer(directory: Path) -> Tokenizer | None:
     """The tokenizer in ``directory``, or None when it has none."""
     files = {name: directory / name for name in ("tokenizer.json", "vocab.txt", "vocab.json", "merges.txt")}
-    if not any(path.is_file() for path in files.values()):
+    if not any(exists(path) for path in files.values()):
         return None
+    for path in files.values():  # no FIFO, device or huge file reaches the tokenizers library
+        if exists(path):
+            check_file(path, MAX_TOKENIZER)
     settings = _json(directory / "tokenizer_config.json")
     try:
         import tokenizers
@@ -193,10 +200,11 @@ def read_tokenizer(directory: Path) -> Tokenizer | None:
             ) from None
         return Tokenizer(_CharacterBackend(characters, bool(settings.get("do_lower_case", True))))
     try:
-        if files["tokenizer.json"].is_file():
-            backend = tokenizers.Tokenizer.from_file(str(files["tokenizer.json"]))
+        if exists(files["tokenizer.json"]):
+            text = read_bounded(files["tokenizer.json"], MAX_TOKENIZER).decode("utf-8")
+            backend = tokenizers.Tokenizer.from_str(text)
             word_piece = type(backend.model).__name__ == "WordPiece"
-        elif files["vocab.txt"].is_file():
+        elif exists(files["vocab.txt"]):
             strip = settings.get("strip_accents")
             built = implementations.BertWordPieceTokenizer(
                 str(files["vocab.txt"]),
@@ -205,7 +213,7 @@ def read_tokenizer(directory: Path) -> Tokenizer | None:
                 strip_accents=strip if isinstance(strip, bool) else None,
             )
             backend, word_piece = tokenizers.Tokenizer.from_str(built.to_str()), True
-        elif files["vocab.json"].is_file() and files["merges.txt"].is_file():
+        elif exists(files["vocab.json"]) and exists(files["merges.txt"]):
             bpe = implementations.ByteLevelBPETokenizer(
                 str(files["vocab.json"]),
                 str(files["merges.txt"]),
@@ -235,7 +243,7 @@ def read_tokenizer(directory: Path) -> Tokenizer | None:
             f"{directory}: tokenizer_config.json: added_tokens_decoder: expected each special token's content "
             f"to be a non-empty string, got {empty}"
         )
-    if files["vocab.json"].is_file() and backend.token_to_id(GPT2_END) is not None:
+    if exists(files["vocab.json"]) and backend.token_to_id(GPT2_END) is not None:
         special.append(GPT2_END)  # what transformers' GPT2Tokenizer makes its bos, eos and unk
     if special:
         backend.add_special_tokens(special)
@@ -356,8 +364,11 @@ def _chat_template(directory: Path, settings: dict[str, Any]) -> str | None:
     """The chat template: chat_template.jinja, else tokenizer_config.json's ``chat_template``
     (a text, or a list of named ones whose "default" is the one; transformers' order)."""
     jinja = directory / "chat_template.jinja"
-    if jinja.is_file():
-        return jinja.read_text(encoding="utf-8")
+    if exists(jinja):
+        try:
+            return read_bounded(jinja, MAX_JSON).decode("utf-8")
+        except UnicodeDecodeError as error:
+            raise CheckpointError(f"{jinja}: expected UTF-8 text, got {error}") from None
     value = settings.get("chat_template")
     if isinstance(value, list):
         named = {t.get("name"): t.get("template") for t in value if isinstance(t, dict)}
@@ -383,10 +394,11 @@ def _check_unknown_token(directory: Path, backend: Any) -> None:
 
 
 def _json(path: Path) -> dict[str, Any]:
-    if not path.is_file():
+    if not exists(path):
         return {}
+    raw = read_bounded(path, MAX_JSON)
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as error:
         raise CheckpointError(f"{path}: expected a JSON object, got unreadable JSON ({error})") from None
     return data if isinstance(data, dict) else {}
@@ -394,9 +406,13 @@ def _json(path: Path) -> dict[str, Any]:
 
 def _character_vocabulary(path: Path) -> list[str] | None:
     """A vocab.txt of [SPECIAL] tokens and single characters (the built-in models'), or None."""
-    if not path.is_file():
+    if not exists(path):
         return None
-    vocab = path.read_text(encoding="utf-8").rstrip("\n").split("\n")  # lines, as BERT reads them: \n only
+    try:
+        # lines, as BERT reads them: \n only
+        vocab = read_bounded(path, MAX_TOKENIZER).decode("utf-8").rstrip("\n").split("\n")
+    except UnicodeDecodeError as error:
+        raise CheckpointError(f"{path}: expected UTF-8 text, got {error}") from None
     single = all(len(t) == 1 or (t.startswith("[") and t.endswith("]")) for t in vocab)
     return vocab if single and "[UNK]" in vocab and "[CLS]" in vocab and "[SEP]" in vocab else None
 
