@@ -7,6 +7,7 @@ checkpoint against the transformers one."""
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -122,7 +123,8 @@ def test_transformers_on_attnlab_matches_sdpa_with_the_head_replaced_by_a_hook(g
     )
     assert result.layer_labels == ["transformer.h.0.attn", "transformer.h.1.attn"]
     assert model.config._attn_implementation == "sdpa"  # the model's implementation is restored
-    assert transformers.AttentionInterface._global_mapping[hf.NAME] is hf.attention_forward  # unwrapped after
+    # the registered function is never swapped: the hook is this thread's only
+    assert transformers.AttentionInterface._global_mapping[hf.NAME] is hf._register.attnlab_attention
 
 
 def test_without_a_target_it_is_the_kl_divergence_of_the_next_token_distribution(gpt2: Any) -> None:
@@ -209,3 +211,52 @@ def test_a_target_that_is_no_token_names_target_not_text(gpt2: Any, target: Any)
     for runner_model, options in ((models.load(checkpoint), {}), (model, {"tokenizer": tokenizer})):
         with pytest.raises(ArgumentTypeError, match=r"^target: expected a string that is one token, or a token id, "):
             ablate(runner_model, TEXT, heads=[(0, 0)], target=target, **options)
+
+
+def test_ablate_in_one_thread_leaves_another_threads_forwards_untouched() -> None:
+    """Thread A ablates a Llama again and again while thread B runs plain forwards of a
+    GPT-2 on attnlab's backend: B's logits are exactly those it gets alone, A's effects
+    exactly A's alone, and neither sees the other's calls."""
+    llama = tiny_model("llama", initializer_range=0.3).double()
+    gpt2 = tiny_model("gpt2", initializer_range=0.3).double()
+    gpt2.set_attn_implementation(hf.NAME)
+    ids, gpt2_ids = [5, 17, 42, 8, 99, 3, 250], torch.tensor([[7, 3, 11, 200, 9, 31]])
+
+    def forward() -> Any:
+        with torch.no_grad():
+            return gpt2(input_ids=gpt2_ids).logits
+
+    alone_a, alone_b = ablate(llama, ids, heads="all", target=7).effect, forward()
+    errors: list[BaseException] = []
+    a_results: list[Any] = []
+    b_results: list[Any] = []
+    done = threading.Event()
+
+    def thread_a() -> None:
+        try:
+            for _ in range(6):
+                a_results.append(ablate(llama, ids, heads="all", target=7).effect)
+        except BaseException as error:  # reported by the main thread
+            errors.append(error)
+        finally:
+            done.set()
+
+    def thread_b() -> None:
+        try:
+            while not done.is_set() or len(b_results) < 3:
+                b_results.append(forward())
+        except BaseException as error:  # reported by the main thread
+            errors.append(error)
+            done.set()
+
+    threads = [threading.Thread(target=thread_a), threading.Thread(target=thread_b)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert not errors, errors
+    assert len(a_results) == 6 and len(b_results) >= 3
+    for effect in a_results:
+        np.testing.assert_array_equal(effect, alone_a)
+    for logits in b_results:
+        assert torch.equal(logits, alone_b)

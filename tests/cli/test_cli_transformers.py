@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -188,3 +189,66 @@ def test_the_python_api_refuses_what_it_cannot_run_by_name(bart_dir) -> None:
         hf.attention_forward(attention, three, three, three, None)
     with pytest.raises(TypeError, match="query: expected a torch tensor, got ndarray"):
         hf.attention_forward(attention, three.numpy(), three, three, None)
+
+
+def test_a_checkpoint_without_the_head_the_work_uses_is_refused_by_its_missing_weights(capsys) -> None:
+    from checkpoints import minilm_dir
+
+    directory = minilm_dir()  # a BertModel: no language-modelling head
+    code, _, err = run_cli(
+        capsys, "ablate", "--model", str(directory), "--text", "the cat", "--backend", "transformers"
+    )
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert "transformers would initialise cls.predictions.* at random (not in the checkpoint)" in err
+
+
+def _broken(base: Path, source: Path, name: str, config: dict | None = None, weights: Any = None) -> Path:
+    import shutil
+
+    directory = base / name
+    shutil.copytree(source, directory)
+    if config is not None:
+        saved = json.loads((directory / "config.json").read_text())
+        (directory / "config.json").write_text(json.dumps({**saved, **config}))
+    if weights is not None:
+        path = directory / "model.safetensors"
+        path.write_bytes(weights(path.read_bytes()))
+    return directory
+
+
+def test_a_checkpoint_transformers_cannot_load_is_one_line_naming_the_file_or_field(
+    capsys, mistral_dir, tmp_path
+) -> None:
+    import struct
+
+    def header(data: bytes) -> int:
+        return 8 + struct.unpack("<Q", data[:8])[0]
+
+    cases = [
+        ("hidden", {"hidden_size": "32"}, None, "hidden_size"),
+        ("layers", {"layer_types": ["full_attention"] * 5}, None, "layer_types"),
+        ("huge", None, lambda b: struct.pack("<Q", 2**63 - 1) + b[8:], "model.safetensors is not a readable"),
+        ("past", None, lambda b: b[: header(b)] + b[header(b) :][:16], "model.safetensors is not a readable"),
+        ("short", None, lambda b: b[: len(b) // 3], "model.safetensors is not a readable"),
+        ("json", None, lambda b: b[:8] + b"{" * (header(b) - 8) + b[header(b) :], "model.safetensors is not a"),
+        ("window", {"sliding_window": -1}, None, "sliding_window: expected a positive whole number"),
+    ]
+    for name, config, weights, message in cases:
+        directory = _broken(tmp_path, mistral_dir, name, config, weights)
+        for command in ("trace", "ablate", "heads"):
+            code, _, err = run_cli(
+                capsys, command, "--model", str(directory), "--text", "a b", "--backend", "transformers"
+            )
+            assert code == 2 and message in err and len(err.strip().splitlines()) == 1, (name, command, err)
+    pickled = _broken(tmp_path, mistral_dir, "pickle")
+    (pickled / "model.safetensors").unlink()
+    (pickled / "pytorch_model.bin").write_bytes(b"\x80\x04cos\nsystem\n.")
+    code, _, err = run_cli(capsys, "trace", "--model", str(pickled), "--text", "a", "--backend", "transformers")
+    assert code == 2 and "pytorch_model.bin: torch's weights_only load refuses it" in err, err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_head_dim_0_prints_no_torch_warning_before_its_one_line(capsys, mistral_dir, tmp_path) -> None:
+    directory = _broken(tmp_path, mistral_dir, "head0", {"head_dim": 0})
+    _, _, err = run_cli(capsys, "trace", "--model", str(directory), "--text", "a b", "--backend", "transformers")
+    assert len(err.strip().splitlines()) == 1 and "Warning" not in err, err  # the one line: its refusal or backend

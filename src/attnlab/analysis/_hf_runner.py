@@ -1,6 +1,7 @@
 """Ablation's forwards on a transformers model, through attnlab's backend: while they run,
-the attention function registered as "attnlab" is wrapped, and the wrapper replaces a
-head's slice of the output it returns (B, L, H, Ev), before the module's out projection."""
+the function registered as "attnlab" hands each call's output (B, L, H, Ev) to a hook set
+for this context (thread) only, which replaces a head's slice before the module's out
+projection; another thread's forwards are untouched."""
 
 from __future__ import annotations
 
@@ -11,10 +12,10 @@ from typing import Any
 import numpy as np
 
 from .._validation import Array, fail, is_integer, text_ids
-from ..hf import NAME, UnsupportedModelError, check_model
+from ..hf import UnsupportedModelError, check_model
 from ..hf._inputs import _labelled
-from ..hf._register import on_attnlab
-from ..hf._torch import from_numpy, model_name, to_numpy, torch, transformers
+from ..hf._register import on_attnlab, output_hook
+from ..hf._torch import from_numpy, model_name, to_numpy, torch
 
 __all__ = ["TransformersRunner"]
 
@@ -121,18 +122,12 @@ class TransformersRunner:
 
 @contextlib.contextmanager
 def _wrapped(model: Any, hook: Hook) -> Iterator[None]:
-    """The model on attnlab's backend, in eval mode and without gradients, with the
-    registered attention function wrapped so that ``hook`` sees (and may replace) each
-    call's output; everything restored after."""
-    original: Callable[..., Any] = transformers.AttentionInterface()[NAME]  # the registered function
-
-    def attention(module: Any, query: Any, key: Any, value: Any, attention_mask: Any, **kwargs: Any) -> Any:
-        output, weights = original(module, query, key, value, attention_mask, **kwargs)  # (B, L, H, Ev)
-        return hook(module, output), weights
-
-    transformers.AttentionInterface.register(NAME, attention)
+    """The model on attnlab's backend, in eval mode and without gradients, with ``hook``
+    seeing (and able to replace) each of this context's attention calls' output;
+    everything restored after."""
+    token = output_hook.set(hook)
     try:
         with on_attnlab(model):
             yield
     finally:
-        transformers.AttentionInterface.register(NAME, original)
+        output_hook.reset(token)

@@ -23,7 +23,14 @@ from .._json import json_text
 from ..viz._views import ABLATE_MODES
 from ._inputs import InputError
 from ._options import at_least
-from ._transformers import _quiet, add_model_options, is_encoder_decoder, run_on_model, say_backend
+from ._transformers import (
+    _quiet,
+    add_model_options,
+    is_encoder_decoder,
+    load_on_attnlab,
+    run_on_model,
+    say_backend,
+)
 
 if TYPE_CHECKING:
     from ..analysis import Ablation
@@ -104,7 +111,6 @@ def _write_page(args: argparse.Namespace, model: Any, tokenizer: Any, ablation: 
 def _transformers_model(args: argparse.Namespace, directory: Any) -> tuple[Any, Any]:
     """The checkpoint with its language-modelling head, on attnlab's backend, and its tokenizer."""
     try:
-        from .. import hf
         from ..hf._torch import transformers
     except ImportError as error:
         raise InputError(f"--backend transformers: {error}") from None
@@ -113,15 +119,15 @@ def _transformers_model(args: argparse.Namespace, directory: Any) -> tuple[Any, 
             f"--model: {args.model} is an encoder-decoder model; ablate runs decoder-only and encoder-only models"
         )
     with _quiet(transformers):
-        model = None
-        for auto in (transformers.AutoModelForCausalLM, transformers.AutoModelForMaskedLM):
+        failure = f"--model: transformers cannot load {args.model} with a language-modelling head"
+        try:
+            model = load_on_attnlab(transformers.AutoModelForCausalLM, directory, failure)
+        except InputError as causal:  # an encoder's head: a masked one
             try:
-                model = auto.from_pretrained(directory, attn_implementation=hf.NAME)
-                break
-            except (OSError, ValueError, KeyError, RuntimeError):
-                continue
-        if model is None:
-            raise InputError(f"--model: transformers cannot load {args.model} with a language-modelling head")
+                model = load_on_attnlab(transformers.AutoModelForMaskedLM, directory, failure)
+            except InputError as masked:  # the refusal of weights at random says the most
+                chosen = masked if "at random" in str(masked) and "at random" not in str(causal) else causal
+                raise chosen from chosen.__cause__
         try:
             tokenizer = transformers.AutoTokenizer.from_pretrained(directory)
         except (OSError, ValueError, KeyError, TypeError):

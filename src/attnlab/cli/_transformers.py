@@ -207,17 +207,83 @@ def is_encoder_decoder(directory: Path) -> bool:
 
 def load_on_attnlab(auto_class: Any, directory: Path, failure: str) -> Any:
     """``auto_class.from_pretrained(directory)`` on the attnlab backend (a GGUF file: by its
-    folder and ``gguf_file``); a checkpoint that transformers cannot load is one line,
-    ``failure`` and the first line of its error."""
+    folder and ``gguf_file``), its warnings silenced; a checkpoint that transformers cannot
+    load is one line, ``failure`` and its error naming the file or field, and one whose
+    weights transformers would initialise at random (``missing_keys``: a head the checkpoint
+    lacks) is refused by their names."""
+    import warnings
+
     from .. import hf
 
+    _check_sliding_window(directory)
     try:
-        if directory.is_file():  # a GGUF file, which transformers reads by its folder and name
-            return auto_class.from_pretrained(directory.parent, gguf_file=directory.name, attn_implementation=hf.NAME)
-        return auto_class.from_pretrained(directory, attn_implementation=hf.NAME)
-    except (OSError, ValueError, KeyError, RuntimeError) as error:
-        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise InputError(f"{failure}: {first}") from None
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            if directory.is_file():  # a GGUF file, which transformers reads by its folder and name
+                model, info = auto_class.from_pretrained(
+                    directory.parent, gguf_file=directory.name, attn_implementation=hf.NAME, output_loading_info=True
+                )
+            else:
+                model, info = auto_class.from_pretrained(
+                    directory, attn_implementation=hf.NAME, output_loading_info=True
+                )
+    except InputError:
+        raise
+    except Exception as error:  # transformers, huggingface_hub, safetensors and torch raise their own kinds
+        raise InputError(f"{failure}: {_loading_error(error, directory)}") from error
+    fresh = sorted(set(info.get("missing_keys") or ()) | {str(key[0]) for key in info.get("mismatched_keys") or ()})
+    if fresh:
+        raise InputError(
+            f"--model {directory}: transformers would initialise {_key_groups(fresh)} at random (not in the "
+            "checkpoint); attnlab refuses to show numbers from them"
+        )
+    return model
+
+
+def _key_groups(keys: list[str]) -> str:
+    """The missing weights by their module ("cls.predictions.*"), or their names where few."""
+    groups = sorted({key.rsplit(".", 1)[0] if "." in key else key for key in keys})
+    prefixes = sorted({".".join(key.split(".")[:2]) + ".*" if key.count(".") >= 2 else key for key in keys})
+    chosen = prefixes if len(prefixes) < len(groups) or len(groups) > 4 else keys
+    shown = ", ".join(chosen[:6])
+    return shown + (f" and {len(chosen) - 6} more" if len(chosen) > 6 else "")
+
+
+def _loading_error(error: BaseException, directory: Path) -> str:
+    """A loading error in one line naming the file (safetensors, pickle) or field (config)."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    text = " ".join(lines[:2]) if lines and lines[0].endswith(":") else (lines[0] if lines else type(error).__name__)
+    kind = type(error).__name__
+    if kind == "SafetensorError":
+        files = sorted(path.name for path in directory.glob("*.safetensors")) if directory.is_dir() else []
+        where = files[0] if len(files) == 1 else "its .safetensors files"
+        return f"{where} is not a readable safetensors file ({text})"
+    if kind == "UnpicklingError":
+        files = sorted(path.name for path in directory.glob("*.bin")) if directory.is_dir() else []
+        where = files[0] if len(files) == 1 else "its .bin files"
+        return f"{where}: torch's weights_only load refuses it ({text.split('. ')[0]})"
+    if "config" not in text.lower() and "field" not in text.lower():
+        text = f"{text} (config.json or its weights)"
+    return text
+
+
+def _check_sliding_window(directory: Path) -> None:
+    """config.json's sliding_window, where it has one, as a positive whole number."""
+    if directory.is_file():
+        return
+    from ..models._checkpoint import read_config
+
+    try:
+        config = read_config(directory)
+    except (OSError, CheckpointError):
+        return  # transformers names what it cannot read
+    for where in (config, config.get("text_config")):
+        window = where.get("sliding_window") if isinstance(where, dict) else None
+        if window is not None and (isinstance(window, bool) or not isinstance(window, int) or window < 1):
+            raise InputError(
+                f"--model {directory}: config.json's sliding_window: expected a positive whole number "
+                f"(or null), got {window!r}"
+            )
 
 
 @contextlib.contextmanager

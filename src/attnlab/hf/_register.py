@@ -6,19 +6,37 @@ model's attention goes through them."""
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import dis
 import inspect
 import types
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from .._validation import fail
 from ._backend import UnsupportedModelError, attention_forward
 from ._torch import model_type, torch, transformers
 
-__all__ = ["NAME", "check_model", "on_attnlab", "register"]
+__all__ = ["NAME", "check_model", "on_attnlab", "output_hook", "register"]
 
 NAME = "attnlab"
+
+# analysis.ablate's hook on each attention call's output (module, output (B, L, H, Ev)) ->
+# the output that goes on, set only in the context (thread) whose forwards it ablates: the
+# registered function stays the same for the whole process, and another thread's calls
+# never see the hook.
+output_hook: contextvars.ContextVar[Callable[[Any, Any], Any] | None] = contextvars.ContextVar(
+    "attnlab_hf_output_hook", default=None
+)
+
+
+def attnlab_attention(module: Any, query: Any, key: Any, value: Any, attention_mask: Any, **kwargs: Any) -> Any:
+    """The function registered as "attnlab": :func:`attention_forward`, its output handed
+    to this context's :data:`output_hook` where one is set."""
+    output, weights = attention_forward(module, query, key, value, attention_mask, **kwargs)  # (B, L, H, Ev)
+    hook = output_hook.get()
+    return (output if hook is None else hook(module, output)), weights
+
 
 # The names an attention module's code reads when it looks its attention function up in
 # transformers' registry (the one path attn_implementation="attnlab" reaches) ...
@@ -39,7 +57,7 @@ def register() -> None:
     """
     from transformers.masking_utils import sdpa_mask
 
-    transformers.AttentionInterface.register(NAME, attention_forward)
+    transformers.AttentionInterface.register(NAME, attnlab_attention)
     transformers.AttentionMaskInterface.register(NAME, sdpa_mask)
 
 
