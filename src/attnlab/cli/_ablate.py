@@ -26,10 +26,11 @@ from ._options import at_least
 from ._transformers import (
     _quiet,
     add_model_options,
-    is_encoder_decoder,
     load_on_attnlab,
     run_on_model,
     say_backend,
+    tokenizer_of,
+    transformers_for,
 )
 
 if TYPE_CHECKING:
@@ -110,14 +111,7 @@ def _write_page(args: argparse.Namespace, model: Any, tokenizer: Any, ablation: 
 
 def _transformers_model(args: argparse.Namespace, directory: Any) -> tuple[Any, Any]:
     """The checkpoint with its language-modelling head, on attnlab's backend, and its tokenizer."""
-    try:
-        from ..hf._torch import transformers
-    except ImportError as error:
-        raise InputError(f"--backend transformers: {error}") from None
-    if is_encoder_decoder(directory):
-        raise InputError(
-            f"--model: {args.model} is an encoder-decoder model; ablate runs decoder-only and encoder-only models"
-        )
+    transformers = transformers_for(args, directory, "ablate runs")
     with _quiet(transformers):
         failure = f"--model: transformers cannot load {args.model} with a language-modelling head"
         try:
@@ -128,8 +122,5 @@ def _transformers_model(args: argparse.Namespace, directory: Any) -> tuple[Any, 
             except InputError as masked:  # the refusal of weights at random says the most
                 chosen = masked if "at random" in str(masked) and "at random" not in str(causal) else causal
                 raise chosen from chosen.__cause__
-        try:
-            tokenizer = transformers.AutoTokenizer.from_pretrained(directory)
-        except (OSError, ValueError, KeyError, TypeError):
-            raise InputError(f"--model: {args.model} has no tokenizer transformers can load") from None
+        tokenizer = tokenizer_of(transformers, args, directory)
     return model, tokenizer

@@ -22,9 +22,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .._json import json_text
-from ._inputs import InputError
 from ._options import at_least
-from ._transformers import _quiet, add_model_options, is_encoder_decoder, load_on_attnlab, run_on_model, say_backend
+from ._transformers import (
+    _quiet,
+    add_model_options,
+    load_on_attnlab,
+    run_on_model,
+    say_backend,
+    tokenizer_of,
+    transformers_for,
+)
 
 if TYPE_CHECKING:
     from ..analysis import HeadTypes
@@ -106,19 +113,8 @@ def _write_page(args: argparse.Namespace, model: Any, tokenizer: Any, types: dic
 
 def _transformers_model(args: argparse.Namespace, directory: Path) -> tuple[Any, Any]:
     """The checkpoint's base model on attnlab's backend, and its tokenizer."""
-    try:
-        from ..hf._torch import transformers
-    except ImportError as error:
-        raise InputError(f"--backend transformers: {error}") from None
-    if is_encoder_decoder(directory):
-        raise InputError(
-            f"--model: {args.model} is an encoder-decoder model; heads scores decoder-only and encoder-only models"
-        )
+    transformers = transformers_for(args, directory, "heads scores")
     with _quiet(transformers):
         model = load_on_attnlab(transformers.AutoModel, directory, f"--model: transformers cannot load {args.model}")
-        try:
-            where = {"gguf_file": directory.name} if directory.is_file() else {}  # a GGUF file: by its folder
-            tokenizer = transformers.AutoTokenizer.from_pretrained(directory.parent if where else directory, **where)
-        except (OSError, ValueError, KeyError, TypeError):
-            raise InputError(f"--model: {args.model} has no tokenizer transformers can load") from None
+        tokenizer = tokenizer_of(transformers, args, directory)
     return model, tokenizer

@@ -28,6 +28,8 @@ __all__ = [
     "load_on_attnlab",
     "run_on_model",
     "say_backend",
+    "tokenizer_of",
+    "transformers_for",
     "transformers_trace",
 ]
 
@@ -333,3 +335,26 @@ def _image(path: str) -> Any:
         raise InputError(f"--image: {path} is too large a picture for Pillow to open safely ({error})") from None
     except (UnidentifiedImageError, OSError) as error:
         raise InputError(f"--image: {path} is not a picture Pillow can read ({error})") from None
+
+
+def transformers_for(args: argparse.Namespace, directory: Path, runs: str) -> Any:
+    """The transformers module, for --model on the transformers backend of a command that
+    ``runs`` decoder-only and encoder-only models ("ablate runs")."""
+    try:
+        from ..hf._torch import transformers
+    except ImportError as error:
+        raise InputError(f"--backend transformers: {error}") from None
+    if is_encoder_decoder(directory):
+        raise InputError(
+            f"--model: {args.model} is an encoder-decoder model; {runs} decoder-only and encoder-only models"
+        )
+    return transformers
+
+
+def tokenizer_of(transformers: Any, args: argparse.Namespace, directory: Path) -> Any:
+    """The checkpoint's tokenizer as transformers loads it (a GGUF file's by its folder)."""
+    where = {"gguf_file": directory.name} if directory.is_file() else {}
+    try:
+        return transformers.AutoTokenizer.from_pretrained(directory.parent if where else directory, **where)
+    except (OSError, ValueError, KeyError, TypeError):
+        raise InputError(f"--model: {args.model} has no tokenizer transformers can load") from None

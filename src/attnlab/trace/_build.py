@@ -81,10 +81,7 @@ def build_trace(
         raise fail("key_tokens", f"{S} labels, one per row of K", "a string", TypeError)
     if key_tokens is not None and len(key_tokens) != S:
         raise fail("key_tokens", f"{S} labels, one per row of K and V", f"{len(key_tokens)} labels")
-    keywords = Rules(is_causal, causal_alignment, window, softcap, alibi_slopes, sinks, mask_mod)
-    if rules is not None and keywords.given():
-        raise fail("rules", "the variants either as rules or as keywords", f"both ({', '.join(keywords.given())})")
-    rules = keywords if rules is None else rules
+    rules = Rules(is_causal, causal_alignment, window, softcap, alibi_slopes, sinks, mask_mod).unless(rules)
     result = attention(Q, K, V, attn_mask=attn_mask, scale=scale, need_weights=True, rules=rules)
     pb = result.problem
     with np.errstate(over="ignore", invalid="ignore"):  # overflowing scores are shown as ±inf or NaN
