@@ -134,4 +134,4 @@ def test_the_quick_coref_experiment_writes_its_report_and_shows_the_head(tmp_pat
     report = (out / "report.md").read_text(encoding="utf-8")
     assert "What it shows" in report and "结论" in report and "![loss](loss.png)" in report
     assert models.load(out / "model").config.num_hidden_layers == 2  # the run's model, a checkpoint
-    assert "coref ███" in run.stderr  # the progress bar
+    assert "coref: 100%" in run.stderr and "300/300" in run.stderr  # the progress bar, to its end

@@ -644,8 +644,12 @@ def test_a_models_plot_is_a_layers_by_heads_grid_with_chinese_tokens(checkpoint_
     ]
     labels = [t.get_text() for t in panels[0].get_yticklabels()]
     assert "篮" in labels and "".join(labels) == SENTENCE  # every token, Chinese, in order
-    family = panels[0].get_yticklabels()[2].get_fontfamily()[0]
-    assert family != "DejaVu Sans", family  # a CJK font draws them
+    from matplotlib import font_manager
+    from matplotlib.ft2font import FT2Font
+
+    families = panels[0].get_yticklabels()[2].get_fontfamily()  # Latin from DejaVu Sans, then a CJK font
+    files = [font_manager.findfont(font_manager.FontProperties(family=f), fallback_to_default=False) for f in families]
+    assert [bool(FT2Font(f).get_char_index(ord("篮"))) for f in files] == [False, True], families  # which draws 篮
     assert (tmp_path / "grid.png").stat().st_size > 0
 
 

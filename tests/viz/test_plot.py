@@ -64,6 +64,25 @@ def test_chinese_tokens_render_without_missing_glyphs(tmp_path):
 
 
 @requires("matplotlib")
+def test_every_glyph_is_drawn_latin_signs_and_chinese_from_their_fonts(tmp_path, caplog):
+    """A minus sign (U+2212), a superscript and Chinese in one figure: each from a font that has
+    it (DejaVu Sans first, the CJK font after), so matplotlib reports no missing glyph."""
+    from matplotlib import font_manager
+    from matplotlib.ft2font import FT2Font
+
+    families = al.viz.font_families(["中"])
+    assert families[0] == "DejaVu Sans" and len(families) == 2, "CI installs fonts-wqy-zenhei"
+    cjk_file = font_manager.findfont(font_manager.FontProperties(family=families[1]), fallback_to_default=False)
+    assert not FT2Font(cjk_file).get_char_index(0x2212)  # why the order matters: the CJK font has no minus sign
+    trace = al.SelfAttention(4, 4).trace(np.eye(4), tokens=["他", "−1", "x²", "球"])
+    with warnings.catch_warnings(record=True) as caught, caplog.at_level("WARNING", logger="matplotlib"):
+        warnings.simplefilter("always")
+        _plot.plot(trace, tmp_path / "signs.png", stage="scaled")  # scores below 0: "−0.1" on the colour bar
+    assert not [str(w.message) for w in caught if "missing from" in str(w.message)]
+    assert not [r.getMessage() for r in caplog.records if "glyph" in r.getMessage()]
+
+
+@requires("matplotlib")
 def test_without_a_cjk_font_it_says_so_once(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(_plot, "find_cjk_font", lambda: None)
     with warnings.catch_warnings(record=True) as caught:
@@ -298,3 +317,26 @@ def test_control_characters_and_lone_surrogates_in_a_plots_tokens_are_escaped(tm
     figure = al.plot(trace, tmp_path / "bad.svg")
     (ax,) = [ax for ax in figure.axes if ax.get_title()]
     assert [t.get_text() for t in ax.get_xticklabels()] == ["a\\udcff", "b\\x1b"]
+
+
+@requires("matplotlib")
+def test_a_models_heads_wrap_into_a_grid_that_names_the_model_and_labels_what_matters(tmp_path):
+    from attnlab import models
+    from checkpoints import tiny_model
+
+    tiny_model("llama", num_attention_heads=8, num_key_value_heads=2, max_position_embeddings=128).save_pretrained(tmp_path / "llama")
+    trace = models.load(tmp_path / "llama").trace(np.arange(90) % 50, layers=[1])  # 90 tokens: labels thinned
+    figure = _plot.plot(trace, tmp_path / "heads.png")
+    shown = [ax for ax in figure.axes if ax.get_visible() and ax.get_images()]
+    assert len(shown) == 8 and len({round(ax.get_position().y0, 3) for ax in shown}) == 2  # 2 rows of 4, not a strip
+    heading = figure._suptitle.get_text()
+    assert heading == f"{tmp_path / 'llama'} (llama) · 2 layers, 8 heads sharing 2 key/value heads", heading
+    # the last query's row and the three keys it weighs most, in this head: labelled, in bold
+    ax, head = shown[0], 0
+    weights = trace[1].weights[head][89]  # (90,), the last token's row
+    strongest = sorted(int(j) for j in np.argsort(-weights, kind="stable")[:3])
+    bold_rows = [int(t.get_position()[1]) for t in ax.get_yticklabels() if t.get_fontweight() == "bold"]
+    bold_keys = [int(t.get_position()[0]) for t in ax.get_xticklabels() if t.get_fontweight() == "bold"]
+    labelled_keys = [int(t.get_position()[0]) for t in ax.get_xticklabels() if t.get_text()]
+    assert bold_rows == [89] and bold_keys == strongest, (bold_rows, bold_keys, strongest)
+    assert len(labelled_keys) < 90 and set(strongest) <= set(labelled_keys)

@@ -13,7 +13,7 @@ pytest.importorskip("selenium")
 
 from selenium.webdriver.common.action_chains import ActionChains
 from selenium.webdriver.common.by import By
-from selenium.webdriver.support.ui import Select
+from selenium.webdriver.support.ui import Select, WebDriverWait
 
 import attnlab as al
 from attnlab.cli import main
@@ -405,6 +405,14 @@ def test_k_a_gpt2_small_page_of_128_tokens_is_small_and_draws_a_canvas_per_head(
     assert browser.execute_script("return document.querySelectorAll('#headview text').length") == 2 * 128
     assert size <= 16 * 10**6  # its time is printed, not asserted: a busy machine would fail it
     assert len(browser.find_elements(By.CSS_SELECTOR, "#grid canvas")) == 144  # (tests/viz/test_long_pages.py: longer)
+    browser.execute_script("window.scrollTo(0, document.body.scrollHeight)")  # far from the head's view
+    browser.execute_script("location.hash = '#layer=11&head=8'")  # a link to a head scrolls to it
+    WebDriverWait(browser, 5).until(lambda b: b.execute_script("return window.attnlabView.head") == 8)
+    top = browser.execute_script("return document.getElementById('head-panel').getBoundingClientRect().top")
+    assert 0 <= top < browser.execute_script("return window.innerHeight"), top
+    # the page names the model's architecture (GPT-2: a key/value head per query head, so none shared)
+    summary = browser.find_element(By.ID, "summary").text
+    assert summary.startswith("gpt2-small (gpt2): 128 tokens") and "sharing" not in summary, summary
 
 
 def test_l_a_layer_opens_at_its_own_scale_and_links_name_model_layers(browser, tmp_path):

@@ -9,7 +9,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from .._validation import Array, fail, is_integer
+from .._progress import progress_bar
+from .._validation import Array, fail, flag, is_integer
 from ..viz._views import ABLATE_MODES
 from ._ablation import Ablation
 from ._runner import runner_for
@@ -38,7 +39,7 @@ class _Runner(Protocol):
 
 def ablate(
     model: Any, text: Any, *, heads: Any, mode: str = "zero", target: Any = None, patch_text: Any = None,
-    tokenizer: Any = None,
+    tokenizer: Any = None, progress: bool = False,
 ) -> Ablation:  # fmt: skip
     """For each chosen (layer, head), run the model on ``text`` with that head's output
     replaced, and measure the change in the next-token prediction at the last position.
@@ -70,6 +71,7 @@ def ablate(
         patch_text: another text (or ids) of as many tokens, whose head outputs are patched in.
         tokenizer: a transformers model's tokenizer (to read texts and the target); a
             NumPy model has its own.
+        progress: show a progress bar on stderr, heads done of all, with an estimate.
 
     Returns:
         :class:`Ablation`: the (layers, heads) effect (NaN where not ablated), the unablated
@@ -79,11 +81,13 @@ def ablate(
         ArgumentError: heads out of range, a target that is not one token, a text of no
             token or too long for the model's positions, a patch text of another length,
             an unknown mode, a model without a head to the vocabulary.
-        ArgumentTypeError: a model of neither kind, heads that are not (layer, head) pairs.
+        ArgumentTypeError: a model of neither kind, heads that are not (layer, head) pairs,
+            a ``progress`` that is not a bool.
         UnsupportedModelError: a transformers model whose attention attnlab cannot run,
             or an encoder-decoder model.
     """
     runner = _runner(model, tokenizer)
+    show_progress = flag("progress", progress)
     if mode not in MODES:
         raise fail("mode", " or ".join(map(repr, MODES)), repr(mode))
     if patch_text is not None and mode != "zero":
@@ -107,11 +111,13 @@ def ablate(
     }
     effect = np.full((runner.num_layers, runner.num_heads), np.nan)
     per_batch = max(1, min(64, _BATCH_TOKENS // len(ids)))
-    for start in range(0, len(cells), per_batch):
-        chunk = cells[start : start + per_batch]
-        ablated = _log_softmax(runner.ablated(ids, [(*cell, replacement[cell]) for cell in chunk]))  # (B, vocab)
-        for (layer, head), row in zip(chunk, ablated, strict=True):
-            effect[layer, head] = _effect(base, row, target_id)
+    with progress_bar(len(cells), "ablate", "head", enabled=show_progress) as bar:
+        for start in range(0, len(cells), per_batch):
+            chunk = cells[start : start + per_batch]
+            ablated = _log_softmax(runner.ablated(ids, [(*cell, replacement[cell]) for cell in chunk]))  # (B, vocab)
+            for (layer, head), row in zip(chunk, ablated, strict=True):
+                effect[layer, head] = _effect(base, row, target_id)
+            bar.update(len(chunk))
     top = int(np.argmax(base))
     return Ablation(
         effect=effect, metric="kl" if target_id is None else "logprob",

@@ -18,7 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from .._validation import Array, fail, is_integer
+from .._progress import progress_bar
+from .._validation import Array, fail, flag, is_integer
 from ..trace import ModelTrace
 
 __all__ = ["FLOW_SCALE", "flow", "residual_attention", "rollout"]
@@ -76,7 +77,7 @@ def rollout(trace: ModelTrace, *, heads: Sequence[int] | None = None) -> Array:
     return rolled
 
 
-def flow(trace: ModelTrace, *, heads: Sequence[int] | None = None) -> Array:
+def flow(trace: ModelTrace, *, heads: Sequence[int] | None = None, progress: bool = False) -> Array:
     """Attention flow: the maximum flow from each input token to each position after each
     layer, over the layer graph whose nodes are the L positions before the first layer and
     after every layer, with an edge from position j at level l to position i at level l + 1
@@ -94,27 +95,32 @@ def flow(trace: ModelTrace, *, heads: Sequence[int] | None = None) -> Array:
     Args:
         trace: a model's trace with every layer traced, self-attention only.
         heads: the heads averaged in every layer (indices in 0..H − 1); None: all.
+        progress: show a progress bar on stderr, flow problems solved of layers·L².
 
     Returns:
         (layers, L, L) float64: [l, i, j] is the maximum flow from input token j to position
         i after layer l, at most 1 (position i's incoming capacities sum to 1).
 
     Raises:
-        ArgumentError, ArgumentTypeError: as :func:`residual_attention`.
+        ArgumentError, ArgumentTypeError: as :func:`residual_attention`; a ``progress``
+            that is not a bool.
         MissingDependencyError: SciPy is not installed (``attnlab[models]``).
     """
     from scipy.sparse.csgraph import maximum_flow
 
+    show_progress = flag("progress", progress)
     residual = residual_attention(trace, heads)
     layers, L, _ = residual.shape
     capacities = np.rint(residual * FLOW_SCALE).astype(np.int32)  # (layers, L, L)
     flows = np.zeros((layers, L, L))
-    for layer in range(layers):
-        graph = _layer_graph(capacities[: layer + 1])
-        top = (layer + 1) * L
-        for i in range(L):
-            for j in range(L):
-                flows[layer, i, j] = maximum_flow(graph, j, top + i, method="dinic").flow_value
+    with progress_bar(layers * L * L, "flow", "flow", enabled=show_progress) as bar:
+        for layer in range(layers):
+            graph = _layer_graph(capacities[: layer + 1])
+            top = (layer + 1) * L
+            for i in range(L):
+                for j in range(L):
+                    flows[layer, i, j] = maximum_flow(graph, j, top + i, method="dinic").flow_value
+                bar.update(L)
     return flows / FLOW_SCALE
 
 

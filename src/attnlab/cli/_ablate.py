@@ -4,7 +4,8 @@ Run --model on --text once per head with that head's output zeroed (or replaced 
 mean over positions, or by its output on --patch-text), and print the layers × heads table
 of the change in log p(--target) at the last position, or without --target the KL
 divergence of the next-token distribution. With -o, also write the page of the text with
-that table as a heatmap, whose cells open their head.
+that table as a heatmap, whose cells open their head. On a terminal, a progress bar on
+stderr counts the heads done, with an estimate of the time left.
 
 Examples::
 
@@ -17,6 +18,7 @@ Examples::
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import TYPE_CHECKING, Any
 
 from .._json import json_text
@@ -82,7 +84,7 @@ def run(args: argparse.Namespace) -> None:
     def work(model: Any, tokenizer: Any) -> Ablation:
         return ablate(
             model, args.text, heads=args.heads, mode=args.mode, target=args.target, patch_text=args.patch_text,
-            tokenizer=tokenizer,
+            tokenizer=tokenizer, progress=sys.stderr.isatty(),
         )  # fmt: skip
 
     ran = run_on_model(args, _transformers_model, work, _OPTION_OF)

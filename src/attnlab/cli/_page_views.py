@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import sys
 from typing import Any
 
 from ..trace import GenerationTrace, ModelTrace
@@ -67,6 +68,7 @@ def generation_page(args: argparse.Namespace) -> tuple[ModelTrace, GenerationTra
     else:
         full, generation = _numpy_generation(args, layers)
     say_backend(args, backend, model_type)
+    print(f"generated {generation.generated} token{'s' * (generation.generated != 1)}: {generation.text!r}")
     return full, generation
 
 
@@ -90,7 +92,7 @@ def _numpy_generation(args: argparse.Namespace, layers: Any) -> tuple[ModelTrace
     count = c.num_hidden_layers if layers is None else len(layers) if isinstance(layers, list) else 1
     shape = PageShape(length, c.num_attention_heads, count, (c.head_dim, c.head_dim), model=True)
     check_page_size(shape, "--text and --generate", "--layer N")
-    generation = model.trace_generation(prompt, args.generate, layers=layers)
+    generation = model.trace_generation(prompt, args.generate, layers=layers, progress=sys.stderr.isatty())
     full = model.trace(generation.ids, layers=layers)
     full.template = (marked.template or [False] * len(prompt)) + [False] * generation.generated
     full.notes = [*full.notes, *marked.notes]
@@ -113,7 +115,9 @@ def _transformers_generation(
         failure = f"--generate: transformers cannot load {args.model} as a causal model"
         model = load_on_attnlab(transformers.AutoModelForCausalLM, directory, failure)
         tokenizer = _processor(transformers, directory)
-        generation = hf.trace_generation(model, args.text, args.generate, tokenizer=tokenizer, layers=layers)
+        generation = hf.trace_generation(
+            model, args.text, args.generate, tokenizer=tokenizer, layers=layers, progress=sys.stderr.isatty()
+        )
     full = hf.trace(model, {"input_ids": torch.tensor([generation.ids])}, tokenizer=tokenizer, layers=layers)
     check_page_size(full, "--text and --generate", "--layer N")
     return full, generation

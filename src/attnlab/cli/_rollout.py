@@ -45,4 +45,4 @@ def rollout_and_flow(trace: Trace | ModelTrace, option: str = "--rollout") -> tu
             file=sys.stderr,
         )
         return rolled, None
-    return rolled, flow(trace)
+    return rolled, flow(trace, progress=sys.stderr.isatty())

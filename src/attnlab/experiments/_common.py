@@ -3,8 +3,6 @@ progress bar, matplotlib figures (imported only when a figure is drawn) and mark
 
 from __future__ import annotations
 
-import sys
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,6 +10,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 import numpy as np
 
+from .._progress import progress_bar as shared_progress_bar
 from .._validation import MissingDependencyError, fail
 
 __all__ = ["Experiment", "Measured", "curves_figure", "figure", "lowest_throughout", "progress_bar", "ranking", "table"]
@@ -42,18 +41,15 @@ class Experiment(Generic[MeasuredT]):
 
 
 def progress_bar(name: str, total: int) -> Callable[[int, float], None]:
-    """A progress bar on standard error: the step, the loss, the seconds so far."""
-    start = time.perf_counter()
+    """A progress bar on standard error: the step, the loss, the time so far and an estimate
+    of the time left (tqdm's); called with each step and its loss."""
+    bar = shared_progress_bar(total, name, "step", enabled=True)
 
     def show(step: int, loss: float) -> None:
-        if step % 10 and step != total - 1:
-            return
-        done = (step + 1) / total
-        bar = "█" * int(30 * done) + "·" * (30 - int(30 * done))
-        print(f"\r{name} {bar} {step + 1}/{total} loss {loss:.3f} {time.perf_counter() - start:.0f} s", end="",
-              file=sys.stderr, flush=True)  # fmt: skip
+        bar.set_postfix(loss=f"{loss:.3f}", refresh=False)
+        bar.update(step + 1 - bar.n)
         if step == total - 1:
-            print(file=sys.stderr)
+            bar.close()
 
     return show
 

@@ -15,7 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from .._validation import fail, is_integer
+from .._progress import progress_bar
+from .._validation import fail, flag, is_integer
 from ..trace import GenerationTrace
 from ..trace._generation import stack_rows
 from ._backend import EngineCall, _engine_call
@@ -54,8 +55,27 @@ class _Steps:
         return np.asarray(result.output)
 
 
+@dataclass
+class _Counter:
+    """A streamer of ``model.generate`` (transformers' streamer protocol: ``put`` of the
+    prompt's ids, then of each new token's, then ``end``) that counts the new tokens on a
+    progress bar."""
+
+    bar: Any
+    prompt_seen: bool = False
+
+    def put(self, value: Any) -> None:
+        """The prompt's ids first (not counted), then one new token's."""
+        if self.prompt_seen:
+            self.bar.update(1)
+        self.prompt_seen = True
+
+    def end(self) -> None:
+        """The generation has ended."""
+
+
 def trace_generation(
-    model: Any, text: Any, max_new_tokens: int, *, tokenizer: Any = None, layers: Any = None
+    model: Any, text: Any, max_new_tokens: int, *, tokenizer: Any = None, layers: Any = None, progress: bool = False
 ) -> GenerationTrace:
     """The attention of the tokens ``model.generate`` adds greedily to ``text``, recorded
     from its own calls with the KV cache: for each new token, the weights of the step
@@ -71,15 +91,17 @@ def trace_generation(
         tokenizer: the model's tokenizer; None: the inputs must be tensors, shown as ids.
         layers: the attention modules to keep, an index or a list of them (negative from
             the end), or None for all.
+        progress: show a progress bar on stderr, tokens generated of ``max_new_tokens``.
 
     Raises:
         UnsupportedModelError: the model does not compute attention through the interface.
         ArgumentError, ArgumentTypeError: a model that cannot generate, inputs that are not
             one sequence, ``max_new_tokens`` below 1 or past the model's positions, a module
             the model does not have, a cache that drops keys (a sliding window's: its rows
-            cannot be laid out by position).
+            cannot be laid out by position); a ``progress`` that is not a bool.
     """
     check_model(model)
+    show_progress = flag("progress", progress)
     if getattr(model.config, "is_encoder_decoder", False):
         raise fail(
             "model", "a decoder-only model (a generation's trace is of one sequence)", "an encoder-decoder model"
@@ -101,10 +123,12 @@ def trace_generation(
         )  # fmt: skip
     chosen = _chosen(layers)
     steps = _Steps({id(module): name for name, module in model.named_modules()})
-    with _recorded(model, steps):  # type: ignore[arg-type]  # duck-typed: before, after and record
+    bar = progress_bar(int(max_new_tokens), "generate", "token", enabled=show_progress)
+    with bar, _recorded(model, steps):  # type: ignore[arg-type]  # duck-typed: before, after and record
         ids = model.generate(
             **sequences.inputs, max_new_tokens=int(max_new_tokens), do_sample=False, num_beams=1,
             pad_token_id=getattr(model.generation_config, "pad_token_id", None) or 0,
+            streamer=_Counter(bar) if show_progress else None,
         )[0]  # fmt: skip
     count = len(steps.order)
     wanted = range(count) if chosen is None else sorted({i + count if i < 0 else i for i in chosen})

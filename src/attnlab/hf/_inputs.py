@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from .._validation import Array, fail
+from .._validation import Array, fail, is_integer
 from ..models._tokenizer import Tokenizer
 from ..trace import ModelTrace, Trace
 from ._torch import model_name, torch
@@ -57,10 +57,15 @@ class Sequences:
         """The ModelTrace of ``traces`` over these sequences."""
         name = model_name(model)
         main = self.target if self.target is not None else self.source
+        config = getattr(model, "config", None)
+        kv_heads = getattr(config, "num_key_value_heads", None)
+        kv_heads = int(kv_heads) if is_integer(kv_heads) and 0 < kv_heads <= heads and heads % kv_heads == 0 else 0
         return ModelTrace(
             name, main.ids, main.tokens, traces, entries, heads, main.special, main.parts, None,
             modules=modules, kinds=kinds, image=self.image, patch_grid=self.patch_grid,
             **({} if self.target is None else self._source_fields()),
+            architecture=str(getattr(config, "model_type", "") or ""),
+            num_key_value_heads=kv_heads,
         )  # fmt: skip
 
     def _source_fields(self) -> dict[str, Any]:

@@ -7,6 +7,7 @@ keys and values (1, Hk, S, E) of every position before it, with no mask.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -45,13 +46,14 @@ class _KVCache:
 
 def generate(
     network: Network, ids: Any, steps: int, *, temperature: float = 0.0, rng: Any = None, output_logits: bool = False,
-    rows: list[list[Array]] | None = None,
+    rows: list[list[Array]] | None = None, on_token: Callable[[], object] | None = None,
 ) -> Array | tuple[Array, Array]:  # fmt: skip
     """What :meth:`Model.generate` documents: ``ids`` (L,) followed by up to ``steps`` new
     tokens, with the logits (new, vocab) each was chosen from when ``output_logits``.
     ``rows``, when given, gets one list per step of every layer's weights (H, S) of the
     step's last query, the one that chose the step's token (the recording hook of
-    :meth:`Model.trace_generation`: the same forward, its weights kept).
+    :meth:`Model.trace_generation`: the same forward, its weights kept). ``on_token`` is
+    called once after each new token (a progress bar's ``update``).
 
     Raises:
         ArgumentError, ArgumentTypeError: a model that is not causal, ids that are not one
@@ -74,6 +76,8 @@ def generate(
         chosen_from.append(logits[0])  # (vocab,)
         token = _pick(logits[0], temperature, generator)
         tokens.append(token)
+        if on_token is not None:
+            on_token()
         if token in config.eos_token_id:
             break
         step_input = np.array([token])

@@ -11,6 +11,7 @@ from typing import Any, Literal, overload
 import numpy as np
 from numpy.typing import ArrayLike
 
+from .._progress import progress_bar
 from .._validation import Array, fail, flag, is_integer
 from ..trace import GenerationTrace, ModelTrace
 from ..trace._generation import stack_rows
@@ -42,7 +43,7 @@ def answer_view(raw: dict[str, Any], tokens: list[str]) -> dict[str, int] | None
 
 def _trace_generation_method(
     self: Model, text_or_ids: ArrayLike | str, max_new_tokens: int, *, layers: Any = None, truncation: bool = False,
-    chat: bool = False,
+    chat: bool = False, progress: bool = False,
 ) -> GenerationTrace:  # fmt: skip
     """The attention of the tokens a greedy generation adds, recorded from its own
     decode steps with the KV cache: for each new token, the weights of the step that
@@ -56,12 +57,13 @@ def _trace_generation_method(
         layers: an index, a list of them, or None for all; negative from the end.
         truncation: cut a text longer than the model takes (see :meth:`trace`).
         chat: the text as a user's message in the model's chat template (see :meth:`trace`).
+        progress: show a progress bar on stderr, tokens generated of ``max_new_tokens``.
 
     Raises:
         ArgumentError, ArgumentTypeError: what :meth:`generate` and :meth:`trace`
-            refuse, and ``max_new_tokens`` below 1.
+            refuse, ``max_new_tokens`` below 1, a ``progress`` that is not a bool.
     """
-    return _trace_generation(self, text_or_ids, max_new_tokens, layers, truncation, chat)
+    return _trace_generation(self, text_or_ids, max_new_tokens, layers, truncation, chat, flag("progress", progress))
 
 
 @dataclass(frozen=True)
@@ -238,7 +240,7 @@ def _forward(
 
 
 def _trace_generation(
-    model: Model, text_or_ids: ArrayLike | str, steps: int, layers: Any, truncation: bool, chat: bool
+    model: Model, text_or_ids: ArrayLike | str, steps: int, layers: Any, truncation: bool, chat: bool, progress: bool
 ) -> GenerationTrace:
     """See :meth:`Model.trace_generation`."""
     if not is_integer(steps) or steps < 1:
@@ -246,7 +248,8 @@ def _trace_generation(
     prompt = sequence_ids(model.config, model.tokenizer, text_or_ids, truncation=truncation, chat=chat).ids
     chosen = layer_indices(model.config, layers)
     rows: list[list[Array]] = []
-    ids = generate(model.network, prompt, int(steps), rows=rows)
+    with progress_bar(int(steps), "generate", "token", enabled=progress) as bar:
+        ids = generate(model.network, prompt, int(steps), rows=rows, on_token=bar.update)
     assert isinstance(ids, np.ndarray)
     tokenizer = model.tokenizer
     tokens = tokenizer.pieces(ids)[0] if tokenizer is not None else [str(i) for i in ids]
@@ -273,4 +276,5 @@ def _trace(model: Model, text_or_ids: ArrayLike | str, layers: Any, truncation: 
     made = ModelTrace(model.name, [int(i) for i in ids], tokens, traces, *counts, special, parts, opens)
     made.template = prompt.template or [False] * len(ids)
     made.notes = [model.weights_note, *prompt.notes] if model.weights_note else prompt.notes
+    made.architecture, made.num_key_value_heads = c.model_type, c.num_key_value_heads
     return made

@@ -71,6 +71,11 @@ class GenerationTrace:
         """N, the tokens generated."""
         return len(self.ids) - self.prompt_length
 
+    @property
+    def text(self) -> str:
+        """The generated tokens' texts, joined: what the model wrote after the prompt."""
+        return "".join(self.tokens[self.prompt_length :])
+
 
 def stack_rows(rows: list[Array], prompt_length: int) -> Array:
     """One layer's weights (H, N, L + N − 1) from its N recorded rows (H, L + n), each the

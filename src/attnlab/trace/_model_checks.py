@@ -175,7 +175,18 @@ def model_trace_from_dict(cls: Any, data: Any, source: str) -> Any:
         and all(type(x) is int and x >= 0 for x in opens.values())
     ):
         raise ArgumentError(f"{source}: opens: expected null or whole numbers ≥ 0 under layer, head, query")
-    fields: dict[str, Any] = {"opens": opens, "template": template, "notes": notes}
+    architecture, kv_heads = data.get("architecture", ""), data.get("num_key_value_heads", 0)
+    if not isinstance(architecture, str):
+        raise ArgumentError(f"{source}: architecture: expected a text, got {type(architecture).__name__}")
+    if not (type(kv_heads) is int and 0 <= kv_heads <= num_heads and (kv_heads == 0 or num_heads % kv_heads == 0)):
+        raise ArgumentError(
+            f"{source}: num_key_value_heads: expected 0 (unknown) or a divisor of the {num_heads} heads, "
+            f"got {kv_heads!r}"
+        )
+    fields: dict[str, Any] = {
+        "opens": opens, "template": template, "notes": notes, "architecture": architecture,
+        "num_key_value_heads": kv_heads,
+    }  # fmt: skip
     fields.update(_saved_names(data, num_layers, source))
     fields.update(_saved_source(data, source))
     fields.update(_saved_image(data, source))

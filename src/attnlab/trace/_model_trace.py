@@ -57,6 +57,8 @@ class _Fields:
     patch_grid: tuple[int, int] | None = None
     template: list[bool] = field(default_factory=list)  # put there by a chat template, not the user's words
     notes: list[str] = field(default_factory=list)  # what was done to the text or read: a cut, a quantization
+    architecture: str = ""  # config.json's model_type ("llama"), "" where unknown
+    num_key_value_heads: int = 0  # key and value heads (grouped-query attention), 0 where unknown
 
     def __post_init__(self) -> None:
         _fill_and_check(self)
@@ -91,6 +93,9 @@ class ModelTrace(_Fields):
         template: per token, whether a chat template put it there (not the user's words).
         notes: what the page and the text should say of how the tokens or weights came
             ("cut to its first 512 of 600 tokens", "Q4_1, dequantized to float32").
+        architecture: the model's architecture, its config's ``model_type`` ("llama"), or "".
+        num_key_value_heads: the key and value heads each entry's queries share (fewer than
+            ``num_heads`` under grouped-query attention), or 0 where unknown.
 
     Raises:
         ArgumentError: kinds, modules, a source sequence, an image or a patch grid that do not fit the entries.
@@ -228,7 +233,10 @@ def _to_dict(trace: ModelTrace) -> dict[str, Any]:
     """See :meth:`ModelTrace.to_dict`."""
     import base64
 
-    fixed = {"model": trace.model, "ids": trace.ids, "tokens": trace.tokens, "special": trace.special}
+    fixed = {
+        "model": trace.model, "architecture": trace.architecture, "num_key_value_heads": trace.num_key_value_heads,
+        "ids": trace.ids, "tokens": trace.tokens, "special": trace.special,
+    }  # fmt: skip
     counts = {"parts": trace.parts, "num_layers": trace.num_layers, "num_heads": trace.num_heads, "opens": trace.opens}
     named = {
         "modules": {str(i): m for i, m in trace.modules.items()},

@@ -79,6 +79,8 @@ def page_data(trace: Trace | ModelTrace, opens: dict[str, int] | None = None) ->
         list(trace.layers.items()) if isinstance(trace, ModelTrace) else [(None, trace)]
     )
     model = trace.model if isinstance(trace, ModelTrace) else ""
+    architecture = trace.architecture if isinstance(trace, ModelTrace) else ""
+    kv_heads = trace.num_key_value_heads if isinstance(trace, ModelTrace) else 0
     given = sum(with_heads(t.scores).size for _, t in named) <= _page_size.GIVEN_SCORES_UP_TO
     shape = PageShape.of(trace)
     exact = "float64" if shape.itemsize == 8 else "float32"
@@ -95,7 +97,8 @@ def page_data(trace: Trace | ModelTrace, opens: dict[str, int] | None = None) ->
         )
     seeds = [t.random_seed for _, t in named if t.random_seed is not None]
     return {  # the page shows text: control characters and lone surrogates escaped (no page can encode those)
-        "model": display_text(model), "sequences": sequences, "layers": layers, "opens": opens or opening(trace),
+        "model": display_text(model), "architecture": display_text(architecture), "kv_heads": kv_heads,
+        "sequences": sequences, "layers": layers, "opens": opens or opening(trace),
         "random_seed": seeds[0] if seeds else None,
         "notes": [display_text(n) for n in trace.notes] if isinstance(trace, ModelTrace) else [],
         "image": image_data(trace) if isinstance(trace, ModelTrace) else None,

@@ -36,6 +36,7 @@ __all__ = [
     "MissingFontWarning",
     "check_path",
     "find_cjk_font",
+    "font_families",
     "needs_cjk",
     "plot",
     "select_heads",
@@ -122,30 +123,46 @@ def check_path(path: str | Path) -> Path:
     return output_path(path, FORMATS)
 
 
-def _tick_labels(labels: list[str], most: int = LABELS_UP_TO) -> tuple[list[int], list[str]]:
-    """Positions and texts of the labels to draw: all up to ``most``, else every n-th;
-    a token past 16 characters is cut to its first 15 and "…". Control characters and lone
-    surrogates are escaped (:func:`~attnlab.trace._display.display_text`)."""
+def _tick_labels(labels: list[str], most: int = LABELS_UP_TO, keep: Sequence[int] = ()) -> tuple[list[int], list[str]]:
+    """Positions and texts of the labels to draw: all up to ``most``, else every n-th and the
+    positions ``keep`` (the regular ones nearer than n to a kept one left out, so that none
+    overlap); a token past 16 characters is cut to its first 15 and "…". Control characters
+    and lone surrogates are escaped (:func:`~attnlab.trace._display.display_text`)."""
     every = math.ceil(len(labels) / most)
-    positions = list(range(0, len(labels), every))
+    kept = {k for k in keep if 0 <= k < len(labels)}
+    regular = [p for p in range(0, len(labels), every) if all(abs(p - k) >= every for k in kept) or every == 1]
+    positions = sorted(set(regular) | kept)
     shown = [display_text(labels[i]) for i in positions]
     return positions, [text if len(text) <= 16 else text[:15] + "…" for text in shown]
 
 
+def font_families(texts: Sequence[str] = ()) -> list[str]:
+    """The font families to draw ``texts`` with, as a fallback list for matplotlib's
+    ``font.family``: DejaVu Sans (shipped with matplotlib) for Latin letters, digits and
+    signs such as − (U+2212), then, when a text has Chinese, Japanese or Korean characters,
+    an installed CJK font for those (:func:`find_cjk_font`; none when none is installed)."""
+    family = find_cjk_font() if needs_cjk(list(texts)) else None
+    return ["DejaVu Sans"] if family is None else ["DejaVu Sans", family]
+
+
 def _font(labels: list[str]) -> dict[str, Any]:
-    """Font properties that draw ``labels``; warns once when Chinese has no font."""
-    if not needs_cjk(labels):
-        return {}
-    family = find_cjk_font()
-    if family is None:
+    """Font properties that draw ``labels`` (:func:`font_families`); warns once when
+    Chinese has no font."""
+    families = font_families(labels)
+    if needs_cjk(labels) and len(families) == 1:
         warnings.warn(
             "no font with Chinese glyphs is installed, so the Chinese tokens will be drawn as empty boxes; "
             "install one (Debian/Ubuntu: apt-get install fonts-noto-cjk) and run again",
             MissingFontWarning,
             stacklevel=3,
         )
-        return {}
-    return {"family": [family, "DejaVu Sans"]}
+    return {"family": families}
+
+
+def _missing_glyphs_said(font: dict[str, Any], labels: list[str]) -> bool:
+    """Whether matplotlib's own missing-glyph warnings repeat one already given: Chinese
+    tokens with no font for them (:func:`_font`'s warning). Any other is a real fault."""
+    return needs_cjk(labels) and len(font["family"]) == 1
 
 
 @dataclass(frozen=True)
@@ -159,6 +176,17 @@ class _Panel:
     small: bool = False
     left: bool = True
     bottom: bool = True
+    query: int | None = None  # the row that matters: labelled with its strongest keys, in bold, whatever the thinning
+
+
+def _focus(panel: _Panel) -> tuple[list[int], list[int]]:
+    """The rows and columns a panel labels whatever the thinning: its query, and the three
+    keys that query weighs most in this head (none without a query)."""
+    if panel.query is None:
+        return [], []
+    row = np.asarray(panel.trace.head(panel.head).weights[panel.query], dtype=np.float64)  # (S,)
+    strongest = np.argsort(-np.where(np.isfinite(row), row, -np.inf), kind="stable")[:3]
+    return [panel.query], sorted(int(j) for j in strongest)
 
 
 def _masked_cells(panel: _Panel, stage: str) -> Any:
@@ -213,8 +241,9 @@ def _draw(ax: Any, panel: _Panel, stage: str, low: float, high: float, font: dic
     if masked.any():
         _grey_out(ax, masked, hatch=longest <= LABELS_UP_TO)
     most = 12 if panel.small else LABELS_UP_TO
-    positions, texts = _tick_labels(trace.labels, most)  # the rows: the queries' tokens
-    key_positions, key_texts = _tick_labels(trace.key_labels, most)  # the columns: the keys' (another sequence's)
+    focus_rows, focus_keys = _focus(panel)
+    positions, texts = _tick_labels(trace.labels, most, focus_rows)  # the rows: the queries' tokens
+    key_positions, key_texts = _tick_labels(trace.key_labels, most, focus_keys)  # the columns: the keys' tokens
     # one or two characters (Chinese ones above all) stand upright while there is room for them
     upright = all(len(t) <= 2 for t in key_texts) and len(key_positions) <= 30
     size = max(6, min(10, 500 / max(len(positions), len(key_positions), 1)))
@@ -224,6 +253,13 @@ def _draw(ax: Any, panel: _Panel, stage: str, low: float, high: float, font: dic
         fontsize=size, parse_math=False,
     )  # fmt: skip
     ax.set_yticks(positions, texts if panel.left else [], fontdict=font, fontsize=size, parse_math=False)
+    for tick_labels, ticks, focused in (
+        (ax.get_yticklabels(), positions, focus_rows),
+        (ax.get_xticklabels(), key_positions, focus_keys),
+    ):
+        for tick_label, tick in zip(tick_labels, ticks, strict=False):
+            if tick in focused:
+                tick_label.set_fontweight("bold")
     if panel.bottom:
         ax.set_xlabel("key")
     if panel.left:
@@ -247,6 +283,18 @@ def _rules(trace: Trace | ModelTrace) -> str:
     """The attention rules a trace was built with, in words, or "" (none recorded, or none)."""
     first = next(iter(trace.layers.values())) if isinstance(trace, ModelTrace) else trace
     return "" if first.variants is None else first.variants.describe("en")
+
+
+def _model_line(trace: Trace | ModelTrace) -> str:
+    """A model's picture says what it is: its name, architecture, layers and heads (and the
+    key/value heads they share); "" for a single layer's trace."""
+    if not isinstance(trace, ModelTrace):
+        return ""
+    architecture = f" ({trace.architecture})" if trace.architecture else ""
+    kv = trace.num_key_value_heads
+    shared = f" sharing {kv} key/value head{'s' * (kv > 1)}" if 0 < kv < trace.num_heads else ""
+    layers = f"{trace.num_layers} layer{'s' * (trace.num_layers > 1)}"
+    return f"{display_text(trace.model)}{architecture} · {layers}, {trace.num_heads} heads{shared}"
 
 
 def _random_note(trace: Trace | ModelTrace) -> str:
@@ -321,14 +369,26 @@ def plot(
         L = max(len(trace.inputs), trace.num_keys)
     size = min(max(3.5, 0.3 * min(L, LABELS_UP_TO) + 2.0), 10.0)  # inches a panel
     if isinstance(trace, ModelTrace):
+        cells = [(i, t, h) for i, t in trace.layers.items() for h in chosen]  # a row per layer
         rows, columns = len(trace.layers), len(chosen)
+        if rows == 1 and columns > 4:  # one layer's heads: wrapped, at most 4 a row, rows as even as they can be
+            rows = math.ceil(columns / 4)
+            columns = math.ceil(len(cells) / rows)
         size = min(size, max(2.2, 30 / max(rows, columns)))  # a 12 × 12 grid stays a few thousand pixels
         small = size < 4.5
         own_keys = not small or trace.source_tokens is not None  # two sequences: each panel labels its own keys
+        query = (trace.opens or {}).get("query", len(trace.tokens) - 1)  # the page's query, or the last token's
         panels = [
-            _Panel(t, h, f"{trace.name(i)} · head {h}", small, left=c == 0, bottom=r == rows - 1 or own_keys)
-            for r, (i, t) in enumerate(trace.layers.items())
-            for c, h in enumerate(chosen)
+            _Panel(
+                t,
+                h,
+                f"{trace.name(i)} · head {h}",
+                small,
+                left=n % columns == 0,
+                bottom=n + columns >= len(cells) or own_keys,
+                query=query if query < len(t.labels) else None,
+            )
+            for n, (i, t, h) in enumerate(cells)
         ]
     else:
         panels = [_Panel(trace, h) for h in chosen]
@@ -341,7 +401,8 @@ def plot(
     quiet_fonts.setLevel(logging.ERROR)
     try:
         with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message="Glyph .* missing from")  # said once, by _font
+            if _missing_glyphs_said(font, labels):
+                warnings.filterwarnings("ignore", message="Glyph .* missing from")  # said once, by _font
             note = _random_note(trace)
             if isinstance(target, Axes):
                 if len(panels) != 1:
@@ -361,8 +422,9 @@ def plot(
             for ax in axes[len(panels) :]:
                 ax.set_visible(False)
             figure.colorbar(images[0], ax=list(axes[: len(panels)]), shrink=0.8)
-            if note:
-                figure.suptitle(note, color="#8a4b00")
+            heading = "\n".join(line for line in (_model_line(trace), note) if line)
+            if heading:
+                figure.suptitle(heading, color="#8a4b00" if note else None)
             masked = any(_masked_cells(panel, stage).any() for panel in panels)
             _masked_legend(figure, _rules(trace), figure.get_figwidth(), masked, hatch=L <= LABELS_UP_TO)
             figure.savefig(path)

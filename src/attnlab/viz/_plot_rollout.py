@@ -13,7 +13,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from .._validation import MissingDependencyError, fail, is_integer
-from ._plot import ANNOTATE_UP_TO, LABELS_UP_TO, _font, _tick_labels, check_path
+from ._plot import ANNOTATE_UP_TO, LABELS_UP_TO, _font, _missing_glyphs_said, _tick_labels, check_path
 
 __all__ = ["plot_rollout"]
 
@@ -76,7 +76,8 @@ def plot_rollout(
     quiet_fonts.setLevel(logging.ERROR)
     try:
         with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message="Glyph .* missing from")  # said once, by _font
+            if _missing_glyphs_said(font, tokens):
+                warnings.filterwarnings("ignore", message="Glyph .* missing from")  # said once, by _font
             for ax, (title, x) in zip(axes, panels, strict=True):  # each coloured 0 → its own largest
                 image = _draw(ax, x[shown], tokens, float(x[shown].max()) or 1.0, font)
                 ax.set_title(f"{title} after layer {shown}")

@@ -11,9 +11,12 @@
   function summary(app, state) {
     const { layer, rowSeq, colSeq, L, S } = app.shown(state), { heads, d_k } = layer, count = app.layers.length;
     const length = rowSeq === colSeq ? `${L} tokens` : `${L} queries (${rowSeq.name}) × ${S} keys (${colSeq.name})`;
-    return `${app.page.model ? app.page.model + ": " : ""}${length}, ` +
+    const { model, architecture, kv_heads: kvHeads } = app.page;
+    const named = model ? `${model}${architecture ? ` (${architecture})` : ""}: ` : "";
+    const shared = kvHeads && kvHeads < heads ? ` sharing ${kvHeads} key/value head${kvHeads > 1 ? "s" : ""}` : "";
+    return `${named}${length}, ` +
       (count > 1 ? `${count} ${app.grouped ? "attention modules" : "layers"}, ` : "") +
-      `${heads} head${heads > 1 ? "s" : ""}, d_k = ${d_k}` + roundingNote(app.page.layers[0].dtype);
+      `${heads} head${heads > 1 ? "s" : ""}${shared}, d_k = ${d_k}` + roundingNote(app.page.layers[0].dtype);
   }
   const randomNote = (page) => [...(page.random_seed === null ? []
     : [`random weights (seed ${page.random_seed}), not trained: what a head shows here is chance, not something learned`]),
@@ -36,6 +39,8 @@
     const applyLink = () => {
       app.setState(linkPatch(app.state, app.layers, location.hash, usableScale));
       scrollToQuery(app.state.query); // the linked query, or the one the page opens on
+      // a link to a layer or a head brings its view into sight, as a click on its thumbnail does
+      if (/(^|[#&])(layer|head)=/.test(location.hash)) $("head-panel").scrollIntoView({ block: "start" });
     };
     return { select, setHead, setScale, useLayer, openHead, applyLink };
   }
