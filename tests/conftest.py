@@ -25,3 +25,14 @@ def seed_run() -> tuple[str, dict[str, Any]]:
     with contextlib.redirect_stdout(out):
         namespace = runpy.run_path(str(SEED_PROGRAM))
     return out.getvalue(), namespace
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The cases of a grid that its pairwise cover leaves out (``exhaustive``) run only when
+    asked for by name, ``pytest -m exhaustive``: not in the full suite, not in the quick check."""
+    if "exhaustive" in (config.option.markexpr or ""):
+        return
+    left_out = [item for item in items if item.get_closest_marker("exhaustive") is not None]
+    if left_out:
+        config.hook.pytest_deselected(items=left_out)
+        items[:] = [item for item in items if item.get_closest_marker("exhaustive") is None]

@@ -5,6 +5,8 @@ and random inputs and masks."""
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -77,3 +79,31 @@ def mask_for(
             mask[..., empty_row, :] = False  # a fully masked query row
         return mask
     return make(rng, shape, dtype)
+
+
+def pairwise(dimensions: Sequence[Sequence[Any]]) -> list[tuple[Any, ...]]:
+    """A pairwise cover of the dimensions' product (allpairspy's): every value of each dimension
+    meets every value of each other in some case; far fewer cases than the product. The same
+    cases on every run (the cover is built in order, with no randomness)."""
+    from allpairspy import AllPairs
+
+    indices = [list(range(len(values))) for values in dimensions]
+    chosen = [tuple(case) for case in AllPairs(indices)] if len(dimensions) > 1 else [(i,) for i in indices[0]]
+    return [tuple(values[i] for values, i in zip(dimensions, case, strict=True)) for case in chosen]
+
+
+def covered_product(dimensions: Sequence[Sequence[Any]], ids: Sequence[Sequence[str]] | None = None) -> list[Any]:
+    """Every case of the dimensions' product as a ``pytest.param``: the pairwise cover's
+    (:func:`pairwise`) run in every run, the others marked ``exhaustive``, which only
+    ``pytest -m exhaustive`` runs (tests/conftest.py). ``ids``: each dimension's values' names."""
+    names = ids or [[str(value) for value in values] for values in dimensions]
+    positions = [list(range(len(values))) for values in dimensions]
+    cover = set(pairwise(positions))
+    return [
+        pytest.param(
+            *(values[i] for values, i in zip(dimensions, case, strict=True)),
+            id="/".join(n[i] for n, i in zip(names, case, strict=True)),
+            marks=() if case in cover else pytest.mark.exhaustive,
+        )
+        for case in itertools.product(*positions)
+    ]

@@ -32,3 +32,20 @@ def test_the_links_and_pictures_exist():
     assert len(targets) > 15
     missing = [t for t in targets if not (ROOT / t).exists()]
     assert not missing, missing
+
+
+def test_what_it_says_of_builtin_coref_is_what_its_page_shows():
+    """The weights the README quotes for 他 are the ones the page opens on, to their 4 digits."""
+    from attnlab import models
+
+    text = README.read_text(encoding="utf-8")
+    (sentence,) = re.findall(r'attnlab view --model builtin:coref --text "([^"]+)"', text)
+    quoted = re.search(r"goes to 小, the first character of 小明,\s+with weight ([\d.]+) \(明 gets ([\d.]+)", text)
+    assert quoted is not None
+    trace = models.load("builtin:coref").trace(sentence)
+    opens = trace.opens
+    assert opens is not None and trace.tokens[opens["query"]] == "他"
+    row = np.asarray(trace[opens["layer"]].weights[opens["head"]][opens["query"]], dtype=np.float64)  # (L,)
+    first, second = trace.tokens.index("小"), trace.tokens.index("明")
+    assert (f"{row[first]:.4f}", f"{row[second]:.4f}") == quoted.groups()
+    assert row[trace.tokens.index("小", first + 1)] < 1e-4  # 小红's 小

@@ -3,7 +3,6 @@ every test crosses many block edges."""
 
 from __future__ import annotations
 
-import itertools
 import tracemalloc
 
 import hypothesis.strategies as st
@@ -14,7 +13,7 @@ from hypothesis import given, settings
 import attnlab as al
 from attnlab.engine import _threads, _tiled
 from attnlab.engine.fused import _engine as _fused
-from helpers import make, mask_for, use_small_blocks
+from helpers import covered_product, make, mask_for, use_small_blocks
 from oracles import assert_close, optional_module, requires
 
 torch = optional_module("torch")
@@ -32,22 +31,30 @@ def backward_kind(request, monkeypatch):
 
 
 MASKS = ["none", "bool-2d", "bool-4d", "float-2d", "float-3d", "fully-masked"]
-CASES = list(
-    itertools.product(
-        [np.float64, np.float32], MASKS, [False, True], [(37, 53), (53, 37), (1, 70)], [False, True], [0.0, 0.3]
-    )
-)
-
-
 BLOCKED = ["tiled", *(["fused"] if _fused.available() else [])]
+SCHEDULES = {"one-pass": 1, "two-pass": 10**9}  # ONE_PASS_BACKWARD_FROM: each backward schedule
+# 1,152 cases in all: every run takes their pairwise cover (every two values of any two
+# dimensions, the engine and the backward's schedule included, meet in some case),
+# pytest -m exhaustive the rest
+DIMENSIONS = [
+    [np.float64, np.float32], MASKS, [False, True], [(37, 53), (53, 37), (1, 70)], [False, True], [0.0, 0.3],
+    BLOCKED, list(SCHEDULES),
+]  # fmt: skip
+CASES = covered_product(
+    DIMENSIONS,
+    ids=[
+        ["float64", "float32"], MASKS, ["full", "causal"], ["L<S", "L>S", "L=1"], ["mha", "gqa"],
+        ["no-dropout", "dropout"], BLOCKED, list(SCHEDULES),
+    ],
+)  # fmt: skip
 
 
-@pytest.mark.parametrize("engine", BLOCKED)
-@pytest.mark.parametrize("dtype, mask_kind, is_causal, lengths, gqa, dropout_p", CASES)
+@pytest.mark.parametrize("dtype, mask_kind, is_causal, lengths, gqa, dropout_p, engine, schedule", CASES)
 def test_tiled_equals_naive_forward_lse_and_gradients(
-    dtype, mask_kind, is_causal, lengths, gqa, dropout_p, backward_kind, engine
+    dtype, mask_kind, is_causal, lengths, gqa, dropout_p, engine, schedule, monkeypatch
 ):
-    rng = np.random.default_rng(CASES.index((dtype, mask_kind, is_causal, lengths, gqa, dropout_p)))
+    monkeypatch.setattr(_tiled, "ONE_PASS_BACKWARD_FROM", SCHEDULES[schedule])
+    rng = np.random.default_rng(MASKS.index(mask_kind) * 64 + lengths[0] + 2 * is_causal + gqa)
     L, S = lengths
     q = make(rng, (2, 4, L, 8), dtype)
     k = make(rng, (2, 2 if gqa else 4, S, 8), dtype)

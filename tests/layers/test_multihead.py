@@ -8,23 +8,23 @@ import numpy as np
 import pytest
 
 import attnlab as al
+from helpers import covered_product
 from oracles import assert_close, numerical_gradient, optional_module, requires
 
 torch = optional_module("torch")
 
 E, H, N, L, S = 8, 2, 3, 4, 5
 
-CONFIGS = list(
-    itertools.product(
-        [np.float64, np.float32],  # dtype
-        [False, True],  # batch_first
-        [True, False],  # bias
-        [False, True],  # add_bias_kv
-        [False, True],  # add_zero_attn
-        [None, (6, 3)],  # kdim, vdim
-        [True, False],  # batched
-    )
-)
+DIMENSIONS = [
+    [np.float64, np.float32],  # dtype
+    [False, True],  # batch_first
+    [True, False],  # bias
+    [False, True],  # add_bias_kv
+    [False, True],  # add_zero_attn
+    [None, (6, 3)],  # kdim, vdim
+    [True, False],  # batched
+]
+CONFIGS = list(itertools.product(*DIMENSIONS))
 MASKS = [
     "none",
     "attn-bool-2d",
@@ -36,14 +36,16 @@ MASKS = [
     "both",
     "causal",
 ]
-# Every configuration with every mask (1152 cases) in the full suite; the quick check
-# (-m "not slow") keeps each configuration once, the masks taken in turn (each mask
-# 14 or 15 times, on both dtypes and every flag), and leaves the other 1024 to the full run.
-CASES = [
-    pytest.param(*config, mask, marks=() if (i - MASKS.index(mask)) % len(MASKS) == 0 else pytest.mark.slow)
-    for i, config in enumerate(CONFIGS)
-    for mask in MASKS
-]
+# Every configuration with every mask, 1,152 cases: every run takes their pairwise cover
+# (each two values of any two dimensions, a mask and a flag included, meet in some case),
+# pytest -m exhaustive the rest.
+CASES = covered_product(
+    [*DIMENSIONS, MASKS],
+    ids=[["float64", "float32"], *[[f"{name}={v}" for v in values] for name, values in [
+        ("batch_first", DIMENSIONS[1]), ("bias", DIMENSIONS[2]), ("add_bias_kv", DIMENSIONS[3]),
+        ("add_zero_attn", DIMENSIONS[4]), ("kv_dims", DIMENSIONS[5]), ("batched", DIMENSIONS[6]),
+    ]], MASKS],
+)  # fmt: skip
 
 
 def layout(shape_len: int, width: int, batch_first: bool, batched: bool) -> tuple[int, ...]:

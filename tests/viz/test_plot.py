@@ -324,7 +324,9 @@ def test_a_models_heads_wrap_into_a_grid_that_names_the_model_and_labels_what_ma
     from attnlab import models
     from checkpoints import tiny_model
 
-    tiny_model("llama", num_attention_heads=8, num_key_value_heads=2, max_position_embeddings=128).save_pretrained(tmp_path / "llama")
+    tiny_model("llama", num_attention_heads=8, num_key_value_heads=2, max_position_embeddings=128).save_pretrained(
+        tmp_path / "llama"
+    )
     trace = models.load(tmp_path / "llama").trace(np.arange(90) % 50, layers=[1])  # 90 tokens: labels thinned
     figure = _plot.plot(trace, tmp_path / "heads.png")
     shown = [ax for ax in figure.axes if ax.get_visible() and ax.get_images()]
