@@ -7,6 +7,7 @@ so that a program (the CLI among them) can tell a bad argument from a bug.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any, TypeGuard
 
@@ -119,6 +120,19 @@ def ids_below(name: str, ids: np.ndarray, count: int) -> np.ndarray:
     if ids.min() < 0 or ids.max() >= count:
         raise fail(name, f"ids in 0..{count - 1}", f"{ids.min()}..{ids.max()}")
     return ids
+
+
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")  # half of a UTF-16 pair: in no UTF-8 text
+
+
+def unicode_text(name: str, text: str) -> str:
+    """``text``, once it holds no lone surrogate (half of a UTF-16 pair, such as Python makes
+    of bytes that are not UTF-8 in a command's arguments): no UTF-8 text has one, and a
+    tokenizer would raise its own error."""
+    surrogate = _LONE_SURROGATE.search(text)
+    if surrogate is not None:
+        raise fail(name, "a text of Unicode characters", f"a lone surrogate at position {surrogate.start()}")
+    return text
 
 
 def text_ids(name: str, text: Any, ids: Any, vocab_size: int, positions: int | None) -> np.ndarray:

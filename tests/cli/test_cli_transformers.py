@@ -227,10 +227,10 @@ def test_a_checkpoint_transformers_cannot_load_is_one_line_naming_the_file_or_fi
     cases = [
         ("hidden", {"hidden_size": "32"}, None, "hidden_size"),
         ("layers", {"layer_types": ["full_attention"] * 5}, None, "layer_types"),
-        ("huge", None, lambda b: struct.pack("<Q", 2**63 - 1) + b[8:], "model.safetensors is not a readable"),
-        ("past", None, lambda b: b[: header(b)] + b[header(b) :][:16], "model.safetensors is not a readable"),
-        ("short", None, lambda b: b[: len(b) // 3], "model.safetensors is not a readable"),
-        ("json", None, lambda b: b[:8] + b"{" * (header(b) - 8) + b[header(b) :], "model.safetensors is not a"),
+        ("huge", None, lambda b: struct.pack("<Q", 2**63 - 1) + b[8:], "model.safetensors: expected a header of"),
+        ("past", None, lambda b: b[: header(b)] + b[header(b) :][:16], "past the data's 16 bytes (truncated)"),
+        ("short", None, lambda b: b[: len(b) // 3], "model.safetensors: "),
+        ("json", None, lambda b: b[:8] + b"{" * (header(b) - 8) + b[header(b) :], "the header is not JSON"),
         ("window", {"sliding_window": -1}, None, "sliding_window: expected a positive whole number"),
     ]
     for name, config, weights, message in cases:
@@ -252,3 +252,49 @@ def test_head_dim_0_prints_no_torch_warning_before_its_one_line(capsys, mistral_
     directory = _broken(tmp_path, mistral_dir, "head0", {"head_dim": 0})
     _, _, err = run_cli(capsys, "trace", "--model", str(directory), "--text", "a b", "--backend", "transformers")
     assert len(err.strip().splitlines()) == 1 and "Warning" not in err, err  # the one line: its refusal or backend
+
+
+def test_a_hostile_folder_is_refused_in_one_line_before_transformers_reads_it(capsys, mistral_dir, tmp_path) -> None:
+    """What the round-4 review found on the transformers path: each refused in one line naming
+    the file or field, before transformers builds anything (10⁹ layers used to hang)."""
+    import os
+
+    cases = {
+        "layers": ({"num_hidden_layers": 10**9}, "num_hidden_layers: expected at most 2, the layers its weights hold"),
+        "model_type": ({"model_type": ["mistral"]}, "config.json's model_type: expected a text, got ['mistral']"),
+        "heads": ({"num_attention_heads": 0}, "config.json's num_attention_heads: expected a positive whole number"),
+        "head_dim": ({"head_dim": 0}, "config.json's head_dim: expected a positive whole number, got 0"),
+        "hidden": ({"hidden_size": 4.5}, "config.json's hidden_size: expected a positive whole number, got 4.5"),
+    }
+    for name, (config, message) in cases.items():
+        directory = _broken(tmp_path, mistral_dir, name, config)
+        code, _, err = run_cli(capsys, "trace", "--model", str(directory), "--text", "a b", "--backend", "transformers")
+        assert code == 2 and message in err and len(err.strip().splitlines()) == 1, (name, err)
+    for file, kind in (("config.json", "fifo"), ("tokenizer_config.json", "zero"), ("tokenizer.json", "fifo")):
+        directory = _broken(tmp_path, mistral_dir, f"{file}-{kind}")
+        (directory / file).unlink()
+        if kind == "fifo":
+            os.mkfifo(directory / file)  # reading it would block for ever
+        else:
+            (directory / file).symlink_to("/dev/zero")  # reading it would never end
+        code, _, err = run_cli(capsys, "trace", "--model", str(directory), "--text", "a b", "--backend", "transformers")
+        what = "a FIFO" if kind == "fifo" else "a character device"
+        assert code == 2 and f"{file}: expected a regular file, got {what}" in err, (file, err)
+        assert len(err.strip().splitlines()) == 1, err
+
+
+def test_a_safetensors_model_larger_than_memory_is_refused_from_its_header(capsys, mistral_dir, monkeypatch) -> None:
+    from attnlab.models import _checkpoint
+
+    monkeypatch.setattr(_checkpoint, "available_memory", lambda: 10_000)  # bytes: far less than the tiny model's
+    for backend in ("numpy", "transformers"):
+        code, _, err = run_cli(capsys, "trace", "--model", str(mistral_dir), "--text", "a b", "--backend", backend)
+        assert code == 2 and len(err.strip().splitlines()) == 1, err
+        assert "GiB as float32, more than this machine's 0.0 GiB of memory" in err, (backend, err)
+
+
+def test_sizes_that_do_not_fit_the_weights_say_so_in_one_line(capsys, mistral_dir, tmp_path) -> None:
+    directory = _broken(tmp_path, mistral_dir, "wide", {"hidden_size": 64})  # the weights are 32 wide
+    code, _, err = run_cli(capsys, "trace", "--model", str(directory), "--text", "a b", "--backend", "transformers")
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert "config.json's sizes (hidden_size, vocab_size, head_dim and the like) do not fit the weights' shapes" in err

@@ -97,7 +97,7 @@ def stub_analysis(monkeypatch, calls: list) -> None:
         L = len(trace.tokens)
         return np.full((trace.num_layers, L, L), 1 / L)
 
-    def flow(trace):
+    def flow(trace, progress=False):
         calls.append("flow")
         return rollout(trace) * 0.5
 

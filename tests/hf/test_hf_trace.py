@@ -123,6 +123,24 @@ def test_a_text_without_a_tokenizer_and_a_batch_of_two_are_refused(bpe: object) 
         hf.trace(model, 42, tokenizer=bpe)
 
 
+def test_inputs_the_model_cannot_take_are_refused_before_its_forward(bpe: object) -> None:
+    """What the round-4 review found raised raw by torch or the tokenizers library: a lone
+    surrogate, more tokens than the model's 40 positions, an id past its vocabulary."""
+    from attnlab import ArgumentError, analysis
+
+    model = tiny_model("llama")
+    with pytest.raises(ArgumentError, match="text_or_inputs: expected a text of Unicode characters, got a lone"):
+        hf.trace(model, "ab\udcffcd", tokenizer=bpe)
+    with pytest.raises(ArgumentError, match="text_or_inputs: expected at most 40 tokens, the model's positions"):
+        hf.trace(model, " ".join(["cat"] * 100), tokenizer=bpe)
+    with pytest.raises(ArgumentError, match=r"text_or_inputs: expected ids in 0\.\.299, got 1\.\.1000000"):
+        hf.trace(model, {"input_ids": torch.tensor([[1, 10**6]])})
+    with pytest.raises(ArgumentError, match="text_or_inputs: expected a text of Unicode characters"):
+        hf.trace_generation(model, "ab\udcff", 2, tokenizer=bpe)
+    with pytest.raises(ArgumentError, match="target: expected a text of Unicode characters"):
+        analysis.ablate(model, "the cat", heads=[(0, 0)], tokenizer=bpe, target="\ud800")
+
+
 def test_a_model_whose_attention_bypasses_the_interface_is_refused_naming_it(tmp_path: Path) -> None:
     config = transformers.FalconConfig(vocab_size=50, hidden_size=32, num_hidden_layers=1, num_attention_heads=4)
     model = transformers.FalconForCausalLM(config)

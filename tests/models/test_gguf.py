@@ -20,7 +20,7 @@ pytest.importorskip("tokenizers")
 from attnlab import models  # noqa: E402
 from attnlab._validation import MissingDependencyError  # noqa: E402
 from attnlab.cli import main  # noqa: E402
-from attnlab.models import _gguf  # noqa: E402
+from attnlab.models import _checkpoint, _gguf  # noqa: E402
 from checkpoints import smollm2_gguf  # noqa: E402
 
 TEXTS = ["The quick brown fox jumps over the lazy dog.", "小明是个运动达人，他平时很爱打篮球", "🙂 👍🏽 ok", ""]
@@ -317,7 +317,7 @@ def test_a_model_larger_than_memory_is_refused_from_its_header(tiny, tmp_path, m
     path = _patched(tiny, tmp_path, "token_embd.weight", dims=[D, 2**40])  # 128 TiB of float32, and no bytes
     with pytest.raises(models.CheckpointError, match="GiB once dequantized, more than this machine's"):
         models.load(path)
-    monkeypatch.setattr(_gguf, "available_memory", lambda: 10_000)
+    monkeypatch.setattr(_checkpoint, "available_memory", lambda: 10_000)
     with pytest.raises(models.CheckpointError, match="more than this machine's"):
         models.load(tiny)
 
@@ -370,3 +370,31 @@ def test_llama3_rope_frequency_factors_are_refused_not_dropped(tmp_path):
     write_tiny_llama(path, rope_freqs=True)
     with pytest.raises(models.CheckpointError, match=r"rope_freqs\.weight .* not read yet"):
         models.load(path)
+
+
+def _with_metadata(tiny: Path, tmp_path: Path, key: str, value: int) -> Path:
+    """The tiny file with the uint32 metadata ``key`` set to ``value`` (its bytes: the key,
+    the type id 4, then the value)."""
+    data = bytearray(tiny.read_bytes())
+    at = data.index(key.encode()) + len(key)
+    assert int.from_bytes(data[at : at + 4], "little") == 4  # GGUF's UINT32
+    data[at + 4 : at + 8] = value.to_bytes(4, "little")
+    path = tmp_path / f"{key}.gguf"
+    path.write_bytes(bytes(data))
+    return path
+
+
+def test_a_block_count_past_the_files_blocks_is_refused_on_either_backend(tiny, tmp_path, capsys):
+    path = _with_metadata(tiny, tmp_path, "llama.block_count", 10**9)  # transformers would build 10⁹ layers
+    for backend in ("numpy", "transformers"):
+        code = main(["trace", "--model", str(path), "--text", "ab", "--backend", backend])
+        err = capsys.readouterr().err
+        held = "the weights hold 2" if backend == "numpy" else "in 1..2, the blocks its tensors hold"
+        assert code == 2 and len(err.strip().splitlines()) == 1 and held in err, (backend, err)
+
+
+def test_a_gguf_settings_error_names_the_file_not_a_config_json(tiny, tmp_path):
+    path = _with_metadata(tiny, tmp_path, "llama.attention.head_count_kv", 3)  # not a divisor of the heads
+    with pytest.raises(models.CheckpointError) as caught:
+        models.load(path)
+    assert str(caught.value).startswith(f"{path}: its metadata, as config.json's num_key_value_heads: expected")

@@ -196,3 +196,28 @@ def test_the_sentence_weights_equal_transformers(minilm: Any) -> None:
     for layer in range(6):
         expected = out.attentions[layer][0].numpy()  # (heads, L, L)
         np.testing.assert_allclose(trace[layer].weights, expected, atol=2e-6, rtol=0)
+
+
+@pytest.mark.parametrize(
+    ("files", "setting"),
+    [
+        ({"vocab.txt": "[PAD]\n[UNK]\n[CLS]\n[SEP]\nthe\ncat\n"}, {"do_lower_case": "false"}),
+        ({"vocab.txt": "[PAD]\n[UNK]\n[CLS]\n[SEP]\nthe\ncat\n"}, {"tokenize_chinese_chars": 0}),
+        (
+            {"vocab.json": '{"a": 0, "b": 1, "ab": 2}', "merges.txt": "#version: 0.2\na b\n"},
+            {"add_prefix_space": "false"},
+        ),
+    ],
+    ids=["lower-case-as-text", "chinese-as-number", "prefix-space-as-text"],
+)
+def test_a_switch_of_another_type_is_refused_not_read_as_true(
+    tmp_path: Path, files: dict[str, str], setting: dict
+) -> None:
+    """ "false" is a non-empty string, true to Python's bool(): the switch would flip silently."""
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps(setting))
+    (name,) = setting
+    with pytest.raises(ArgumentError, match=f"tokenizer_config.json: {name}: expected true or false, got") as error:
+        read_tokenizer(tmp_path)
+    assert "\n" not in str(error.value)

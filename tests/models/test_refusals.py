@@ -322,3 +322,22 @@ def test_a_text_with_a_lone_surrogate_is_refused_naming_its_position(saved, tmp_
         model.tokenizer.encode("abc\ud800d")
     with pytest.raises(ArgumentError, match="lone surrogate at position 0"):
         model.trace("\udfff")
+
+
+def test_llama3_rope_with_equal_low_and_high_factors_equals_transformers_without_a_warning():
+    """low_freq_factor == high_freq_factor leaves no medium band: its ramp divides by zero, and
+    is never used. transformers gives the same frequencies; attnlab says nothing of the 0/0."""
+    from transformers import modeling_rope_utils
+
+    from attnlab.models._ops import rope_frequencies
+
+    rope = {
+        "rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 2.0, "high_freq_factor": 2.0,
+        "original_max_position_embeddings": 8,
+    }  # fmt: skip
+    config = transformers.LlamaConfig(hidden_size=64, num_attention_heads=4, rope_parameters=rope)
+    expected, _ = modeling_rope_utils.ROPE_INIT_FUNCTIONS["llama3"](config)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        ours = rope_frequencies({"rope_parameters": rope}, 16)
+    np.testing.assert_allclose(ours, expected.double().numpy(), rtol=1e-6)

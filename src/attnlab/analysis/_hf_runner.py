@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from .._validation import Array, fail, is_integer, text_ids
+from .._validation import Array, fail, is_integer, text_ids, unicode_text
 from ..hf import UnsupportedModelError, check_model
 from ..hf._inputs import _labelled
 from ..hf._register import on_attnlab, output_hook
@@ -46,7 +46,7 @@ class TransformersRunner:
         if isinstance(text, str):
             if self.tokenizer is None:
                 raise fail("tokenizer", "the model's tokenizer, to read a text", "None")
-            ids = np.asarray(self.tokenizer(text)["input_ids"], dtype=np.int64)
+            ids = np.asarray(self.tokenizer(unicode_text(name, text))["input_ids"], dtype=np.int64)
         config = self.model.config
         return text_ids(name, text, ids, config.vocab_size, getattr(config, "max_position_embeddings", None))
 
@@ -64,7 +64,7 @@ class TransformersRunner:
             return int(target), self.tokens(np.array([target]))[0]
         if self.tokenizer is None:
             raise fail("target", "a token id: no tokenizer was given", repr(target))
-        ids = self.tokenizer(target, add_special_tokens=False)["input_ids"]
+        ids = self.tokenizer(unicode_text("target", target), add_special_tokens=False)["input_ids"]
         if len(ids) != 1:
             raise fail("target", "one token of the model's vocabulary", f"{target!r}, {len(ids)} tokens")
         return int(ids[0]), str(target)

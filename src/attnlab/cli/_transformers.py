@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import re
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -217,7 +218,7 @@ def load_on_attnlab(auto_class: Any, directory: Path, failure: str) -> Any:
 
     from .. import hf
 
-    _check_sliding_window(directory)
+    _preflight(directory)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -264,28 +265,95 @@ def _loading_error(error: BaseException, directory: Path) -> str:
         files = sorted(path.name for path in directory.glob("*.bin")) if directory.is_dir() else []
         where = files[0] if len(files) == 1 else "its .bin files"
         return f"{where}: torch's weights_only load refuses it ({text.split('. ')[0]})"
+    if "ignore_mismatched_sizes" in text:  # its report of which shapes differ is logged, not raised
+        return "config.json's sizes (hidden_size, vocab_size, head_dim and the like) do not fit the weights' shapes"
     if "config" not in text.lower() and "field" not in text.lower():
         text = f"{text} (config.json or its weights)"
     return text
 
 
-def _check_sliding_window(directory: Path) -> None:
-    """config.json's sliding_window, where it has one, as a positive whole number."""
-    if directory.is_file():
-        return
-    from ..models._checkpoint import read_config
+# the files transformers reads from a checkpoint folder besides the weights, with their limits
+_READ_FILES = {
+    "config.json": "MAX_JSON", "generation_config.json": "MAX_JSON", "tokenizer_config.json": "MAX_JSON",
+    "special_tokens_map.json": "MAX_JSON", "preprocessor_config.json": "MAX_JSON", "processor_config.json": "MAX_JSON",
+    "tokenizer.json": "MAX_TOKENIZER", "vocab.json": "MAX_TOKENIZER", "vocab.txt": "MAX_TOKENIZER",
+    "merges.txt": "MAX_TOKENIZER",
+}  # fmt: skip
+# the sizes transformers builds a model from: each, where a config (or its text_config) has it, a positive whole number
+_SIZES = (
+    "hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "intermediate_size",
+    "vocab_size", "max_position_embeddings", "head_dim",
+)  # fmt: skip
+# a layer's index in a weight's name: model.layers.3.…, encoder.layer.3.…, h.3.…, blocks.3.…
+_LAYER_INDEX = re.compile(r"(?:^|\.)(?:layers|layer|h|blocks|block)\.(\d+)\.")
 
-    try:
-        config = read_config(directory)
-    except (OSError, CheckpointError):
-        return  # transformers names what it cannot read
-    for where in (config, config.get("text_config")):
-        window = where.get("sliding_window") if isinstance(where, dict) else None
-        if window is not None and (isinstance(window, bool) or not isinstance(window, int) or window < 1):
+
+def _preflight(directory: Path) -> None:
+    """What transformers would read of --model, checked before it reads it, so that a
+    hostile folder is refused in one line and nothing unbounded is built: each file it
+    reads a regular file under a limit (no FIFO, no /dev/zero); config.json a JSON object
+    whose sizes are positive whole numbers and whose sliding_window is one; the weights'
+    headers readable and their tensors within this machine's memory; and no more layers
+    than the weights hold (10⁹ layers would take transformers hours to build). A GGUF file:
+    its block count against its blocks.
+
+    Raises:
+        CheckpointError, InputError: naming the file or the field.
+    """
+    from ..models import _checkpoint
+    from ..models._checkpoint import exists, read_config
+
+    if directory.is_file():
+        _check_gguf_blocks(directory)
+        return
+    for name, limit in _READ_FILES.items():
+        if exists(directory / name):
+            _checkpoint.check_file(directory / name, getattr(_checkpoint, limit))
+    config = read_config(directory)
+    if "model_type" in config and not isinstance(config["model_type"], str):
+        raise InputError(
+            f"--model {directory}: config.json's model_type: expected a text, got {config['model_type']!r}"
+        )
+    sections = [
+        (config, ""),
+        *([(config["text_config"], "text_config.")] if isinstance(config.get("text_config"), dict) else []),
+    ]
+    for section, prefix in sections:
+        for key in (*_SIZES, "sliding_window"):
+            value = section.get(key)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise InputError(
+                    f"--model {directory}: config.json's {prefix}{key}: expected a positive whole number"
+                    f"{' (or null)' if key == 'sliding_window' else ''}, got {value!r}"
+                )
+    if not (exists(directory / _checkpoint.SINGLE) or exists(directory / _checkpoint.INDEX)):
+        return  # pickle weights: transformers reads them with torch's weights_only load, or names why not
+    weights = _checkpoint.Weights(directory)
+    held = 1 + max((int(m.group(1)) for name in weights if (m := _LAYER_INDEX.search(name))), default=-1)
+    for section, prefix in sections:
+        layers = section.get("num_hidden_layers")
+        if held and layers is not None and layers > held:
             raise InputError(
-                f"--model {directory}: config.json's sliding_window: expected a positive whole number "
-                f"(or null), got {window!r}"
+                f"--model {directory}: config.json's {prefix}num_hidden_layers: expected at most {held}, the layers "
+                f"its weights hold, got {layers}"
             )
+
+
+def _check_gguf_blocks(path: Path) -> None:
+    """A GGUF file's tensors within the file, and its block count at most the blocks they
+    hold (blk.N.…)."""
+    from ..models._gguf import check_extent, read_gguf
+
+    header = read_gguf(path)
+    check_extent(header)
+    key = f"{header.architecture}.block_count"
+    count = header.metadata.get(key)
+    held = 1 + max((int(name.split(".")[1]) for name in header.tensors if re.match(r"blk\.\d+\.", name)), default=-1)
+    if held and (not isinstance(count, int) or isinstance(count, bool) or not 1 <= count <= held):
+        raise InputError(
+            f"--model {path}: its {key}: expected a whole number in 1..{held}, the blocks its tensors hold, "
+            f"got {count!r}"
+        )
 
 
 @contextlib.contextmanager

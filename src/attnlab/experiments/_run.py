@@ -16,6 +16,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from threadpoolctl import threadpool_limits
+
 from .._validation import fail
 from . import _coref_experiment, _normalization, _rnn, _scaling, _value
 from ._common import Experiment
@@ -42,7 +44,11 @@ def run(name: str, *, quick: bool, seed: int, out: Path) -> dict[str, Any]:
     experiment = EXPERIMENTS[name]
     out.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
-    measured = experiment.measure(quick, seed)
+    # BLAS at one thread: the experiments' products are small (models 64 wide), where BLAS's
+    # threads cost more than they give and spin against any other program on the cores
+    # (coref's training step beside a busy program: 1.33 s with two BLAS threads, 0.41 s with one)
+    with threadpool_limits(limits=1, user_api="blas"):
+        measured = experiment.measure(quick, seed)
     if experiment.save is not None:
         experiment.save(measured, out)
     figures = experiment.figures(measured, out)

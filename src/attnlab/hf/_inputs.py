@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from .._validation import Array, fail, is_integer
+from .._validation import Array, fail, is_integer, text_ids, unicode_text
 from ..models._tokenizer import Tokenizer
 from ..trace import ModelTrace, Trace
 from ._torch import model_name, torch
@@ -76,7 +76,22 @@ class Sequences:
 
 
 def model_inputs(model: Any, text_or_inputs: Any, tokenizer: Any) -> Sequences:
-    """See :func:`attnlab.hf.trace`'s ``text_or_inputs`` and ``tokenizer``."""
+    """See :func:`attnlab.hf.trace`'s ``text_or_inputs`` and ``tokenizer``; the ids, a text's
+    or given, checked against the model's vocabulary and (a decoder's or an encoder's)
+    positions before any forward, as the NumPy models check them."""
+    sequences = _model_inputs(model, text_or_inputs, tokenizer)
+    config = model.config
+    vocab, positions = getattr(config, "vocab_size", None), getattr(config, "max_position_embeddings", None)
+    for sequence in (sequences.source, sequences.target):
+        if sequence is not None and sequence.ids and is_integer(vocab):
+            limit = (
+                int(positions) if is_integer(positions) and not getattr(config, "is_encoder_decoder", False) else None
+            )
+            text_ids("text_or_inputs", text_or_inputs, sequence.ids, int(vocab), limit)
+    return sequences
+
+
+def _model_inputs(model: Any, text_or_inputs: Any, tokenizer: Any) -> Sequences:
     config = model.config
     if isinstance(text_or_inputs, Mapping):
         return _given(dict(text_or_inputs), tokenizer)
@@ -104,7 +119,7 @@ def model_inputs(model: Any, text_or_inputs: Any, tokenizer: Any) -> Sequences:
 
 
 def _text(tokenizer: Any, text: str) -> Sequence:
-    ids = [int(i) for i in tokenizer(text)["input_ids"]]
+    ids = [int(i) for i in tokenizer(unicode_text("text_or_inputs", text))["input_ids"]]
     if not ids:
         raise fail(
             "text_or_inputs", "a text of at least one token (an empty tokenizer makes none of any text)", repr(text)

@@ -80,7 +80,16 @@ def load(name_or_dir: str | os.PathLike[str], *, dtype: Any = np.float32) -> Mod
         from ._gguf import read_gguf_model
 
         gguf_config, weights, tokenizer, note = read_gguf_model(directory, compute)
-        return Model(read_network(gguf_config, weights, compute), tokenizer, str(name_or_dir), weights_note=note)
+        try:
+            network = read_network(gguf_config, weights, compute)
+        except CheckpointError as error:  # the settings are config.json's names, read from the file's metadata
+            message = str(error)
+            if not message.startswith("config.json: "):
+                raise
+            raise CheckpointError(
+                f"{directory}: its metadata, as config.json's {message[len('config.json: ') :]}"
+            ) from None
+        return Model(network, tokenizer, str(name_or_dir), weights_note=note)
     config = read_config(directory)
     network = read_network(config, Weights(directory), compute)
     generation = directory / "generation_config.json"  # where transformers' generate finds the end token

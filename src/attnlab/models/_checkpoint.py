@@ -231,6 +231,30 @@ def read_bounded(path: Path, limit: int) -> bytes:
     return data
 
 
+def available_memory() -> int | None:
+    """The machine's physical memory in bytes, or None where the system does not say
+    (a module-level function, so that tests can lower it)."""
+    try:
+        return int(os.sysconf("SC_PHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
+def check_memory(path: Path, numbers: int, itemsize: int, how: str) -> None:
+    """Refuse, from a header alone, weights that would not fit in this machine's memory:
+    ``numbers`` of them at ``itemsize`` bytes each (``how``: "once dequantized", "as float32").
+
+    Raises:
+        CheckpointError: naming the file, the size it needs and the memory there is.
+    """
+    needed, memory = numbers * itemsize, available_memory()
+    if memory is not None and needed > memory:
+        raise CheckpointError(
+            f"{path}: its tensors take {needed / 2**30:.1f} GiB {how}, more than this machine's "
+            f"{memory / 2**30:.1f} GiB of memory; expected a smaller model"
+        )
+
+
 def read_config(directory: Path, name: str = CONFIG) -> dict[str, Any]:
     """config.json (or another JSON file of the checkpoint) as a dict."""
     path = directory / name
@@ -275,6 +299,9 @@ class Weights(WeightSource):
                 self._tensors[name] = tensor
                 if is_bf16:
                     self._bf16.add(name)
+        # every weight is read as float32 at least (float16 and bfloat16 widened): refused from the headers
+        # alone where that cannot fit, before any is converted
+        check_memory(directory, sum(t.size for t in self._tensors.values()), 4, "as float32")
 
     def __getitem__(self, name: str) -> Array:
         return self._tensors[name]

@@ -14,7 +14,6 @@ RoPE rotates adjacent pairs, Hugging Face's the two halves); the permutation is 
 from __future__ import annotations
 
 import mmap
-import os
 import struct
 from collections import Counter
 from collections.abc import Iterator
@@ -26,11 +25,11 @@ import numpy as np
 
 from .._validation import Array, MissingDependencyError, is_integer
 from ._checkpoint import GGUF_MAGIC as MAGIC
-from ._checkpoint import CheckpointError, WeightSource
+from ._checkpoint import CheckpointError, WeightSource, check_memory
 from ._gguf_tokenizer import gguf_tokenizer
 from ._tokenizer import Tokenizer
 
-__all__ = ["GGUFWeights", "available_memory", "read_gguf", "read_gguf_model"]
+__all__ = ["GGUFWeights", "read_gguf", "read_gguf_model"]
 
 VERSIONS = (2, 3)  # version 1 had 32-bit counts; llama.cpp writes 3
 DEFAULT_ALIGNMENT = 32
@@ -88,15 +87,6 @@ class GGUFFile:
         """The most common type among the 2-D tensors (the weight matrices): Q4_1, Q8_0, F16…"""
         counts = Counter(t.type_name for t in self.tensors.values() if len(t.shape) == 2)
         return counts.most_common(1)[0][0] if counts else "no matrices"
-
-
-def available_memory() -> int | None:
-    """The machine's physical memory in bytes, or None where the system does not say
-    (a module-level function, so that tests can lower it)."""
-    try:
-        return int(os.sysconf("SC_PHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
-    except (AttributeError, ValueError, OSError):
-        return None
 
 
 def _gguf() -> Any:
@@ -261,19 +251,24 @@ def check_supported(file: GGUFFile, itemsize: int) -> None:
                 f"{path}: tensor {info.name!r} is {info.type_name}, which the gguf package cannot dequantize; "
                 f"expected one of {', '.join(supported_types())}"
             )
-    needed = sum(int(np.prod(t.shape, dtype=object)) for t in file.tensors.values()) * itemsize
-    memory = available_memory()
-    if memory is not None and needed > memory:
-        raise CheckpointError(
-            f"{path}: its tensors take {needed / 2**30:.1f} GiB once dequantized, more than this machine's "
-            f"{memory / 2**30:.1f} GiB of memory; expected a smaller model"
-        )
-    size = path.stat().st_size
+    check_memory(
+        path, sum(int(np.prod(t.shape, dtype=object)) for t in file.tensors.values()), itemsize, "once dequantized"
+    )
+    check_extent(file)
+
+
+def check_extent(file: GGUFFile) -> None:
+    """Refuse a tensor whose bytes lie past the end of the file (a truncated GGUF file).
+
+    Raises:
+        CheckpointError: naming the tensor, its bytes and the file's size.
+    """
+    size = file.path.stat().st_size
     for info in file.tensors.values():
         if info.offset + info.nbytes > size:
             raise CheckpointError(
-                f"{path}: tensor {info.name!r} lies at bytes {info.offset}..{info.offset + info.nbytes}, past the "
-                f"file's {size} bytes (a truncated GGUF file)"
+                f"{file.path}: tensor {info.name!r} lies at bytes {info.offset}..{info.offset + info.nbytes}, past "
+                f"the file's {size} bytes (a truncated GGUF file)"
             )
 
 

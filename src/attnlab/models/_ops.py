@@ -90,9 +90,10 @@ def rope_frequencies(config: dict[str, Any], head_dim: int) -> Array:
         raise CheckpointError(f"config.json: rope type {kind!r} is not supported; expected 'default' or 'llama3'")
     wavelength = 2 * math.pi / inv_freq
     scaled = np.where(wavelength > old_context / low, inv_freq / factor, inv_freq)
-    smooth = (old_context / wavelength - low) / (high - low)
     medium = (wavelength >= old_context / high) & (wavelength <= old_context / low)
-    return np.where(medium, (1 - smooth) * scaled / factor + smooth * scaled, scaled)
+    with np.errstate(divide="ignore", invalid="ignore"):  # low == high: no medium band, its ramp never used
+        smooth = (old_context / wavelength - low) / (high - low)
+        return np.where(medium, (1 - smooth) * scaled / factor + smooth * scaled, scaled)
 
 
 def _positive(value: Any) -> float:

@@ -21,12 +21,11 @@ from typing import Any
 
 import numpy as np
 
-from .._validation import Array, MissingDependencyError, fail, is_integer, is_real
+from .._validation import Array, MissingDependencyError, fail, is_integer, is_real, unicode_text
 from ._checkpoint import MAX_JSON, MAX_TOKENIZER, CheckpointError, check_file, exists, read_bounded
 
 __all__ = ["Tokenizer", "read_tokenizer"]
 
-_LONE_SURROGATE = re.compile("[\ud800-\udfff]")  # half of a UTF-16 pair: in no UTF-8 text
 REPLACEMENT = "\ufffd"  # what a decoder writes for the bytes of an unfinished character
 GPT2_END = "<|endoftext|>"
 
@@ -77,9 +76,7 @@ class Tokenizer:
         """
         if not isinstance(text, str):
             raise fail("text", "a string", type(text).__name__, TypeError)
-        surrogate = _LONE_SURROGATE.search(text)
-        if surrogate is not None:  # no UTF-8 for it: the tokenizers library would raise its own error
-            raise fail("text", "a text of Unicode characters", f"a lone surrogate at position {surrogate.start()}")
+        unicode_text("text", text)
         encoding = self.backend.encode(text, add_special_tokens=False)
         if max_length is not None:
             added = self.backend.num_special_tokens_to_add(False) if add_special_tokens else 0
@@ -188,36 +185,41 @@ def read_tokenizer(directory: Path) -> Tokenizer | None:
         if exists(path):
             check_file(path, MAX_TOKENIZER)
     settings = _json(directory / "tokenizer_config.json")
+    flags = {name: _flag(directory, settings, name, default) for name, default in _FLAGS.items()}
+    strip = settings.get("strip_accents")
+    if strip is not None and not isinstance(strip, bool):
+        raise CheckpointError(
+            f"{directory}: tokenizer_config.json: strip_accents: expected true, false or null, got {strip!r}"
+        )
     try:
         import tokenizers
         from tokenizers import implementations
     except ImportError:
         characters = _character_vocabulary(files["vocab.txt"])
-        defaults = settings.get("tokenize_chinese_chars", True) is True and settings.get("strip_accents") is None
+        defaults = flags["tokenize_chinese_chars"] and strip is None
         if characters is None or not defaults:
             raise MissingDependencyError(
                 "a model's tokenizer needs tokenizers: pip install 'attnlab[models]'"
             ) from None
-        return Tokenizer(_CharacterBackend(characters, bool(settings.get("do_lower_case", True))))
+        return Tokenizer(_CharacterBackend(characters, flags["do_lower_case"]))
     try:
         if exists(files["tokenizer.json"]):
             text = read_bounded(files["tokenizer.json"], MAX_TOKENIZER).decode("utf-8")
             backend = tokenizers.Tokenizer.from_str(text)
             word_piece = type(backend.model).__name__ == "WordPiece"
         elif exists(files["vocab.txt"]):
-            strip = settings.get("strip_accents")
             built = implementations.BertWordPieceTokenizer(
                 str(files["vocab.txt"]),
-                lowercase=bool(settings.get("do_lower_case", True)),
-                handle_chinese_chars=bool(settings.get("tokenize_chinese_chars", True)),
-                strip_accents=strip if isinstance(strip, bool) else None,
+                lowercase=flags["do_lower_case"],
+                handle_chinese_chars=flags["tokenize_chinese_chars"],
+                strip_accents=strip,
             )
             backend, word_piece = tokenizers.Tokenizer.from_str(built.to_str()), True
         elif exists(files["vocab.json"]) and exists(files["merges.txt"]):
             bpe = implementations.ByteLevelBPETokenizer(
                 str(files["vocab.json"]),
                 str(files["merges.txt"]),
-                add_prefix_space=bool(settings.get("add_prefix_space", False)),
+                add_prefix_space=flags["add_prefix_space"],
             )
             backend, word_piece = tokenizers.Tokenizer.from_str(bpe.to_str()), False
         else:
@@ -312,6 +314,21 @@ def _bert_settings(directory: Path, backend: Any, settings: dict[str, Any]) -> N
     backend.post_processor = processors.TemplateProcessing(
         single=f"{cls}:0 $A:0 {sep}:0", pair=f"{cls}:0 $A:0 {sep}:0 $B:1 {sep}:1", special_tokens=list(ids.items())
     )
+
+
+# tokenizer_config.json's switches for the vocab.txt and vocab.json layouts, and their defaults
+_FLAGS = {"do_lower_case": True, "tokenize_chinese_chars": True, "add_prefix_space": False}
+
+
+def _flag(directory: Path, settings: dict[str, Any], name: str, default: bool) -> bool:
+    """tokenizer_config.json's switch ``name``, true or false (``"false"``, a string, is no
+    false: refused, never read as true), or ``default`` where it is absent or null."""
+    value = settings.get(name)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise CheckpointError(f"{directory}: tokenizer_config.json: {name}: expected true or false, got {value!r}")
+    return value
 
 
 def _check_added(directory: Path, backend: Any, settings: dict[str, Any], name: str, token: str | None) -> None:
