@@ -135,6 +135,12 @@ def trace(model: Any, text_or_inputs: Any, *, tokenizer: Any = None, layers: Any
     decoder's and the cross-attention. ``trace[i]`` is the i-th attention call of the
     forward (of a decoder-only or encoder-only model, its i-th layer).
 
+    While it runs, the model itself is changed: its attention implementation is attnlab's,
+    it is in eval mode, and its attention modules carry the hooks that record them (all
+    restored after). So trace a model object from one thread at a time, and run no other
+    forward of that object meanwhile (another thread's forward of it would be recorded, and
+    would run in eval mode on attnlab's engine); other model objects are untouched.
+
     Args:
         model: a transformers ``PreTrainedModel`` whose attention goes through transformers'
             attention interface (any attn_implementation: the trace runs on attnlab's, then
