@@ -134,3 +134,36 @@ def test_the_tutorial_embeds_the_coref_page_on_he_and_xiaoming(built_site):
             browser.switch_to.default_content()
     finally:
         browser.quit()
+
+
+def test_no_code_block_scrolls_sideways_and_the_reference_is_every_commands_help(built_site):
+    """The guides, the tutorial and the generated command-line reference, in both languages, at
+    a laptop's width: every code block fits the text column (a long line wraps)."""
+    pytest.importorskip("selenium")
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    from attnlab.cli._main import build_parser
+
+    reference = (built_site / "reference/cli.html").read_text(encoding="utf-8")
+    for command in ("demo", "trace", "plot", "view", "ablate", "heads", "bench", "experiment", "ring"):
+        assert f"attnlab {command}</h2>" in reference or f"attnlab {command}<a" in reference, command
+    assert "--causal-alignment" in reference and "--generate" in reference and "--repeat" in reference
+    assert build_parser().prog == "attnlab"
+    options = webdriver.ChromeOptions()
+    options.binary_location = shutil.which("chromium") or "chromium"
+    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run", "--window-size=1280,1000"):
+        options.add_argument(flag)
+    browser = webdriver.Chrome(service=Service(shutil.which("chromedriver")), options=options)
+    pages = [*PAGES, "reference/cli", *(f"guides/{p.stem}" for p in (built_site / "guides").glob("*.html"))]
+    try:
+        for language in ("", "zh/"):
+            for page in pages:
+                browser.get((built_site / f"{language}{page}.html").as_uri())
+                wide = browser.execute_script(
+                    "return [...document.querySelectorAll('.md-content pre > code')]"
+                    ".filter((c) => c.scrollWidth > c.clientWidth + 1).length"
+                )
+                assert wide == 0, f"{language}{page}: {wide} code blocks scroll sideways"
+    finally:
+        browser.quit()

@@ -332,7 +332,7 @@ def test_a_models_heads_wrap_into_a_grid_that_names_the_model_and_labels_what_ma
     shown = [ax for ax in figure.axes if ax.get_visible() and ax.get_images()]
     assert len(shown) == 8 and len({round(ax.get_position().y0, 3) for ax in shown}) == 2  # 2 rows of 4, not a strip
     heading = figure._suptitle.get_text()
-    assert heading == f"{tmp_path / 'llama'} (llama) · 2 layers, 8 heads sharing 2 key/value heads", heading
+    assert heading == "llama (llama) · 2 layers, 8 heads sharing 2 key/value heads", heading
     # the last query's row and the three keys it weighs most, in this head: labelled, in bold
     ax, head = shown[0], 0
     weights = trace[1].weights[head][89]  # (90,), the last token's row

@@ -126,6 +126,16 @@ def window_sides(text: str) -> tuple[int | None, int | None]:
     return sides[0], sides[1]
 
 
+class HelpFormatter(argparse.HelpFormatter):
+    """A command's --help: its description wrapped to the terminal's width, its examples
+    (the epilog, "examples:" and one command a line) as written."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        if text.startswith("examples:"):
+            return "".join(indent + line for line in text.splitlines(keepends=True))
+        return super()._fill_text(text, width, indent)
+
+
 def add_command(commands: argparse._SubParsersAction, command: ModuleType) -> None:
     """Add the command that module ``command`` is (``cli._plot`` is ``plot``): its help
     from the module's docstring, whose first line reads ``attnlab NAME: summary.``, then a
@@ -138,7 +148,7 @@ def add_command(commands: argparse._SubParsersAction, command: ModuleType) -> No
         help=heading.removeprefix(f"attnlab {name}: ").removesuffix("."),
         description=" ".join(description.split("\n")),
         epilog="examples:\n" + examples.removeprefix("Examples::\n\n"),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=HelpFormatter,
     )
     for add_options in command.OPTIONS:
         add_options(parser)
