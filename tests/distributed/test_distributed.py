@@ -410,3 +410,35 @@ def test_the_ring_command_runs_torchrun_and_reports_every_rank():
     assert bad.returncode == 2 and bad.stderr.strip() == (
         "attnlab ring: error: length: expected at least one row per process (4), got 3"
     )
+
+
+@pytest.mark.parametrize(
+    ("layout", "lengths", "expected"),
+    [
+        # 6 rows in 4 chunks of 2, 2, 1, 1: rank 0 holds chunks 0 and 3, rank 1 chunks 1 and 2
+        ("zigzag", [4, 2], [3, 3]),
+        # 6 rows over 2 ranks: 3 and 3; 5 rows: 3 and 2 (the longer first)
+        ("contiguous", [1, 5], [3, 3]),
+        ("contiguous", [4, 1], [3, 2]),
+        ("contiguous", [2, 3], [3, 2]),
+        # 7 rows in 6 chunks of 2, 1, 1, 1, 1, 1: ranks hold 2 + 1, 1 + 1, 1 + 1
+        ("zigzag", [2, 2, 3], [3, 2, 2]),
+    ],
+)
+def test_unshard_refuses_lengths_shard_cannot_give_naming_both(layout, lengths, expected):
+    x = np.arange(float(sum(lengths)))[:, None]
+    cuts = np.cumsum([0, *lengths])
+    shards = [x[cuts[r] : cuts[r + 1]] for r in range(len(lengths))]
+    given = ", ".join(map(str, lengths))
+    want = ", ".join(map(str, expected))
+    with pytest.raises(ArgumentError, match=rf"^shards: expected lengths \[{want}\] along axis -2 .*{layout}\), "
+                       rf"got lengths \[{given}\]$"):  # fmt: skip
+        distributed.unshard(shards, layout)
+
+
+def test_unshard_takes_the_lengths_shard_gives_written_by_hand():
+    x = np.arange(7.0)[:, None]
+    # zigzag over 2 ranks: chunks of 2, 2, 2, 1 rows; rank 0 holds rows 0-1 and 6, rank 1 rows 2-5
+    zigzag = [x[[0, 1, 6]], x[[2, 3, 4, 5]]]
+    np.testing.assert_array_equal(distributed.unshard(zigzag, "zigzag"), x)
+    np.testing.assert_array_equal(distributed.unshard([x[:4], x[4:]], "contiguous"), x)  # 4 and 3 rows

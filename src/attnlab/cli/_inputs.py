@@ -12,14 +12,16 @@ import math
 import re
 import sys
 import tokenize
+import warnings
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import regex
 
-from .._exceptions import InputError
+from .._exceptions import CheckpointError, InputError
 from .._validation import Array, is_real
+from ..models._checkpoint import MAX_TOKENIZER, check_file, read_bounded
 
 __all__ = [
     "InputError",
@@ -34,6 +36,10 @@ __all__ = [
 SUFFIXES = (".json", ".csv", ".npy")
 BOM = "\ufeff"  # the byte-order mark, accepted only at the very start of a file or of standard input
 MAX_VALUES = 2**26  # the most numbers an input file may hold (512 MiB as float64)
+# the most bytes read from an input file or standard input: the checkpoints' limit on their largest files (1 GiB),
+# room for a saved trace of MAX_SCORES scores at full precision or an .npy of MAX_VALUES float64 numbers
+MAX_BYTES = MAX_TOKENIZER
+NPY_VERSIONS = ((1, 0), (2, 0), (3, 0))  # the .npy format versions NumPy reads and writes
 
 
 def _numeric_rows(rows: Any, source: str) -> Array:
@@ -127,21 +133,26 @@ def _is_number(field: str) -> bool:
 
 def read_json_or_matrix(path: str) -> Any:
     """The parsed JSON document of a .json file or standard input ('-'), the matrix of an
-    .npy file, or the (matrix, tokens) of a .csv file."""
+    .npy file, or the (matrix, tokens) of a .csv file. A file is checked before it is
+    opened: a regular file (not a FIFO, which would block, nor a device such as /dev/zero,
+    which never ends) of at most :data:`MAX_BYTES` bytes.
+
+    Raises:
+        InputError: naming the file (or standard input): an unknown suffix, not a regular
+            file, too large, unreadable, or contents that are not a sequence or a trace.
+    """
     if path == "-":
-        return _parse_json(sys.stdin.read().removeprefix("\ufeff"), "standard input")
+        text = sys.stdin.read(MAX_BYTES + 1)  # characters, at least as many bytes: no more than the limit's worth
+        if len(text) > MAX_BYTES:
+            raise InputError(f"standard input: expected at most {MAX_BYTES:,} characters, got more")
+        return _parse_json(text.removeprefix(BOM), "standard input")
     file = Path(path)
     if file.suffix.lower() not in SUFFIXES:
         raise InputError(f"{path}: unknown suffix {file.suffix!r}; expected one of {', '.join(SUFFIXES)} or '-'")
     try:
         if file.suffix.lower() == ".npy":
-            shape, dtype = _npy_header(file, path)
-            if dtype.kind not in "iuf":  # objects would need unpickling: refused before any is read
-                raise InputError(f"{path}: expected an array of numbers (no pickle), got dtype {dtype}")
-            if math.prod(shape) > MAX_VALUES:
-                raise InputError(f"{path}: expected at most {MAX_VALUES:,} numbers, got shape {shape}")
-            return _finite(np.load(file, allow_pickle=False).astype(float), path)
-        text = file.read_text(encoding="utf-8-sig")  # Excel's "CSV UTF-8" starts with a byte-order mark
+            return _read_npy(file, path)
+        text = _bounded(file, path).decode("utf-8-sig")  # Excel's "CSV UTF-8" starts with a byte-order mark
     except InputError:
         raise
     except (OSError, ValueError, EOFError, UnicodeDecodeError) as e:
@@ -150,13 +161,68 @@ def read_json_or_matrix(path: str) -> Any:
     return _read_csv(text, path) if file.suffix.lower() == ".csv" else _parse_json(text, path)
 
 
+def _bounded(file: Path, path: str, read: bool = True) -> bytes:
+    """The bytes of ``file`` (none when not ``read``), once the checkpoints' check allows
+    it: a regular file (or a link to one) of at most :data:`MAX_BYTES`, checked before it
+    is opened.
+
+    Raises:
+        InputError: "PATH: cannot read: expected a regular file, got a FIFO" and the like.
+    """
+    try:
+        if not read:
+            check_file(file, MAX_BYTES)
+            return b""
+        return read_bounded(file, MAX_BYTES)
+    except CheckpointError as error:  # it names the file as a Path: here, as the user wrote it
+        reason = str(error).removeprefix(f"{file}: ")
+        raise InputError(f"{path}: cannot read: {reason}") from None
+
+
+def _read_npy(file: Path, path: str) -> Array:
+    """The (length, width) matrix of an .npy file of numbers, its header checked before its
+    data is read, and NumPy's warnings (such as a header written by Python 2's) silenced:
+    what makes a file unusable is refused in one line.
+
+    Raises:
+        InputError: not a regular file or too large, a format version NumPy does not read,
+            a corrupt header, a shape with a negative size, not numbers, too many of them,
+            missing data, or not a finite (length, width) matrix.
+    """
+    _bounded(file, path, read=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        shape, dtype = _npy_header(file, path)
+        if dtype.kind not in "iuf":  # objects would need unpickling: refused before any is read
+            raise InputError(f"{path}: expected an array of numbers (no pickle), got dtype {dtype}")
+        if any(n < 0 for n in shape):  # NumPy's header check lets these through, to fail on the data
+            raise InputError(f"{path}: cannot read: its header's shape: expected sizes of at least 0, got {shape}")
+        if math.prod(shape) > MAX_VALUES:
+            raise InputError(f"{path}: expected at most {MAX_VALUES:,} numbers, got shape {shape}")
+        matrix = np.load(file, allow_pickle=False).astype(float)
+    return _finite(matrix, path)
+
+
 def _npy_header(file: Path, path: str) -> tuple[tuple[int, ...], np.dtype]:
-    """The shape and dtype an .npy file's header declares, read without its data."""
+    """The shape and dtype an .npy file's header declares, read without its data.
+
+    Raises:
+        InputError: an .npz archive, a format version other than 1.0, 2.0 or 3.0, or a
+            corrupt header.
+    """
     with open(file, "rb") as f:
         if f.read(2) == b"PK":  # a zip: an .npz archive under another name
             raise InputError(f"{path}: expected one array (.npy), got an .npz archive")
         f.seek(0)
-        major, _ = np.lib.format.read_magic(f)
+        major, minor = np.lib.format.read_magic(f)
+        if (major, minor) not in NPY_VERSIONS:  # else a later version's header is read as garbage
+            *first, last = (f"{a}.{b}" for a, b in NPY_VERSIONS)
+            versions = f"{', '.join(first)} or {last}"
+            raise InputError(
+                f"{path}: cannot read: expected an .npy file of format version {versions} (what NumPy reads), "
+                f"got version {major}.{minor}"
+            )
+        # 3.0 is 2.0 with a UTF-8 header, which differs only in a structured dtype's field names (refused anyway)
         read = np.lib.format.read_array_header_1_0 if major == 1 else np.lib.format.read_array_header_2_0
         try:
             shape, _, dtype = read(f)

@@ -2,8 +2,8 @@
 
 Every user error (the library's :class:`AttnlabError`, a file that cannot be read or
 written) ends in one line on standard error and exit status 2, with the library's
-argument names translated into the options that carry them. Anything else is a bug and
-shows its traceback.
+argument names translated into the options that carry them, and control characters (a
+newline in a path) escaped. Anything else is a bug and shows its traceback.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import argparse
 import io
 import os
 import sys
+import unicodedata
 from collections.abc import Sequence
 
 from .. import __version__
@@ -56,13 +57,28 @@ _OPTIONS = {
 }
 
 
-def _in_cli_words(error: AttnlabError) -> str:
+# ... and those that mean an option only where the command was given it: a tokenizer's ``text``
+# is --text's (trace, view, plot, ablate, heads), never an experiment's own sentence.
+_GIVEN_OPTIONS = {"text": ("text", "--text")}  # argument: (the option's dest, the option)
+
+
+def _in_cli_words(error: AttnlabError, args: argparse.Namespace) -> str:
     """The error's message, starting with the option instead of the library's argument."""
     message, argument = str(error), getattr(error, "argument", "")
     message = message.replace("truncation=True", "--truncate")
-    if argument in _OPTIONS and message.startswith(f"{argument}:"):
-        return _OPTIONS[argument] + message[len(argument) :]
+    options = dict(_OPTIONS)
+    options.update({name: option for name, (dest, option) in _GIVEN_OPTIONS.items() if getattr(args, dest, None)})
+    if argument in options and message.startswith(f"{argument}:"):
+        return options[argument] + message[len(argument) :]
     return message
+
+
+def _one_line(message: str) -> str:
+    """``message`` with its control characters and line or paragraph separators escaped as
+    Python's repr shows them (a newline as \\n), without repr's quotes: one line whatever
+    paths or texts it holds."""
+    breaking = ("Cc", "Zl", "Zp")
+    return "".join(repr(c)[1:-1] if unicodedata.category(c) in breaking else c for c in message)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -83,13 +99,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"attnlab {args.command}: interrupted", file=sys.stderr)
         return 130
     except AttnlabError as e:
-        print(f"attnlab {args.command}: error: {_in_cli_words(e)}", file=sys.stderr)
+        print(f"attnlab {args.command}: error: {_one_line(_in_cli_words(e, args))}", file=sys.stderr)
         return 2
     except BrokenPipeError:  # the reader went away (| head): not an error; say nothing more
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     except OSError as e:  # a write that failed half way (a full disk) names no file: the output is the one
         name = e.filename or getattr(args, "output", None) or getattr(args, "json", None) or args.command
-        print(f"attnlab {args.command}: error: {name}: {e.strerror or e}", file=sys.stderr)
+        print(f"attnlab {args.command}: error: {_one_line(f'{name}: {e.strerror or e}')}", file=sys.stderr)
         return 2
     return 0
 

@@ -257,7 +257,9 @@ def unshard(shards: Sequence[ArrayLike], layout: Layout = "contiguous", axis: in
         axis: the sequence axis (default −2).
 
     Raises:
-        ArgumentError: an unknown layout, no shards, or an axis out of range.
+        ArgumentError: an unknown layout, no shards, an axis out of range, shards of
+            different shapes (but along ``axis``), or shards whose lengths along ``axis`` are
+            not those :func:`shard` gives for their total and count in ``layout``.
         ArgumentTypeError: an axis that is not an integer.
     """
     if layout not in LAYOUTS:
@@ -270,7 +272,21 @@ def unshard(shards: Sequence[ArrayLike], layout: Layout = "contiguous", axis: in
     if len(others) > 1:  # NumPy's concatenate would name no argument
         shapes = ", ".join(str(a.shape) for a in arrays[:8]) + (", …" if len(arrays) > 8 else "")
         raise fail("shards", f"arrays of one shape but along axis {axis} (the sequence)", f"shapes {shapes}")
+    lengths = [a.shape[seq] for a in arrays]
+    expected = _shards.shard_lengths(sum(lengths), len(arrays), layout)
+    if lengths != expected:  # any other cut would be rebuilt in a wrong order, silently
+        raise fail(
+            "shards",
+            f"lengths {_listed(expected)} along axis {axis} (shard's cut of {sum(lengths)} rows "
+            f"for {len(arrays)} ranks, {layout})",
+            f"lengths {_listed(lengths)}",
+        )
     return _shards.unshard(arrays, layout, seq)
+
+
+def _listed(lengths: list[int]) -> str:
+    """``lengths`` as a list, its first 8 and an ellipsis when longer."""
+    return "[" + ", ".join(map(str, lengths[:8])) + (", …" if len(lengths) > 8 else "") + "]"
 
 
 def _axis(axis: Any, ndim: int) -> int:

@@ -13,7 +13,7 @@ import numpy as np
 
 from .._validation import Array
 
-__all__ = ["LAYOUTS", "runs_of", "shard", "unshard"]
+__all__ = ["LAYOUTS", "runs_of", "shard", "shard_lengths", "unshard"]
 
 LAYOUTS = ("contiguous", "zigzag")
 
@@ -30,6 +30,16 @@ def runs_of(lengths: list[int], layout: str) -> list[list[tuple[int, int, int]]]
     tail_start = sum(first)
     tail = [tail_start + sum(second[r + 1 :]) for r in range(P)]  # second runs in reverse rank order
     return [[(0, int(head[r]), first[r]), (first[r], tail[r], second[r])] for r in range(P)]
+
+
+def shard_lengths(total: int, world_size: int, layout: str) -> list[int]:
+    """The number of rows :func:`shard` gives each of ``world_size`` ranks of a sequence of
+    ``total`` rows: near-equal runs, the longer first ("contiguous"), or chunks r and
+    2P − 1 − r of 2P near-equal chunks ("zigzag")."""
+    if layout == "contiguous":
+        return [total // world_size + (r < total % world_size) for r in range(world_size)]
+    chunks = [total // (2 * world_size) + (c < total % (2 * world_size)) for c in range(2 * world_size)]
+    return [chunks[r] + chunks[2 * world_size - 1 - r] for r in range(world_size)]
 
 
 def shard(x: Array, world_size: int, rank: int, layout: str, axis: int) -> Array:
