@@ -43,13 +43,12 @@ def open_page(
 
 
 def use_small_blocks(monkeypatch: pytest.MonkeyPatch, block_q: int, causal_block_q: int, block_k: int) -> None:
-    """The blocked engines' block sizes, for one test: queries, queries of a causal task
-    (the fused engine's), keys; small, so that a small problem crosses many block edges."""
+    """The blocked engines' block sizes, for one test: queries, queries of a causal forward,
+    keys; small, so that a small problem crosses many block edges."""
     from attnlab.engine import _tiled
-    from attnlab.engine.fused import _tasks
 
     monkeypatch.setattr(_tiled, "BLOCK_Q", block_q)
-    monkeypatch.setattr(_tasks, "CAUSAL_BLOCK_Q", causal_block_q)
+    monkeypatch.setattr(_tiled, "CAUSAL_BLOCK_Q", causal_block_q)
     monkeypatch.setattr(_tiled, "BLOCK_K", block_k)
 
 

@@ -325,7 +325,7 @@ def test_the_real_block_sizes_skip_around_the_band(monkeypatch):
     """The engine's own blocks (512 keys, 512 queries, 256 when causal), lengths just past
     their edges and a band that starts and ends inside blocks: against the naive engine."""
     monkeypatch.setattr(_tiled, "BLOCK_Q", 512)
-    monkeypatch.setattr(_tasks, "CAUSAL_BLOCK_Q", 256)
+    monkeypatch.setattr(_tiled, "CAUSAL_BLOCK_Q", 256)
     monkeypatch.setattr(_tiled, "BLOCK_K", 512)
     rng = np.random.default_rng(8)
     q = rng.standard_normal((1, 2, 513, 8), dtype=np.float32)

@@ -53,6 +53,7 @@ from ._threads import blas_single_threaded, run
 __all__ = [
     "BLOCK_K",
     "BLOCK_Q",
+    "CAUSAL_BLOCK_Q",
     "EXACT_DELTA_FROM",
     "NUMPY",
     "ONE_PASS_BACKWARD_FROM",
@@ -65,6 +66,7 @@ __all__ = [
     "backward",
     "blocks",
     "forward",
+    "forward_block_q",
     "kv_batch_shape",
 ]
 
@@ -75,6 +77,12 @@ __all__ = [
 # changes the last bits of the results (never the dropout masks: see ``_masks``).
 BLOCK_Q = 512
 BLOCK_K = 512
+# The forward's query blocks when the band has an upper limit (causal, or a window's right
+# side): a block on the diagonal computes a triangle of scores that the mask then removes,
+# and smaller blocks waste less (the compiled forward: 256 measured 1-7 % faster than 512 on
+# causal shapes from 14 heads of 512 to 8 of 4096; NumPy's: B1 H8 L=S=4096 E64 causal,
+# 1.6-1.75× faster than full with 512, see docs/benchmarks.md).
+CAUSAL_BLOCK_Q = 256
 # From this many slices on, the backward gives each thread whole slices (one pass, less
 # work); below it, it splits slices into blocks to keep every thread busy. A constant,
 # not the thread count, decides, so the bits never depend on the thread count.
@@ -200,6 +208,12 @@ def _slices(pb: Problem, value: Array) -> list[_Slice]:
         kv_index = np.unravel_index(n // pb.groups, kv_batch) if kv_batch else ()
         slices.append(_Slice(n, q[index], k[kv_index], v[kv_index], None if mask is None else mask[index]))
     return slices
+
+
+def forward_block_q(pb: Problem) -> int:
+    """The forward's block of queries: CAUSAL_BLOCK_Q where the band has an upper limit
+    (its diagonal blocks then compute half as many scores that the mask removes), else BLOCK_Q."""
+    return CAUSAL_BLOCK_Q if pb.band.highest < pb.lengths[1] - 1 else BLOCK_Q
 
 
 def blocks(length: int, size: int) -> list[slice]:
@@ -362,7 +376,7 @@ def forward(pb: Problem, threads: int | None = None, kernels: Kernels = NUMPY) -
         slices = _slices(pb, fp.value)
         tasks = [
             functools.partial(_forward_block, fp, s, rows, kernels)
-            for rows in reversed(blocks(L, BLOCK_Q))  # causal: the last rows see the most keys
+            for rows in reversed(blocks(L, forward_block_q(pb)))  # causal: the last rows see the most keys
             for s in slices
         ]
     run(tasks, threads)

@@ -26,13 +26,8 @@ from .._threads import thread_count
 from .._tiled import BackwardPass, ForwardPass, Task, blocks, kv_batch_shape
 from ._blas import products
 
-__all__ = ["CAUSAL_BLOCK_Q", "TASK_SCORES", "backward_tasks", "forward_tasks"]
+__all__ = ["TASK_SCORES", "backward_tasks", "forward_tasks"]
 
-# The compiled forward's query blocks when the band has an upper limit (causal, or a
-# window's right side): a block on the diagonal computes a
-# triangle of scores that the mask then removes, and smaller blocks waste less (256 measured
-# 1-7 % faster than 512 on causal shapes from 14 heads of 512 to 8 of 4096).
-CAUSAL_BLOCK_Q = 256
 # The compiled tasks hold about this many scores (a forward slice of more is split into
 # blocks of queries; smaller slices go several to a task, in the forward and the one-pass
 # backward): enough to make a call's few µs of Python negligible.
@@ -112,14 +107,13 @@ def _variant(pb: Problem) -> tuple[Any, ...]:
 def forward_tasks(fp: ForwardPass, threads: int | None) -> list[Task] | None:
     """The forward of ``fp`` as compiled tasks, for a plain problem (``Problem.compiles_whole``;
     None for any other): each writes the output and lse of its slices' rows (as
-    ``_tiled``'s per-block loop, in blocks of CAUSAL_BLOCK_Q queries where the band has an
-    upper limit: causal, or a window's right side)."""
+    ``_tiled``'s per-block loop, in its blocks of queries: ``_tiled.forward_block_q``)."""
     pb = fp.pb
     if not pb.compiles_whole:
         return None
     L, S = pb.lengths
     scale, unscale = (np.asarray(x, dtype=pb.compute_dtype)[()] for x in (pb.scale, 2.0**fp.exponent))
-    block_q = CAUSAL_BLOCK_Q if pb.band.highest < S - 1 else _tiled.BLOCK_Q
+    block_q = _tiled.forward_block_q(pb)
     options = (_variant(pb), fp.skip, scale, unscale, (block_q, _tiled.BLOCK_K), fp.output, fp.lse)
     arrays, blas = _stacked(pb, fp.value), products().gemm
     return [
