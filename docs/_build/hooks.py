@@ -4,7 +4,7 @@ The tutorial's cells are executed by markdown-exec while the pages are built. Th
 attnlab pages they embed as iframes into the built site, so the site's directory is handed to
 them in ``ATTNLAB_SITE_DIR``; the shell cells run the ``attnlab`` of the Python that builds the
 site, and matplotlib draws without a display. A figure that lacks a glyph (drawn as a box)
-fails the build, naming the page.
+fails the build, naming the page. A cell's print() writes what Python's would (``sep`` too).
 """
 
 from __future__ import annotations
@@ -34,6 +34,12 @@ class _MissingGlyphs(logging.Handler):
 _MISSING = _MissingGlyphs()
 
 
+def _print_as_python(buffer: Any, *values: Any, sep: str | None = " ", end: str | None = "\n", **_: Any) -> None:
+    """print() into a cell's output as Python prints: markdown-exec 1.12.6's own joins the
+    values with a space whatever ``sep`` says, so ``print(a, b, sep="\n")`` showed one line."""
+    buffer.write((" " if sep is None else sep).join(map(str, values)) + ("\n" if end is None else end))
+
+
 def on_config(config: Any) -> Any:
     """Hand the site's directory, the builder's ``bin`` and a headless matplotlib to the cells.
 
@@ -43,6 +49,9 @@ def on_config(config: Any) -> Any:
     os.environ["ATTNLAB_SITE_DIR"] = str(Path(config.site_dir).resolve())
     os.environ["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
     os.environ.setdefault("MPLBACKEND", "Agg")
+    from markdown_exec._internal.formatters import python as python_cells
+
+    python_cells._buffer_print = _print_as_python  # looked up when each cell runs
     # a missing glyph: an error in the cell (markdown-exec's warning fails the strict build), or a
     # mathtext message (a tick label such as 10⁻²), which on_page_content turns into an error
     warnings.filterwarnings("error", message="Glyph .* missing from")

@@ -33,6 +33,9 @@ def test_the_tutorial_is_built_in_both_languages(built_site):
             "the same as the article&#39;s program: True" in text or "the same as the article's program: True" in text
         )
         assert text.count("data:image/png;base64,") >= 3  # RNN, scaling and normalization figures
+        # a cell's output as Python prints it: print(..., sep="\n") puts the label and the array on lines of their own
+        shown = re.sub(r"<[^>]+>", "", text)
+        assert "Q (4, 6):\n[[" in shown and "output = weights @ V:\n[[" in shown
     assert (built_site / "tutorial/coref.html").exists() and (built_site / "zh/tutorial/coref.html").exists()
 
 
