@@ -298,3 +298,24 @@ def test_sizes_that_do_not_fit_the_weights_say_so_in_one_line(capsys, mistral_di
     code, _, err = run_cli(capsys, "trace", "--model", str(directory), "--text", "a b", "--backend", "transformers")
     assert code == 2 and len(err.strip().splitlines()) == 1, err
     assert "config.json's sizes (hidden_size, vocab_size, head_dim and the like) do not fit the weights' shapes" in err
+
+
+def test_a_masked_lm_checkpoint_traces_without_its_pooler_which_no_view_reads(capsys, tmp_path) -> None:
+    """A BertForMaskedLM has no pooler; AutoModel's BertModel would make one at random, but the
+    trace reads the attention, before it: the trace runs, and equals eager's attention."""
+    directory = tmp_path / "bert"
+    model = tiny_model("bert")
+    model.save_pretrained(directory)
+    transformers.AutoTokenizer.from_pretrained(train_tokenizers(tmp_path / "tok")["vocab.txt"]).save_pretrained(
+        directory
+    )
+    code, out, err = run_cli(
+        capsys, "trace", "--model", str(directory), "--text", "a b", "--backend", "transformers", "--format", "json"
+    )
+    assert code == 0, err
+    trace = json.loads(out)
+    ids = torch.tensor([trace["ids"]])
+    with torch.no_grad():
+        eager = transformers.BertModel.from_pretrained(directory, attn_implementation="eager")
+        expected = eager(ids, output_attentions=True).attentions[-1][0].numpy()
+    np.testing.assert_allclose(np.array(trace["layers"]["1"]["weights"]), expected, atol=1e-6)

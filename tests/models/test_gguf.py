@@ -398,3 +398,12 @@ def test_a_gguf_settings_error_names_the_file_not_a_config_json(tiny, tmp_path):
     with pytest.raises(models.CheckpointError) as caught:
         models.load(path)
     assert str(caught.value).startswith(f"{path}: its metadata, as config.json's num_key_value_heads: expected")
+
+
+def test_a_fifo_or_a_device_given_as_the_model_says_what_it_is(tmp_path):
+    import os
+
+    os.mkfifo(tmp_path / "pipe.gguf")  # opening it to read its magic bytes would block
+    for path, what in ((tmp_path / "pipe.gguf", "a FIFO"), (Path("/dev/zero"), "a character device")):
+        with pytest.raises(models.CheckpointError, match=f"got '{path}' \\({what}\\)"):
+            models.load(path)

@@ -213,7 +213,8 @@ def load_on_attnlab(auto_class: Any, directory: Path, failure: str) -> Any:
     folder and ``gguf_file``), its warnings silenced; a checkpoint that transformers cannot
     load is one line, ``failure`` and its error naming the file or field, and one whose
     weights transformers would initialise at random (``missing_keys``: a head the checkpoint
-    lacks) is refused by their names."""
+    lacks) is refused by their names; a bare model's (``AutoModel``'s) pooler excepted, which
+    reads the last layer's output and nothing attnlab shows reads it."""
     import warnings
 
     from .. import hf
@@ -235,6 +236,8 @@ def load_on_attnlab(auto_class: Any, directory: Path, failure: str) -> Any:
     except Exception as error:  # transformers, huggingface_hub, safetensors and torch raise their own kinds
         raise InputError(f"{failure}: {_loading_error(error, directory)}") from error
     fresh = sorted(set(info.get("missing_keys") or ()) | {str(key[0]) for key in info.get("mismatched_keys") or ()})
+    if auto_class.__name__ == "AutoModel":  # the trace and the heads read the attention, never the pooler after it
+        fresh = [key for key in fresh if "pooler" not in key.split(".")]
     if fresh:
         raise InputError(
             f"--model {directory}: transformers would initialise {_key_groups(fresh)} at random (not in the "

@@ -102,6 +102,11 @@ def locate(name_or_dir: str | os.PathLike[str]) -> Path:
         return path
     if path.is_file():
         return _single_file(path)
+    if exists(path) and path.resolve().exists():  # there, but neither: a FIFO, a device, a socket
+        raise CheckpointError(
+            f"name_or_dir: expected a checkpoint directory, a .gguf file or a hub id, got {str(path)!r} "
+            f"({_kind(path.resolve().stat().st_mode)})"
+        )
     name = str(name_or_dir)
     if name.startswith(BUILTIN):
         return _builtin(name[len(BUILTIN) :])
