@@ -3,6 +3,7 @@ from the network, and the tutorial's embedded coref page showing 他 → 小明 
 
 from __future__ import annotations
 
+import html
 import re
 import shutil
 from html.parser import HTMLParser
@@ -27,15 +28,18 @@ def test_the_tutorial_is_built_in_both_languages(built_site):
     chinese = (built_site / "zh/tutorial/self-attention.html").read_text(encoding="utf-8")
     assert "Why ÷√d_k" in english and "为什么 ÷√d_k" in chinese
     # the cells ran: the demo's numbers (the seed article's first output row) and the comparison
-    for text in (english, chinese):
-        assert "[ 0.0576,  0.0910, -0.0678, -0.0103,  0.0031, -0.0566]" in text
-        assert (
-            "the same as the article&#39;s program: True" in text or "the same as the article's program: True" in text
-        )
+    said = {  # each language's words for the comparison and for the output's label
+        "en": ("the same as the article's program: True", "output = weights @ V:"),
+        "zh": ("与文章的程序完全相同：True", "输出 = 权重 @ V："),
+    }
+    for text, (same, output) in ((english, said["en"]), (chinese, said["zh"])):
+        shown = html.unescape(re.sub(r"<[^>]+>", "", text))  # the page's text, as a reader sees it
+        assert "[ 0.0576,  0.0910, -0.0678, -0.0103,  0.0031, -0.0566]" in shown
+        assert same in shown
         assert text.count("data:image/png;base64,") >= 3  # RNN, scaling and normalization figures
         # a cell's output as Python prints it: print(..., sep="\n") puts the label and the array on lines of their own
-        shown = re.sub(r"<[^>]+>", "", text)
-        assert "Q (4, 6):\n[[" in shown and "output = weights @ V:\n[[" in shown
+        assert "Q (4, 6):\n[[" in shown and f"{output}\n[[" in shown
+    assert "往回一步" in chinese and "one step back" not in chinese  # the Chinese page's outputs are Chinese
     assert (built_site / "tutorial/coref.html").exists() and (built_site / "zh/tutorial/coref.html").exists()
 
 
