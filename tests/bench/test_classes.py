@@ -17,6 +17,7 @@ def test_a_forward_row_counts_its_products_and_a_decode_row_its_cache():
     assert decode.decoding and decode.cache_bytes == 2 * (10 + 20 + 40) * 2 * 8 * 4
 
 
+@pytest.mark.slow
 def test_each_row_gives_its_rate_against_the_limit_of_its_rounds(monkeypatch):
     monkeypatch.setattr(
         _classes,

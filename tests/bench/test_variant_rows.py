@@ -10,6 +10,7 @@ from attnlab.bench._shapes import Shape
 from attnlab.engine.fused import _engine as fused
 
 
+@pytest.mark.slow
 @requires("torch")
 def test_the_variant_rows_time_every_implementation_and_say_how_flex_ran(monkeypatch):
     monkeypatch.setattr(_variants, "WINDOW_CASE", Shape((1, 2), 96, 96, 8, causal=True, name="tiny window"))

@@ -36,6 +36,7 @@ def choose(monkeypatch):
     _blas.products.cache_clear()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("choice", ["scipy", pytest.param("mkl", marks=pytest.mark.skipif(not HAS_MKL, reason="mkl"))])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_either_blas_gives_torchs_attention_and_gradients(choose, choice, dtype):
@@ -115,6 +116,7 @@ for _ in range(2):
 """
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not HAS_MKL, reason="the mkl package is not installed")
 def test_an_operand_without_a_unit_stride_is_copied_and_kept_until_mkl_has_read_it():
     import os

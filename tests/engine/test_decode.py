@@ -159,6 +159,7 @@ def test_values_near_the_largest_float_give_a_finite_output():
     np.testing.assert_allclose(decoded.output, 3e38, rtol=1e-6)
 
 
+@pytest.mark.slow
 @requires("torch")
 def test_key_lengths_gradients_equal_torch_on_each_sequence():
     """Forward and backward of every engine with ragged lengths and a bottom-right

@@ -46,6 +46,7 @@ def test_normalization_shows_bases_are_temperatures(tmp_path):
     assert set(metrics["accuracy"]) == {"softmax", "linear", "relu", "sigmoid"}
 
 
+@pytest.mark.slow
 def test_value_shows_a_learned_v_carries_more(tmp_path):
     accuracy = run("value", tmp_path)["accuracy"]
     assert accuracy["learned W_v"] > max(accuracy["V = X"], accuracy["V = K"])

@@ -19,6 +19,7 @@ def max_softmax_weight(scores: np.ndarray) -> float:
     return float((shifted.max(axis=-1) / shifted.sum(axis=-1)).mean())
 
 
+@pytest.mark.slow
 def test_scaling_unscaled_softmax_saturates_as_d_k_grows_and_scaled_does_not():
     measured = _scaling.measure(True, 0, widths=(4, 64, 1024), samples=4000, queries=500, steps=0)
     for d_k, ratio, scaled in measured.variance:
@@ -63,6 +64,7 @@ def test_value_a_learned_v_carries_more_than_v_equals_x_or_k():
     assert measured.metrics() == {"accuracy": accuracy, "loss": measured.loss}
 
 
+@pytest.mark.slow
 def test_rnn_attention_reaches_far_items_the_rnn_does_not():
     measured = _rnn.measure(True, 0, items=8, steps=100)
     attention, rnn = measured.results["attention"], measured.results["tanh RNN"]
@@ -78,6 +80,7 @@ def test_rnn_attention_reaches_far_items_the_rnn_does_not():
                                 "tanh RNN": embeddings + 64 * 84 + 84 + 84 * 84 + 84 * 16 + 16}  # fmt: skip
 
 
+@pytest.mark.slow
 def test_coref_training_turns_the_answering_head_to_the_referent():
     untrained = _coref_experiment.measure(True, 0, steps=0, batch=8)
     trained = _coref_experiment.measure(True, 0, steps=60, batch=8)

@@ -95,6 +95,7 @@ def test_the_quick_rnn_run_shows_what_its_report_says():
     assert "stays within" in report and "times smaller at the first item" in report
 
 
+@pytest.mark.slow
 def test_the_quick_value_and_normalization_runs_show_what_their_reports_say():
     from attnlab.experiments import _normalization
 

@@ -80,6 +80,7 @@ def test_minilm_over_the_limit_is_refused_with_the_limit_and_the_count(minilm: A
     assert "at most 512 tokens" in message and "got 602" in message
 
 
+@pytest.mark.slow
 def test_minilm_truncation_cuts_as_transformers_and_the_trace_says_so(minilm: Any, minilm_oracle: Any) -> None:
     text = _over(minilm_oracle, 512, 90)
     trace = minilm.trace(text, layers=-1, truncation=True)
@@ -89,6 +90,7 @@ def test_minilm_truncation_cuts_as_transformers_and_the_trace_says_so(minilm: An
     assert "512 of 602" in trace.render(lang="en").splitlines()[0]
 
 
+@pytest.mark.slow
 def test_cli_refuses_a_long_text_in_one_line_and_cuts_it_with_truncate(
     minilm_oracle: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -220,6 +220,7 @@ def test_korean_needs_a_cjk_font_too():
     assert _plot.needs_cjk(["한국어"]) and _plot.needs_cjk(["かな"]) and not _plot.needs_cjk(["abc", "é"])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("layers", [2, 12])
 @requires("matplotlib")
 def test_no_title_falls_outside_the_figure_at_any_number_of_layers(tmp_path, layers):

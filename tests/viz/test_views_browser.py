@@ -139,6 +139,7 @@ def test_the_ablation_heatmap_shows_each_effect_and_a_cell_opens_its_head(browse
     assert browser.find_element(By.ID, "head").get_attribute("value") == "3"
 
 
+@pytest.mark.slow
 def test_a_heads_page_labels_each_head_of_the_model_view_by_its_kind(browser, tmp_path):
     """attnlab heads -o on all-MiniLM-L6-v2: each thumbnail of a head with a kind carries a
     label of that kind and its outline, the others none; the legend lists every kind scored."""
