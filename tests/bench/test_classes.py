@@ -4,6 +4,8 @@ never asserted)."""
 
 from __future__ import annotations
 
+import pytest
+
 from attnlab.bench import _classes
 from attnlab.bench._shapes import Shape
 

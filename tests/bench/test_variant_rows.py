@@ -3,6 +3,7 @@ figures themselves are in docs/benchmarks.md, never asserted)."""
 
 from __future__ import annotations
 
+import pytest
 from tests.oracles import requires
 
 from attnlab.bench import _variants
