@@ -275,13 +275,13 @@ def _loading_error(error: BaseException, directory: Path) -> str:
     return text
 
 
-# the files transformers reads from a checkpoint folder besides the weights, with their limits
-_READ_FILES = {
-    "config.json": "MAX_JSON", "generation_config.json": "MAX_JSON", "tokenizer_config.json": "MAX_JSON",
-    "special_tokens_map.json": "MAX_JSON", "preprocessor_config.json": "MAX_JSON", "processor_config.json": "MAX_JSON",
-    "tokenizer.json": "MAX_TOKENIZER", "vocab.json": "MAX_TOKENIZER", "vocab.txt": "MAX_TOKENIZER",
-    "merges.txt": "MAX_TOKENIZER",
-}  # fmt: skip
+# the files transformers reads from a checkpoint folder besides the weights: settings (at most
+# _checkpoint.MAX_JSON bytes each) and vocabularies (at most MAX_TOKENIZER)
+_SETTINGS_FILES = (
+    "config.json", "generation_config.json", "tokenizer_config.json", "special_tokens_map.json",
+    "preprocessor_config.json", "processor_config.json",
+)  # fmt: skip
+_VOCABULARY_FILES = ("tokenizer.json", "vocab.json", "vocab.txt", "merges.txt")
 # the sizes transformers builds a model from: each, where a config (or its text_config) has it, a positive whole number
 _SIZES = (
     "hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "intermediate_size",
@@ -309,9 +309,10 @@ def _preflight(directory: Path) -> None:
     if directory.is_file():
         _check_gguf_blocks(directory)
         return
-    for name, limit in _READ_FILES.items():
+    limits = [(name, _checkpoint.MAX_JSON) for name in _SETTINGS_FILES]
+    for name, limit in limits + [(name, _checkpoint.MAX_TOKENIZER) for name in _VOCABULARY_FILES]:
         if exists(directory / name):
-            _checkpoint.check_file(directory / name, getattr(_checkpoint, limit))
+            _checkpoint.check_file(directory / name, limit)
     config = read_config(directory)
     if "model_type" in config and not isinstance(config["model_type"], str):
         raise InputError(
