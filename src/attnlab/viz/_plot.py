@@ -286,15 +286,16 @@ def _rules(trace: Trace | ModelTrace) -> str:
 
 
 def _model_line(trace: Trace | ModelTrace) -> str:
-    """A model's picture says what it is: its name (a path's last part), architecture, layers
-    and heads (and the key/value heads they share); "" for a single layer's trace."""
+    """A model's picture says what it is: its name (a hub id, or a checkpoint's folder or file
+    name, not its whole path), architecture, layers and heads (and the key/value heads they
+    share); "" for a single layer's trace."""
     if not isinstance(trace, ModelTrace):
         return ""
     architecture = f" ({trace.architecture})" if trace.architecture else ""
     kv = trace.num_key_value_heads
     shared = f" sharing {kv} key/value head{'s' * (kv > 1)}" if 0 < kv < trace.num_heads else ""
     layers = f"{trace.num_layers} layer{'s' * (trace.num_layers > 1)}"
-    name = trace.model.rstrip("/").rsplit("/", 1)[-1] or trace.model  # a checkpoint's folder or file, not its path
+    name = Path(trace.model).name if Path(trace.model).exists() else trace.model  # a folder or file: not its path
     return f"{display_text(name)}{architecture} · {layers}, {trace.num_heads} heads{shared}"
 
 
