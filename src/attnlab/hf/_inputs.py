@@ -82,11 +82,10 @@ def model_inputs(model: Any, text_or_inputs: Any, tokenizer: Any) -> Sequences:
     sequences = _model_inputs(model, text_or_inputs, tokenizer)
     config = model.config
     vocab, positions = getattr(config, "vocab_size", None), getattr(config, "max_position_embeddings", None)
+    one_sequence = not getattr(config, "is_encoder_decoder", False)  # an encoder-decoder's positions: per stack
+    limit = int(positions) if is_integer(positions) and one_sequence else None
     for sequence in (sequences.source, sequences.target):
         if sequence is not None and sequence.ids and is_integer(vocab):
-            limit = (
-                int(positions) if is_integer(positions) and not getattr(config, "is_encoder_decoder", False) else None
-            )
             text_ids("text_or_inputs", text_or_inputs, sequence.ids, int(vocab), limit)
     return sequences
 
