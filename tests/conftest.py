@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import io
 import runpy
+import shutil
 from typing import Any
 
 import pytest
@@ -36,3 +37,25 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if left_out:
         config.hook.pytest_deselected(items=left_out)
         items[:] = [item for item in items if item.get_closest_marker("exhaustive") is None]
+
+
+@pytest.fixture(scope="session")
+def browser():
+    """The one headless Chromium of the browser tests (Debian's chromium and chromium-driver, as
+    the README's test command installs them), started once for the whole session."""
+    pytest.importorskip("selenium")
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    chromium, driver = shutil.which("chromium"), shutil.which("chromedriver")
+    assert chromium and driver, "the browser tests need Debian's chromium and chromium-driver (see README)"
+    options = webdriver.ChromeOptions()
+    options.binary_location = chromium
+    for flag in (
+        "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+        "--disable-background-networking", "--disable-component-update", "--disable-sync", "--window-size=1400,1000",
+    ):  # fmt: skip
+        options.add_argument(flag)
+    session = webdriver.Chrome(service=Service(driver), options=options)
+    yield session
+    session.quit()

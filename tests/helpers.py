@@ -1,5 +1,5 @@
 """Helpers that several test modules share (the oracles are in oracles.py, the tiny
-checkpoints in checkpoints.py, the browser fixture in viz/conftest.py): the command line
+checkpoints in checkpoints.py, the browser fixture in conftest.py): the command line
 run in-process, a page opened in the browser, the blocked engines' block sizes made small,
 and random inputs and masks."""
 
@@ -30,7 +30,7 @@ def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, s
 def open_page(
     browser: Any, path: Path, ready: str = "window.attnlabView && window.attnlabView.ready", timeout: float = 0
 ) -> None:
-    """Open the page file ``path`` in ``browser`` (viz/conftest.py's) and check that its
+    """Open the page file ``path`` in ``browser`` (conftest.py's) and check that its
     script says it is ready: the JavaScript expression ``ready`` is true at once, or
     within ``timeout`` seconds where one is given."""
     browser.get(path.as_uri())

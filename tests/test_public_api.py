@@ -13,7 +13,7 @@ PUBLIC = {
         "ArgumentError", "ArgumentTypeError", "Attention", "AttnlabError", "Gradients", "MissingDependencyError",
         "MissingFontWarning", "MultiheadAttention", "SelfAttention", "Trace", "__version__", "attention",
         "distributed", "functional", "interop", "models", "nn", "plot", "reference", "scaled_dot_product_attention",
-        "scaled_dot_product_attention_backward", "show", "softmax", "view", "view_ablation",
+        "scaled_dot_product_attention_backward", "serve", "show", "softmax", "view", "view_ablation",
     ],
     "attnlab.functional": [
         "Attention", "Gradients", "attention", "scaled_dot_product_attention", "scaled_dot_product_attention_backward",
@@ -32,6 +32,9 @@ PUBLIC = {
     "attnlab.distributed": ["LAYOUTS", "RingError", "ring_attention", "ring_attention_backward", "shard", "unshard"],
     "attnlab.hf": [
         "NAME", "UnsupportedModelError", "attention_forward", "check_model", "register", "trace", "trace_generation",
+    ],
+    "attnlab.live": [
+        "DEFAULT_TEXT", "MAX_BODY", "MAX_GENERATE", "MAX_TEXT", "LiveServer", "Request", "Session", "serve",
     ],
     "attnlab.analysis": [
         "FLOW_SCALE", "MODES", "Ablation", "HeadTypes", "ablate", "flow", "head_types", "residual_attention", "rollout",
@@ -53,6 +56,7 @@ def test_the_same_objects_under_both_names():
     assert al.attention is al.functional.attention
     assert al.models.ModelTrace is importlib.import_module("attnlab.trace").ModelTrace
     assert al.MultiheadAttention is importlib.import_module("attnlab.layers").MultiheadAttention
+    assert al.serve is importlib.import_module("attnlab.live").serve  # imported when first used
 
 
 def test_import_attnlab_leaves_the_transformers_backend_unregistered():

@@ -3,9 +3,9 @@ to a NumPy engine with PyTorch's semantics and exact gradients.
 
 The public names are re-exported here from private modules; ``attnlab.functional``,
 ``attnlab.reference``, ``attnlab.interop``, ``attnlab.models`` (pretrained checkpoints,
-``pip install 'attnlab[models]'``), ``attnlab.nn`` (a small training stack) and
-``attnlab.distributed`` (ring attention on torch.distributed) are public modules too. The design is in
-docs/design.md.
+``pip install 'attnlab[models]'``), ``attnlab.nn`` (a small training stack),
+``attnlab.distributed`` (ring attention on torch.distributed) and ``attnlab.live`` (the live
+page, ``attnlab.serve``) are public modules too. The design is in docs/design.md.
 """
 
 import importlib.metadata as _metadata
@@ -51,6 +51,7 @@ __all__ = [
     "reference",
     "scaled_dot_product_attention",
     "scaled_dot_product_attention_backward",
+    "serve",
     "show",
     "softmax",
     "view",
@@ -88,3 +89,15 @@ for _public in (
 ):
     _public.__module__ = __name__
 del _public
+
+
+def __getattr__(name: str) -> object:
+    """``attnlab.serve``, imported when first used (its HTTP server and analyses are not
+    needed to import attnlab)."""
+    if name == "serve":
+        from .live import serve
+
+        serve.__module__ = __name__
+        globals()["serve"] = serve
+        return serve
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

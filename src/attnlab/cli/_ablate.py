@@ -87,7 +87,7 @@ def run(args: argparse.Namespace) -> None:
             tokenizer=tokenizer, progress=sys.stderr.isatty(),
         )  # fmt: skip
 
-    ran = run_on_model(args, _transformers_model, work, _OPTION_OF)
+    ran = run_on_model(args, model_with_head, work, _OPTION_OF)
     if args.output is not None:
         _write_page(args, ran.model, ran.tokenizer, ran.result.to_dict())
     say_backend(args, ran.backend, ran.model_type)
@@ -111,7 +111,7 @@ def _write_page(args: argparse.Namespace, model: Any, tokenizer: Any, ablation: 
     view_ablation(trace, ablation, args.output)
 
 
-def _transformers_model(args: argparse.Namespace, directory: Any) -> tuple[Any, Any]:
+def model_with_head(args: argparse.Namespace, directory: Any) -> tuple[Any, Any]:
     """The checkpoint with its language-modelling head, on attnlab's backend, and its tokenizer."""
     transformers = transformers_for(args, directory, "ablate runs")
     with _quiet(transformers):

@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import regex
 
 from .._exceptions import CheckpointError, InputError
 from .._validation import Array, is_real
+from ..layers._text import embed_tokens, split_text
 from ..models._checkpoint import MAX_TOKENIZER, check_file, read_bounded
 
 __all__ = [
@@ -246,30 +246,6 @@ def as_sequence(data: Any, path: str) -> tuple[Array, list[str] | None]:
     if isinstance(data, np.ndarray):
         return data, None
     return _numeric_rows(data, source_name(path)), None
-
-
-def split_text(text: str) -> list[str]:
-    """Tokens of ``text``: split on whitespace, or into characters when it has none, a
-    character being what a reader sees as one: a grapheme cluster (Unicode's UAX #29, the
-    ``regex`` library's ``\\X``), so that a ZWJ emoji such as 👩‍💻, a flag or a letter with its
-    combining accents is one token, not its code points."""
-    tokens = text.split() if any(c.isspace() for c in text.strip()) else regex.findall(r"\X", text.strip())
-    if not tokens:
-        raise InputError("--text: the text is empty")
-    return tokens
-
-
-def embed_tokens(tokens: list[str], embed: str, d_model: int, seed: int) -> Array:
-    """(L, d_model) vectors: one-hot over the distinct tokens in order of first appearance
-    (d_model = their count), or seeded N(0, 1) vectors of width ``d_model``, one per
-    distinct token."""
-    vocabulary = {token: n for n, token in enumerate(dict.fromkeys(tokens))}
-    index = [vocabulary[t] for t in tokens]
-    if embed == "onehot":
-        table = np.eye(len(vocabulary))
-    else:
-        table = np.random.default_rng(seed).standard_normal((len(vocabulary), d_model))
-    return table[index]
 
 
 def parse_tokens(tokens: str | None, length: int) -> list[str] | None:

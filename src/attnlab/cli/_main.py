@@ -17,12 +17,23 @@ from collections.abc import Sequence
 
 from .. import __version__
 from .._validation import AttnlabError
-from . import _ablate, _bench, _demo, _experiment, _heads, _plot, _ring, _trace, _view
+from . import _ablate, _bench, _demo, _experiment, _heads, _plot, _ring, _serve, _trace, _view
 from ._options import Parser, add_command
 
 __all__ = ["build_parser", "main"]
 
-COMMANDS = (_demo, _trace, _plot, _view, _ablate, _heads, _bench, _experiment, _ring)  # in the order --help lists them
+COMMANDS = (
+    _demo,
+    _trace,
+    _plot,
+    _view,
+    _serve,
+    _ablate,
+    _heads,
+    _bench,
+    _experiment,
+    _ring,
+)  # in the order --help lists them
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -67,7 +78,9 @@ def _in_cli_words(error: AttnlabError, args: argparse.Namespace) -> str:
     message, argument = str(error), getattr(error, "argument", "")
     message = message.replace("truncation=True", "--truncate")
     options = dict(_OPTIONS)
-    options.update({name: option for name, (dest, option) in _GIVEN_OPTIONS.items() if getattr(args, dest, None)})
+    options.update(
+        {name: option for name, (dest, option) in _GIVEN_OPTIONS.items() if getattr(args, dest, None) is not None}
+    )
     if argument in options and message.startswith(f"{argument}:"):
         return options[argument] + message[len(argument) :]
     return message

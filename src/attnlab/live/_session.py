@@ -1,0 +1,287 @@
+"""What the live page asks of a model, and its answer: the page of a typed text (with a
+second text, generated tokens, rollout and flow, ablated heads, the heads' kinds), opening
+on the layer, head and query the reader had where they still exist.
+
+One :class:`Session` holds one model, loaded once: the seed's layer (no model), an
+:class:`attnlab.models.Model`, or a transformers model on attnlab's backend (attnlab.hf).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from .._validation import ArgumentError, ArgumentTypeError, AttnlabError, fail, is_integer
+from ..analysis import ablate, flow, head_types, rollout
+from ..layers._self_attention import SelfAttention
+from ..layers._text import embed_tokens, split_text
+from ..trace import GenerationTrace, ModelTrace
+from ..trace._trace import Trace
+from ..viz._page import PageShape, check_page_size, opening, render_page
+from ..viz._views import Views
+
+__all__ = ["MAX_GENERATE", "MAX_TEXT", "Request", "Session"]
+
+MAX_TEXT = 20_000  # characters of a typed text; its tokens are capped by the page's own limits (viz.PAGE_LIMITS)
+MAX_GENERATE = 64  # new tokens a request may ask for: each is a forward while the reader waits
+MAX_ABLATED = 64  # heads ablated in one request
+_SEED = 42  # the seed layer's weights, as `attnlab view` draws them by default
+
+
+@dataclass(frozen=True)
+class Request:
+    """One redraw: ``text``; ``second``, a text to compare under the same head; ``generate``
+    new tokens after ``text``; ``rollout`` and flow; the (layer, head) pairs to ``ablate``;
+    the ``layer``, ``head`` and ``query`` on show (kept where the new trace has them)."""
+
+    text: str
+    second: str | None = None
+    generate: int = 0
+    rollout: bool = False
+    ablate: tuple[tuple[int, int], ...] = ()
+    layer: int | None = None
+    head: int | None = None
+    query: int | None = None
+
+    @classmethod
+    def from_json(cls, data: Any) -> Request:
+        """A request from the page's JSON object, each field checked.
+
+        Raises:
+            ArgumentError, ArgumentTypeError: a field missing, of another type or out of range,
+                named as the page names it.
+        """
+        if not isinstance(data, dict):
+            raise fail("request", "a JSON object", type(data).__name__, TypeError)
+        text, second = data.get("text"), data.get("second") or None
+        for name, value in (("text", text), ("second text", second)):
+            if value is not None and not isinstance(value, str):
+                raise fail(name, "a string", type(value).__name__, TypeError)
+            if value is not None and len(value) > MAX_TEXT:
+                raise fail(name, f"at most {MAX_TEXT:,} characters", f"{len(value):,}")
+        if text is None:
+            raise fail("text", "a string", "nothing", TypeError)
+        numbers = {name: data.get(name) for name in ("generate", "layer", "head", "query")}
+        for name, value in numbers.items():
+            if value is not None and not (is_integer(value) and value >= 0):
+                raise fail(name, "a whole number ≥ 0", repr(value))
+        generate = numbers["generate"] or 0
+        if generate > MAX_GENERATE:
+            raise fail("generate", f"at most {MAX_GENERATE} new tokens", generate)
+        pairs = data.get("ablate") or []
+        if not isinstance(pairs, list) or not all(_is_pair(pair) for pair in pairs) or len(pairs) > MAX_ABLATED:
+            raise fail("ablate", f"a list of at most {MAX_ABLATED} [layer, head] pairs", repr(pairs)[:80], TypeError)
+        rollout = data.get("rollout", False)
+        if not isinstance(rollout, bool):
+            raise fail("rollout", "true or false", repr(rollout), TypeError)
+        return cls(
+            text, second, generate, rollout, tuple(dict.fromkeys((int(layer), int(head)) for layer, head in pairs)),
+            numbers["layer"], numbers["head"], numbers["query"],
+        )  # fmt: skip
+
+
+def _is_pair(pair: Any) -> bool:
+    return isinstance(pair, list) and len(pair) == 2 and all(is_integer(x) and x >= 0 for x in pair)
+
+
+class _Model(Protocol):
+    """A model as the live page runs it: its name, a text's trace (its page's size
+    checked first), a generation, an ablation."""
+
+    name: str
+
+    def trace(self, text: str, name: str) -> Trace | ModelTrace: ...
+    def generate(self, text: str, count: int) -> tuple[ModelTrace, GenerationTrace]: ...
+    def ablate(self, text: str, heads: list[tuple[int, int]]) -> dict[str, Any]: ...
+
+
+class Session:
+    """The live page's model, loaded once, and the answer to each :class:`Request`.
+
+    Args:
+        model: None (the seed's :class:`attnlab.SelfAttention` on the typed tokens, one-hot,
+            random weights of seed 42, as ``attnlab view --text`` draws them), an
+            :class:`attnlab.models.Model`, or a transformers model (with ``tokenizer``).
+        tokenizer: a transformers model's tokenizer; None for the others.
+
+    Raises:
+        ArgumentTypeError: a model of none of these kinds.
+    """
+
+    def __init__(self, model: Any = None, tokenizer: Any = None) -> None:
+        self.model: _Model = _wrapped(model, tokenizer)
+
+    @property
+    def name(self) -> str:
+        return self.model.name
+
+    def answer(self, request: Request) -> dict[str, Any]:
+        """The page of ``request`` as HTML text (``"page"``), with the generated text
+        (``"generated"``, or None) and the ablated heads' effects (``"ablation"``: the
+        metric and, per ablated head, its value).
+
+        Raises:
+            AttnlabError: a text the model cannot take (too long for its positions or for
+                the page, empty), a view this model does not offer, named by its field.
+        """
+        if request.second is not None and request.generate:
+            raise fail("second text", "none while generating (the prompt is one text)", "a second text")
+        generation = None
+        if request.generate:
+            trace: Trace | ModelTrace
+            trace, generation = self.model.generate(request.text, request.generate)
+        else:
+            trace = self.model.trace(request.text, "text")
+        second = None if request.second is None else self.model.trace(request.second, "second text")
+        if second is not None and not (isinstance(trace, ModelTrace) and isinstance(second, ModelTrace)):
+            raise fail("second text", "a model to compare two texts through (serve --model)", "the seed's layer")
+        rolled = flowed = None
+        if request.rollout:
+            if not isinstance(trace, ModelTrace):
+                raise fail("rollout", "a model's layers (serve --model)", "the seed's one layer")
+            rolled, flowed = rollout(trace), flow(trace)
+        ablation = None if not request.ablate else self.model.ablate(request.text, list(request.ablate))
+        views = Views(second, generation, rolled, flowed, ablation, _kinds(trace))
+        page = render_page(trace, _opens(trace, request), views)
+        return {"page": page, "generated": None if generation is None else generation.text, "ablation": ablation}
+
+
+def _opens(trace: Trace | ModelTrace, request: Request) -> dict[str, int]:
+    """The view the new page opens on: the reader's layer, head and query, each kept while
+    the ones before it still exist in the new trace (a shorter text loses the query)."""
+    wanted = (request.layer, request.head, request.query)
+    for kept in (3, 2, 1, 0):
+        try:
+            return opening(trace, *wanted[:kept])
+        except ArgumentError:
+            continue
+    return opening(trace)  # pragma: no cover - the trace's own view always exists
+
+
+def _kinds(trace: Trace | ModelTrace) -> dict[str, Any] | None:
+    """The head types of a model's trace of every layer (its text's scores; no induction),
+    for the model view's outlines; None where they do not apply (one layer, cross-attention)."""
+    if not isinstance(trace, ModelTrace):
+        return None
+    try:
+        return head_types(trace).to_dict()
+    except AttnlabError:
+        return None
+
+
+def _wrapped(model: Any, tokenizer: Any) -> _Model:
+    from ..models._model import Model
+
+    if model is None:
+        if tokenizer is not None:
+            raise fail("tokenizer", "None without a model", type(tokenizer).__name__, TypeError)
+        return _SeedLayer()
+    if isinstance(model, Model):
+        if tokenizer is not None:
+            raise fail("tokenizer", "None for an attnlab model (it has its own)", type(tokenizer).__name__, TypeError)
+        return _NumpyModel(model)
+    if type(model).__module__.startswith("transformers.") and hasattr(model, "set_attn_implementation"):
+        return _TransformersModel(model, tokenizer)
+    expected = "None, an attnlab.models.Model or a transformers model"
+    raise fail("model", expected, type(model).__name__, TypeError)
+
+
+class _SeedLayer:
+    """The seed's layer on the typed tokens: one-hot over the distinct tokens, d_k their
+    count up to 64, as ``attnlab view --text`` runs it."""
+
+    name = "the article's SelfAttention (random weights, seed 42)"
+
+    def trace(self, text: str, name: str) -> Trace:
+        try:
+            words = split_text(text)
+        except ArgumentError:
+            raise fail(name, "a text of at least one token", repr(text)) from None
+        width = len(set(words))
+        d_k = min(width, 64)
+        check_page_size(PageShape(len(words), 1, 1, (d_k, d_k), model=False), name)
+        trace = SelfAttention(width, d_k, seed=_SEED).trace(embed_tokens(words, "onehot", width, _SEED), tokens=words)
+        trace.random_seed = _SEED
+        return trace
+
+    def generate(self, text: str, count: int) -> tuple[ModelTrace, GenerationTrace]:
+        raise fail("generate", "a model that generates (serve --model of a causal model)", "the seed's layer")
+
+    def ablate(self, text: str, heads: list[tuple[int, int]]) -> dict[str, Any]:
+        raise fail("ablate", "a model with a head to the vocabulary (serve --model)", "the seed's layer")
+
+
+class _NumpyModel:
+    """An attnlab model."""
+
+    def __init__(self, model: Any) -> None:
+        self.model, self.name = model, model.name
+
+    def trace(self, text: str, name: str) -> ModelTrace:
+        self._check_page(self._length(text, name), name)
+        return _named(name, lambda: self.model.trace(text))
+
+    def generate(self, text: str, count: int) -> tuple[ModelTrace, GenerationTrace]:
+        if not self.model.config.causal:
+            raise fail("generate", "a causal model", f"{self.name}, a {self.model.config.model_type} model")
+        self._check_page(self._length(text, "text") + count, "generate")
+        generation = _named("text", lambda: self.model.trace_generation(text, count))
+        return self.model.trace(generation.ids), generation
+
+    def _length(self, text: str, name: str) -> int:
+        """The tokens of ``text``, special ones included (refused: too long for the model)."""
+        from ..models._checks import sequence_ids
+
+        return len(_named(name, lambda: sequence_ids(self.model.config, self.model.tokenizer, text).ids))
+
+    def _check_page(self, length: int, name: str) -> None:
+        """Refuse, before the model runs, a page of ``length`` tokens too large for a browser."""
+        config = self.model.config
+        widths = (config.head_dim, config.head_dim)
+        check_page_size(PageShape(length, config.num_attention_heads, config.num_hidden_layers, widths, True), name)
+
+    def ablate(self, text: str, heads: list[tuple[int, int]]) -> dict[str, Any]:
+        return ablate(self.model, text, heads=heads).to_dict()
+
+
+class _TransformersModel:
+    """A transformers model, through attnlab.hf."""
+
+    def __init__(self, model: Any, tokenizer: Any) -> None:
+        from .. import hf
+
+        hf.check_model(model)
+        self.model, self.tokenizer = model, tokenizer
+        self.name = str(getattr(model.config, "name_or_path", "") or type(model).__name__)
+
+    def trace(self, text: str, name: str) -> ModelTrace:
+        from .. import hf
+
+        trace = _named(name, lambda: hf.trace(self.model, text, tokenizer=self.tokenizer))
+        check_page_size(trace, name)
+        return trace
+
+    def generate(self, text: str, count: int) -> tuple[ModelTrace, GenerationTrace]:
+        from .. import hf
+        from ..hf._torch import torch
+
+        generation = _named("text", lambda: hf.trace_generation(self.model, text, count, tokenizer=self.tokenizer))
+        full = hf.trace(self.model, {"input_ids": torch.tensor([generation.ids])}, tokenizer=self.tokenizer)
+        check_page_size(full, "generate")
+        return full, generation
+
+    def ablate(self, text: str, heads: list[tuple[int, int]]) -> dict[str, Any]:
+        return ablate(self.model, text, heads=heads, tokenizer=self.tokenizer).to_dict()
+
+
+def _named(name: str, work: Any) -> Any:
+    """``work()``, its errors about its ``text`` named as the page's field ``name``."""
+    try:
+        return work()
+    except AttnlabError as error:
+        message = str(error)
+        for argument in ("text_or_ids", "text_or_inputs", "text"):
+            if message.startswith(f"{argument}:"):
+                renamed = ArgumentTypeError if isinstance(error, TypeError) else ArgumentError
+                raise renamed(name + message[len(argument) :], name) from None
+        raise
