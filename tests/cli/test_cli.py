@@ -144,17 +144,17 @@ BAD_INPUTS = {
 
 
 @pytest.mark.parametrize("case", BAD_INPUTS, ids=list(BAD_INPUTS))
-def test_bad_input_is_one_line_and_exit_status_2(tmp_path, case):
+def test_bad_input_is_one_line_and_exit_status_2(tmp_path, case, monkeypatch, capsys):
+    """In-process (the process's own exit is test_python_dash_m_and_a_bare_command_show_what_attnlab_does's)."""
     argv, content, message = BAD_INPUTS[case]
+    monkeypatch.chdir(tmp_path)
     if content is not None:
         (tmp_path / argv[0]).write_text(content)
-    result = subprocess.run(
-        [sys.executable, "-m", "attnlab.cli", "trace", *argv], cwd=tmp_path, capture_output=True, text=True
-    )
-    assert result.returncode == 2
-    assert result.stdout == ""
-    assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr
-    assert message in result.stderr
+    code, out, err = run_cli(capsys, "trace", *argv)
+    assert code == 2
+    assert out == ""
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert message in err
 
 
 def test_npy_with_objects_is_refused_without_unpickling(tmp_path, capsys):
@@ -364,14 +364,17 @@ def test_bench_checks_its_output_before_running(capsys):
     assert code == 2 and "--json: expected a file in a folder that exists" in err
 
 
-def test_python_dash_m_and_a_bare_command_show_what_attnlab_does():
-    for argv in (["-m", "attnlab"], ["-m", "attnlab", "--version"]):
-        result = subprocess.run([sys.executable, *argv], capture_output=True, text=True)
-        assert result.returncode == 0, result.stderr
+def test_python_dash_m_and_a_bare_command_show_what_attnlab_does(tmp_path):
     bare = subprocess.run([sys.executable, "-m", "attnlab"], capture_output=True, text=True)
+    assert bare.returncode == 0, bare.stderr
     assert "usage: attnlab" in bare.stdout and "demo" in bare.stdout and "examples:" in bare.stdout
-    version = subprocess.run([sys.executable, "-m", "attnlab", "--version"], capture_output=True, text=True)
-    assert version.stdout.startswith("attnlab ")
+    # the process itself: a user's error is one line on stderr and exit status 2 (the cases: in-process, above)
+    refused = subprocess.run(
+        [sys.executable, "-m", "attnlab.cli", "trace", "x.json"], cwd=tmp_path, capture_output=True, text=True
+    )
+    assert (refused.returncode, refused.stdout) == (2, "")
+    unread = "x.json: cannot read: expected a readable regular file, got No such file or directory"
+    assert refused.stderr == f"attnlab trace: error: {unread}\n"
 
 
 def attnlab(*argv: str) -> subprocess.CompletedProcess[str]:
@@ -467,7 +470,7 @@ def test_a_saved_trace_refuses_embedding_options(tmp_path, monkeypatch, capsys):
     [
         (["trace", "--text", "ab", "--casual"], "error: unrecognized arguments: --casual; did you mean --causal?"),
         (["trace", "--text", "ab", "--casual=1"], "unrecognized arguments: --casual=1; did you mean --causal?"),
-        (["trce"], "invalid choice: 'trce' (choose from 'demo', 'trace', 'plot', 'view', 'ablate', 'heads', "
+        (["trce"], "invalid choice: 'trce' (choose from 'demo', 'trace', 'plot', 'view', 'serve', 'ablate', 'heads', "
                    "'bench', 'experiment', 'ring'); did you mean 'trace'?"),
         (["trace", "--text", "ab", "--format", "jsn"], "did you mean 'json'?"),
     ],

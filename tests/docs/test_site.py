@@ -153,7 +153,7 @@ def test_no_code_block_scrolls_sideways_and_the_reference_is_every_commands_help
     from attnlab.cli._main import build_parser
 
     reference = (built_site / "reference/cli.html").read_text(encoding="utf-8")
-    for command in ("demo", "trace", "plot", "view", "ablate", "heads", "bench", "experiment", "ring"):
+    for command in ("demo", "trace", "plot", "view", "serve", "ablate", "heads", "bench", "experiment", "ring"):
         assert f"attnlab {command}</h2>" in reference or f"attnlab {command}<a" in reference, command
     assert "--causal-alignment" in reference and "--generate" in reference and "--repeat" in reference
     assert build_parser().prog == "attnlab"
