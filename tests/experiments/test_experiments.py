@@ -1,5 +1,5 @@
-"""attnlab experiment: each quick run writes report.md, results.json and its figures, and
-its metrics show what the experiment exists to show (computed by the run, checked here)."""
+"""attnlab experiment: a quick run writes report.md, results.json and its figures, and prints
+its summary; a failed write names its file."""
 
 from __future__ import annotations
 
@@ -29,37 +29,12 @@ def run(name: str, out: Path) -> dict:
 
 
 @pytest.mark.slow
-def test_scaling_shows_the_variance_and_the_saturation(tmp_path):
-    metrics = run("scaling", tmp_path)
-    for d_k, variance in metrics["scaled_variance"].items():
-        assert abs(variance - 1) < 0.1, d_k  # the article's prediction, at every d_k
-    assert metrics["max_weight_unscaled"]["1024"] > 0.9
-    assert metrics["max_weight_scaled"]["1024"] < 0.6
-    assert metrics["accuracy"]["1/√d_k"] > metrics["accuracy"]["1"]
-
-
-@pytest.mark.slow
-def test_normalization_shows_bases_are_temperatures(tmp_path):
-    metrics = run("normalization", tmp_path)
-    assert metrics["base_gap"]["2 vs e at T=1/ln 2"] <= 1e-12
-    assert metrics["base_gap"]["10 vs e at T=1/ln 10"] <= 1e-12
-    assert set(metrics["accuracy"]) == {"softmax", "linear", "relu", "sigmoid"}
-
-
-@pytest.mark.slow
-def test_value_shows_a_learned_v_carries_more(tmp_path):
+def test_a_quick_run_writes_its_report_results_and_figures_and_prints_its_summary(tmp_path):
+    """One experiment's whole run through the command line: value, the quickest. Every experiment's
+    claims, figures and report are checked from its measure in test_measure.py (each quick run here
+    would repeat them, at 4 to 77 s a run)."""
     accuracy = run("value", tmp_path)["accuracy"]
     assert accuracy["learned W_v"] > max(accuracy["V = X"], accuracy["V = K"])
-
-
-@pytest.mark.slow
-def test_rnn_shows_attention_reaching_far(tmp_path):
-    metrics = run("rnn", tmp_path)
-    assert metrics["attention"]["accuracy"]["64"] > metrics["tanh RNN"]["accuracy"]["64"] + 0.5
-    assert metrics["attention"]["sequential_steps"] == 1 and metrics["tanh RNN"]["sequential_steps"] == 65
-    gradients = metrics["tanh RNN"]["gradient_norm"]
-    assert gradients[-1] > gradients[0]  # the RNN's gradient reaches the last item, not the first
-    assert abs(metrics["weights"]["attention"] / metrics["weights"]["tanh RNN"] - 1) < 0.1
 
 
 def test_a_full_disk_while_writing_results_json_names_the_file(tmp_path, monkeypatch, capsys):

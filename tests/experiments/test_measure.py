@@ -19,9 +19,36 @@ def max_softmax_weight(scores: np.ndarray) -> float:
     return float((shifted.max(axis=-1) / shifted.sum(axis=-1)).mean())
 
 
+# Each experiment measured once on a small setting (module scope): its claims are checked here, and
+# its figures and report are drawn from it (test_each_experiments_figures_and_report_come_from_its_measure).
+@pytest.fixture(scope="module")
+def scaling():
+    return _scaling.measure(True, 0, widths=(4, 64, 1024), samples=4000, queries=500, steps=0)
+
+
+@pytest.fixture(scope="module")
+def normalization():
+    return _normalization.measure(True, 0, steps=5)
+
+
+@pytest.fixture(scope="module")
+def value():
+    return _value.measure(True, 0)  # the quick run's size: 3 models of d = 16, 200 steps
+
+
+@pytest.fixture(scope="module")
+def rnn():
+    return _rnn.measure(True, 0, items=8, steps=100)
+
+
+@pytest.fixture(scope="module")
+def coref():
+    return _coref_experiment.measure(True, 0, steps=60, batch=8)
+
+
 @pytest.mark.slow
-def test_scaling_unscaled_softmax_saturates_as_d_k_grows_and_scaled_does_not():
-    measured = _scaling.measure(True, 0, widths=(4, 64, 1024), samples=4000, queries=500, steps=0)
+def test_scaling_unscaled_softmax_saturates_as_d_k_grows_and_scaled_does_not(scaling):
+    measured = scaling
     for d_k, ratio, scaled in measured.variance:
         # Var(q·k) = Σ E[q_i²]E[k_i²] = d_k; the estimate's standard error is √((2 + 6/d_k)/samples) < 0.03
         assert ratio == pytest.approx(1, abs=0.15) and scaled == pytest.approx(ratio), d_k
@@ -41,8 +68,8 @@ def test_scaling_unscaled_softmax_saturates_as_d_k_grows_and_scaled_does_not():
                                        "accuracy"}  # fmt: skip
 
 
-def test_normalization_reproduces_the_articles_tables_and_bases_are_temperatures():
-    measured = _normalization.measure(True, 0, steps=5)
+def test_normalization_reproduces_the_articles_tables_and_bases_are_temperatures(normalization):
+    measured = normalization
     e = math.e
     by_hand = [1 / (1 + e + e * e), e / (1 + e + e * e), e * e / (1 + e + e * e)]  # softmax(1, 2, 3)
     np.testing.assert_allclose(measured.softmax[0], by_hand, rtol=1e-14)
@@ -56,8 +83,8 @@ def test_normalization_reproduces_the_articles_tables_and_bases_are_temperatures
     assert set(measured.accuracy) == {"softmax", "linear", "relu", "sigmoid"} and len(measured.curves["relu"]) == 5
 
 
-def test_value_a_learned_v_carries_more_than_v_equals_x_or_k():
-    measured = _value.measure(True, 0)  # the quick run's size: 3 models of d = 16, 200 steps
+def test_value_a_learned_v_carries_more_than_v_equals_x_or_k(value):
+    measured = value
     accuracy = measured.accuracy
     assert accuracy["learned W_v"] > max(accuracy["V = X"], accuracy["V = K"])
     assert accuracy["learned W_v"] > 3 / 16  # well above chance (1 in 16 values)
@@ -65,8 +92,8 @@ def test_value_a_learned_v_carries_more_than_v_equals_x_or_k():
 
 
 @pytest.mark.slow
-def test_rnn_attention_reaches_far_items_the_rnn_does_not():
-    measured = _rnn.measure(True, 0, items=8, steps=100)
+def test_rnn_attention_reaches_far_items_the_rnn_does_not(rnn):
+    measured = rnn
     attention, rnn = measured.results["attention"], measured.results["tanh RNN"]
     assert measured.distances == [4, 8]
     assert attention["accuracy"][8] > rnn["accuracy"][8] + 0.5
@@ -81,9 +108,9 @@ def test_rnn_attention_reaches_far_items_the_rnn_does_not():
 
 
 @pytest.mark.slow
-def test_coref_training_turns_the_answering_head_to_the_referent():
+def test_coref_training_turns_the_answering_head_to_the_referent(coref):
     untrained = _coref_experiment.measure(True, 0, steps=0, batch=8)
-    trained = _coref_experiment.measure(True, 0, steps=60, batch=8)
+    trained = coref
     layer, head = _coref.HEAD
     # untrained, every head spreads the pronoun's weight about evenly: a 2-character name in a sentence
     # of about 30 tokens gets about 2/30
@@ -103,3 +130,30 @@ assert "matplotlib" not in sys.modules, "matplotlib imported"
 """
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=1800)
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["scaling", "normalization", "value", "rnn", "coref"])
+def test_each_experiments_figures_and_report_come_from_its_measure(name, request, tmp_path):
+    """What a run writes besides the numbers checked above (the run itself: test_experiments.py)."""
+    pytest.importorskip("matplotlib")
+    from attnlab.experiments._run import EXPERIMENTS
+
+    experiment, measured = EXPERIMENTS[name], request.getfixturevalue(name)
+    if experiment.save is not None:  # coref's: the trained model, a checkpoint attnlab loads
+        from attnlab import models
+
+        experiment.save(measured, tmp_path)
+        assert models.load(tmp_path / "model").config.num_hidden_layers == 2
+    figures = experiment.figures(measured, tmp_path)
+    assert figures and all((tmp_path / figure).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for figure in figures)
+    report = experiment.report(measured)
+    assert report.startswith(f"# {name}: ") and "**What it shows.**" in report and "**结论。**" in report
+    assert all(f"]({figure})" in report for figure in figures)  # each figure in the report
+
+
+@pytest.mark.slow
+def test_training_shows_its_progress_to_the_end(capsys):
+    _coref_experiment.measure(True, 0, steps=3, batch=8)
+    err = capsys.readouterr().err
+    assert "coref: 100%" in err and "3/3" in err  # the progress bar, to its end
