@@ -59,3 +59,11 @@ def browser():
     session = webdriver.Chrome(service=Service(driver), options=options)
     yield session
     session.quit()
+
+
+@pytest.fixture(autouse=True)
+def _browser_log_read_out(request):
+    """A browser test starts with the session's one browser's console log empty: what an earlier test
+    provoked on purpose (a warning, a refusal) is read out here, not by a test that expects a clean log."""
+    if "browser" in request.fixturenames:
+        request.getfixturevalue("browser").get_log("browser")

@@ -21,6 +21,7 @@ from .functional import (
     softmax,
 )
 from .layers import MultiheadAttention, SelfAttention
+from .live import serve
 from .trace import Trace
 from .viz import MissingFontWarning, plot, show, view, view_ablation
 
@@ -73,6 +74,7 @@ for _public in (
     scaled_dot_product_attention_backward,
     softmax,
     plot,
+    serve,
     show,
     view,
     view_ablation,
@@ -90,14 +92,3 @@ for _public in (
     _public.__module__ = __name__
 del _public
 
-
-def __getattr__(name: str) -> object:
-    """``attnlab.serve``, imported when first used (its HTTP server and analyses are not
-    needed to import attnlab)."""
-    if name == "serve":
-        from .live import serve
-
-        serve.__module__ = __name__
-        globals()["serve"] = serve
-        return serve
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -134,3 +134,21 @@ def test_rollout_is_computed_by_attnlab_analysis_for_the_page_and_the_plot(capsy
     assert code == 2 and "--stage rollout: expected --model" in err
     code, _, err = run_cli(capsys, "view", "--text", "a b", "--rollout", "-o", str(page))
     assert code == 2 and "--rollout: expected --model" in err
+
+
+def test_view_lang_zh_writes_the_page_in_chinese_and_en_is_the_default(capsys, tmp_path):
+    def data_of(path) -> dict:
+        block = re.search(r'<script id="attnlab-data" type="application/json">(.*?)</script>', path.read_text(), re.S)
+        assert block is not None
+        return json.loads(block.group(1))
+
+    for lang in ("zh", None):
+        page = tmp_path / f"{lang}.html"
+        chosen = ["--lang", lang] if lang else []
+        assert run_cli(capsys, "view", "--text", "a b c", "--causal", *chosen, "-o", str(page))[0] == 0
+        data = data_of(page)
+        assert data["lang"] == (lang or "en")
+        rules = "因果：查询 i 只看键 j ≤ i" if lang else "causal: query i sees keys j ≤ i"  # the variants' own words
+        assert data["layers"][0]["rules"] == rules
+    code, _, err = run_cli(capsys, "view", "--text", "a b", "--lang", "fr", "-o", str(tmp_path / "fr.html"))
+    assert code == 2 and "--lang: invalid choice: 'fr'" in err and not (tmp_path / "fr.html").exists()

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import attnlab
-from attnlab import analysis, distributed, hf, models, nn
+from attnlab import analysis, distributed, hf, live, models, nn
 
 pytestmark = pytest.mark.slow  # the build executes the tutorial's cells: about 30 s on 2 cores
 
@@ -44,7 +44,7 @@ def test_the_tutorial_is_built_in_both_languages(built_site):
 
 
 def _public_names() -> dict[str, list[str]]:
-    return {module.__name__: list(module.__all__) for module in (attnlab, models, nn, distributed, hf, analysis)}
+    return {module.__name__: list(module.__all__) for module in (attnlab, models, nn, distributed, hf, analysis, live)}
 
 
 def test_every_public_name_is_in_the_api_reference(built_site):
@@ -138,6 +138,8 @@ def test_the_tutorial_embeds_the_coref_page_on_he_and_xiaoming(built_site):
             assert len(xiaoming) == 2
             assert row[xiaoming].sum() > 0.9  # 他 → 小明: the page opens on its answer
             assert "他" in browser.find_element(By.TAG_NAME, "body").text
+            button = browser.find_element(By.ID, "export-png").text  # the page speaks its tutorial's language
+            assert button == ("导出 PNG" if language else "export PNG")
             browser.switch_to.default_content()
     finally:
         browser.quit()

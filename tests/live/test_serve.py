@@ -32,15 +32,6 @@ def coref():
     return models.load("builtin:coref")
 
 
-@pytest.fixture(autouse=True)
-def _browser_log_drained(request):
-    """The session's one browser keeps its console log: a refusal this module provokes on purpose (a 422)
-    is read out here, not by a later test that expects a clean log."""
-    yield
-    if "browser" in request.fixturenames:
-        request.getfixturevalue("browser").get_log("browser")
-
-
 @pytest.fixture
 def server(coref):
     with serve(coref, block=False) as running:

@@ -90,6 +90,17 @@ def test_view_and_show_check_the_layer_head_and_query_they_open_on(monkeypatch):
             al.show(trace, **kwargs)  # checked before IPython is needed
 
 
+def test_view_and_show_refuse_a_language_the_page_does_not_speak(tmp_path):
+    trace = al.SelfAttention(3, 2).trace(np.eye(3))
+    calls = (lambda: al.view(trace, lang="fr"), lambda: al.view(trace, tmp_path / "p.html", lang="fr"),
+             lambda: al.show(trace, lang="fr"))  # fmt: skip
+    for call in calls:
+        with pytest.raises(al.ArgumentError, match=r"^lang: expected one of en, zh, got 'fr'$"):
+            call()
+    assert not (tmp_path / "p.html").exists()
+    assert '"lang": "zh"' in al.view(trace, lang="zh") and '"lang": "en"' in al.view(trace)
+
+
 def test_a_models_config_names_the_view_its_page_opens_on():
     pytest.importorskip("tokenizers")
     from attnlab import models

@@ -1,4 +1,4 @@
-"""The page's script's pure modules (assets/js/: decoding, maths, state) under node's own test runner
+"""The page's script's pure modules (assets/js/: decoding, maths, state, i18n) under node's own test runner
 (tests/viz/js/*.test.js): the numbers they check are computed here with NumPy (the encodings of
 viz._encoding applied to known arrays, softmax and the score rules on given scores, and the engine's
 weights of two traces) and handed to node as one JSON file (ATTNLAB_JS_CASES)."""
@@ -16,6 +16,7 @@ import numpy as np
 
 import attnlab as al
 from attnlab.viz._encoding import binary, mask_runs
+from attnlab.viz._views import ALIGNMENT_RULE
 
 JS_TESTS = Path(__file__).parent / "js"
 
@@ -151,11 +152,15 @@ def test_the_page_scripts_pure_modules_pass_their_node_tests(tmp_path, monkeypat
     layers = [hand_layer(given, rules) for given in (True, False) for rules in (False, True)]
     layers += [engine_layer(monkeypatch, given, {"is_causal": True}) for given in (True, False)]
     layers.append(engine_layer(monkeypatch, False, {"window": (2, 1)}))
-    cases = {"decoding": decoding_cases(), "maths": {"layers": layers, "modified": [layers[1]]}}
+    cases = {
+        "decoding": decoding_cases(),
+        "maths": {"layers": layers, "modified": [layers[1]]},
+        "i18n": {"alignment_rule": ALIGNMENT_RULE},  # the page's data, which i18n.js translates too
+    }
     path = tmp_path / "cases.json"
     path.write_text(json.dumps(cases, allow_nan=False), encoding="utf-8")
     files = sorted(str(p) for p in JS_TESTS.glob("*.test.js"))
-    assert len(files) == 3
+    assert len(files) == 4
     run = subprocess.run(
         [node, "--test", *files], env={**os.environ, "ATTNLAB_JS_CASES": str(path)},
         capture_output=True, text=True, timeout=300,

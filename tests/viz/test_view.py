@@ -639,3 +639,27 @@ def test_w_a_scale_at_which_the_scores_overflow_is_refused_by_the_link_and_the_b
         "const b = document.getElementById('scale-input'); b.value = '1e308'; b.dispatchEvent(new Event('change'));"
     )
     assert browser.execute_script("return window.attnlabView.scale") == pytest.approx(1.7e308 / largest, rel=1e-6)
+
+
+def test_x_a_chinese_page_speaks_chinese_and_shows_the_same_weights(browser, tmp_path):
+    X = np.random.default_rng(2).standard_normal((5, 8))
+    trace = al.MultiheadAttention(8, 2, seed=0, dtype=np.float64).trace(X, tokens=list("小明爱打球"), is_causal=True)
+    shown = {}
+    for lang in ("en", "zh"):
+        al.view(trace, tmp_path / f"{lang}.html", query=3, lang=lang)
+        open_page(browser, tmp_path / f"{lang}.html")
+        text = {name: browser.find_element(By.ID, name).text for name in ("export-png", "rules-note")}
+        text["h2"] = [h.text for h in browser.find_elements(By.CSS_SELECTOR, "h2") if h.is_displayed()]
+        text["head"] = Select(browser.find_element(By.ID, "head")).first_selected_option.text
+        text["lang"] = browser.execute_script("return document.documentElement.lang")
+        text["columns"] = [th.text for th in browser.find_elements(By.CSS_SELECTOR, "#steps th")]
+        shown[lang] = (np.array(browser.execute_script("return window.attnlabView.weights(0)")), text)
+    (english, en), (chinese, zh) = shown["en"], shown["zh"]
+    np.testing.assert_array_equal(chinese, english)  # the same numbers, in other words
+    assert (en["export-png"], en["head"], en["lang"]) == ("export PNG", "head 0", "en")
+    assert (zh["export-png"], zh["head"], zh["lang"]) == ("导出 PNG", "头 0", "zh-CN")
+    assert en["h2"][0].startswith("attention weights (rows: queries, columns: keys)")
+    assert zh["h2"][0] == "注意力权重 (行：查询，列：键)" and zh["h2"][1].startswith("头视图：")
+    assert zh["h2"][-1] == "逐步计算：查询 3（打），头 0" and en["h2"][-1] == "step by step for query 3 (打), head 0"
+    assert zh["rules-note"].startswith("注意力规则：因果：查询 i 只看键 j ≤ i。") and "causal" in en["rules-note"]
+    assert zh["columns"][:2] == ["j", "词元"] and en["columns"][:2] == ["j", "token"]

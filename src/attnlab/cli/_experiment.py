@@ -26,7 +26,9 @@ def add_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("action", choices=("list", "run"), help="list the experiments, or run one")
     parser.add_argument("name", nargs="?", metavar="NAME", help="the experiment to run")
     parser.add_argument(
-        "--quick", action="store_true", help="a short run (4 to 77 s on 2 idle cores, coref the longest; longer on a busy machine)"
+        "--quick",
+        action="store_true",
+        help="a short run (4 to 77 s on 2 idle cores, coref the longest; longer on a busy machine)",
     )
     parser.add_argument("--seed", type=at_least(0, 2**32 - 1), default=0, help="the seed, 0..2**32-1 (default 0)")
     parser.add_argument("--out", metavar="DIR", help="where to write (default experiments/NAME)")

@@ -20,6 +20,7 @@ __all__ = [
     "Parser",
     "TextsAction",
     "add_command",
+    "add_lang_option",
     "add_output_options",
     "at_least",
     "nearest",
@@ -161,7 +162,12 @@ def add_output_options(parser: argparse.ArgumentParser) -> None:
         "--format", choices=("text", "json"), default="text", help="text (default) or json (full precision)"
     )
     parser.add_argument("--precision", type=at_least(0, 17), default=4, help="decimals in the text, 0..17 (default 4)")
-    parser.add_argument("--lang", choices=LANGUAGES, default="zh", help="labels: zh (default, as the article) or en")
+    add_lang_option(parser, "zh", "labels: zh (default, as the article) or en")
+
+
+def add_lang_option(parser: argparse.ArgumentParser, default: str, help_text: str) -> None:
+    """--lang, zh or en: the language of what a command prints (demo, trace) or writes (view's page)."""
+    parser.add_argument("--lang", choices=LANGUAGES, default=default, help=help_text)
 
 
 TERMINAL_LIMIT = 10**6  # bytes: more than this on a terminal is refused (see print_trace)

@@ -5,11 +5,12 @@ table for one query, a live scale slider and PNG/SVG export. With --model, --tex
 twice shows both texts under the same layer and head, side by side, and their difference
 where the tokens align; --generate N shows each generated token's attention over
 everything before it, as the decode steps with the KV cache computed it; --rollout adds
-attention rollout and flow (attnlab.analysis).
+attention rollout and flow (attnlab.analysis); --lang zh writes the page's interface in Chinese.
 
 Examples::
 
   attnlab view --text "小明是个运动达人，他平时很爱打篮球" -o attention.html
+  attnlab view --text "小明是个运动达人，他平时很爱打篮球" --lang zh -o zh.html
   attnlab view --text 'the cat sat on the mat' --embed random --num-heads 4 -o heads.html
   attnlab view --model builtin:coref --text "小明是个运动达人，小红是个音乐迷，他平时很爱打篮球" \\
       --text "小明是个运动达人，小红是个音乐迷，她平时很爱弹钢琴" -o two.html
@@ -23,7 +24,7 @@ import argparse
 from ..trace import ModelTrace
 from ..trace._trace import Trace
 from ._inputs import InputError
-from ._options import at_least
+from ._options import add_lang_option, at_least
 from ._page_views import MAX_GENERATE, check_texts, generation_page, pair_of_traces
 from ._sequence import add_input_options, trace_from_args
 
@@ -45,6 +46,7 @@ def add_options(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="with --model: add attention rollout and flow (Abnar & Zuidema 2020) over every layer",
     )
+    add_lang_option(parser, "en", "the page's interface (headings, labels, notes): en (default) or zh")
 
 
 OPTIONS = (add_input_options, add_options)  # the option groups, in --help's order
@@ -79,4 +81,4 @@ def run(args: argparse.Namespace) -> None:
 
         rollout, flow = rollout_and_flow(trace)
         views = Views(views.second, views.generation, rollout, flow)
-    write_page(trace, args.output, opening(trace), views)
+    write_page(trace, args.output, opening(trace), views, lang=args.lang)

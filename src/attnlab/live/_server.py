@@ -20,15 +20,17 @@ import signal
 import sys
 import threading
 import traceback
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib.resources import files
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlsplit
 
 from .._json import json_text
 from .._validation import AttnlabError, fail, is_integer
 from ._session import MAX_GENERATE, Request, Session
 from ._worker import DROPPED, Worker
+
+if TYPE_CHECKING:
+    from http.server import BaseHTTPRequestHandler
 
 __all__ = ["DEFAULT_TEXT", "MAX_BODY", "LiveServer", "serve"]
 
@@ -49,6 +51,8 @@ class LiveServer:
 
     def __init__(self, session: Session, text: str, host: str, port: int) -> None:
         self.session, self.text, self.token = session, text, secrets.token_urlsafe(24)
+        from http.server import ThreadingHTTPServer  # imported when a server starts, not with attnlab
+
         self._worker = Worker()
         self._httpd = ThreadingHTTPServer((host, port), _handler(self))
         self._httpd.daemon_threads = True  # a connection's thread never holds up the stop
@@ -143,6 +147,8 @@ class LiveServer:
 
 
 def _handler(server: LiveServer) -> type[BaseHTTPRequestHandler]:
+    from http.server import BaseHTTPRequestHandler
+
     class Handler(BaseHTTPRequestHandler):
         """GET / (the live page), POST /api/page (a redraw); anything else 404. The Host and
         Origin checks and the token come first, then the body's size."""

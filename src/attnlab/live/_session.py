@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from .._validation import ArgumentError, ArgumentTypeError, AttnlabError, fail, is_integer
-from ..analysis import ablate, flow, head_types, rollout
 from ..layers._self_attention import SelfAttention
 from ..layers._text import embed_tokens, split_text
 from ..trace import GenerationTrace, ModelTrace
@@ -135,6 +134,8 @@ class Session:
         second = None if request.second is None else self.model.trace(request.second, "second text")
         if second is not None and not (isinstance(trace, ModelTrace) and isinstance(second, ModelTrace)):
             raise fail("second text", "a model to compare two texts through (serve --model)", "the seed's layer")
+        from ..analysis import flow, rollout  # imported when a page asks, not with attnlab
+
         rolled = flowed = None
         if request.rollout:
             if not isinstance(trace, ModelTrace):
@@ -161,6 +162,8 @@ def _opens(trace: Trace | ModelTrace, request: Request) -> dict[str, int]:
 def _kinds(trace: Trace | ModelTrace) -> dict[str, Any] | None:
     """The head types of a model's trace of every layer (its text's scores; no induction),
     for the model view's outlines; None where they do not apply (one layer, cross-attention)."""
+    from ..analysis import head_types
+
     if not isinstance(trace, ModelTrace):
         return None
     try:
@@ -241,6 +244,8 @@ class _NumpyModel:
         check_page_size(PageShape(length, config.num_attention_heads, config.num_hidden_layers, widths, True), name)
 
     def ablate(self, text: str, heads: list[tuple[int, int]]) -> dict[str, Any]:
+        from ..analysis import ablate
+
         return ablate(self.model, text, heads=heads).to_dict()
 
 
@@ -271,6 +276,8 @@ class _TransformersModel:
         return full, generation
 
     def ablate(self, text: str, heads: list[tuple[int, int]]) -> dict[str, Any]:
+        from ..analysis import ablate
+
         return ablate(self.model, text, heads=heads, tokenizer=self.tokenizer).to_dict()
 
 

@@ -28,7 +28,7 @@ from .._json import json_text
 from .._validation import MissingDependencyError, fail, output_path
 from ..trace import GenerationTrace, ModelTrace
 from ..trace._trace import Trace
-from ._page_data import opening, page_data
+from ._page_data import check_lang, opening, page_data
 from ._page_size import GIVEN_SCORES_UP_TO, PAGE_LIMITS, PageShape, check_page_size, encoding, page_bytes
 from ._views import Views, split_pair, views_data
 
@@ -53,15 +53,21 @@ __all__ = [
 _PLACEHOLDER = "__ATTNLAB_DATA__"
 
 
-def render_page(trace: Trace | ModelTrace, opens: dict[str, int] | None = None, views: Views | None = None) -> str:
+def render_page(
+    trace: Trace | ModelTrace,
+    opens: dict[str, int] | None = None,
+    views: Views | None = None,
+    *,
+    lang: str = "en",
+) -> str:
     """The HTML text: assets/page.html with page.css and the script (assets/js/) inline, opening on
     ``opens`` (:func:`opening`'s; default the trace's own), and the ``views`` beyond the
     trace's (:mod:`._views`: a second text, generated tokens, rollout and flow, an
-    ablation) with views.css and assets/js/views/. The data sits in JSON script blocks with '<',
-    '>' and '&' escaped, so no token can end the block or inject markup; the scripts only
-    ever write tokens as text."""
+    ablation) with views.css and assets/js/views/, its interface in ``lang`` ("en" or "zh").
+    The data sits in JSON script blocks with '<', '>' and '&' escaped, so no token can end the
+    block or inject markup; the scripts only ever write tokens as text."""
     check_page_size(trace)
-    payload = json_text(page_data(trace, opens))
+    payload = json_text(page_data(trace, opens, lang))
     if len(payload) > PAGE_LIMITS["page"] + 10**6:  # masks of many runs a row, past page_bytes' estimate
         shape = PageShape.of(trace)
         raise fail(
@@ -84,8 +90,8 @@ def _escaped(payload: str) -> str:
 # the page's script: its modules (assets/js/), inlined in this order into one <script> (each adds what it
 # offers to the one namespace object, globalThis.attnlab), then the views' (assets/js/views/) into another
 PAGE_SCRIPTS = (
-    "core", "decoding", "maths", "colours", "state", "app", "heatmap", "headview", "steps", "image", "modelview",
-    "controls", "exports", "main",
+    "core", "i18n", "decoding", "maths", "colours", "state", "app", "heatmap", "headview", "steps", "image",
+    "modelview", "controls", "exports", "main",
 )  # fmt: skip
 VIEWS_SCRIPTS = ("matrix", "pair", "generation", "flows", "ablation", "head_types", "main")
 _STYLE_SLOTS = {"__ATTNLAB_STYLE__": "page.css", "__ATTNLAB_VIEWS_STYLE__": "views.css"}  # in page.html: its file
@@ -127,11 +133,16 @@ def check_path(path: str | Path) -> Path:
 
 
 def write_page(
-    trace: Trace | ModelTrace, path: str | Path, opens: dict[str, int] | None = None, views: Views | None = None
+    trace: Trace | ModelTrace,
+    path: str | Path,
+    opens: dict[str, int] | None = None,
+    views: Views | None = None,
+    *,
+    lang: str = "en",
 ) -> None:
-    """Write the page of ``trace`` to ``path`` (.html), opening on ``opens``, with ``views`` (see
-    :func:`render_page`)."""
-    check_path(path).write_text(render_page(trace, opens, views), encoding="utf-8")
+    """Write the page of ``trace`` to ``path`` (.html), opening on ``opens``, with ``views``, in
+    ``lang`` (see :func:`render_page`)."""
+    check_path(path).write_text(render_page(trace, opens, views, lang=lang), encoding="utf-8")
 
 
 def view(
@@ -144,6 +155,7 @@ def view(
     generation: GenerationTrace | None = None,
     rollout: ArrayLike | None = None,
     flow: ArrayLike | None = None,
+    lang: str = "en",
 ) -> str | None:
     """The interactive page of ``trace``, self-contained: scripts, styles and data inline.
 
@@ -163,6 +175,8 @@ def view(
         rollout: attention rollout over the trace's tokens, (layers, L, L) (as
             ``attnlab.analysis.rollout`` gives): a view of a layer's matrix and a query's row.
         flow: attention flow, (layers, L, L) (``attnlab.analysis.flow``), beside the rollout.
+        lang: the language of the page's interface (headings, labels, buttons, notes):
+            "en" (default) or "zh" (Simplified Chinese); the numbers and tokens are the same.
 
     Each of layer, head and query left None is the trace's own (a model's answering head
     where its config names one, such as builtin:coref's layer 1, head 0 on the pronoun),
@@ -171,8 +185,9 @@ def view(
 
     Raises:
         ArgumentError: a path that is not an .html file in an existing folder, a trace
-            too large for a browser, a layer, head or query out of range, or a view that
-            does not fit the trace (see :func:`._views.views_data`).
+            too large for a browser, a layer, head or query out of range, a view that
+            does not fit the trace (see :func:`._views.views_data`), or a ``lang`` other
+            than "en" or "zh".
         ArgumentTypeError: a trace, pair or generation of another type.
     """
     first, second = split_pair(trace)
@@ -182,8 +197,8 @@ def view(
     opens = opening(first, layer, head, query)
     views = Views(second, generation, rollout, flow)  # type: ignore[arg-type]  # views_data checks the arrays
     if path is None:
-        return render_page(first, opens, views)
-    write_page(first, path, opens, views)
+        return render_page(first, opens, views, lang=lang)
+    write_page(first, path, opens, views, lang=lang)
     return None
 
 
@@ -195,6 +210,7 @@ def view_ablation(
     layer: int | None = None,
     head: int | None = None,
     query: int | None = None,
+    lang: str = "en",
 ) -> str | None:
     """The page of ``trace`` with an ablation's layers × heads heatmap: each cell the
     effect of ablating that head, and a click on it opens that head in the main views.
@@ -209,6 +225,7 @@ def view_ablation(
         layer: the layer it opens on, as :func:`view` takes it.
         head: the head it opens on.
         query: the query it opens on.
+        lang: the language of its interface, "en" (default) or "zh", as :func:`view` takes it.
 
     Raises:
         ArgumentError, ArgumentTypeError: what :func:`view` refuses, and an ablation of
@@ -219,8 +236,8 @@ def view_ablation(
     opens = opening(trace, layer, head, query)
     views = Views(ablation=ablation)
     if path is None:
-        return render_page(trace, opens, views)
-    write_page(trace, path, opens, views)
+        return render_page(trace, opens, views, lang=lang)
+    write_page(trace, path, opens, views, lang=lang)
     return None
 
 
@@ -230,12 +247,17 @@ def _check_trace(trace: object) -> None:
 
 
 def notebook_html(
-    trace: Trace | ModelTrace, height: int = 900, opens: dict[str, int] | None = None, views: Views | None = None
+    trace: Trace | ModelTrace,
+    height: int = 900,
+    opens: dict[str, int] | None = None,
+    views: Views | None = None,
+    *,
+    lang: str = "en",
 ) -> str:
-    """The page in a sandboxed iframe, for Jupyter, opening on ``opens``, with ``views``
-    (see :func:`render_page`): its scripts run in an opaque origin that can reach neither
-    the notebook nor the network."""
-    page = html.escape(render_page(trace, opens, views), quote=True)
+    """The page in a sandboxed iframe, for Jupyter, opening on ``opens``, with ``views``, in
+    ``lang`` (see :func:`render_page`): its scripts run in an opaque origin that can reach
+    neither the notebook nor the network."""
+    page = html.escape(render_page(trace, opens, views, lang=lang), quote=True)
     return (  # in a div: IPython warns about HTML that starts with <iframe
         f'<div><iframe sandbox="allow-scripts allow-downloads" srcdoc="{page}" title="attnlab view" '
         f'style="width: 100%; height: {height}px; border: 1px solid #ddd"></iframe></div>'
@@ -248,6 +270,7 @@ def show(
     layer: int | None = None,
     head: int | None = None,
     query: int | None = None,
+    lang: str = "en",
 ) -> None:
     """Display the page of ``trace`` in a Jupyter notebook (IPython's display).
 
@@ -257,16 +280,18 @@ def show(
         layer: the layer it opens on, as :func:`view` takes it.
         head: the head it opens on.
         query: the query it opens on.
+        lang: the language of its interface, "en" (default) or "zh", as :func:`view` takes it.
 
     Raises:
-        ArgumentError: a layer, head or query out of range (see :func:`view`).
+        ArgumentError: a layer, head or query out of range, or another ``lang`` (see :func:`view`).
         MissingDependencyError: IPython is not installed.
     """
     first, second = split_pair(trace)
     _check_trace(first)
     opens = opening(first, layer, head, query)
+    check_lang(lang)
     try:
         from IPython.display import HTML, display
     except ImportError:
         raise MissingDependencyError("attnlab.show needs IPython (Jupyter): pip install ipython") from None
-    display(HTML(notebook_html(first, opens=opens, views=Views(second))))
+    display(HTML(notebook_html(first, opens=opens, views=Views(second), lang=lang)))

@@ -15,12 +15,13 @@ import numpy as np
 from .._validation import MissingDependencyError, fail, is_integer
 from ..trace import ModelTrace
 from ..trace._display import display_text
+from ..trace._labels import LANGUAGES
 from ..trace._trace import Trace
 from . import _page_size
 from ._encoding import binary, mask_runs
 from ._page_size import PageShape, encoding, with_heads
 
-__all__ = ["image_data", "opening", "page_data"]
+__all__ = ["check_lang", "image_data", "opening", "page_data"]
 
 
 def opening(
@@ -56,7 +57,13 @@ def opening(
     return {"layer": indices.index(opens["layer"]), "head": opens.get("head", 0), "query": opens.get("query", 0)}
 
 
-def page_data(trace: Trace | ModelTrace, opens: dict[str, int] | None = None) -> dict[str, object]:
+def check_lang(lang: object) -> None:
+    """Refuse a page language other than "en" and "zh" (ArgumentError)."""
+    if lang not in LANGUAGES:
+        raise fail("lang", f"one of {', '.join(sorted(LANGUAGES))}", repr(lang))
+
+
+def page_data(trace: Trace | ModelTrace, opens: dict[str, int] | None = None, lang: str = "en") -> dict[str, object]:
     """What the page needs: its sequences of tokens (one, or two: an encoder-decoder
     model's decoder tokens then its encoder's, a cross-attention trace's queries then its
     keys), each with its marks, and, per layer (one for a Trace), its name (a module path,
@@ -68,12 +75,15 @@ def page_data(trace: Trace | ModelTrace, opens: dict[str, int] | None = None) ->
     (never the weights: the page computes a head's when it shows it); the view it opens
     on (``opens``, as :func:`opening` gives, its layer a position among the page's
     layers); the seed of random weights (a note on the page), or None; a vision model's
-    image (:func:`image_data`), or None. Tokens are shown as
+    image (:func:`image_data`), or None; the language of its interface, ``lang`` ("en" or
+    "zh": assets/js/i18n.js's words, and the layers' attention rules). Tokens are shown as
     :func:`~attnlab.trace._display.display_text` gives.
 
     Raises:
+        ArgumentError: ``lang`` is neither "en" nor "zh".
         MissingDependencyError: the trace has an image and Pillow is not installed.
     """
+    check_lang(lang)
     sequences, rows_cols = _sequences(trace)
     named: list[tuple[int | None, Trace]] = (
         list(trace.layers.items()) if isinstance(trace, ModelTrace) else [(None, trace)]
@@ -93,7 +103,7 @@ def page_data(trace: Trace | ModelTrace, opens: dict[str, int] | None = None) ->
         kind = trace.kind(i) if isinstance(trace, ModelTrace) and i is not None else "self"
         rows, cols = rows_cols(kind)
         layers.append(
-            {"name": name, "index": i, "kind": kind, "rows": rows, "cols": cols, **_layer_data(one, given, dtype)}
+            {"name": name, "index": i, "kind": kind, "rows": rows, "cols": cols, **_layer_data(one, given, dtype, lang)}
         )
     seeds = [t.random_seed for _, t in named if t.random_seed is not None]
     return {  # the page shows text: control characters and lone surrogates escaped (no page can encode those)
@@ -101,7 +111,7 @@ def page_data(trace: Trace | ModelTrace, opens: dict[str, int] | None = None) ->
         "sequences": sequences, "layers": layers, "opens": opens or opening(trace),
         "random_seed": seeds[0] if seeds else None,
         "notes": [display_text(n) for n in trace.notes] if isinstance(trace, ModelTrace) else [],
-        "image": image_data(trace) if isinstance(trace, ModelTrace) else None,
+        "image": image_data(trace) if isinstance(trace, ModelTrace) else None, "lang": lang,
     }  # fmt: skip
 
 
@@ -161,12 +171,12 @@ def image_data(trace: ModelTrace) -> dict[str, object] | None:
     }  # fmt: skip
 
 
-def _layer_data(trace: Trace, with_scores: bool, dtype: str) -> dict[str, object]:
+def _layer_data(trace: Trace, with_scores: bool, dtype: str, lang: str = "en") -> dict[str, object]:
     """One attention layer's numbers for the page: q, k and v as ``dtype`` (the raw
     scores and a bias in its float: float24 beside fixed numbers), whether the trace's
     numbers are float32 (its scores round as float32), its masks as runs
     (:func:`~attnlab.viz._encoding.mask_runs`), one per head or one for all, and its
-    variants (softcap, bias, sinks, their words)."""
+    variants (softcap, bias, sinks, their words in ``lang``)."""
     masked = with_heads(trace.masked)  # (H, L, L)
     masked = masked[:1] if (masked == masked[:1]).all() else masked
     q, k, v = (with_heads(x) for x in (trace.Q, trace.K, trace.V))  # (H, L, E), (H, L, E), (H, L, Ev)
@@ -190,5 +200,5 @@ def _layer_data(trace: Trace, with_scores: bool, dtype: str) -> dict[str, object
         "bias_heads": 0 if bias is None else bias.shape[0],
         "softcap": None if variants is None else variants.softcap,
         "sinks": None if sinks is None else sinks * (q.shape[0] if len(sinks) == 1 else 1),
-        "rules": "" if variants is None else variants.describe("en"),
+        "rules": "" if variants is None else variants.describe(lang),
     }

@@ -4,7 +4,7 @@ const path = require("node:path");
 const fs = require("node:fs");
 
 const JS = path.join(__dirname, "..", "..", "..", "src", "attnlab", "viz", "assets", "js");
-for (const name of ["core", "decoding", "maths", "colours", "state"]) require(path.join(JS, `${name}.js`));
+for (const name of ["core", "i18n", "decoding", "maths", "colours", "state"]) require(path.join(JS, `${name}.js`));
 
 function cases() {
   const file = process.env.ATTNLAB_JS_CASES;
@@ -20,4 +20,4 @@ function close(x, y, tolerance = 0) {
 // the JSON's numbers: null for NaN, "inf"/"-inf" for ±∞
 const number = (x) => (x === null ? NaN : x === "inf" ? Infinity : x === "-inf" ? -Infinity : x);
 
-module.exports = { attnlab: globalThis.attnlab, cases, close, number };
+module.exports = { attnlab: globalThis.attnlab, JS, cases, close, number };

@@ -3,25 +3,30 @@
 // and links: page.html#layer=3&head=1&query=9&scale=0.5 opens that view.
 (function (AL) {
   "use strict";
-  const { $, defaultScale, scaleAt, positionOf, scaleText, layerPatch, linkPatch, usableScale, scrollToQuery } = AL;
+  const { $, t, layerName, sequenceName, kindName, defaultScale, scaleAt, positionOf, scaleText, layerPatch, linkPatch,
+    usableScale, scrollToQuery } = AL;
   // what a page that rounds its numbers to fit says it did (attnlab.viz._encoding.binary)
-  const roundingNote = (dtype) => (dtype === "float24" ? "; q, k, v rounded to 17 significant bits to fit the page"
-    : dtype.startsWith("fixed") ? `; q, k, v rounded to fit the page: ${dtype.slice(5)} bits a number, each vector in ` +
-      `steps of its largest |x| / ${2 ** (Number(dtype.slice(5)) - 1) - 1}` : "");
+  const roundingNote = (dtype) => (dtype === "float24" ? t("; q, k, v rounded to 17 significant bits to fit the page")
+    : dtype.startsWith("fixed") ? t("; q, k, v rounded to fit the page: {0} bits a number, each vector in steps of its " +
+      "largest |x| / {1}", dtype.slice(5), 2 ** (Number(dtype.slice(5)) - 1) - 1) : "");
   function summary(app, state) {
     const { layer, rowSeq, colSeq, L, S } = app.shown(state), { heads, d_k } = layer, count = app.layers.length;
-    const length = rowSeq === colSeq ? `${L} tokens` : `${L} queries (${rowSeq.name}) × ${S} keys (${colSeq.name})`;
+    const length = rowSeq === colSeq ? t("{0} tokens", L)
+      : t("{0} queries ({1}) × {2} keys ({3})", L, sequenceName(rowSeq.name), S, sequenceName(colSeq.name));
     const { model, architecture, kv_heads: kvHeads } = app.page;
-    const named = model ? `${model}${architecture ? ` (${architecture})` : ""}: ` : "";
-    const shared = kvHeads && kvHeads < heads ? ` sharing ${kvHeads} key/value head${kvHeads > 1 ? "s" : ""}` : "";
-    return `${named}${length}, ` +
-      (count > 1 ? `${count} ${app.grouped ? "attention modules" : "layers"}, ` : "") +
-      `${heads} head${heads > 1 ? "s" : ""}${shared}, d_k = ${d_k}` + roundingNote(app.page.layers[0].dtype);
+    const named = model ? t("{0}: ", architecture ? t("{0} ({1})", model, architecture) : model) : "";
+    const shared = !(kvHeads && kvHeads < heads) ? ""
+      : kvHeads > 1 ? t(" sharing {0} key/value heads", kvHeads) : t(" sharing {0} key/value head", kvHeads);
+    const parts = [length, ...(count > 1 ? [app.grouped ? t("{0} attention modules", count) : t("{0} layers", count)] : []),
+      (heads > 1 ? t("{0} heads", heads) : t("{0} head", heads)) + shared, `d_k = ${d_k}`];
+    return named + parts.join(t(", ")) + roundingNote(app.page.layers[0].dtype);
   }
   const randomNote = (page) => [...(page.random_seed === null ? []
-    : [`random weights (seed ${page.random_seed}), not trained: what a head shows here is chance, not something learned`]),
+    : [t("random weights (seed {0}), not trained: what a head shows here is chance, not something learned",
+      page.random_seed)]),
     ...(page.notes || []),
-    ...(page.sequences.some((seq) => seq.template?.some(Boolean)) ? ["blue tokens: the chat template's, not the user's"] : []),
+    ...(page.sequences.some((seq) => seq.template?.some(Boolean)) ? [t("blue tokens: the chat template's, not the user's")]
+      : []),
   ].join(" · ");
   // the actions: each changes the state through setState, which draws what it changed
   function actions(app) {
@@ -64,10 +69,10 @@
     for (const [kind, members] of app.groups) {
       const parent = app.grouped ? document.createElement("optgroup") : selector;
       if (app.grouped) {
-        parent.label = kind === "cross" ? "cross-attention" : kind;
+        parent.label = kindName(kind);
         selector.appendChild(parent);
       }
-      for (const l of members) parent.appendChild(new Option(app.layers[l].name, String(l)));
+      for (const l of members) parent.appendChild(new Option(layerName(app.layers[l].name), String(l)));
     }
     $("layer-label").hidden = app.layers.length < 2;
     $("random-note").textContent = randomNote(app.page);
@@ -76,11 +81,11 @@
     function drawLayer(state) {
       const layer = app.shown(state).layer;
       $("layer").value = String(state.layer);
-      $("head").replaceChildren(...Array.from({ length: layer.heads }, (_, h) => new Option(`head ${h}`, String(h))));
+      $("head").replaceChildren(...Array.from({ length: layer.heads }, (_, h) => new Option(t("head {0}", h), String(h))));
       $("summary").textContent = summary(app, state);
       $("rules-note").hidden = !layer.rules;
-      const grey = cellSize(state) < 6 ? "Grey cells" : "Grey, struck-through cells"; // as the heatmap draws them
-      $("rules-note").textContent = layer.rules ? `attention rules: ${layer.rules}. ${grey} are masked keys.` : "";
+      const grey = cellSize(state) < 6 ? t("Grey cells") : t("Grey, struck-through cells"); // as the heatmap draws them
+      $("rules-note").textContent = layer.rules ? t("attention rules: {0}. {1} are masked keys.", layer.rules, grey) : "";
     }
     function drawScale(state) {
       const layer = app.shown(state).layer;

@@ -36,12 +36,13 @@
   // tokens or put there by a chat template (not the user's words)
   const tokenClass = (seq, i) =>
     seq.special[i] ? "special" : seq.template?.[i] ? "template" : seq.parts[i] ? "part" : "";
+  const t = (key, ...args) => AL.t(key, ...args); // i18n's, loaded after this module
   const tokenTitle = (seq, i) =>
-    seq.special[i] ? "special token" : seq.template?.[i] ? "put there by the chat template, not the user's words"
-    : seq.parts[i] ? `holds bytes of ${seq.parts[i]}, split over several tokens` : "";
+    seq.special[i] ? t("special token") : seq.template?.[i] ? t("put there by the chat template, not the user's words")
+    : seq.parts[i] ? t("holds bytes of {0}, split over several tokens", seq.parts[i]) : "";
   // a piece that shows no character of its own is named by the character it is part of
   const pieceOnly = (seq, i) => seq.parts[i] && !seq.tokens[i].trim();
-  const tokenLabel = (seq, i) => (pieceOnly(seq, i) ? `${seq.tokens[i]}‹piece of ${seq.parts[i]}›` : seq.tokens[i]);
+  const tokenLabel = (seq, i) => (pieceOnly(seq, i) ? t("{0}‹piece of {1}›", seq.tokens[i], seq.parts[i]) : seq.tokens[i]);
   // a token's label colour on a canvas: grey for a special token, blue for a chat template's, as the text's CSS
   const labelColour = (seq, i) => (seq.special[i] ? "#888" : seq.template?.[i] ? "#2a6f97" : "#222");
   // a readout line: its text, and the number in data-value for a test to read

@@ -2,15 +2,16 @@
 // as the page shows them.
 (function (AL) {
   "use strict";
-  const { $, short, colour, cellColour, maskedIn } = AL;
+  const { $, t, layerName, short, colour, cellColour, maskedIn } = AL;
   const escapeXML = (t) =>
     t.replace(/[\u0000-\u0008\u000b\u000c\u000e-\u001f\ufffe\uffff]/g, "\ufffd") // not allowed in XML
       .replace(/[&<>"']/g, (c) => `&#${c.charCodeAt(0)};`);
   function mountExports(app, heatmap) {
     const title = (state) => {
       const layer = app.shown(state).layer;
-      return `attention weights, ${layer.name ? layer.name + ", " : ""}head ${state.head}, scale ${state.scale.toFixed(4)}` +
-        (app.page.random_seed === null ? "" : `, random weights (seed ${app.page.random_seed})`);
+      return [t("attention weights"), ...(layer.name ? [layerName(layer.name)] : []), t("head {0}", state.head),
+        t("scale {0}", state.scale.toFixed(4)),
+        ...(app.page.random_seed === null ? [] : [t("random weights (seed {0})", app.page.random_seed)])].join(t(", "));
     };
     function svgAxisLabels(state) {
       const { margin, cell, rowCell, shown, shownKeys, upright } = heatmap.layoutOf(state);

@@ -2,8 +2,8 @@
 // struck through, the query's row outlined), its colour bar, legends and the cell under the pointer.
 (function (AL) {
   "use strict";
-  const { $, FONT, WIDE_FONT, WIDE_PUNCTUATION, short, shorten, pieceOnly, tokenLabel, labelColour, maskOf, maskedIn,
-    maskedCount, MASKED, MASKED_STROKE, NOT_A_NUMBER, pixel, colourPixel } = AL;
+  const { $, t, sequenceName, FONT, WIDE_FONT, WIDE_PUNCTUATION, short, shorten, pieceOnly, tokenLabel, labelColour,
+    maskOf, maskedIn, maskedCount, MASKED, MASKED_STROKE, NOT_A_NUMBER, pixel, colourPixel } = AL;
   // the L×S weights w of head h onto an S wide, L high canvas, a pixel each
   function paintWeights(target, layer, h, w, top) {
     const { L, S } = layer, context = target.getContext("2d"), image = context.createImageData(S, L);
@@ -34,14 +34,15 @@
     return { cell, rowCell, shown, shownKeys, margin, upright, every, everyRow };
   }
   const ordinal = (n) => n + ((n % 100 >= 11 && n % 100 <= 13) ? "th" : ["th", "st", "nd", "rd"][n % 10] ?? "th");
-  // labels thinned to fit: which ones the axes carry
+  // labels thinned to fit: which ones the axes carry (every n-th `what`, of count)
   const thinnedNote = (n, count, what) =>
-    `every ${ordinal(n)} ${what} labelled (${Math.ceil(count / n)} of ${count}: tokens 0, ${n}, ${2 * n}, …)`;
+    t("every {0} {1} labelled ({2} of {3}: tokens 0, {4}, {5}, …)", ordinal(n), what, Math.ceil(count / n), count, n, 2 * n);
   function axisNote({ rowSeq, colSeq, L, S }, { every, everyRow }) {
     if (every === 1 && everyRow === 1) return "";
-    const notes = rowSeq === colSeq ? [thinnedNote(every, L, "token")]
-      : [...(everyRow > 1 ? [thinnedNote(everyRow, L, "query")] : []), ...(every > 1 ? [thinnedNote(every, S, "key")] : [])];
-    return `axes: ${notes.join("; ")}; hover a cell for its query and key`;
+    const notes = rowSeq === colSeq ? [thinnedNote(every, L, t("token"))]
+      : [...(everyRow > 1 ? [thinnedNote(everyRow, L, t("query"))] : []),
+        ...(every > 1 ? [thinnedNote(every, S, t("key"))] : [])];
+    return t("axes: {0}; hover a cell for its query and key", notes.join(t("; ")));
   }
   // colour is the weight itself (0 → 1) unless "relative" is on: then 0 → the head's largest
   function colourScale(app, state) {
@@ -51,9 +52,9 @@
     return { w, top: state.relative ? top : 1, bad };
   }
   const legendText = (state, top, bad) => (state.relative
-    ? `colour: 0 (dark) → ${top.toFixed(4)} (bright), the largest weight of this head`
-    : "colour: the weight itself, 0 (dark) → 1 (bright); uniform attention over L keys is 1/L") +
-    (bad ? `; red: ${bad} weights that are not numbers (NaN: scores that overflowed)` : "");
+    ? t("colour: 0 (dark) → {0} (bright), the largest weight of this head", top.toFixed(4))
+    : t("colour: the weight itself, 0 (dark) → 1 (bright); uniform attention over L keys is 1/L")) +
+    (bad ? t("; red: {0} weights that are not numbers (NaN: scores that overflowed)", bad) : "");
 
   function mountHeatmap(app) {
     const canvas = $("heatmap"), bar = $("colourbar"), bitmap = document.createElement("canvas");
@@ -72,8 +73,9 @@
       bar.height = canvas.height + 8; // room for the 0 tick's label
       bitmap.width = S;
       bitmap.height = L;
-      $("axes").textContent = rowSeq === colSeq ? "rows: queries, columns: keys"
-        : `rows: ${L} queries, ${rowSeq.name} tokens; columns: ${S} keys, ${colSeq.name} tokens`;
+      $("axes").textContent = rowSeq === colSeq ? t("rows: queries, columns: keys")
+        : t("rows: {0} queries, {1} tokens; columns: {2} keys, {3} tokens", L, sequenceName(rowSeq.name), S,
+          sequenceName(colSeq.name));
       $("axis-note").textContent = axisNote(shown, layoutOf(state));
     }
     function drawLabels(ctx, state) {
@@ -155,8 +157,9 @@
       $("legend").textContent = legendText(state, top, bad);
       const count = maskedCount(layer, state.head); // what a grey cell means, while the head on show has any
       $("mask-legend").hidden = count === 0;
-      $("mask-text").textContent = `masked (${count} cells): a rule (causal, the window, a mask) leaves this key out ` +
-        "for this query, so its score is −∞ and its weight is exactly 0 (not a small weight: the key takes no part in the softmax)";
+      $("mask-text").textContent = t("masked ({0} cells): a rule (causal, the window, a mask) leaves this key out " +
+        "for this query, so its score is −∞ and its weight is exactly 0 (not a small weight: the key takes no part in the " +
+        "softmax)", count);
     }
     // the weight of the cell under the pointer
     function drawCell(state) {
@@ -164,9 +167,9 @@
       if (state.cell === null) { $("cell-value").textContent = ""; return; }
       if (state.cell[0] >= L || state.cell[1] >= S) return;
       const [i, j] = state.cell, w = app.weights(state.head, state)[i * S + j];
-      const masked = maskedIn(layer, state.head, i, j) ? " (masked: the key is ruled out)" : "";
-      $("cell-value").textContent = `head ${state.head}, scale ${state.scale.toFixed(4)}: ` +
-        `query ${i} (${tokenLabel(rowSeq, i)}) → key ${j} (${tokenLabel(colSeq, j)}): ${w.toFixed(4)}${masked}`;
+      const masked = maskedIn(layer, state.head, i, j) ? t(" (masked: the key is ruled out)") : "";
+      $("cell-value").textContent = t("head {0}, scale {1}: query {2} ({3}) → key {4} ({5}): {6}{7}", state.head,
+        state.scale.toFixed(4), i, tokenLabel(rowSeq, i), j, tokenLabel(colSeq, j), w.toFixed(4), masked);
       $("cell-value").dataset.value = w.toFixed(4);
     }
     // the [query, key] under the pointer, or null off the cells

@@ -3,7 +3,7 @@
 // show) over each patch, 0 → the largest on viridis at 0.6 opacity.
 (function (AL) {
   "use strict";
-  const { $, element, tokenLabel, weightColour } = AL;
+  const { $, t, sequenceName, element, tokenLabel, weightColour } = AL;
   function mountImage(app) {
     const picture = app.page.image; // null, or the PNG (base64), its height and width, the grid (rows,
     if (picture === null) return { overlayWeights: () => null }; // cols), its sequence and the patches' tokens
@@ -17,7 +17,7 @@
     // patch p's thumbnail: a canvas of the patch's own pixels, shown `size` pixels wide; a click chooses it
     const thumbnails = picture.patches.map((token, p) => {
       const small = element("canvas", { "data-token": String(token), "data-patch": String(p),
-        title: `patch ${p}: row ${Math.floor(p / cols)}, column ${p % cols} (token ${token})` });
+        title: t("patch {0}: row {1}, column {2} (token {3})", p, Math.floor(p / cols), p % cols, token) });
       small.width = pw;
       small.height = ph;
       small.style.width = `${size}px`;
@@ -26,10 +26,10 @@
       return small;
     });
     // the tokens that are not patches ([CLS], a distillation token, registers), drawn apart as buttons
-    const apart = app.sequences[picture.sequence].tokens.flatMap((t, i) => {
+    const apart = app.sequences[picture.sequence].tokens.flatMap((text, i) => {
       if (patchOf.has(i)) return [];
       const button = element("button", { type: "button", class: "apart-token", "data-token": String(i),
-        title: `token ${i}: not a patch` }, t);
+        title: t("token {0}: not a patch", i) }, text);
       button.addEventListener("click", () => choose(i));
       return [button];
     });
@@ -63,8 +63,10 @@
       const queries = patchesAreQueries(state), { rowSeq } = app.shown(state);
       $("patches").classList.toggle("inert", !queries);
       $("patches-note").textContent = queries
-        ? `${picture.patches.length} patches (${picture.grid[0]} × ${cols}), each a token: click one to make it the query`
-        : `${picture.patches.length} patches (${picture.grid[0]} × ${cols}); this layer's queries are the ${rowSeq.name} tokens`;
+        ? t("{0} patches ({1} × {2}), each a token: click one to make it the query", picture.patches.length,
+          picture.grid[0], cols)
+        : t("{0} patches ({1} × {2}); this layer's queries are the {3} tokens", picture.patches.length, picture.grid[0],
+          cols, sequenceName(rowSeq.name));
       const chosen = (e) => queries && Number(e.dataset.token) === state.query;
       for (const e of [...thumbnails, ...$("apart").children]) e.classList.toggle("selected", chosen(e));
     }
@@ -81,7 +83,8 @@
       ctx.globalAlpha = 1;
       ctx.drawImage(state.picture, 0, 0);
       if (values === null) {
-        $("overlay-note").textContent = `this layer's keys are the ${colSeq.name} tokens, not the image's patches`;
+        $("overlay-note").textContent = t("this layer's keys are the {0} tokens, not the image's patches",
+          sequenceName(colSeq.name));
         return;
       }
       const top = Math.max(0, ...values.filter(Number.isFinite)), total = values.reduce((a, x) => a + (Number.isFinite(x) ? x : 0), 0);
@@ -98,9 +101,9 @@
         ctx.lineWidth = Math.max(1, pw / 8);
         ctx.strokeRect((p % cols) * pw, Math.floor(p / cols) * ph, pw, ph);
       }
-      $("overlay-note").textContent = `query ${state.query} (${tokenLabel(rowSeq, state.query)}), head ${state.head}: ` +
-        `its weight on each patch, 0 (dark) → ${top.toFixed(4)} (bright, the largest); the patches take ${total.toFixed(4)} ` +
-        `of it, the tokens apart ${(1 - total).toFixed(4)}`;
+      $("overlay-note").textContent = t("query {0} ({1}), head {2}: its weight on each patch, 0 (dark) → {3} (bright, " +
+        "the largest); the patches take {4} of it, the tokens apart {5}", state.query, tokenLabel(rowSeq, state.query),
+        state.head, top.toFixed(4), total.toFixed(4), (1 - total).toFixed(4));
     }
     app.store.register(["picture"], drawPatches);
     app.store.register(["layer", "head", "scale", "query", "picture"], drawOverlay);

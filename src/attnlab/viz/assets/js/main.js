@@ -1,11 +1,15 @@
-// attnlab view: the page opens. The app over the JSON block #attnlab-data, each view mounted on it,
+// attnlab view: the page opens. Its language (the JSON's `lang`) chosen and page.html's own text put in
+// it, the app over the JSON block #attnlab-data, each view mounted on it,
 // everything drawn once, the link applied, the model view's thumbnails drawn after, and
 // window.attnlabView: what the views beyond a trace (views/) and the browser tests read and call.
 (function (AL) {
   "use strict";
-  const { $, createApp, actions, mountHeatmap, mountHeadView, mountSteps, mountImage, mountModelView, mountControls,
-    mountExports, colour } = AL;
-  const app = createApp(JSON.parse($("attnlab-data").textContent));
+  const { $, useLanguage, translatePage, createApp, actions, mountHeatmap, mountHeadView, mountSteps, mountImage,
+    mountModelView, mountControls, mountExports, colour } = AL;
+  const page = JSON.parse($("attnlab-data").textContent);
+  useLanguage(page.lang);
+  translatePage(page.lang);
+  const app = createApp(page);
   const heatmap = mountHeatmap(app);
   Object.assign(app, actions(app));
   mountControls(app, (state) => { const { cell, rowCell } = heatmap.layoutOf(state); return Math.min(cell, rowCell); });

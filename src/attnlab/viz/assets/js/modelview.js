@@ -4,13 +4,13 @@
 // space opens a head.
 (function (AL) {
   "use strict";
-  const { $, maskOf, scoresOf, scoreRows, softmaxInto, weightsOf, weightsKnown, putCell } = AL;
+  const { $, t, layerName, maskOf, scoresOf, scoreRows, softmaxInto, weightsOf, weightsKnown, putCell } = AL;
   const THUMBNAIL = 128; // at most this many pixels a side, each the largest weight of the cells it covers
-  const KIND_TITLES = {
-    self: "self-attention", encoder: "encoder self-attention: encoder tokens × encoder tokens",
-    decoder: "decoder self-attention: decoder tokens × decoder tokens",
-    cross: "cross-attention: decoder tokens (rows, queries) × encoder tokens (columns, keys)",
-  };
+  const kindTitle = (kind) => ({
+    self: t("self-attention"), encoder: t("encoder self-attention: encoder tokens × encoder tokens"),
+    decoder: t("decoder self-attention: decoder tokens × decoder tokens"),
+    cross: t("cross-attention: decoder tokens (rows, queries) × encoder tokens (columns, keys)"),
+  })[kind];
   // head h's thumbnail: its weights at the layer's own scale, 0 → 1, each pixel the largest weight among the
   // cells it covers (grey: all masked; red: one is not a number); computed a row at a time from its scores
   function* thumbnailRows(canvas, layer, h) {
@@ -49,13 +49,13 @@
       small.style.width = `${side(layer.S)}px`;
       small.style.height = `${side(layer.L)}px`;
       small.style.imageRendering = "pixelated";
-      small.title = `${layer.name}, head ${h}`;
+      small.title = t("{0}, head {1}", layerName(layer.name), h);
       small.dataset.layer = String(l);
       small.dataset.head = String(h);
       small.addEventListener("click", () => app.openHead(l, h));
       small.tabIndex = 0;
       small.setAttribute("role", "button");
-      small.setAttribute("aria-label", `open ${layer.name}, head ${h}`);
+      small.setAttribute("aria-label", t("open {0}, head {1}", layerName(layer.name), h));
       small.addEventListener("keydown", (event) => {
         if (event.key === "Enter" || event.key === " ") { event.preventDefault(); app.openHead(l, h); }
       });
@@ -68,7 +68,7 @@
       header.appendChild(document.createElement("th"));
       for (let h = 0; h < heads; h++) {
         const th = document.createElement("th");
-        th.textContent = `head ${h}`;
+        th.textContent = t("head {0}", h);
         header.appendChild(th);
       }
       for (const [kind, members] of app.groups) {
@@ -76,12 +76,12 @@
           const th = document.createElement("th");
           th.colSpan = heads + 1;
           th.className = "kind";
-          th.textContent = KIND_TITLES[kind];
+          th.textContent = kindTitle(kind);
           grid.insertRow().appendChild(th);
         }
         for (const l of members) {
           const layer = layers[l], tr = grid.insertRow(), th = document.createElement("th");
-          th.textContent = layer.name;
+          th.textContent = layerName(layer.name);
           tr.dataset.kind = kind;
           tr.appendChild(th);
           for (let h = 0; h < layer.heads; h++) tr.insertCell().appendChild(thumbnail(layer, l, h, size));

@@ -2,18 +2,21 @@
 // ③ softmax → α_j ④ α_j·v_j ⑤ their sum, the output; at most STEP_ROWS keys listed.
 (function (AL) {
   "use strict";
-  const { $, vec, tokenLabel, tokenClass, tokenTitle, vectorAt, maskedIn, modify, modified, normsOf, scoreRow } = AL;
-  const STEP_COLUMNS = ["j", "token", "k_j", "① q·k_j", "② scaled", "③ α_j", "④ α_j·v_j", "‖α_j·v_j‖"];
-  // ② is z_j when the layer modifies its scores (softcap, a bias), as the note under the steps says
-  const stepColumns = (layer) => STEP_COLUMNS.map((name, n) => (n === 4 && modified(layer) ? "② z_j" : name));
+  const { $, t, layerName, vec, tokenLabel, tokenClass, tokenTitle, vectorAt, maskedIn, modify, modified, normsOf,
+    scoreRow } = AL;
+  // the table's columns (the second, the keys' tokens); ② is z_j when the layer modifies its scores (softcap, a
+  // bias), as the note under the steps says
+  const stepColumns = (layer) => [
+    "j", t("token"), "k_j", "① q·k_j", modified(layer) ? "② z_j" : t("② scaled"), "③ α_j", "④ α_j·v_j", "‖α_j·v_j‖",
+  ];
   function stepsHeader(table, layer) {
     const head = table.insertRow();
-    for (const name of stepColumns(layer)) {
+    stepColumns(layer).forEach((name, n) => {
       const th = document.createElement("th");
       th.textContent = name;
-      if (name === "token") th.className = "token";
+      if (n === 1) th.className = "token";
       head.appendChild(th);
-    }
+    });
   }
   // key j's row for `query` ({ i, h, layer, w, s: the query's raw scores, colSeq, scale }); adds α_j·v_j to total
   function stepRow(table, query, j, total) {
@@ -21,7 +24,7 @@
     const k = vectorAt(layer.k, layer.d_k, S, h, j), dot = s[j], a = w[i * S + j];
     const av = vectorAt(layer.v, layer.d_v, S, h, j).map((x) => a * x);
     av.forEach((x, n) => (total[n] += x));
-    const z = maskedIn(layer, h, i, j) ? "masked" : modify(layer, h, dot, scale, i, j).toFixed(4);
+    const z = maskedIn(layer, h, i, j) ? t("masked") : modify(layer, h, dot, scale, i, j).toFixed(4);
     const norms = (a * normsOf(layer).values[h][j]).toFixed(4);
     const cells = [j, tokenLabel(colSeq, j), vec(k), dot.toFixed(4), z, a.toFixed(4), vec(av), norms];
     const tr = table.insertRow();
@@ -47,34 +50,36 @@
   // what ② and ③ do beyond × scale and softmax, in words, for a layer that modifies its scores
   function stepsRules(layer, h) {
     const parts = [];
-    let z = "scale·q·k_j";
+    let z = t("scale·q·k_j");
     if (layer.softcap !== null) z = `${layer.softcap}·tanh(${z} / ${layer.softcap})`;
-    if (layer.bias !== null) z += " + bias_j (the float mask, ALiBi)";
-    if (layer.softcap !== null || layer.bias !== null) parts.push(`② here z_j = ${z}`);
+    if (layer.bias !== null) z += t(" + bias_j (the float mask, ALiBi)");
+    if (layer.softcap !== null || layer.bias !== null) parts.push(t("② here z_j = {0}", z));
     if (layer.sinks !== null) {
-      parts.push(`③ adds the sink (logit ${layer.sinks[h].toFixed(4)}) to the softmax's sum, so the α_j sum to less than 1`);
+      parts.push(t("③ adds the sink (logit {0}) to the softmax's sum, so the α_j sum to less than 1",
+        layer.sinks[h].toFixed(4)));
     }
-    return parts.length ? parts.join("; ") + "; masked keys take no part in ③" : "";
+    return parts.length ? parts.join(t("; ")) + t("; masked keys take no part in ③") : "";
   }
   function mountSteps(app) {
     function draw(state) {
       const { layer, rowSeq, colSeq, L, S } = app.shown(state), i = state.query, h = state.head;
       const query = { i, h, layer, w: app.weights(h, state), s: scoreRow(layer, h, i), colSeq, scale: state.scale };
-      $("steps-token").textContent = `${i} (${tokenLabel(rowSeq, i)}), ${layer.name ? layer.name + ", " : ""}head ${h}`;
+      const where = [t("{0} ({1})", i, tokenLabel(rowSeq, i)), ...(layer.name ? [layerName(layer.name)] : []), t("head {0}", h)];
+      $("steps-token").textContent = where.join(t(", "));
       $("query-vector").textContent = "q = " + vec(vectorAt(layer.q, layer.d_k, L, h, i));
       const table = $("steps");
       table.replaceChildren();
       stepsHeader(table, layer);
       const keys = stepKeys(query.w.subarray(i * S, (i + 1) * S)), total = new Array(layer.d_v).fill(0);
-      const listed = keys.length < S ? `the ${keys.length} keys of the largest α_j of ${S} are listed (in order); ` +
-        `⑤ sums over all ${S}` : "";
-      $("steps-rules").textContent = [stepsRules(layer, h), listed].filter(Boolean).join("; ");
+      const listed = keys.length < S
+        ? t("the {0} keys of the largest α_j of {1} are listed (in order); ⑤ sums over all {1}", keys.length, S) : "";
+      $("steps-rules").textContent = [stepsRules(layer, h), listed].filter(Boolean).join(t("; "));
       for (const j of keys) stepRow(table, query, j, total);
       if (keys.length < S) { // the output over every key, listed or not
         total.fill(0);
         for (let j = 0; j < S; j++) vectorAt(layer.v, layer.d_v, S, h, j).forEach((x, n) => (total[n] += query.w[i * S + j] * x));
       }
-      $("output-vector").textContent = "⑤ output = Σ α_j·v_j = " + vec(total);
+      $("output-vector").textContent = t("⑤ output = Σ α_j·v_j = ") + vec(total);
     }
     app.store.register(["layer", "head", "scale", "query"], draw);
   }

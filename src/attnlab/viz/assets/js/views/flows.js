@@ -2,15 +2,16 @@
 // tokens; a row chooses the query.
 (function (AL) {
   "use strict";
-  const { $, element, panel, drawMatrix, readout, decode, colour } = AL;
+  const { $, t, element, panel, drawMatrix, readout, decode, colour } = AL;
+  const flowName = (kind) => ({ rollout: t("rollout"), flow: t("flow") })[kind];
   function mountFlows(app, views) {
     const flows = views.flows, tokens = flows.tokens, L = tokens.length, layers = flows.layers;
-    const box = panel("flows-view", "rollout and flow:", "Abnar & Zuidema 2020: row i of layer l is how much of " +
+    const box = panel("flows-view", t("rollout and flow:"), t("Abnar & Zuidema 2020: row i of layer l is how much of " +
       "each input token reaches position i after layer l (the residual as 0.5·I + 0.5·A, heads averaged); the " +
-      "matrix is the rollout, coloured from 0 to its largest entry; click a row to make it the query");
+      "matrix is the rollout, coloured from 0 to its largest entry; click a row to make it the query"));
     const chooser = element("select", { id: "flows-layer" });
-    for (let l = 0; l < layers; l++) chooser.appendChild(new Option(`after layer ${l}`, String(l)));
-    const label = element("label", {}, "rollout ");
+    for (let l = 0; l < layers; l++) chooser.appendChild(new Option(t("after layer {0}", l), String(l)));
+    const label = element("label", {}, flowName("rollout") + " ");
     label.appendChild(chooser);
     const canvas = element("canvas", { id: "rollout" }), value = element("div", { class: "readout", id: "flows-value" });
     const table = element("table", { id: "flows-table" });
@@ -29,14 +30,14 @@
       chooser.value = String(l);
       let top = 0;
       for (let n = l * L * L; n < (l + 1) * L * L; n++) top = Math.max(top, arrays[shown][n]);
-      $("flows-view-title").textContent = `${shown} after layer ${l}, query ${q} (${tokens[q]})`;
+      $("flows-view-title").textContent = t("{0} after layer {1}, query {2} ({3})", flowName(shown), l, q, tokens[q]);
       drawMatrix(canvas, {
         rows: tokens, cols: tokens, value: (i, j) => at(shown, l, i, j), colour: (x) => colour(top > 0 ? x / top : 0),
         side: 420, mark: [q, null], onClick: (i) => app.select(i), onHover: (i, j) => app.setState({ flowsCell: [i, j] }),
       });
       table.replaceChildren();
       const header = table.insertRow();
-      for (const name of ["j", "token", ...kinds]) header.appendChild(element("th", {}, name));
+      for (const name of ["j", t("token"), ...kinds.map(flowName)]) header.appendChild(element("th", {}, name));
       tokens.forEach((t, j) => {
         const tr = table.insertRow();
         tr.insertCell().textContent = String(j);
@@ -53,8 +54,8 @@
     function drawReadout(state) {
       if (state.flowsCell === undefined) return;
       const [i, j] = state.flowsCell, l = layerOf(state);
-      readout(value, `${shown} after layer ${l}: position ${i} (${tokens[i]}) ← token ${j} (${tokens[j]}): ` +
-        `${at(shown, l, i, j).toFixed(4)}`, at(shown, l, i, j));
+      readout(value, t("{0} after layer {1}: position {2} ({3}) ← token {4} ({5}): {6}", flowName(shown), l, i,
+        tokens[i], j, tokens[j], at(shown, l, i, j).toFixed(4)), at(shown, l, i, j));
     }
     app.store.register(["query", "flowsLayer"], draw);
     app.store.register(["flowsCell"], drawReadout);

@@ -2,19 +2,24 @@
 // with a legend. Drawn once: it reads no state.
 (function (AL) {
   "use strict";
-  const { element, panel } = AL;
+  const { t, element, panel } = AL;
+  // a kind of head (attnlab.analysis.HEAD_KINDS) in words
+  const kindOfHead = (kind) => ({
+    previous: t("previous"), induction: t("induction"), sink: t("sink"), self: t("self"), cls: t("cls"), sep: t("sep"),
+    punctuation: t("punctuation"),
+  })[kind] ?? kind;
   const KIND_COLOURS = {
     previous: "#1f77b4", induction: "#d62728", sink: "#7f7f7f", self: "#2ca02c", cls: "#9467bd", sep: "#8c564b",
     punctuation: "#e377c2",
   };
   function mountHeadTypes(app, views) {
     const types = views.head_types;
-    const box = panel("head-types-view", "head types:", `each head of the model view is outlined and labelled by ` +
-      `its dominant kind, the share of its attention on that kind of key (${types.threshold} or more; unlabelled: ` +
-      `none reaches it)${types.repeat ? `; induction on ${types.repeat} random tokens repeated` : ""}`);
+    const box = panel("head-types-view", t("head types:"), t("each head of the model view is outlined and labelled " +
+      "by its dominant kind, the share of its attention on that kind of key ({0} or more; unlabelled: none reaches it)",
+    types.threshold) + (types.repeat ? t("; induction on {0} random tokens repeated", types.repeat) : ""));
     const legend = element("div", { class: "head-types-legend", id: "head-types-legend" });
     for (const kind of types.kinds) {
-      const item = element("span", { class: "head-type", "data-kind": kind }, kind);
+      const item = element("span", { class: "head-type", "data-kind": kind }, kindOfHead(kind));
       item.style.borderColor = KIND_COLOURS[kind];
       legend.appendChild(item);
     }
@@ -25,8 +30,8 @@
       if (!kind) continue;
       const score = types.scores[layer][head];
       canvas.style.outline = `3px solid ${KIND_COLOURS[kind]}`;
-      canvas.title += `: ${kind} ${score.toFixed(2)}`;
-      const label = element("div", { class: "head-type", "data-kind": kind }, `${kind} ${score.toFixed(2)}`);
+      canvas.title += t(": {0}", `${kindOfHead(kind)} ${score.toFixed(2)}`);
+      const label = element("div", { class: "head-type", "data-kind": kind }, `${kindOfHead(kind)} ${score.toFixed(2)}`);
       label.style.borderColor = KIND_COLOURS[kind];
       canvas.parentElement.appendChild(label);
     }

@@ -2,13 +2,13 @@
 // the tokens align.
 (function (AL) {
   "use strict";
-  const { $, element, panel, drawMatrix, readout, fixed, decode, colour, diverging, shownIndex } = AL;
+  const { $, t, element, panel, drawMatrix, readout, fixed, decode, colour, diverging, shownIndex } = AL;
   function mountPair(app, views) {
     const pair = views.pair;
-    const box = panel("pair-view", "two texts:", `each at the model's own scale (1/√d_k); B − A over the ` +
-      `tokens that align (${pair.rule}); blue: A attends more, red: B attends more`);
+    const box = panel("pair-view", t("two texts:"), t("each at the model's own scale (1/√d_k); B − A over the " +
+      "tokens that align ({0}); blue: A attends more, red: B attends more", t(pair.rule))); // the rule: viz._views'
     const row = element("div", { class: "view-row" });
-    const figures = ["text A", "text B", "B − A, aligned tokens"].map((caption, n) => {
+    const figures = [t("text A"), t("text B"), t("B − A, aligned tokens")].map((caption, n) => {
       const figure = element("figure", {});
       const canvas = element("canvas", { id: `pair-${["a", "b", "diff"][n]}` });
       figure.append(canvas, element("figcaption", { class: "note" }, caption));
@@ -38,9 +38,9 @@
     };
     const hover = (figure) => (a, b) => app.setState({ pairCell: [figure, a, b] });
     function draw(state) {
-      $("pair-view-title").textContent = `layer ${shownIndex(views, state)}, head ${state.head}`;
+      $("pair-view-title").textContent = t("layer {0}, head {1}", shownIndex(views, state), state.head);
       const w = shown(state);
-      if (w === null) { value.textContent = "this layer or head is not in both traces"; return; }
+      if (w === null) { value.textContent = t("this layer or head is not in both traces"); return; }
       drawMatrix(figures[0], { rows: first.tokens, cols: first.tokens, value: w.wA, colour, side: 400,
         onHover: hover(0), mark: [state.query, null] });
       const row = aligned.findIndex(([i]) => i === state.query); // the query's aligned row, if it has one
@@ -55,12 +55,13 @@
       const [figure, a, b] = state.pairCell;
       if (figure === 2) {
         const x = w.wB(aligned[a][1], aligned[b][1]), y = w.wA(aligned[a][0], aligned[b][0]);
-        readout(value, `B − A: query ${labels[a]} → key ${labels[b]}: ${x.toFixed(4)} − ${y.toFixed(4)} = ` +
-          `${w.diff(a, b).toFixed(4)}`, w.diff(a, b));
+        readout(value, t("B − A: query {0} → key {1}: {2} − {3} = {4}", labels[a], labels[b], x.toFixed(4), y.toFixed(4),
+          w.diff(a, b).toFixed(4)), w.diff(a, b));
         return;
       }
       const [text, tokens, at] = figure === 0 ? ["A", first.tokens, w.wA] : ["B", second.tokens, w.wB];
-      readout(value, `${text}: query ${a} (${tokens[a]}) → key ${b} (${tokens[b]}): ${fixed(at(a, b))}`, at(a, b));
+      readout(value, t("{0}: query {1} ({2}) → key {3} ({4}): {5}", text, a, tokens[a], b, tokens[b], fixed(at(a, b))),
+        at(a, b));
     }
     app.store.register(["layer", "head", "query"], draw);
     app.store.register(["pairCell"], drawReadout);
