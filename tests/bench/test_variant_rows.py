@@ -33,6 +33,7 @@ def test_the_variant_rows_time_every_implementation_and_say_how_flex_ran(monkeyp
         assert rows["caps"] is None
 
 
+@pytest.mark.slow
 def test_the_cli_runs_the_variants_alone(monkeypatch, capsys):
     import attnlab.bench as bench
     from attnlab.cli._main import main

@@ -84,6 +84,7 @@ def test_a_mistral_directory_runs_on_the_numpy_path_and_on_transformers_when_for
     )
 
 
+@pytest.mark.slow
 def test_a_whisper_directory_traces_its_decoder_over_silence_and_says_so(capsys, whisper_dir, tmp_path) -> None:
     page = tmp_path / "whisper.html"
     code, _, err = run_cli(capsys, "view", "--model", str(whisper_dir), "--text", "他很爱打篮球", "-o", str(page))

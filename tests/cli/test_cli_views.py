@@ -116,6 +116,7 @@ def test_rollout_without_attnlab_analysis_is_a_one_line_error_before_the_model_r
         assert "ran in" not in err  # refused before the model ran
 
 
+@pytest.mark.slow
 def test_rollout_is_computed_by_attnlab_analysis_for_the_page_and_the_plot(capsys, tmp_path, monkeypatch):
     pytest.importorskip("matplotlib")
     calls: list = []

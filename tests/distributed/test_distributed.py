@@ -312,6 +312,7 @@ def test_per_rank_memory_falls_with_the_ring(tmp_path):
     assert worst < single
 
 
+@pytest.mark.slow
 def test_the_pieces_cover_the_band_once_and_meet_it_in_every_row(monkeypatch):
     """For random shard lengths, layouts, blocks, causal flags and windows, every rank's
     pieces against every block of every source allow exactly the cells of the whole

@@ -166,6 +166,7 @@ class TestDropout:
             al.scaled_dot_product_attention(self.q, self.k, self.v, dropout_p=0.5, rng=gen),
         )
 
+    @pytest.mark.slow
     def test_the_mean_of_many_draws_approaches_the_output_without_dropout(self):
         plain = al.scaled_dot_product_attention(self.q, self.k, self.v)
         draws = [al.scaled_dot_product_attention(self.q, self.k, self.v, dropout_p=0.3, rng=s) for s in range(2000)]

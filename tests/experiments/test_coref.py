@@ -25,6 +25,7 @@ def answering_head(model: models.Model) -> tuple[int, int]:
     return head["layer"], head["head"]
 
 
+@pytest.mark.slow
 def test_it_resolves_held_out_pronouns(model):
     layer, head = answering_head(model)
     data = _coref.examples(400, np.random.default_rng(12345), held_out=True)

@@ -89,8 +89,14 @@ def test_a_typed_text_redraws_with_the_weights_attnlab_trace_gives_on_the_same_h
         for head in range(4):
             shown = np.array(_in_page(browser, f"view.weights({head})"))
             np.testing.assert_allclose(shown, np.ravel(expected[str(layer)]["weights"][head]), atol=2e-6)
+    _in_page(browser, "view.useLayer(1)")
+    with_her = "小明是个运动达人，小红是个画家，她平时很爱画画"
+    _type(browser, with_her)  # the query left where the page opened: the new page opens on its own, the new pronoun
+    _redrawn(browser, with_her)
+    assert _in_page(browser, "[view.layer, view.head, view.query]") == [1, 2, 1 + with_her.index("她")]
 
 
+@pytest.mark.slow
 def test_two_texts_typed_quickly_show_the_second(server, browser):
     _open(browser, server.url)
     second = "小红是个画家"
@@ -102,6 +108,7 @@ def test_two_texts_typed_quickly_show_the_second(server, browser):
     assert _in_page(browser, "view.lengths") == [len(second) + 2] * 2  # [CLS] 小 红 … [SEP]
 
 
+@pytest.mark.slow
 def test_two_pages_at_once_each_get_their_own_answers(server, browser):
     first, second = "小明爱打篮球", "小红是个音乐迷，她平时很爱弹钢琴"
     _open(browser, server.url)
@@ -121,6 +128,7 @@ def test_two_pages_at_once_each_get_their_own_answers(server, browser):
     browser.switch_to.window(tab)
 
 
+@pytest.mark.slow
 def test_a_text_the_model_cannot_take_is_a_message_in_the_page(server, browser):
     _open(browser, server.url)
     _type(browser, "好" * 600)  # builtin:coref has 64 positions
@@ -131,6 +139,7 @@ def test_a_text_the_model_cannot_take_is_a_message_in_the_page(server, browser):
     _redrawn(browser, SENTENCE)
 
 
+@pytest.mark.slow
 def test_a_click_on_a_head_ablates_it_and_the_page_shows_its_effect(tmp_path, browser):
     from selenium.webdriver.common.by import By
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from checkpoints import chat_model_folder, minilm_dir, smollm2_gguf
+from checkpoints import chat_model_folder, minilm_dir
 
 transformers = pytest.importorskip("transformers")
 
@@ -58,16 +58,10 @@ def test_a_model_without_a_template_is_one_line(capsys: pytest.CaptureFixture[st
     assert err.count("\n") == 1 and "attnlab trace: error: --chat: expected a chat model" in err
 
 
-@pytest.fixture(scope="module")
-def smollm2() -> Any:
-    return models.load(smollm2_gguf())
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("text", TEXTS, ids=["english", "chinese", "emoji", "empty"])
-def test_smollm2_chat_ids_equal_apply_chat_template(smollm2: Any, text: str) -> None:
-    path = smollm2_gguf()
-    oracle = transformers.AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+def test_smollm2_chat_ids_equal_apply_chat_template(smollm2: Any, smollm2_transformers: Any, text: str) -> None:
+    oracle = smollm2_transformers[1]  # conftest.py's: transformers' tokenizer of the GGUF, loaded once
     prompt = sequence_ids(smollm2.config, smollm2.tokenizer, text, chat=True)
     assert prompt.ids.tolist() == _oracle_ids(oracle, text)
     message = [{"role": "user", "content": text}]

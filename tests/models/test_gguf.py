@@ -5,7 +5,6 @@ gguf.GGUFWriter, and the files that must be refused."""
 from __future__ import annotations
 
 import struct
-import time
 from pathlib import Path
 from typing import Any
 
@@ -31,24 +30,17 @@ PROMPT = "The capital of France is"
 
 
 @pytest.fixture(scope="module")
-def ours() -> tuple[Any, float]:
-    start = time.perf_counter()
-    model = models.load(smollm2_gguf())
-    return model, time.perf_counter() - start
+def ours(smollm2):  # conftest.py's, loaded once
+    return smollm2
 
 
 @pytest.fixture(scope="module")
-def theirs() -> tuple[Any, Any]:
-    folder, name = smollm2_gguf().parent, smollm2_gguf().name
-    model = transformers.AutoModelForCausalLM.from_pretrained(
-        folder, gguf_file=name, dtype=torch.float32, attn_implementation="eager"
-    ).eval()
-    return model, transformers.AutoTokenizer.from_pretrained(folder, gguf_file=name)
+def theirs(smollm2_transformers):
+    return smollm2_transformers
 
 
-@pytest.mark.slow
 def test_smollm2_logits_and_attention_equal_transformers(ours, theirs):
-    model, seconds = ours
+    model = ours
     reference, tokenizer = theirs
     ids = np.asarray(tokenizer(PROMPT)["input_ids"])
     out = model(ids, output_attentions=True)
@@ -57,7 +49,7 @@ def test_smollm2_logits_and_attention_equal_transformers(ours, theirs):
     logits = expected.logits[0].numpy()
     scale = np.abs(logits).max()
     difference = np.abs(out.logits - logits).max()
-    print(f"\nload {seconds:.2f} s; logits max |diff| {difference:.3g}, scale {scale:.3g}")
+    print(f"\nlogits max |diff| {difference:.3g}, scale {scale:.3g}")
     assert difference / scale < 1e-4
     for layer in (0, 17, -1):
         np.testing.assert_allclose(out.attentions[layer], expected.attentions[layer][0].numpy(), atol=1e-5)
@@ -67,7 +59,7 @@ def test_smollm2_logits_and_attention_equal_transformers(ours, theirs):
 
 @pytest.mark.slow
 def test_smollm2_greedy_tokens_equal_transformers(ours, theirs):
-    model, _ = ours
+    model = ours
     reference, tokenizer = theirs
     ids = np.asarray(tokenizer(PROMPT)["input_ids"])
     with torch.no_grad():
@@ -79,7 +71,7 @@ def test_smollm2_greedy_tokens_equal_transformers(ours, theirs):
 @pytest.mark.slow
 @pytest.mark.parametrize("special", [True, False])
 def test_smollm2_token_ids_equal_transformers(ours, theirs, special):
-    model, _ = ours
+    model = ours
     _, tokenizer = theirs
     for text in TEXTS:
         expected = tokenizer(text, add_special_tokens=special)["input_ids"]
@@ -96,7 +88,7 @@ def test_smollm2_at_its_positions_is_taken_and_one_more_token_refused(ours, thei
     from attnlab import ArgumentError
     from attnlab.models._checks import sequence_ids
 
-    model, _ = ours
+    model = ours
     _, tokenizer = theirs
     limit = model.config.max_position_embeddings
     assert limit == 8192

@@ -526,6 +526,7 @@ def run_cli(*argv: str, env: dict[str, str] | None = None) -> subprocess.Complet
     return subprocess.run(command, capture_output=True, text=True, timeout=600, env={**os.environ, **(env or {})})
 
 
+@pytest.mark.slow
 def test_cli_trace_of_a_model_is_its_last_layer_or_all(checkpoint_with_tokenizer):
     directory = str(checkpoint_with_tokenizer)
     last = run_cli("trace", "--model", directory, "--text", SENTENCE, "--format", "json")
@@ -601,6 +602,7 @@ def test_the_models_benchmark_runs_both_libraries_on_the_same_model():
     assert "| 40 |" in report and "vs sdpa" in report and "× the float32 weight bytes" in report
 
 
+@pytest.mark.slow
 def test_a_saved_model_trace_reads_back_and_the_cli_takes_it(checkpoint_with_tokenizer, tmp_path):
     trace = models.load(checkpoint_with_tokenizer).trace(SENTENCE)
     again = models.ModelTrace.from_dict(json.loads(trace.to_json()), "saved")
@@ -630,6 +632,7 @@ def test_a_saved_model_trace_reads_back_and_the_cli_takes_it(checkpoint_with_tok
         models.ModelTrace.from_dict(broken, "saved")
 
 
+@pytest.mark.slow
 def test_a_models_plot_is_a_layers_by_heads_grid_with_chinese_tokens(checkpoint_with_tokenizer, tmp_path):
     matplotlib = pytest.importorskip("matplotlib")
 

@@ -29,6 +29,7 @@ def iframe_page(markup: str) -> str:
     return html.unescape(found.group(1))
 
 
+@pytest.mark.slow
 def test_show_and_the_trace_display_the_page_in_a_notebook():
     notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(source) for source in CELLS])
     NotebookClient(notebook, timeout=600, kernel_name="python3").execute()
@@ -43,6 +44,7 @@ def test_show_and_the_trace_display_the_page_in_a_notebook():
     assert shown[2][0]["data"]["text/plain"].startswith("Trace(L=4, d_model=4, heads=2")
 
 
+@pytest.mark.slow
 def test_a_models_trace_shows_in_a_notebook(tmp_path):
     from checkpoints import SENTENCE, tiny_checkpoint_with_tokenizer
 

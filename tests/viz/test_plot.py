@@ -15,6 +15,7 @@ import pytest
 import attnlab as al
 from attnlab.cli import main
 from attnlab.viz import _plot
+from helpers import run_cli
 from oracles import requires
 
 SENTENCE = "小明是个运动达人，他平时很爱打篮球"
@@ -26,6 +27,7 @@ def png_size(data: bytes) -> tuple[int, int]:
 
 
 @requires("matplotlib")
+@pytest.mark.slow
 def test_png_svg_and_pdf_are_valid_and_sized_by_heads(tmp_path):
     for suffix in ("png", "svg", "pdf"):
         assert main(["plot", "--text", "a b c", "-o", str(tmp_path / f"one.{suffix}")]) == 0
@@ -44,6 +46,7 @@ def test_png_svg_and_pdf_are_valid_and_sized_by_heads(tmp_path):
 
 
 @requires("matplotlib")
+@pytest.mark.slow
 def test_chinese_tokens_render_without_missing_glyphs(tmp_path):
     assert _plot.find_cjk_font() is not None, "CI installs fonts-wqy-zenhei; install a CJK font to run this"
     from attnlab.trace import Trace
@@ -125,23 +128,21 @@ BAD = {
 
 
 @pytest.mark.parametrize("case", BAD, ids=list(BAD))
-def test_bad_input_is_one_line_and_exit_status_2(tmp_path, case):
+def test_bad_input_is_one_line_and_exit_status_2(tmp_path, case, monkeypatch, capsys):
+    """In-process (the process's own exit status: tests/cli/test_cli.py's python -m test)."""
     argv, message = BAD[case]
     if case == "bad heads":
         pytest.importorskip("matplotlib")  # without it, plot says so before it reads --heads
+    monkeypatch.chdir(tmp_path)
     (tmp_path / "broken.json").write_text('{"weights": [[1')
     (tmp_path / "object.json").write_text('{"weights": [[1.0]]}')
-    trace = subprocess.run(
-        [sys.executable, "-m", "attnlab.cli", "trace", "--text", "a b", "--format", "json"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
+    code, trace, _ = run_cli(capsys, "trace", "--text", "a b", "--format", "json")
+    assert code == 0
     (tmp_path / "trace.json").write_text(trace)
-    result = subprocess.run([sys.executable, "-m", "attnlab.cli", *argv], cwd=tmp_path, capture_output=True, text=True)
-    assert result.returncode == 2
-    assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr
-    assert message in result.stderr
+    code, _, err = run_cli(capsys, *argv)
+    assert code == 2
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert message in err
     assert not (tmp_path / "x.png").exists()
 
 
@@ -154,6 +155,7 @@ def test_a_saved_trace_round_trips(tmp_path, capsys):
 
 
 @requires("matplotlib")
+@pytest.mark.slow
 def test_four_heads_fit_inside_the_figure_and_chinese_stands_upright(tmp_path):
     trace = al.MultiheadAttention(8, 4, seed=0, dtype=np.float64).trace(
         np.random.default_rng(0).standard_normal((6, 8)), tokens=list("小明是个运动")
@@ -170,6 +172,7 @@ def test_four_heads_fit_inside_the_figure_and_chinese_stands_upright(tmp_path):
 
 @pytest.mark.parametrize("length", [200, 1000])
 @requires("matplotlib")
+@pytest.mark.slow
 def test_long_sequences_are_labelled_readably_and_said_to_be_drawing(length, tmp_path, capsys):
     rng = np.random.default_rng(1)
     np.save(tmp_path / "x.npy", rng.standard_normal((length, 8)))
@@ -321,6 +324,7 @@ def test_control_characters_and_lone_surrogates_in_a_plots_tokens_are_escaped(tm
 
 
 @requires("matplotlib")
+@pytest.mark.slow
 def test_a_models_heads_wrap_into_a_grid_that_names_the_model_and_labels_what_matters(tmp_path):
     from attnlab import models
     from checkpoints import tiny_model

@@ -85,6 +85,7 @@ def test_a_vision_page_without_pillow_names_the_extra(monkeypatch):
     assert traces.encoder_decoder()._repr_html_().startswith("<div><iframe")  # no image, no Pillow needed
 
 
+@pytest.mark.slow
 def test_cross_attention_plots_its_queries_on_the_rows_and_its_keys_on_the_columns(tmp_path):
     pytest.importorskip("matplotlib")
     from matplotlib.figure import Figure

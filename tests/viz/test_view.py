@@ -45,6 +45,7 @@ def hover_cell(browser, i: int, j: int, L: int) -> str:
     return browser.find_element(By.ID, "cell-value").get_attribute("data-value")
 
 
+@pytest.mark.slow
 def test_a_cell_shows_the_python_weight(browser, tmp_path, capsys):
     trace = write_and_open_page(
         browser, tmp_path, capsys, "--text", "小明是个运动达人，他平时很爱打篮球", "--scale", "3"
@@ -105,6 +106,7 @@ def test_b_the_scale_slider_recomputes_the_softmax(browser, tmp_path, capsys, po
         assert shown.max(axis=1).mean() > al.softmax(default).max(axis=1).mean() + 0.3
 
 
+@pytest.mark.slow
 def test_c_the_head_selector_switches_heads(browser, tmp_path, capsys):
     trace = write_and_open_page(
         browser,
@@ -142,6 +144,7 @@ def test_d_tokens_are_text_and_no_script_runs(browser, tmp_path, capsys):
     assert labels == tokens.split()
 
 
+@pytest.mark.slow
 def test_e_a_512_token_page_loads_and_draws_its_cells_without_a_node_each(browser, tmp_path):
     rng = np.random.default_rng(0)
     sequence = tmp_path / "long.npy"
@@ -561,6 +564,7 @@ def pixel_at(browser, i: int, j: int, dx: int = 2, dy: int = 2) -> list[int]:
     )  # fmt: skip
 
 
+@pytest.mark.slow
 def test_u_a_windowed_page_shows_its_band_masked_and_says_its_rules(browser, tmp_path, capsys):
     argv = ["--text", "a b c d e f", "--embed", "random", "--d-model", "8", "--window", "2,0", "--softcap", "0.5"]
     trace = write_and_open_page(browser, tmp_path, capsys, *argv)

@@ -54,6 +54,7 @@ def click(browser, canvas_id: str, i: int, j: int) -> None:
     ActionChains(browser).move_to_element_with_offset(canvas, int(x), int(y)).click().perform()
 
 
+@pytest.mark.slow
 def test_two_texts_side_by_side_and_their_difference_where_tokens_align(browser, tmp_path, coref):
     first, second = coref.trace(A), coref.trace(B)
     page = tmp_path / "two.html"
@@ -82,6 +83,7 @@ def gpt2(tmp_path_factory):
     return tiny_checkpoint_with_tokenizer(tmp_path_factory.mktemp("gpt2-tokenizer"))
 
 
+@pytest.mark.slow
 def test_each_generated_tokens_row_is_transformers_full_forward_row(browser, tmp_path, gpt2, capsys):
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
@@ -103,6 +105,7 @@ def test_each_generated_tokens_row_is_transformers_full_forward_row(browser, tmp
     assert "not yet a key" in browser.find_element(By.ID, "generation-value").text
 
 
+@pytest.mark.slow
 def test_rollout_and_flow_show_the_given_numbers_and_a_row_chooses_the_query(browser, tmp_path, coref):
     trace = coref.trace("小明很高兴")
     L = len(trace.tokens)
@@ -125,6 +128,7 @@ def test_rollout_and_flow_show_the_given_numbers_and_a_row_chooses_the_query(bro
     assert hover(browser, "rollout", 2, 4, "flows-value") == f"{1 / L:.4f}"
 
 
+@pytest.mark.slow
 def test_the_ablation_heatmap_shows_each_effect_and_a_cell_opens_its_head(browser, tmp_path, coref):
     trace = coref.trace("小明很高兴")
     effect = [[0.5, -0.25, None, 0.0], [0.125, -1.0, 1.0, 0.0625]]

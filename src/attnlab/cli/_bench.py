@@ -54,7 +54,7 @@ def add_options(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="instead: the attention variants only: a causal sliding window against full causal attention, "
         "torch's SDPA with the same bool mask and flex_attention; softcap and sinks against the plain fused "
-        "engine (about 75 s on 2 cores, flex_attention's compile included)",
+        "engine (214 s on 2 idle cores, flex_attention's compile included)",
     )
     parser.add_argument(
         "--hf",

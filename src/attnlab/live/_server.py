@@ -135,7 +135,9 @@ class LiveServer:
     def shell(self) -> str:
         """The live page: assets/live.html with its script and settings inline."""
         assets = files("attnlab.live") / "assets"
-        settings = {"text": self.text, "model": self.session.name, "maxGenerate": MAX_GENERATE}
+        name = self.session.name  # a local checkpoint by its folder or file, not its whole path; a hub id whole
+        shown = os.path.basename(name.rstrip("/\\")) if os.path.exists(name) else name
+        settings = {"text": self.text, "model": shown, "maxGenerate": MAX_GENERATE}
         filling = {
             "__LIVE_SETTINGS__": json_text(settings).replace("<", "\\u003c").replace(">", "\\u003e"),
             "__LIVE_SCRIPT__": (assets / "live.js").read_text(encoding="utf-8"),

@@ -31,7 +31,8 @@ _SEED = 42  # the seed layer's weights, as `attnlab view` draws them by default
 class Request:
     """One redraw: ``text``; ``second``, a text to compare under the same head; ``generate``
     new tokens after ``text``; ``rollout`` and flow; the (layer, head) pairs to ``ablate``;
-    the ``layer``, ``head`` and ``query`` on show (kept where the new trace has them)."""
+    the ``layer``, ``head`` and ``query`` the reader chose (kept where the new trace has them;
+    None: the new trace's own, such as builtin:coref's pronoun)."""
 
     text: str
     second: str | None = None
@@ -115,7 +116,9 @@ class Session:
         return self.model.name
 
     def answer(self, request: Request) -> dict[str, Any]:
-        """The page of ``request`` as HTML text (``"page"``), with the generated text
+        """The page of ``request`` as HTML text (``"page"``), the view it opens on
+        (``"opens"``: the page's layer position, head and query; ``"own"``: the view the trace
+        opens on by itself, such as builtin:coref's pronoun), the generated text
         (``"generated"``, or None) and the ablated heads' effects (``"ablation"``: the
         metric and, per ablated head, its value).
 
@@ -143,8 +146,10 @@ class Session:
             rolled, flowed = rollout(trace), flow(trace)
         ablation = None if not request.ablate else self.model.ablate(request.text, list(request.ablate))
         views = Views(second, generation, rolled, flowed, ablation, _kinds(trace))
-        page = render_page(trace, _opens(trace, request), views)
-        return {"page": page, "generated": None if generation is None else generation.text, "ablation": ablation}
+        opens = _opens(trace, request)
+        generated = None if generation is None else generation.text
+        page = render_page(trace, opens, views)
+        return {"page": page, "opens": opens, "own": opening(trace), "generated": generated, "ablation": ablation}
 
 
 def _opens(trace: Trace | ModelTrace, request: Request) -> dict[str, int]:

@@ -10,7 +10,7 @@
   const token = new URLSearchParams(location.search).get("token") ?? "";
   const client = `${Date.now().toString(36)}-${Math.random().toString(36).slice(2)}`; // this page, for the server
   const frame = $("page"), status = $("status"), note = $("answer-note");
-  let number = 0, controller = null, ablated = [], shown = { text: null, ablated: [] };
+  let number = 0, controller = null, ablated = [], shown = { text: null, ablated: [] }, opened = {}; // opened: the trace's own view
   $("model").textContent = `· ${settings.model}`;
   $("text").value = settings.text;
   $("generate").max = settings.maxGenerate;
@@ -19,17 +19,23 @@
     status.textContent = text;
     status.className = kind;
   }
-  // the layer, head and query on show in the frame's page (window.attnlabView), kept by the next page
+  // the layer, head and query on show in the frame's page (window.attnlabView)
   function onShow() {
     const view = frame.contentWindow?.attnlabView;
     return view?.ready ? { layer: view.layer, head: view.head, query: view.query } : {};
+  }
+  // what the reader chose, kept by the next page: each of layer, head and query moved away from the
+  // trace's own view (left there, the new page opens on its own: builtin:coref's on the new pronoun)
+  function chosen() {
+    const here = onShow();
+    return Object.fromEntries(Object.entries(here).filter(([key, value]) => value !== opened[key]));
   }
   function request() {
     const text = $("text").value;
     if (text !== shown.text) ablated = []; // ablations belong to the text they were made on
     return {
       client, number: ++number, text, second: $("second").value.trim() === "" ? null : $("second").value,
-      generate: Number($("generate").value) || 0, rollout: $("rollout").checked, ablate: ablated, ...onShow(),
+      generate: Number($("generate").value) || 0, rollout: $("rollout").checked, ablate: ablated, ...chosen(),
     };
   }
   async function redraw() {
@@ -60,6 +66,7 @@
       return;
     }
     shown = { text: body.text, ablated };
+    opened = answer.own;
     frame.srcdoc = answer.page;
     say("");
     note.textContent = describe(answer);
