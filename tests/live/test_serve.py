@@ -230,9 +230,14 @@ def test_the_server_stops_on_sigint_at_once():
     assert waited < 2  # measured 0.1 s on an idle 2-core machine; 2 s leaves room for a busy one
 
 
-def test_another_host_than_this_machine_is_warned_of(coref, capsys):
-    with serve(coref, host="0.0.0.0", block=False):
-        pass
+def test_another_host_than_this_machine_is_warned_of_and_reached_by_its_addresses_not_by_a_name(coref, capsys):
+    with serve(coref, host="0.0.0.0", block=False) as running:
+        port = running.port
+        assert running.allowed({"Host": f"192.0.2.7:{port}", "Origin": f"http://192.0.2.7:{port}"})
+        assert running.allowed({"Host": f"[2001:db8::1]:{port}"}) and running.allowed({"Host": f"localhost:{port}"})
+        assert not running.allowed({"Host": f"attacker.example:{port}"})  # a name rebound to this machine
+        assert not running.allowed({"Host": f"192.0.2.7:{port + 1}"})
+        assert not running.allowed({"Host": f"192.0.2.7:{port}", "Origin": f"http://attacker.example:{port}"})
     err = capsys.readouterr().err
     assert err.startswith("attnlab serve: warning: listening on 0.0.0.0, which other machines can reach")
 

@@ -60,6 +60,7 @@ class LiveServer:
         shown = f"[{host}]" if ":" in host else host
         self.url = f"http://{shown}:{self.port}/?token={self.token}"
         self._hosts = {f"{name}:{self.port}" for name in (*_LOOPBACK, shown)}
+        self._any_address = host in ("0.0.0.0", "::")  # every interface: reached by any of its addresses
         self._thread: threading.Thread | None = None
 
     def serve_forever(self) -> None:
@@ -103,9 +104,26 @@ class LiveServer:
         return f'<a href="{self.url}" target="_blank" rel="noopener">attnlab serve: {self.session.name}</a>'
 
     def allowed(self, headers: Any) -> bool:
-        """Whether a request's Host names this server, and its Origin (when sent) too."""
+        """Whether a request's Host names this server, and its Origin (when sent) too: this
+        machine's loopback names or the host it listens on, at its port; listening on every
+        interface (0.0.0.0, ::), any IP address at its port too. A domain name other than
+        localhost never: a rebinding attack comes by a name."""
         host, origin = headers.get("Host", ""), headers.get("Origin")
-        return host in self._hosts and (origin is None or origin in {f"http://{h}" for h in self._hosts})
+        return self._names_this(host) and (
+            origin is None or (origin.startswith("http://") and self._names_this(origin[7:]))
+        )
+
+    def _names_this(self, host: str) -> bool:
+        if host in self._hosts:
+            return True
+        name, _, port = host.rpartition(":")
+        if not self._any_address or port != str(self.port):
+            return False
+        try:
+            ipaddress.ip_address(name.removeprefix("[").removesuffix("]"))
+        except ValueError:
+            return False
+        return True
 
     def has_token(self, given: str | None) -> bool:
         return given is not None and hmac.compare_digest(given.encode(), self.token.encode())
