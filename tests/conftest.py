@@ -91,3 +91,11 @@ def smollm2_transformers():
         path.parent, gguf_file=path.name, dtype=torch.float32, attn_implementation="eager"
     ).eval()
     return model, transformers.AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
+
+
+@pytest.fixture(scope="session")
+def coref():
+    """builtin:coref, the shipped model that learned 他 → 小明, loaded once for the session."""
+    from attnlab import models
+
+    return models.load("builtin:coref")

@@ -27,11 +27,6 @@ SENTENCE = "小明是个运动达人，他平时很爱打篮球"
 SHE = "小明是个运动达人，她平时很爱打篮球"
 
 
-@pytest.fixture(scope="module")
-def coref():
-    return models.load("builtin:coref")
-
-
 @pytest.fixture
 def server(coref):
     with serve(coref, block=False) as running:

@@ -11,16 +11,10 @@ import numpy as np
 import pytest
 
 import attnlab as al
-from attnlab import models
 from attnlab.viz._views import Views, align_tokens, check_ablation, views_data
 
 A = "小明是个运动达人，小红是个音乐迷，他平时很爱打篮球"
 B = "小明是个运动达人，小红是个音乐迷，她平时很爱弹钢琴"
-
-
-@pytest.fixture(scope="module")
-def coref():
-    return models.load("builtin:coref")
 
 
 def views_of(page: str) -> dict | None:

@@ -25,11 +25,6 @@ A = "小明是个运动达人，小红是个音乐迷，他平时很爱打篮球
 B = "小明是个运动达人，小红是个音乐迷，她平时很爱弹钢琴"
 
 
-@pytest.fixture(scope="module")
-def coref():
-    return models.load("builtin:coref")
-
-
 # the page has every view ready, and one set of them
 READY = "window.attnlabView.ready && window.attnlabViews.ready && window.attnlabViews.count === 1"
 

@@ -8,6 +8,7 @@ One :class:`Session` holds one model, loaded once: the seed's layer (no model), 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -178,20 +179,18 @@ def _kinds(trace: Trace | ModelTrace) -> dict[str, Any] | None:
 
 
 def _wrapped(model: Any, tokenizer: Any) -> _Model:
-    from ..models._model import Model
+    """None: the seed's layer; else the model through analysis' one dispatch (runner_for)."""
+    from ..analysis._runner import runner_for
 
     if model is None:
         if tokenizer is not None:
             raise fail("tokenizer", "None without a model", type(tokenizer).__name__, TypeError)
         return _SeedLayer()
-    if isinstance(model, Model):
-        if tokenizer is not None:
-            raise fail("tokenizer", "None for an attnlab model (it has its own)", type(tokenizer).__name__, TypeError)
-        return _NumpyModel(model)
-    if type(model).__module__.startswith("transformers.") and hasattr(model, "set_attn_implementation"):
-        return _TransformersModel(model, tokenizer)
-    expected = "None, an attnlab.models.Model or a transformers model"
-    raise fail("model", expected, type(model).__name__, TypeError)
+    numpy: Callable[[Any], _Model] = _NumpyModel
+    transformers: Callable[[Any, Any], _Model] = _TransformersModel
+    return runner_for(
+        model, tokenizer, numpy, transformers, "model", "None, an attnlab.models.Model or a transformers model"
+    )
 
 
 class _SeedLayer:
