@@ -4,6 +4,7 @@ folder the test writes (MiniLM's tokenizer with a template) and on SmolLM2's GGU
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ transformers = pytest.importorskip("transformers")
 
 from attnlab import ArgumentError, models  # noqa: E402
 from attnlab.cli import main  # noqa: E402
+from attnlab.models import _chat  # noqa: E402
 from attnlab.models._checks import sequence_ids  # noqa: E402
 
 TEXTS = ["Hello there", "小明是个运动达人，他平时很爱打篮球", "an emoji 🙂", ""]
@@ -107,6 +109,62 @@ def test_a_hostile_template_is_one_line_not_a_traceback_or_a_hang(chat_folder: P
     with pytest.raises(ArgumentError, match="chat: the model's chat template fails") as error:
         model.trace("hello", chat=True)
     assert "\n" not in str(error.value)
+
+
+EXHAUSTING = {  # the hostile review's templates (issue 44): each reached 1.6–3.0 GB, or ran past 30 s
+    "a product in a loop": "{% for i in range(100000) %}{{ 'a' * 1000000 }}{% endfor %}",
+    "~ doubled 40 times": "{% set ns = namespace(s='ab') %}{% for i in range(40) %}{% set ns.s = ns.s ~ ns.s %}"
+    "{% endfor %}{{ ns.s | length }}",
+    "+ doubled 40 times": "{% set ns = namespace(s='ab') %}{% for i in range(40) %}{% set ns.s = ns.s + ns.s %}"
+    "{% endfor %}{{ ns.s | length }}",
+    "center": "{{ 'x' | center(2000000000) }}",
+    "percent": "{{ '%2000000000s' % 'x' }}",
+    "format": "{{ '{:>2000000000}'.format('x') }}",
+    "indent": "{{ 'x' | indent(2000000000) }}",
+    "nested loops": "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}",
+    "lipsum": "{{ lipsum(1000000) }}",
+}
+
+
+@pytest.mark.parametrize("template", list(EXHAUSTING.values()), ids=list(EXHAUSTING))
+def test_a_template_that_would_exhaust_the_machine_is_stopped_by_the_renderers_bounds(
+    chat_folder: Path, template: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each is stopped by a bound of the child process that renders it, whatever operator
+    builds the string: its memory, its CPU time (lowered to 1 s here), or its output."""
+    import resource
+
+    monkeypatch.setattr(_chat, "SECONDS", 1)
+    model = models.load(chat_folder)
+    model.tokenizer.chat_template = template
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    with pytest.raises(ArgumentError, match="chat: the model's chat template fails: it ") as error:
+        model.trace("hello", chat=True)
+    bounds = r"builds more than 512 MiB|ran for more than 1 s of CPU time|writes more than 1,000,000"
+    assert re.search(bounds, str(error.value)) is not None and "\n" not in str(error.value)
+    grown = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before  # KiB
+    assert grown < 200 * 1024  # this process built none of it
+
+
+@pytest.mark.slow
+def test_the_cli_refuses_an_endless_template_in_one_line_at_its_own_bound(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """With the bounds as shipped (5 s of CPU time): `attnlab trace --chat` on a folder whose
+    chat_template.jinja loops without end is one line and exit status 2."""
+    folder = chat_model_folder(tmp_path)
+    (folder / "chat_template.jinja").write_text(EXHAUSTING["nested loops"])  # read before tokenizer_config.json's
+    assert main(["trace", "--model", str(folder), "--text", "hello", "--chat"]) == 2
+    err = capsys.readouterr().err
+    why = "it ran for more than 5 s of CPU time"
+    assert err == f"attnlab trace: error: --chat: the model's chat template fails: {why}\n"
+
+
+def test_a_template_that_leaves_the_users_text_out_is_refused(chat_folder: Path) -> None:
+    model = models.load(chat_folder)
+    model.tokenizer.chat_template = "<|im_start|>system\nYou are helpful.<|im_end|>\n<|im_start|>assistant\n"
+    with pytest.raises(ArgumentError, match="chat: expected a chat template that writes the user's message, got one"):
+        model.trace("hello", chat=True)
 
 
 def test_a_template_that_changes_the_text_marks_nothing_and_says_so(chat_folder: Path) -> None:

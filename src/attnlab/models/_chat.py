@@ -1,18 +1,22 @@
 """A chat model's prompt: the text as one user message in the checkpoint's chat template,
 rendered with Jinja as ``transformers``' ``apply_chat_template`` renders it.
 
-The template is run in Jinja's immutable sandbox with transformers' settings (blocks
-trimmed, ``loopcontrols``, ``tojson`` unescaped, ``raise_exception`` and ``strftime_now``)
-on ``messages=[{"role": "user", "content": text}]``, the named ``bos_token`` and
+The template is the checkpoint's code: it runs in a child process bounded in memory, CPU
+time and output (:mod:`._chat_sandbox`), in Jinja's immutable sandbox with transformers'
+settings, on ``messages=[{"role": "user", "content": text}]``, the named ``bos_token`` and
 ``eos_token``, and ``add_generation_prompt=True``; the result is tokenized without adding
 special tokens, as transformers tokenizes it.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
-from datetime import datetime
-from typing import TYPE_CHECKING, Any
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .._validation import ArgumentError, MissingDependencyError, fail
 
@@ -36,7 +40,9 @@ def chat_prompt(tokenizer: Tokenizer, text: str) -> tuple[str, list[bool] | None
         text: the user's message.
 
     Raises:
-        ArgumentError: a tokenizer without a chat template, or a template that fails.
+        ArgumentError: a tokenizer without a chat template, a template that leaves the
+            message out of the prompt, or one that fails or passes a bound of
+            :func:`_render`.
         MissingDependencyError: jinja2 is not installed.
     """
     if tokenizer.chat_template is None:
@@ -44,8 +50,9 @@ def chat_prompt(tokenizer: Tokenizer, text: str) -> tuple[str, list[bool] | None
     if not isinstance(text, str):
         raise fail("text", "a string", type(text).__name__, TypeError)
     bos, eos = tokenizer.bos_token, tokenizer.eos_token
-    rendered = _render(tokenizer.chat_template, text, bos, eos)
-    around = _render(tokenizer.chat_template, PLACEHOLDER, bos, eos)
+    rendered, around = _render(tokenizer.chat_template, [text, PLACEHOLDER], bos, eos)
+    if rendered == around:  # the same prompt whatever the message: the template never writes it
+        raise fail("chat", "a chat template that writes the user's message", "one that leaves it out of the prompt")
     before, found, after = around.partition(PLACEHOLDER)
     if not found or PLACEHOLDER in after or rendered != before + text + after:
         return rendered, None
@@ -54,55 +61,48 @@ def chat_prompt(tokenizer: Tokenizer, text: str) -> tuple[str, list[bool] | None
 
 
 PLACEHOLDER = "\ue000attnlab-user-text\ue001"  # private-use characters: in no template, kept by every one
-_MOST_ITEMS = 10**6  # a template's product or power may make at most this many characters or digits
+
+# What one rendering may take (docs/guides/models.md, "Chat models"): a real template takes
+# about 30 MiB, a few milliseconds and a few hundred characters.
+MEMORY = 512 * 2**20  # bytes of the renderer's address space
+SECONDS = 5  # of the renderer's CPU time: its steps, whatever they are
+WALL_SECONDS = 30  # of the clock, on a machine too loaded to give it those CPU seconds
+CHARACTERS = 10**6  # of one rendering: more than any model's positions take
 
 
-def _render(template: str, text: str, bos: str | None, eos: str | None) -> str:
-    """The template rendered for one user message and the generation prompt, in Jinja's
-    immutable sandbox with a bound on what ``*`` and ``**`` may make."""
+def _render(template: str, texts: list[str], bos: str | None, eos: str | None) -> list[str]:
+    """The template rendered for each text as the one user message, with the generation
+    prompt, by :mod:`._chat_sandbox` in a child process bounded in memory, CPU time and
+    output (its docstring says how); the clock bounds the child too.
+
+    Raises:
+        ArgumentError: the template fails, or passes a bound (named, with the bound).
+        MissingDependencyError: jinja2 is not installed.
+    """
+    if importlib.util.find_spec("jinja2") is None:
+        raise MissingDependencyError("chat: a chat template needs jinja2: pip install 'attnlab[models]'")
+    request = {
+        "path": sys.path, "template": template, "texts": texts, "bos": bos or "", "eos": eos or "",
+        "memory": MEMORY, "seconds": SECONDS, "characters": CHARACTERS,
+    }  # fmt: skip
+    sandbox = str(Path(__file__).with_name("_chat_sandbox.py"))
     try:
-        from jinja2 import TemplateError
-        from jinja2.exceptions import SecurityError
-        from jinja2.ext import loopcontrols
-        from jinja2.sandbox import ImmutableSandboxedEnvironment
-    except ImportError:
-        raise MissingDependencyError("chat: a chat template needs jinja2: pip install 'attnlab[models]'") from None
-
-    class Sandbox(ImmutableSandboxedEnvironment):
-        intercepted_binops = frozenset({"*", "**"})
-
-        def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
-            sizes = [len(x) * abs(y) for x, y in ((left, right), (right, left)) if _sized(x) and _whole(y)]
-            power = operator == "**" and _whole(left) and _whole(right) and abs(right) * abs(left).bit_length()
-            if (operator == "*" and sizes and max(sizes) > _MOST_ITEMS) or (power and power > 4 * _MOST_ITEMS):
-                raise SecurityError(f"a result too large to make ({operator})")
-            return super().call_binop(context, operator, left, right)
-
-    def raise_exception(message: str) -> None:
-        raise TemplateError(message)
-
-    def tojson(
-        x: Any, ensure_ascii: bool = False, indent: Any = None, separators: Any = None, sort_keys: bool = False
-    ) -> str:
-        return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
-
-    environment = Sandbox(trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols])
-    environment.filters["tojson"] = tojson
-    environment.globals["raise_exception"] = raise_exception
-    environment.globals["strftime_now"] = lambda form: datetime.now().strftime(form)
-    try:
-        return environment.from_string(template).render(
-            messages=[{"role": "user", "content": text}], add_generation_prompt=True,
-            bos_token=bos or "", eos_token=eos or "",
+        done = subprocess.run(
+            [sys.executable, "-I", sandbox], input=json.dumps(request), capture_output=True, text=True,
+            encoding="utf-8", timeout=WALL_SECONDS,
         )  # fmt: skip
-    except Exception as error:  # a template is the checkpoint's code: any failure of it is the checkpoint's
-        words = " ".join(str(error).split())[:200] or type(error).__name__
-        raise ArgumentError(f"chat: the model's chat template fails: {words}", "chat") from None
+    except subprocess.TimeoutExpired:
+        raise _fails(f"it ran for more than {WALL_SECONDS} s") from None
+    if done.returncode == -getattr(signal, "SIGXCPU", 0):  # the kernel's end of a process past RLIMIT_CPU
+        raise _fails(f"it ran for more than {SECONDS} s of CPU time")
+    try:
+        answer = json.loads(done.stdout)
+    except json.JSONDecodeError:
+        raise _fails(f"its renderer stopped (exit status {done.returncode})") from None
+    if "error" in answer:
+        raise _fails(answer["error"])
+    return list(answer["rendered"])
 
 
-def _sized(x: Any) -> bool:
-    return isinstance(x, (str, list, tuple))
-
-
-def _whole(x: Any) -> bool:
-    return isinstance(x, int) and not isinstance(x, bool)
+def _fails(why: str) -> ArgumentError:
+    return ArgumentError(f"chat: the model's chat template fails: {why}", "chat")
