@@ -120,6 +120,12 @@ def test_a_head_that_rests_on_the_first_token_is_a_sink_only_when_it_is_nothing_
     assert HeadTypes(scores, "m", ["a", "b"]).dominant() == [["induction", "sink", "previous"]]
 
 
+def test_a_negative_seed_is_refused_naming_seed() -> None:
+    trace = _trace([CAUSAL[None]], ["<s>", "a", "b", "a", "b"], [True, False, False, False, False], [0, 1, 2, 1, 2])
+    with pytest.raises(ArgumentError, match=r"^seed: expected an integer in \[0, 2\*\*63\), got -1$"):
+        head_types(trace, seed=-1)
+
+
 def test_a_trace_whose_last_tokens_do_not_repeat_is_refused() -> None:
     trace = _trace([CAUSAL[None]], ["<s>", "a", "b", "a", "c"], [], [9, 1, 2, 1, 3])
     with pytest.raises(ArgumentError, match="repeat"):
@@ -280,6 +286,26 @@ def test_the_draw_is_the_seed_s_and_bad_repeats_are_refused(gpt2: tuple[Any, Pat
         head_types(model, [5])
     with pytest.raises(ArgumentError, match="text"):
         head_types(model, "words, without a tokenizer")
+
+
+def test_a_model_whose_forward_overflows_is_refused_not_scored_nan(gpt2: tuple[Any, Path], tmp_path: Path) -> None:
+    """Finite weights, but the induction head's q and k scaled by 10²⁰: its scores overflow
+    float32 to ±Inf, and softmax makes the row NaN."""
+    from attnlab.models._checkpoint import Weights, write_safetensors
+
+    directory = tmp_path / "overflow"
+    directory.mkdir()
+    for file in gpt2[1].iterdir():
+        (directory / file.name).write_bytes(file.read_bytes())
+    tensors = {name: np.array(Weights(directory)[name]) for name in Weights(directory)}
+    name = next(n for n in tensors if n.endswith("h.1.attn.c_attn.weight"))
+    for block in range(2):  # q, then k
+        start = block * D + INDUCTION_HEAD[1] * WIDTH
+        tensors[name][:, start : start + WIDTH] *= 1e20
+    write_safetensors(directory / "model.safetensors", tensors)
+    expected = r"model_or_trace: expected attention weights that are finite numbers, got nan at layer 1, head 1, "
+    with pytest.raises(ArgumentError, match="^" + expected):
+        head_types(models.load(directory), TEXT_IDS, repeat=0)
 
 
 # ---------------------------------------------------------------- the real checkpoints

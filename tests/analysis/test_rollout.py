@@ -178,3 +178,12 @@ def test_the_rollout_of_a_model_s_trace_is_that_of_transformers_weights(tmp_path
         expected.append(rolled)
     trace = models.load(tmp_path).trace(np.array(ids))
     np.testing.assert_allclose(rollout(trace, heads=[1, 3]), np.stack(expected), atol=1e-5)  # float32 models
+
+
+@pytest.mark.parametrize(("layers", "tokens"), [(6, 64), (30, 28), (2, 110), (1, 156)])
+def test_the_flow_length_limit_is_the_most_tokens_within_the_budget_of_max_flows(layers: int, tokens: int) -> None:
+    """By hand: ⌊√(6·64² / layers)⌋, so that layers·L² ≤ 6·64² < layers·(L + 1)²."""
+    from attnlab.analysis._rollout import flow_length_limit
+
+    assert flow_length_limit(layers) == tokens
+    assert layers * tokens**2 <= 6 * 64**2 < layers * (tokens + 1) ** 2

@@ -59,3 +59,22 @@ def _tiny_gemma2(tmp_path: Path, tokenizer_from: Path) -> Path:
     transformers.Gemma2ForCausalLM(config).save_pretrained(directory)
     transformers.AutoTokenizer.from_pretrained(tokenizer_from).save_pretrained(directory)
     return directory
+
+
+def test_the_guides_commands_on_smollm2_find_its_file_where_the_package_put_it():
+    """Pasted as written, a guide's command finds SmolLM2's GGUF file: a bare file name
+    would name a file in the reader's folder, which holds none."""
+    import contextlib
+    import io
+
+    for name in ("serve.md", "serve.zh.md", "models.md"):
+        text = (GUIDES / name).read_text(encoding="utf-8")
+        commands = "".join(re.findall(r"```bash\n(.*?)```", text, re.S))
+        assert not re.search(r"--model [\w.-]+\.gguf\b", commands), name
+        (finder,) = set(re.findall(r"^SMOL=\$\(python -c '(.+)'\)$", text, re.M))
+        printed = io.StringIO()
+        with contextlib.redirect_stdout(printed):
+            exec(finder, {})
+        found = Path(printed.getvalue().strip())
+        assert found.is_file() and found.name == "SmolLM2-135M-Instruct.Q4_1.gguf", name
+        assert '--model "$SMOL"' in commands, name

@@ -1,12 +1,16 @@
 """The built site: both languages, every public name in the API reference, nothing fetched
-from the network, and the tutorial's embedded coref page showing 他 → 小明 in Chromium."""
+from the network, no folder of the machine that built it, and the tutorial's embedded coref page
+showing 他 → 小明 in Chromium."""
 
 from __future__ import annotations
 
 import html
 import re
 import shutil
+import sys
+import sysconfig
 from html.parser import HTMLParser
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -103,6 +107,22 @@ def test_the_site_fetches_nothing_from_the_network(built_site):
     assert len(pages) > 20 and not remote, remote
 
 
+def test_no_file_of_the_site_holds_a_folder_of_the_machine_that_built_it(built_site):
+    """The pages the tutorial embeds name their models (builtin:coref, MiniLM, SmolLM2's
+    file), never the folders they were read from: not the checkout's, the environment's
+    (its site-packages), nor the one the site was written to."""
+    folders = {str(Path(__file__).resolve().parents[2]), sys.prefix, sysconfig.get_paths()["purelib"], str(built_site)}
+    held = {}
+    for path in built_site.rglob("*"):
+        if path.suffix in (".html", ".json", ".js", ".svg", ".xml", ".txt"):
+            text = path.read_text(encoding="utf-8", errors="replace")
+            held.update({str(path.relative_to(built_site)): f for f in folders if f in text})
+    assert not held, held
+    for language in ("", "zh/"):
+        minilm = (built_site / f"{language}tutorial/minilm-it.html").read_text(encoding="utf-8")
+        assert '"model": "all-MiniLM-L6-v2"' in minilm, language
+
+
 @pytest.mark.browser
 def test_the_tutorial_embeds_the_coref_page_on_he_and_xiaoming(built_site):
     pytest.importorskip("selenium")
@@ -124,7 +144,7 @@ def test_the_tutorial_embeds_the_coref_page_on_he_and_xiaoming(built_site):
             (frame,) = browser.find_elements(By.CSS_SELECTOR, "iframe.attnlab-page")
             assert frame.get_attribute("src") == (built_site / f"{language}tutorial/coref.html").as_uri()
             browser.switch_to.frame(frame)
-            WebDriverWait(browser, 20).until(
+            WebDriverWait(browser, 120).until(  # a hang, not a pace
                 lambda b: b.execute_script("return !!(window.attnlabView && attnlabView.ready)")
             )
             view = browser.execute_script(

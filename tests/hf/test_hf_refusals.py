@@ -176,3 +176,26 @@ def test_check_model_gives_a_verdict_on_a_tenth_of_the_model_types_transformers_
 @pytest.mark.filterwarnings("ignore:Initializing zero-element tensors:UserWarning")
 def test_check_model_gives_a_verdict_on_every_model_type_transformers_builds():
     assert len(_verdicts(1)) > 400
+
+
+@pytest.mark.parametrize(("value", "kind"), [(float("nan"), "NaN"), (float("-inf"), "-Inf")])
+def test_a_model_with_a_non_finite_parameter_is_refused_naming_it(value, kind):
+    """Every attnlab.hf entry (trace, trace_generation, analysis) goes through check_model."""
+    from attnlab.analysis import head_types
+    from checkpoints import tiny_model
+
+    model = tiny_model("bert")
+    inputs = {"input_ids": torch.tensor([[1, 2, 3]])}
+    attnlab.hf.trace(model, inputs)  # found finite: a change in place after it is still seen
+    with torch.no_grad():
+        model.bert.encoder.layer[1].attention.self.key.weight[2, 3] = value  # (32, 32)
+    expected = (
+        "model: expected parameters that are finite numbers, got bert's "
+        f"'bert.encoder.layer.1.attention.self.key.weight' with 1 {kind} of its 1,024 numbers"
+    )
+    with pytest.raises(attnlab.ArgumentError) as caught:
+        attnlab.hf.trace(model, inputs)
+    assert str(caught.value) == expected
+    with pytest.raises(attnlab.ArgumentError) as caught:
+        head_types(model, [1, 2, 3], repeat=0)
+    assert str(caught.value) == expected

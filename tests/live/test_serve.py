@@ -69,6 +69,9 @@ def _redrawn(browser, text: str) -> None:
 
 def test_a_typed_text_redraws_with_the_weights_attnlab_trace_gives_on_the_same_head(server, browser, capsys):
     _open(browser, server.url)
+    assert browser.execute_script("return document.getElementById('flow-limit').textContent") == (
+        "(flow up to 110 tokens)"  # attnlab view --rollout's limit, the server's: ⌊√(6·64² / 2 layers)⌋ by hand
+    )
     assert _in_page(browser, "[view.layer, view.head]") == [1, 0]  # builtin:coref opens on its answering head
     _in_page(browser, "view.setHead(2)")
     _type(browser, SHE)
@@ -97,8 +100,7 @@ def test_two_texts_typed_quickly_show_the_second(server, browser):
     second = "小红是个画家"
     _type(browser, SENTENCE + "，小红是个画家，她平时很爱画画")
     _type(browser, second)
-    _redrawn(browser, second)
-    time.sleep(0.5)  # an answer to the first request, were it shown, would come in now
+    _redrawn(browser, second)  # the worker answers in order: the first request's answer (or 409) came before
     assert browser.execute_script("return window.attnlabServe.shown.text") == second
     assert _in_page(browser, "view.lengths") == [len(second) + 2] * 2  # [CLS] 小 红 … [SEP]
 
@@ -174,19 +176,29 @@ def _request(server, method: str, path: str, body: bytes | None = None, **header
     ) else {}
 
 
+def _other(character: str) -> str:
+    """A character of the token's alphabet other than ``character``."""
+    return "a" if character != "a" else "b"
+
+
 def test_no_token_a_foreign_host_or_origin_and_a_body_too_large_are_refused_and_it_keeps_serving(server):
     token = server.token
     body = json.dumps({"client": "test", "number": 1, "text": SENTENCE}).encode()
     good = {"X-Attnlab-Token": token, "Content-Type": "application/json"}
+    wrong_last, wrong_first = token[:-1] + _other(token[-1]), _other(token[0]) + token[1:]
+    assert token not in (wrong_last, wrong_first)
     assert _request(server, "GET", "/")[0] == 403
-    assert _request(server, "GET", "/?token=" + token[:-1] + "x")[0] == 403
+    assert _request(server, "GET", "/?token=" + wrong_last)[0] == 403
     assert _request(server, "POST", "/api/page", body, **{"Content-Type": "application/json"})[0] == 403
-    assert _request(server, "POST", "/api/page", body, **{**good, "X-Attnlab-Token": "x" + token[1:]})[0] == 403
+    assert _request(server, "POST", "/api/page", body, **{**good, "X-Attnlab-Token": wrong_first})[0] == 403
     assert _request(server, "GET", f"/?token={token}", Host="attacker.example:80")[0] == 403  # DNS rebinding
     refused = _request(server, "POST", "/api/page", body, **good, Origin="http://attacker.example")
     assert refused == (403, {"error": "the Host or Origin header does not name this server"})
     status, answer = _request(server, "POST", "/api/page", b"", **good, **{"Content-Length": str(MAX_BODY + 1)})
-    assert status == 413 and answer["error"].startswith(f"a request of at most {MAX_BODY:,} bytes")
+    assert (status, answer) == (
+        413,
+        {"error": f"Content-Length: expected at most {MAX_BODY:,} bytes, got {MAX_BODY + 1}"},
+    )
     assert _request(server, "GET", f"/?token={token}")[0] == 200
     status, answer = _request(server, "POST", "/api/page", body, **good, Origin=f"http://127.0.0.1:{server.port}")
     assert status == 200 and answer["page"].startswith("<!DOCTYPE html>")
@@ -195,7 +207,7 @@ def test_no_token_a_foreign_host_or_origin_and_a_body_too_large_are_refused_and_
 def test_a_malformed_request_is_a_message_not_a_traceback(server):
     good = {"X-Attnlab-Token": server.token, "Content-Type": "application/json"}
     status, answer = _request(server, "POST", "/api/page", b"{not json", **good)
-    assert (status, answer) == (422, {"error": "request: expected a JSON object"})
+    assert (status, answer) == (422, {"error": "request: expected a JSON object, got text that is not JSON"})
     body = json.dumps({"client": "t", "number": 1, "text": SENTENCE, "generate": -1}).encode()
     assert _request(server, "POST", "/api/page", body, **good) == (
         422,
@@ -222,7 +234,7 @@ def test_the_server_stops_on_sigint_at_once():
     finally:
         process.kill()
     assert process.returncode == 0 and process.stdout.read() == "attnlab serve: stopped\n"
-    assert waited < 2  # measured 0.1 s on an idle 2-core machine; 2 s leaves room for a busy one
+    assert waited < 10  # at once: 0.1 s on an idle 2-core machine; 10 s leaves room for a loaded one
 
 
 def test_another_host_than_this_machine_is_warned_of_and_reached_by_its_addresses_not_by_a_name(coref, capsys):
@@ -237,6 +249,7 @@ def test_another_host_than_this_machine_is_warned_of_and_reached_by_its_addresse
     assert err.startswith("attnlab serve: warning: listening on 0.0.0.0, which other machines can reach")
 
 
+@pytest.mark.slow  # 14 s on 2 shared cores: torch and transformers imported, a tokenizer trained
 def test_the_session_generates_as_transformers_greedy_generate_does(tmp_path):
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")

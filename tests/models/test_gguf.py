@@ -4,6 +4,9 @@ gguf.GGUFWriter, and the files that must be refused."""
 
 from __future__ import annotations
 
+import errno
+import os
+import re
 import struct
 from pathlib import Path
 from typing import Any
@@ -140,11 +143,12 @@ def _gguf_names(name: str) -> str:
 
 
 def write_tiny_llama(
-    path: Path, quant: Any = None, arch: str = "llama", tied: bool = False, rope_freqs: bool = False
-) -> None:
+    path: Path, quant: Any = None, arch: str = "llama", tied: bool = False, rope_freqs: bool = False,
+    add_bos: bool = False,
+) -> None:  # fmt: skip
     """A random LlamaForCausalLM (or Qwen2ForCausalLM) written as llama.cpp's converter
     would: a Llama's q and k permuted, its matrices in ``quant`` (default F32), a byte-level
-    vocabulary of ASCII."""
+    vocabulary of ASCII (with ``add_bos``, tokenizer.ggml.add_bos_token true)."""
     torch.manual_seed(0)
     qwen2 = arch == "qwen2"  # q, k and v with biases, and no permutation (llama.cpp's Qwen2 RoPE rotates halves)
     config = (transformers.Qwen2Config if qwen2 else transformers.LlamaConfig)(
@@ -169,6 +173,8 @@ def write_tiny_llama(
     writer.add_token_merges(["a b", "Ġ ab"])
     writer.add_bos_token_id(len(TOKENS) - 2)
     writer.add_eos_token_id(len(TOKENS) - 1)
+    if add_bos:
+        writer.add_add_bos_token(True)
     if rope_freqs:  # Llama 3.1's RoPE scaling as llama.cpp writes it: a tensor of factors, no metadata
         writer.add_tensor("rope_freqs.weight", np.ones(D // H // 2, dtype=np.float32))
     for name, tensor in state.items():
@@ -399,3 +405,137 @@ def test_a_fifo_or_a_device_given_as_the_model_says_what_it_is(tmp_path):
     for path, what in ((tmp_path / "pipe.gguf", "a FIFO"), (Path("/dev/zero"), "a character device")):
         with pytest.raises(models.CheckpointError, match=f"got '{path}' \\({what}\\)"):
             models.load(path)
+
+
+# ---- issue 44: non-finite weights, messages that say what is wrong, files llama.cpp refuses --
+
+
+def _data_offset(path: Path, name: str) -> int:
+    """Where tensor ``name``'s bytes start in the file, as ggml's own reader finds them."""
+    return int(next(t for t in gguf.GGUFReader(path).tensors if t.name == name).data_offset)
+
+
+@pytest.mark.parametrize(("value", "kind"), [(np.nan, "NaN"), (np.inf, "+Inf")])
+def test_a_nan_or_infinite_weight_is_refused_naming_the_tensor(tiny, tmp_path, value, kind):
+    """attn_q of layer 0 is 32 × 32 float32 numbers; two of them poisoned."""
+    data = bytearray(tiny.read_bytes())
+    at = _data_offset(tiny, "blk.0.attn_q.weight")
+    struct.pack_into("<2f", data, at + 4 * 100, value, value)
+    path = tmp_path / "bad.gguf"
+    path.write_bytes(bytes(data))
+    with pytest.raises(models.CheckpointError) as caught:
+        models.load(path)
+    assert str(caught.value) == (
+        f"{path}: tensor 'blk.0.attn_q.weight': expected finite numbers as float32, got 2 {kind} of its 1,024 numbers"
+    )
+
+
+def test_cli_refuses_a_nan_weight_in_one_line_on_either_backend(tiny, tmp_path, capsys):
+    data = bytearray(tiny.read_bytes())
+    struct.pack_into("<f", data, _data_offset(tiny, "blk.1.attn_q.weight"), np.nan)
+    path = tmp_path / "bad.gguf"
+    path.write_bytes(bytes(data))
+    named = {"numpy": "tensor 'blk.1.attn_q.weight'", "transformers": "layers.1.self_attn.q_proj.weight'"}
+    for backend, name in named.items():
+        code = main(["trace", "--model", str(path), "--text", "ab", "--backend", backend])
+        err = capsys.readouterr().err
+        last = err.rstrip("\n").rsplit("\n", 1)[-1]  # transformers' own progress bar on dequantizing comes before
+        assert code == 2 and last.startswith("attnlab trace: error: ") and "Traceback" not in err, (backend, err)
+        assert name in last and "1 NaN of its 1,024 numbers" in last, (backend, err)
+        assert backend == "transformers" or err == last + "\n", err
+
+
+@pytest.mark.parametrize(("value", "got"), [(None, "nothing"), (7, "7")])
+def test_a_gguf_without_an_architecture_string_says_so(tmp_path, capsys, value, got):
+    entry = b"" if value is None else _key("general.architecture") + struct.pack("<II", 4, value)  # UINT32 7
+    path = tmp_path / "noarch.gguf"
+    path.write_bytes(_header(_key("general.name") + struct.pack("<I", 8) + _key("x"), *([entry] if entry else [])))
+    expected = f"metadata general.architecture: expected a string naming the architecture (llama, qwen2…), got {got}"
+    with pytest.raises(models.CheckpointError, match=re.escape(f"{path}: {expected}")):
+        models.load(path)
+    assert main(["trace", "--model", str(path), "--text", "ab"]) == 2
+    err = capsys.readouterr().err
+    assert expected in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_a_file_the_system_cannot_map_is_named_with_the_mapping(tiny, monkeypatch, capsys):
+    """As under `ulimit -v` with a sparse 1 TB file: mmap fails with ENOMEM."""
+
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise OSError(errno.ENOMEM, os.strerror(errno.ENOMEM))
+
+    monkeypatch.setattr(np, "memmap", refuse)
+    size = tiny.stat().st_size
+    expected = f"{tiny}: mapping its {size:,} bytes into memory failed (Cannot allocate memory; under a limit"
+    with pytest.raises(models.CheckpointError, match=re.escape(expected)):
+        models.load(tiny)
+    assert main(["trace", "--model", str(tiny), "--text", "ab"]) == 2
+    err = capsys.readouterr().err
+    assert expected in err and len(err.strip().splitlines()) == 1, err
+
+
+def _offset_field(data: bytes, name: str) -> int:
+    """Where tensor ``name``'s offset (uint64, after its dimensions and type) lies in the header."""
+    at = _entry(data, name)
+    return at + 4 + 8 * struct.unpack_from("<I", data, at)[0] + 4
+
+
+def test_two_tensors_at_the_same_offset_are_refused(tiny, tmp_path):
+    data = bytearray(tiny.read_bytes())
+    q = struct.unpack_from("<Q", data, _offset_field(data, "blk.0.attn_q.weight"))[0]
+    struct.pack_into("<Q", data, _offset_field(data, "blk.0.attn_k.weight"), q)  # k (16 × 32 floats) inside q
+    path = tmp_path / "overlap.gguf"
+    path.write_bytes(bytes(data))
+    start = _data_offset(tiny, "blk.0.attn_q.weight")
+    with pytest.raises(models.CheckpointError) as caught:
+        models.load(path)
+    assert str(caught.value) == (
+        f"{path}: tensors 'blk.0.attn_k.weight' and 'blk.0.attn_q.weight' share bytes {start}..{start + 16 * 32 * 4} "
+        "(a corrupted GGUF file)"
+    )
+
+
+def test_a_tensor_offset_off_the_alignment_is_refused(tiny, tmp_path):
+    data = bytearray(tiny.read_bytes())
+    at = _offset_field(data, "blk.0.attn_v.weight")
+    offset = struct.unpack_from("<Q", data, at)[0] + 4  # inside the file, 4 bytes past a multiple of 32
+    struct.pack_into("<Q", data, at, offset)
+    path = tmp_path / "misaligned.gguf"
+    path.write_bytes(bytes(data))
+    with pytest.raises(models.CheckpointError) as caught:
+        models.load(path)
+    assert str(caught.value) == (
+        f"{path}: tensor 'blk.0.attn_v.weight': expected an offset that is a multiple of general.alignment (32), "
+        f"got {offset}"
+    )
+
+
+def _array(item: int, count: int, body: bytes) -> bytes:
+    return struct.pack("<IQ", item, count) + body
+
+
+def test_arrays_two_deep_are_read_and_three_deep_refused(tmp_path):
+    arch = _key("general.architecture") + struct.pack("<I", 8) + _key("llama")
+    two = struct.pack("<I", 9) + _array(9, 1, _array(0, 2, b"\x05\x06"))  # [[5, 6]]
+    path = tmp_path / "two.gguf"
+    path.write_bytes(_header(arch, _key("k") + two))
+    assert _gguf.read_gguf(path).metadata["k"] == [[5, 6]]
+    three = struct.pack("<I", 9) + _array(9, 1, _array(9, 1, _array(0, 1, b"\x05")))  # [[[5]]]
+    path = tmp_path / "three.gguf"
+    path.write_bytes(_header(arch, _key("k") + three))
+    with pytest.raises(models.CheckpointError, match=r"metadata 'k': arrays nested deeper than 2"):
+        models.load(path)
+
+
+def test_a_bos_to_add_whose_id_is_outside_the_vocabulary_is_refused(tmp_path):
+    path = tmp_path / "bos.gguf"
+    write_tiny_llama(path, add_bos=True)
+    bos = len(TOKENS) - 2  # "<s>"
+    assert models.load(path).tokenizer.encode("ab").tolist()[0] == bos  # the BOS is added, where it is a token
+    bad = _with_metadata(path, tmp_path, "tokenizer.ggml.bos_token_id", 10**9)
+    with pytest.raises(models.CheckpointError) as caught:
+        models.load(bad)
+    assert str(caught.value) == (
+        f"{bad}: metadata tokenizer.ggml.bos_token_id: expected a token id in 0..{len(TOKENS) - 1} "
+        "(tokenizer.ggml.add_bos_token is true), got 1000000000"
+    )

@@ -119,6 +119,45 @@ def test_safetensors_weights_declared_int32_or_bool_are_refused(saved, tmp_path,
 
 
 @pytest.mark.parametrize(
+    ("value", "dtype", "got"),
+    [(np.nan, np.float32, "1 NaN"), (-np.inf, np.float32, "1 -Inf"), (1e300, np.float64, "1 +Inf")],
+)
+def test_a_non_finite_weight_is_refused_at_load_naming_it(saved, tmp_path, capsys, value, dtype, got):
+    """A NaN or an infinity in c_attn (32 × 96 numbers), or a float64 beyond float32's range
+    (+Inf once read as float32): refused by name, in one CLI line."""
+    from safetensors.numpy import load_file, save_file
+
+    from attnlab.cli import main
+
+    directory = copy_of(saved["gpt2"], tmp_path / "bad")
+    tensors = load_file(directory / "model.safetensors")
+    name = next(n for n in tensors if n.endswith("h.0.attn.c_attn.weight"))
+    tensors[name] = tensors[name].astype(dtype)
+    tensors[name][3, 5] = value
+    save_file(tensors, directory / "model.safetensors")
+    expected = f"{directory}: the weight {name!r}: expected finite numbers as float32, got {got} of its 3,072 numbers"
+    with pytest.raises(models.CheckpointError) as caught:
+        models.load(directory)
+    assert str(caught.value) == expected
+    assert main(["trace", "--model", str(directory), "--text", "hi"]) == 2
+    err = capsys.readouterr().err
+    assert expected in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_a_checkpoint_the_system_cannot_map_is_named_with_the_mapping(saved, monkeypatch):
+    """As under `ulimit -v` with a file larger than the limit: mmap fails with ENOMEM."""
+    import errno
+
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise OSError(errno.ENOMEM, os.strerror(errno.ENOMEM))
+
+    monkeypatch.setattr(np, "memmap", refuse)
+    path = saved["gpt2"] / "model.safetensors"
+    with pytest.raises(models.CheckpointError, match=rf"^{re.escape(str(path))}: mapping its [\d,]+ bytes into memory"):
+        models.load(saved["gpt2"])
+
+
+@pytest.mark.parametrize(
     ("kind", "key", "value"),
     [("gpt2", "layer_norm_epsilon", math.nan), ("gpt2", "layer_norm_epsilon", -1e-5),
      ("bert", "layer_norm_eps", math.nan), ("llama", "rms_norm_eps", -1.0), ("gpt2", "layer_norm_epsilon", math.inf)],

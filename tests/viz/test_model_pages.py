@@ -26,7 +26,7 @@ def view_and_open(browser, trace, path: Path, **opens) -> None:
     if trace.image is not None:
         pytest.importorskip("PIL")  # the image goes in as a PNG (the hf extra's Pillow)
     al.view(trace, path, **opens)
-    open_page(browser, path, "window.attnlabView && attnlabView.imageReady", timeout=10)
+    open_page(browser, path, "window.attnlabView && attnlabView.imageReady", timeout=120)  # a hang, not a pace
     assert browser.get_log("browser") == []  # no error in the console
 
 

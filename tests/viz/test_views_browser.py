@@ -147,7 +147,7 @@ def test_a_heads_page_labels_each_head_of_the_model_view_by_its_kind(browser, tm
 
     page, text = tmp_path / "heads.html", "The animal didn't cross the street because it was too tired."
     assert main(["heads", "--model", str(minilm_dir()), "--text", text, "--repeat", "8", "-o", str(page)]) == 0
-    open_page(browser, page, READY, timeout=10)
+    open_page(browser, page, READY, timeout=120)  # a hang, not a pace
     expected = head_types(models.load(minilm_dir()), text, repeat=8, seed=0)
     dominant = expected.dominant()
     for canvas in browser.find_elements(By.CSS_SELECTOR, "#grid canvas[data-layer]"):

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from .._validation import Array, fail, is_integer, text_ids
+from .._validation import Array, fail, int_seed, is_integer, text_ids
 from ..trace import ModelTrace
 from ._head_table import KINDS, HeadTypes
 from ._rollout import _layer_weights
@@ -53,12 +53,24 @@ _RESERVED = re.compile(r"^(\[.*\]|<.*>)$")
 @dataclass(frozen=True)
 class _Sequence:
     """One forward's attention: the ids (L,), their tokens and special flags, the weights
-    (layers, H, L, L) in float64."""
+    (layers, H, L, L) in float64, every one a finite number: a NaN would make its head's
+    scores NaN and the head of no kind, without a word. (A model's weights are checked at
+    load, a trace's when it is made; a forward can still overflow.)
+
+    Raises:
+        ArgumentError: a weight that is not finite, named by layer, head, query and key.
+    """
 
     ids: list[int]
     tokens: list[str]
     special: list[bool]
     weights: Array
+
+    def __post_init__(self) -> None:
+        if not np.isfinite(self.weights).all():
+            layer, head, query, key = (int(i) for i in np.argwhere(~np.isfinite(self.weights))[0])
+            got = f"{self.weights[layer, head, query, key]} at layer {layer}, head {head}, query {query}, key {key}"
+            raise fail("model_or_trace", "attention weights that are finite numbers", got)
 
 
 def _first_query(weights: Array) -> int:
@@ -200,10 +212,11 @@ def head_types(
             encoder-only), or a :class:`attnlab.models.ModelTrace` of every layer.
         text: a model's text (tokenized with its tokenizer, special tokens added) or ids
             (L,), at least 2 tokens; None: :data:`DEFAULT_TEXT`. None for a trace.
-        repeat: n. For a model: None is :data:`REPEAT` (50), 0 leaves induction out; else
+        repeat: n. For a model: None is :data:`REPEAT` (50), or the most its positions and
+            ordinary tokens take where fewer; 0 leaves induction out; else
             2 ≤ n, with 1 + 2n positions and n ordinary tokens in the vocabulary. For a
             trace: None or 0 leaves induction out; n: its last 2n tokens repeat n.
-        seed: the draw of r: an int seed or a numpy Generator (never the global state).
+        seed: the draw of r: an int seed in [0, 2**63) or a numpy Generator (never the global state).
         tokenizer: a transformers model's tokenizer (to read a text and tell special
             tokens); attnlab's models have their own.
 
@@ -214,8 +227,9 @@ def head_types(
     Raises:
         ArgumentError: a text of fewer than 2 tokens or too long, a repeat out of range
             (too long for the positions or the vocabulary; a trace whose last 2n ids do
-            not repeat), a trace with a layer missing or with cross-attention, a text
-            for a trace.
+            not repeat), a seed outside [0, 2**63), a trace with a layer missing or with
+            cross-attention, a text for a trace, a model's attention weights that are not
+            finite numbers (named by layer, head, query and key: its forward overflowed).
         ArgumentTypeError: a model of none of these kinds, a bad seed or repeat.
         UnsupportedModelError: a transformers model attnlab's backend cannot run.
     """
@@ -225,6 +239,8 @@ def head_types(
         raise fail("repeat", "None, 0 or an integer n ≥ 2", repr(repeat))
     if not (is_integer(seed) or isinstance(seed, np.random.Generator)):
         raise fail("seed", "an int seed or a numpy.random.Generator", type(seed).__name__, TypeError)
+    if is_integer(seed):
+        int_seed("seed", seed)
     if isinstance(model_or_trace, ModelTrace):
         return _of_trace(model_or_trace, text, repeat, tokenizer)
     runner = _runner(model_or_trace, tokenizer)
@@ -232,14 +248,16 @@ def head_types(
     ids = runner.ids(DEFAULT_TEXT if text is None else text, cut=text is None)
     if text is None and runner.positions is not None and len(ids) == runner.positions:
         notes.append(f"the default text, cut to the model's {runner.positions} positions")
+    if len(ids) < 2:  # checked before any forward, as repeat is
+        raise fail("text", "at least 2 tokens (the previous-token score reads A[i, i − 1])", "1 token")
+    n = runner.most_repeat() if repeat is None else int(repeat)
+    repeat_ids = None if n == 0 else runner.repeated(n, np.random.default_rng(seed))
     sequence = runner.run(ids)
     scores = _text_scores(sequence, notes)
-    n = REPEAT if repeat is None else int(repeat)
-    repeat_ids = None
-    if n == 0:
-        notes.append("induction: left out (repeat=0)")
+    if repeat_ids is None:
+        why = "repeat=0" if repeat == 0 else "the model's positions or vocabulary take no 2 tokens twice"
+        notes.append(f"induction: left out ({why})")
     else:
-        repeat_ids = runner.repeated(n, np.random.default_rng(seed))
         scores["induction"] = induction_scores(runner.run(repeat_ids).weights, n)
     return _result(scores, runner.name, sequence, n or None, repeat_ids, notes)
 
@@ -300,6 +318,14 @@ class _Runner:
         """The ids r is drawn from: every id below the vocabulary size that is not special,
         the prefix or a reserved entry."""
         raise NotImplementedError
+
+    def most_repeat(self) -> int:
+        """repeat=None's n: REPEAT, or fewer where the positions ([prefix] + 2n) or the
+        ordinary tokens take fewer; 0 where not even 2 fit (induction left out)."""
+        most = min(REPEAT, len(self.ordinary()))
+        if self.positions is not None:
+            most = min(most, (self.positions - len(self.prefix)) // 2)
+        return most if most >= 2 else 0
 
     def repeated(self, n: int, rng: np.random.Generator) -> list[int]:
         """[prefix] + r + r, r = n distinct ordinary ids drawn with ``rng``."""

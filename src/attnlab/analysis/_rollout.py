@@ -13,7 +13,8 @@ Row i of Â_l is how position i after layer l mixes the positions before it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -22,10 +23,19 @@ from .._progress import progress_bar
 from .._validation import Array, fail, flag, is_integer
 from ..trace import ModelTrace
 
-__all__ = ["FLOW_SCALE", "flow", "residual_attention", "rollout"]
+__all__ = ["FLOW_SCALE", "MAX_FLOW_PROBLEMS", "flow", "flow_length_limit", "residual_attention", "rollout"]
 
 # flow's capacities are integers: Â·FLOW_SCALE rounded (see flow's docstring).
 FLOW_SCALE = 2**24
+# the most max-flow problems (layers·L²) that attnlab view --rollout and the live page solve:
+# 64 tokens on 6 layers (MiniLM, 7–11 s), 28 on SmolLM2's 30 (about 14 s); minutes past it
+MAX_FLOW_PROBLEMS = 6 * 64**2
+
+
+def flow_length_limit(layers: int) -> int:
+    """The most tokens whose flow over ``layers`` layers is at most MAX_FLOW_PROBLEMS
+    max-flow problems: ⌊√(MAX_FLOW_PROBLEMS / layers)⌋."""
+    return math.isqrt(MAX_FLOW_PROBLEMS // max(layers, 1))
 
 
 def residual_attention(trace: ModelTrace, heads: Sequence[int] | None = None) -> Array:
@@ -77,7 +87,13 @@ def rollout(trace: ModelTrace, *, heads: Sequence[int] | None = None) -> Array:
     return rolled
 
 
-def flow(trace: ModelTrace, *, heads: Sequence[int] | None = None, progress: bool = False) -> Array:
+def flow(
+    trace: ModelTrace,
+    *,
+    heads: Sequence[int] | None = None,
+    progress: bool = False,
+    check: Callable[[], object] | None = None,
+) -> Array:
     """Attention flow: the maximum flow from each input token to each position after each
     layer, over the layer graph whose nodes are the L positions before the first layer and
     after every layer, with an edge from position j at level l to position i at level l + 1
@@ -96,6 +112,9 @@ def flow(trace: ModelTrace, *, heads: Sequence[int] | None = None, progress: boo
         trace: a model's trace with every layer traced, self-attention only.
         heads: the heads averaged in every layer (indices in 0..H − 1); None: all.
         progress: show a progress bar on stderr, flow problems solved of layers·L².
+        check: called before each position's L flow problems (layers·L times); an
+            exception it raises stops flow and is raised (the live page stops a request
+            its reader replaced or left this way). None: nothing is called.
 
     Returns:
         (layers, L, L) float64: [l, i, j] is the maximum flow from input token j to position
@@ -103,12 +122,15 @@ def flow(trace: ModelTrace, *, heads: Sequence[int] | None = None, progress: boo
 
     Raises:
         ArgumentError, ArgumentTypeError: as :func:`residual_attention`; a ``progress``
-            that is not a bool.
+            that is not a bool, a ``check`` that is not callable.
         MissingDependencyError: SciPy is not installed (``attnlab[models]``).
+        Exception: whatever ``check`` raises.
     """
     from scipy.sparse.csgraph import maximum_flow
 
     show_progress = flag("progress", progress)
+    if check is not None and not callable(check):
+        raise fail("check", "a function or None", type(check).__name__, TypeError)
     residual = residual_attention(trace, heads)
     layers, L, _ = residual.shape
     capacities = np.rint(residual * FLOW_SCALE).astype(np.int32)  # (layers, L, L)
@@ -118,6 +140,8 @@ def flow(trace: ModelTrace, *, heads: Sequence[int] | None = None, progress: boo
             graph = _layer_graph(capacities[: layer + 1])
             top = (layer + 1) * L
             for i in range(L):
+                if check is not None:
+                    check()
                 for j in range(L):
                     flows[layer, i, j] = maximum_flow(graph, j, top + i, method="dinic").flow_value
                 bar.update(L)

@@ -28,6 +28,7 @@ from ._options import at_least
 from ._transformers import (
     _quiet,
     add_model_options,
+    check_page_first,
     load_on_attnlab,
     run_on_model,
     say_backend,
@@ -82,6 +83,8 @@ def run(args: argparse.Namespace) -> None:
     from ..analysis import ablate
 
     def work(model: Any, tokenizer: Any) -> Ablation:
+        if args.output is not None:
+            check_page_first(model, tokenizer, args.text, "--text")  # before a forward per head
         return ablate(
             model, args.text, heads=args.heads, mode=args.mode, target=args.target, patch_text=args.patch_text,
             tokenizer=tokenizer, progress=sys.stderr.isatty(),

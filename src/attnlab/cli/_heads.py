@@ -26,6 +26,7 @@ from ._options import at_least
 from ._transformers import (
     _quiet,
     add_model_options,
+    check_page_first,
     load_on_attnlab,
     run_on_model,
     say_backend,
@@ -61,8 +62,9 @@ def add_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", required=True, metavar="NAME|DIR", help="a checkpoint directory or hub id")
     parser.add_argument("--text", help="the text the scores but induction are read on (default: a short English text)")
     parser.add_argument(
-        "--repeat", type=at_least(0, 4096), default=50, metavar="N",
-        help="induction: N random tokens, twice, after the first token (default 50; 0: no induction score)",
+        "--repeat", type=at_least(0, 4096), metavar="N",
+        help="induction: N random tokens, twice, after the first token (default: 50, or the most the model's "
+        "positions and vocabulary take, such as 31 for builtin:coref's 64 positions; 0: no induction score)",
     )  # fmt: skip
     parser.add_argument("--seed", type=at_least(0, 2**63 - 1), default=0, help="the random tokens' seed (default 0)")
     parser.add_argument("--top", type=at_least(1, 1000), default=3, metavar="K", help="heads listed per kind (3)")
@@ -83,6 +85,8 @@ def run(args: argparse.Namespace) -> None:
     from ..analysis import head_types
 
     def work(model: Any, tokenizer: Any) -> HeadTypes:
+        if args.output is not None and args.text is not None:
+            check_page_first(model, tokenizer, args.text, "--text")  # before the scores' forwards
         return head_types(model, args.text, repeat=args.repeat, seed=args.seed, tokenizer=tokenizer)
 
     ran = run_on_model(args, _transformers_model, work, _OPTION_OF)

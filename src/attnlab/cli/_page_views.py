@@ -107,14 +107,17 @@ def _transformers_generation(
         from ..hf._torch import torch, transformers
     except ImportError as error:
         raise InputError(f"--backend transformers: {error}") from None
-    from ._transformers import _processor, _quiet, is_encoder_decoder, load_on_attnlab
+    from ._transformers import _processor, _quiet, check_page_first, is_encoder_decoder, load_on_attnlab, named
 
     if is_encoder_decoder(directory):
         raise InputError(f"--generate: {args.model} is an encoder-decoder model; --generate traces decoder-only models")
     with _quiet(transformers):
         failure = f"--generate: transformers cannot load {args.model} as a causal model"
         model = load_on_attnlab(transformers.AutoModelForCausalLM, directory, failure)
+        named(model, args.model)
         tokenizer = _processor(transformers, directory)
+        count = None if layers is None else len(layers) if isinstance(layers, list) else 1
+        check_page_first(model, tokenizer, args.text, "--text and --generate", args.generate, count)
         generation = hf.trace_generation(
             model, args.text, args.generate, tokenizer=tokenizer, layers=layers, progress=sys.stderr.isatty()
         )

@@ -42,13 +42,17 @@ OPTIONS = (add_input_options, add_options)  # the option groups, in --help's ord
 def run(args: argparse.Namespace) -> None:
     """Draw the trace the input options name to -o; progress, font warnings and the time
     taken (past a second) go to standard error."""
-    from ..viz._plot import MissingFontWarning, check_path, plot
+    from ..viz._plot import MissingFontWarning, check_path, plot, select_heads
 
     check_path(args.output)
     if args.stage == "rollout":
         _plot_rollout(args)
         return
-    trace = trace_from_args(args)
+
+    def heads_there(_layers: int, heads: int) -> None:
+        select_heads(args.heads, heads)  # --heads among the model's, before it runs
+
+    trace = trace_from_args(args, check=heads_there)
     start = time.perf_counter()
 
     def progress(message: str) -> None:
@@ -77,9 +81,12 @@ def _plot_rollout(args: argparse.Namespace) -> None:
         raise InputError("--stage rollout: expected one --layer to draw (every layer is traced), got a list")
     layer = -1 if args.layer in (None, "all") else args.layer
     args.layer = "all"
-    trace = trace_from_args(args)
+
+    def drawn(layers: int, _heads: int) -> None:
+        if not -layers <= layer < layers:
+            raise InputError(f"--layer: expected a layer in {-layers}..{layers - 1}, got {layer}")
+
+    trace = trace_from_args(args, check=drawn)  # the layer drawn, checked before the model runs
     rollout, flow = rollout_and_flow(trace, "--stage rollout")
-    if not -len(rollout) <= layer < len(rollout):
-        raise InputError(f"--layer: expected a layer in {-len(rollout)}..{len(rollout) - 1}, got {layer}")
     tokens = trace.tokens if isinstance(trace, ModelTrace) else trace.labels
     plot_rollout(tokens, rollout, args.output, flow=flow, layer=layer)

@@ -12,9 +12,7 @@ from ..trace import ModelTrace
 from ..trace._trace import Trace
 from ._inputs import InputError
 
-__all__ = ["MAX_FLOW_TOKENS", "require_analysis", "rollout_and_flow"]
-
-MAX_FLOW_TOKENS = 64  # flow solves layers·L² max-flow problems: seconds at 64 tokens, minutes past it
+__all__ = ["require_analysis", "rollout_and_flow"]
 
 
 def require_analysis(option: str) -> tuple[Callable[..., Array], Callable[..., Array]]:
@@ -30,8 +28,11 @@ def require_analysis(option: str) -> tuple[Callable[..., Array], Callable[..., A
 
 def rollout_and_flow(trace: Trace | ModelTrace, option: str = "--rollout") -> tuple[Array, Array | None]:
     """The rollout (layers, L, L) of a model's trace of every layer, and its flow while the
-    text has at most MAX_FLOW_TOKENS tokens (else None, said on standard error)."""
+    text takes at most MAX_FLOW_PROBLEMS max-flows, the live page's limit too (else None,
+    said on standard error)."""
     rollout, flow = require_analysis(option)
+    from ..analysis._rollout import flow_length_limit  # with analysis, which require_analysis found
+
     if not isinstance(trace, ModelTrace):
         raise InputError(f"{option}: expected --model (rollout runs over a model's layers), got a single layer")
     if len(trace.layers) != trace.num_layers:
@@ -39,10 +40,9 @@ def rollout_and_flow(trace: Trace | ModelTrace, option: str = "--rollout") -> tu
             f"{option}: expected every layer traced (drop --layer), got {len(trace.layers)} of {trace.num_layers}"
         )
     rolled = rollout(trace)
-    if len(trace.tokens) > MAX_FLOW_TOKENS:
-        print(
-            f"attnlab: {option}: flow left out past {MAX_FLOW_TOKENS} tokens (it solves L² max-flows per layer)",
-            file=sys.stderr,
-        )
+    limit = flow_length_limit(trace.num_layers)
+    if len(trace.tokens) > limit:
+        why = f"it solves L² max-flows per layer, minutes past {limit} tokens on {trace.num_layers} layers"
+        print(f"attnlab: {option}: flow left out past {limit} tokens ({why})", file=sys.stderr)
         return rolled, None
     return rolled, flow(trace, progress=sys.stderr.isatty())

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import math
+from collections.abc import Callable
 
 import numpy as np
 
@@ -29,7 +30,7 @@ from ._inputs import (
 from ._options import TextsAction, at_least, positive_number, window_sides
 from ._transformers import BACKENDS, backend_for, say_backend, transformers_trace
 
-__all__ = ["add_input_options", "trace_from_args"]
+__all__ = ["ShapeCheck", "add_input_options", "trace_from_args"]
 
 # What a trace can hold: its (L, L) matrices are kept whole, several per head, so L²·H
 # is capped before any work (2²⁴ float64 scores are 128 MiB an array); widths likewise. A
@@ -45,6 +46,9 @@ MAX_WIDTH = 2**16
 # d_k = 2000 would draw 12 million of them.
 DEFAULT_MAX_D_K = 64
 ONE_LAYER = "--layer: expected --model or a saved model's trace with it; this input has one layer"
+# A command's check of its options against a model's layers and heads (plot's --heads), run
+# once the model is loaded and before it runs: an option the model cannot take costs no work.
+ShapeCheck = Callable[[int, int], None]
 
 
 def _scale(text: str) -> float | str:
@@ -170,16 +174,21 @@ def add_input_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def trace_from_args(args: argparse.Namespace, page: bool = False) -> Trace | ModelTrace:
+def trace_from_args(
+    args: argparse.Namespace, page: bool = False, check: ShapeCheck | None = None
+) -> Trace | ModelTrace:
     """The trace the options name: the --model run on --text, the layer run on the
     sequence, or a saved trace (a JSON object from ``attnlab trace --format json``). What
     it would hold (L²·heads·layers scores), and for a ``page`` what the page would
-    (:func:`~attnlab.viz._page.check_page_size`), is checked before the work."""
+    (:func:`~attnlab.viz._page.check_page_size`), is checked before the work; so is
+    ``check(layers, heads)``, the command's own options against the model's: attnlab's
+    model is checked before it runs, a transformers model once its one forward has found
+    its attention entries."""
     texts = getattr(args, "texts", None) or []
     if len(texts) > 1:
         raise InputError(f"--text: given {len(texts)} times; only 'attnlab view --model …' takes two texts")
     if args.model is not None:
-        return _model_trace(args, page)
+        return _model_trace(args, page, check)
     for option, given in (("--image", args.image), ("--backend", args.backend)):
         if given is not None:
             raise InputError(f"{option}: expected --model with it (the checkpoint that reads it)")
@@ -200,9 +209,9 @@ def trace_from_args(args: argparse.Namespace, page: bool = False) -> Trace | Mod
     return _run_layer(X, parse_tokens(args.tokens, len(X)) or names, args)
 
 
-def _model_trace(args: argparse.Namespace, page: bool) -> ModelTrace:
+def _model_trace(args: argparse.Namespace, page: bool, check: ShapeCheck | None) -> ModelTrace:
     """Run the --model on --text and trace --layer (default: all for a page, else the
-    last), once its L²·heads·layers scores, and for a ``page`` the page, fit."""
+    last), once its L²·heads·layers scores, for a ``page`` the page, and ``check`` fit."""
     from ..models._checkpoint import locate
 
     _refuse(args, f"--model {args.model} fixes the weights, the embedding and the scale")
@@ -213,17 +222,19 @@ def _model_trace(args: argparse.Namespace, page: bool) -> ModelTrace:
     backend, model_type = backend_for(args, directory)
     if backend == "transformers":
         trace = transformers_trace(args, directory, page)
+        if check is not None:
+            check(trace.num_layers, trace.num_heads)
         _check_trace_size(len(trace.tokens), trace.num_heads * len(trace.layers), "--layer N", page)
         if page:
             check_page_size(trace, "--text", FEWER_LAYERS)
     else:
-        trace = _numpy_model_trace(args, page)
+        trace = _numpy_model_trace(args, page, check)
     say_backend(args, backend, model_type)
     return trace
 
 
-def _numpy_model_trace(args: argparse.Namespace, page: bool) -> ModelTrace:
-    """--model on attnlab's NumPy models."""
+def _numpy_model_trace(args: argparse.Namespace, page: bool, check: ShapeCheck | None) -> ModelTrace:
+    """--model on attnlab's NumPy models, ``check`` run on its config before it runs."""
     from ..models import load
     from ..models._checks import sequence_ids
 
@@ -232,6 +243,8 @@ def _numpy_model_trace(args: argparse.Namespace, page: bool) -> ModelTrace:
     model = load(args.model)
     if model.tokenizer is None:
         raise InputError(f"--model: {args.model} has no tokenizer (tokenizer.json, vocab.txt or vocab.json)")
+    if check is not None:
+        check(model.config.num_hidden_layers, model.config.num_attention_heads)
     ids = sequence_ids(model.config, model.tokenizer, args.text, truncation=args.truncate, chat=args.chat).ids
     layer = ("all" if page else -1) if args.layer is None else args.layer
     layers = None if layer == "all" else layer

@@ -11,7 +11,8 @@ Examples::
 
   attnlab serve
   attnlab serve --model builtin:coref
-  attnlab serve --model SmolLM2-135M-Instruct.Q4_1.gguf --text "The cat sat on the"
+  attnlab serve --model gpt2 --text "The cat sat on the"
+  attnlab serve --model path/to/SmolLM2-135M-Instruct.Q4_1.gguf
 """
 
 from __future__ import annotations

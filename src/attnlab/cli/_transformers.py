@@ -15,6 +15,7 @@ from typing import Any, Generic, TypeVar
 
 from .._exceptions import AttnlabError, CheckpointError
 from ..trace import ModelTrace
+from ..trace._display import shown_name
 from ._inputs import InputError
 
 T = TypeVar("T")
@@ -24,9 +25,11 @@ __all__ = [
     "ModelRun",
     "add_model_options",
     "backend_for",
+    "check_page_first",
     "in_option_words",
     "is_encoder_decoder",
     "load_on_attnlab",
+    "named",
     "run_on_model",
     "say_backend",
     "tokenizer_of",
@@ -131,6 +134,7 @@ def run_on_model(
     directory = locate(args.model)
     backend, model_type = backend_for(args, directory)
     model, tokenizer = (load(args.model), None) if backend == "numpy" else load_transformers(args, directory)
+    named(model, args.model)
     try:
         result = work(model, tokenizer)
     except AttnlabError as error:
@@ -139,6 +143,47 @@ def run_on_model(
             raise InputError(option_of[argument] + message[len(argument) :]) from None
         raise
     return ModelRun(model, tokenizer, result, backend, model_type)
+
+
+def named(model: Any, given: str) -> None:
+    """Name ``model`` (attnlab's, or a transformers model) as attnlab shows --model ``given``
+    (:func:`~attnlab.trace._display.shown_name`: a hub id, or a checkpoint's folder or file
+    without its path), the name its traces, tables and pages carry. A transformers model's
+    own is the folder it was read from: a GGUF file's parent, a hub id's cache snapshot."""
+    from ..models._model import Model
+
+    if isinstance(model, Model):
+        model.name = shown_name(given)
+    else:
+        model.config.name_or_path = shown_name(given)  # what attnlab.hf names a model by
+
+
+def check_page_first(
+    model: Any, tokenizer: Any, text: str, source: str, added: int = 0, layers: int | None = None
+) -> None:
+    """The page of ``text`` (and ``added`` tokens after it) through ``model`` (attnlab's, or
+    a transformers model and its ``tokenizer``), ``layers`` of its layers (None: every
+    one), checked to fit before the work that comes before the page (an ablation of every
+    head, the heads' scores, a generation): its shape from the text's tokens and the
+    model's config. The page's own check, of the trace after the work, still decides;
+    where the tokenizer or the config's sizes are missing, only that check is made."""
+    from ..models._model import Model
+    from ..viz._page import PageShape, check_page_size
+
+    tokenizer = model.tokenizer if isinstance(model, Model) else getattr(tokenizer, "tokenizer", tokenizer)
+    if tokenizer is None:
+        return  # the work refuses a text without a tokenizer
+    if isinstance(model, Model):
+        config, length = model.config, len(tokenizer.encode(text))
+    else:
+        config = getattr(model.config, "text_config", None) or model.config
+        length = len(tokenizer(text)["input_ids"])
+    heads, total = getattr(config, "num_attention_heads", None), getattr(config, "num_hidden_layers", None)
+    if not isinstance(heads, int) or not isinstance(total, int) or heads < 1:
+        return
+    width = getattr(config, "head_dim", None) or getattr(config, "hidden_size", 0) // heads
+    fewer = "--layer N" if layers is None else ""
+    check_page_size(PageShape(length + added, heads, layers or total, (width, width), model=True), source, fewer)
 
 
 def _model_type(directory: Path) -> str | None:
@@ -165,6 +210,7 @@ def transformers_trace(args: argparse.Namespace, directory: Path, page: bool) ->
         model = load_on_attnlab(transformers.AutoModel, directory, f"--model: transformers cannot load {args.model}")
         processor = _processor(transformers, directory)
     hf.check_model(model)
+    named(model, args.model)
     inputs: Any = args.text
     if args.image is not None:
         if model.main_input_name != "pixel_values":

@@ -66,6 +66,9 @@ def run(args: argparse.Namespace) -> None:
 
         if args.model is None:
             raise InputError("--rollout: expected --model (rollout runs over a model's layers)")
+        if args.layer not in (None, "all"):  # before the model loads, generates or runs
+            chosen = ",".join(map(str, args.layer)) if isinstance(args.layer, list) else args.layer
+            raise InputError(f"--rollout: expected every layer traced (drop --layer), got --layer {chosen}")
         require_analysis("--rollout")
     trace: Trace | ModelTrace
     if args.generate is not None:

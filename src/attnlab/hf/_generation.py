@@ -23,6 +23,7 @@ from ._backend import EngineCall, _engine_call
 from ._inputs import _labelled, model_inputs
 from ._record import _chosen, _recorded
 from ._register import check_model
+from ._torch import model_name
 
 __all__ = ["trace_generation"]
 
@@ -144,5 +145,4 @@ def trace_generation(
         tokens, special = labelled.tokens, labelled.special
     else:
         tokens, special = [str(i) for i in all_ids], []
-    name = str(getattr(model.config, "name_or_path", "") or type(model).__name__)
-    return GenerationTrace(name, all_ids, tokens, P, weights, names, special)
+    return GenerationTrace(model_name(model), all_ids, tokens, P, weights, names, special)

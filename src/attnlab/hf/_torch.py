@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from .._validation import MissingDependencyError
+from ..trace._display import shown_name
 
 try:
     import torch
@@ -26,8 +27,9 @@ def model_type(model: Any) -> str:
 
 def model_name(model: Any) -> str:
     """A transformers model's name, as a trace or an ablation records it: the hub id or
-    directory it was loaded from, else its config's ``model_type``."""
-    return str(getattr(model.config, "_name_or_path", "") or model.config.model_type)
+    folder or file it was loaded from, by its own name (:func:`shown_name`), else its
+    config's ``model_type``."""
+    return shown_name(str(getattr(model.config, "_name_or_path", "") or model.config.model_type))
 
 
 def to_numpy(tensor: Any, dtype: Any = None, *, contiguous: bool = False) -> Any:

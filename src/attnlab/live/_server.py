@@ -2,10 +2,12 @@
 
 The standard library's ThreadingHTTPServer (docs/design.md says why): each connection
 on its own thread, the model's work on one worker thread (:mod:`._worker`), one request at
-a time in the order they came. Safe by default: it listens on 127.0.0.1; every request
+a time in the order they came; a request whose page closed its connection, or sent a newer
+one, stops at its next stage. Safe by default: it listens on 127.0.0.1; every request
 carries the random token the printed address holds; the Host and Origin headers must name
-this server (against DNS rebinding); a body is read only up to MAX_BODY bytes; and a text
-the model cannot take is a message in the page, never a traceback.
+this server (against DNS rebinding); a request RFC 9112 calls malformed is a 400; a body is
+read only up to MAX_BODY bytes, a JSON object MAX_DEPTH deep; and a text the model cannot
+take, or a field the page would never send, is a message in the page, never a traceback.
 """
 
 from __future__ import annotations
@@ -15,27 +17,37 @@ import hmac
 import ipaddress
 import json
 import os
+import re
 import secrets
+import selectors
 import signal
+import socket
 import sys
 import threading
 import traceback
 from importlib.resources import files
+from itertools import accumulate
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlsplit
 
 from .._json import json_text
 from .._validation import AttnlabError, fail, is_integer
+from ..trace._display import shown_name
 from ._session import MAX_GENERATE, Request, Session
-from ._worker import DROPPED, Worker
+from ._worker import DROPPED, Job, Worker
 
 if TYPE_CHECKING:
     from http.server import BaseHTTPRequestHandler
 
-__all__ = ["DEFAULT_TEXT", "MAX_BODY", "LiveServer", "serve"]
+__all__ = ["DEFAULT_TEXT", "MAX_BODY", "MAX_DEPTH", "LiveServer", "serve"]
 
 DEFAULT_TEXT = "小明是个运动达人，他平时很爱打篮球"  # the article's sentence
 MAX_BODY = 256 * 1024  # bytes of a request's JSON: two texts of MAX_TEXT characters, in UTF-8, fit
+MAX_DEPTH = 3  # how deep a request's JSON nests: {"ablate": [[layer, head], …]}
+_MAX_DIGITS = 20  # a JSON integer longer reads as a float, as JavaScript reads it: no field takes one
+_WATCH = 0.05  # seconds between two looks at a waiting request's connection
+_JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')
+_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
 _LOOPBACK = ("127.0.0.1", "localhost", "[::1]")
 _PAGE_POLICY = (  # the shell's and its page's: nothing from the network; requests only to this server
     "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data: blob:; "
@@ -128,19 +140,37 @@ class LiveServer:
     def has_token(self, given: str | None) -> bool:
         return given is not None and hmac.compare_digest(given.encode(), self.token.encode())
 
-    def answer(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    def malformed(self, target: str, headers: Any) -> str | None:
+        """Why RFC 9112 calls a request malformed (a 400), or None: two Host headers,
+        Content-Length values that disagree, a Transfer-Encoding (this server reads a
+        Content-Length body only), a target in absolute form naming another server."""
+        if len(hosts := headers.get_all("Host") or []) > 1:
+            return str(fail("Host", "one Host header", f"{len(hosts)}: {', '.join(map(repr, hosts))}"[:120]))
+        if len(sizes := _sizes(headers)) > 1:
+            return str(fail("Content-Length", "one size", ", ".join(sorted(sizes))[:80]))
+        if encoding := headers.get("Transfer-Encoding"):
+            return str(fail("Transfer-Encoding", "none (send Content-Length)", repr(encoding)[:80]))
+        address = urlsplit(target)
+        if (address.scheme or address.netloc) and not (address.scheme == "http" and self._names_this(address.netloc)):
+            return str(fail("request target", "a path, or this server's http:// address", repr(target)[:80]))
+        return None
+
+    def answer(self, body: dict[str, Any], connection: socket.socket | None = None) -> tuple[int, dict[str, Any]]:
         """The status and JSON of a page's request (``client``, ``number`` and the
         :class:`Request`'s fields): 200 with the page; 422 with a message the page shows;
-        409 when a newer request of the same page replaced it before it ran."""
+        409 when a newer request of the same page replaced it, or ``connection`` (the
+        page's, watched while the request waits and runs) closed, before it ended."""
         try:
             client, number = body.get("client"), body.get("number")
-            if not isinstance(client, str) or not is_integer(number) or len(client) > 64:
-                raise fail("request", "a page's client id and request number", repr((client, number))[:80])
+            if not isinstance(client, str) or len(client) > 64:
+                raise fail("client", "a page's id of at most 64 characters", repr(client)[:80])
+            if not is_integer(number):
+                raise fail("number", "a whole number (the page's count of its requests)", repr(number)[:80])
             request = Request.from_json(body)
         except AttnlabError as error:
             return 422, {"error": str(error)}
-        job = self._worker.submit(client, int(number), lambda: self.session.answer(request))
-        job.done.wait()
+        job = self._worker.submit(client, int(number), lambda check: self.session.answer(request, check))
+        _wait(job, connection)
         if job.result is DROPPED:
             return 409, {"dropped": True}
         if isinstance(job.result, AttnlabError):
@@ -153,9 +183,9 @@ class LiveServer:
     def shell(self) -> str:
         """The live page: assets/live.html with its script and settings inline."""
         assets = files("attnlab.live") / "assets"
-        name = self.session.name  # a local checkpoint by its folder or file, not its whole path; a hub id whole
-        shown = os.path.basename(name.rstrip("/\\")) if os.path.exists(name) else name
-        settings = {"text": self.text, "model": shown, "maxGenerate": MAX_GENERATE}
+        shown = shown_name(self.session.name)  # a local checkpoint by its folder or file, never its path
+        limit = self.session.flow_limit  # attnlab view --rollout's limit, the page's too
+        settings = {"text": self.text, "model": shown, "maxGenerate": MAX_GENERATE, "maxFlowTokens": limit}
         filling = {
             "__LIVE_SETTINGS__": json_text(settings).replace("<", "\\u003c").replace(">", "\\u003e"),
             "__LIVE_SCRIPT__": (assets / "live.js").read_text(encoding="utf-8"),
@@ -189,17 +219,23 @@ def _handler(server: LiveServer) -> type[BaseHTTPRequestHandler]:
                 return
             if urlsplit(self.path).path != "/api/page":
                 return self._send(404, "text/plain", b"not found")
-            length = self.headers.get("Content-Length", "")
-            if not length.isdigit() or int(length) > MAX_BODY:
+            size = _size(self.headers)
+            if isinstance(size, tuple):
                 self.close_connection = True  # the body is never read
-                return self._json(413, {"error": f"a request of at most {MAX_BODY:,} bytes, got {length or 'no size'}"})
+                return self._json(*size)
             try:
-                body = json.loads(self.rfile.read(int(length)))
-            except (UnicodeDecodeError, json.JSONDecodeError):
-                return self._json(422, {"error": "request: expected a JSON object"})
-            self._json(*server.answer(body if isinstance(body, dict) else {}))
+                body = _request_json(self.rfile.read(size))
+            except AttnlabError as error:
+                return self._json(422, {"error": str(error)})
+            self._json(*server.answer(body, self.connection))
 
         def _allowed(self, token: str | None) -> bool:
+            """Whether the request is well formed, names this server and has the token; if
+            not, its refusal is sent (400, its connection closed; 403)."""
+            if malformed := server.malformed(self.path, self.headers):
+                self.close_connection = True  # its framing cannot be trusted: the next request may start anywhere
+                self._json(400, {"error": malformed})
+                return False
             if not server.allowed(self.headers):
                 self._json(403, {"error": "the Host or Origin header does not name this server"})
                 return False
@@ -230,6 +266,81 @@ def _handler(server: LiveServer) -> type[BaseHTTPRequestHandler]:
             pass
 
     return Handler
+
+
+def _sizes(headers: Any) -> set[str]:
+    """The Content-Length values given, each header's comma-separated list included."""
+    return {size.strip() for value in headers.get_all("Content-Length") or [] for size in value.split(",")}
+
+
+def _size(headers: Any) -> int | tuple[int, dict[str, str]]:
+    """The body's size in bytes (its one Content-Length, the others refused by
+    LiveServer.malformed), or the status and JSON of its refusal: 411 without one, 400 not
+    in ASCII digits (``int`` takes "²"), 413 over MAX_BODY."""
+    size = next(iter(_sizes(headers)), None)
+    if size is None:
+        return 411, {"error": str(fail("Content-Length", "the body's size in bytes", "none"))}
+    if not (size.isascii() and size.isdigit()):
+        return 400, {"error": str(fail("Content-Length", "the body's size in bytes, digits 0-9", repr(size)[:80]))}
+    if len(size) > len(str(MAX_BODY)) or int(size) > MAX_BODY:
+        return 413, {"error": str(fail("Content-Length", f"at most {MAX_BODY:,} bytes", size[:80]))}
+    return int(size)
+
+
+def _request_json(data: bytes) -> dict[str, Any]:
+    """A request's JSON object, at most MAX_DEPTH deep (json's parser recurses: a deeper one
+    could exhaust the stack); an integer of over _MAX_DIGITS digits reads as a float, which
+    the field that holds it refuses by name (``int`` refuses 4,300 digits and takes
+    quadratic time to get there).
+
+    Raises:
+        ArgumentError: not UTF-8 JSON, not an object, nested deeper than MAX_DEPTH.
+    """
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise fail("request", "a JSON object in UTF-8", "other bytes") from None
+    brackets = _NOT_BRACKET.sub("", _JSON_STRING.sub("", text))  # the brackets outside strings
+    depth = max(accumulate(1 if bracket in "[{" else -1 for bracket in brackets), default=0)
+    if depth > MAX_DEPTH:
+        raise fail("request", f"a JSON object nested at most {MAX_DEPTH} deep", f"{depth:,} levels")
+    try:
+        body = json.loads(text, parse_int=_integer)
+    except json.JSONDecodeError:
+        raise fail("request", "a JSON object", "text that is not JSON") from None
+    if not isinstance(body, dict):
+        raise fail("request", "a JSON object", type(body).__name__)
+    return body
+
+
+def _integer(digits: str) -> int | float:
+    """A JSON integer: an int up to _MAX_DIGITS digits, a float past them (inf past 308)."""
+    return int(digits) if len(digits) <= _MAX_DIGITS else float(digits)
+
+
+def _wait(job: Job, connection: socket.socket | None) -> None:
+    """Wait until ``job`` is done, cancelling it when ``connection`` (None: not watched)
+    reaches its end while it waits or runs: the page went away, and the job stops at its
+    next stage."""
+    if connection is None:
+        job.done.wait()
+        return
+    with selectors.DefaultSelector() as watch:  # select.select refuses a descriptor past 1023
+        watch.register(connection, selectors.EVENT_READ)
+        while not job.done.wait(_WATCH):
+            if watch.select(0) and _ended(connection):
+                job.cancel()
+                break
+    job.done.wait()  # the job ends at its next stage; its 409 goes nowhere
+
+
+def _ended(connection: socket.socket) -> bool:
+    """Whether a readable ``connection`` has nothing to read: the other end closed it.
+    Bytes waiting (a next request) are left there, and read as not ended."""
+    try:
+        return connection.recv(1, socket.MSG_PEEK) == b""
+    except OSError:  # reset by the other end
+        return True
 
 
 def serve(

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from .._validation import ArgumentError, ArgumentTypeError, AttnlabError, fail, is_integer
+from .._validation import ArgumentError, ArgumentTypeError, Array, AttnlabError, fail, is_integer
 from ..layers._self_attention import SelfAttention
 from ..layers._text import embed_tokens, split_text
 from ..trace import GenerationTrace, ModelTrace
@@ -90,6 +90,7 @@ class _Model(Protocol):
     checked first), a generation, an ablation."""
 
     name: str
+    layers: int | None  # None: the seed's one layer
 
     def trace(self, text: str, name: str) -> Trace | ModelTrace: ...
     def generate(self, text: str, count: int) -> tuple[ModelTrace, GenerationTrace]: ...
@@ -116,41 +117,84 @@ class Session:
     def name(self) -> str:
         return self.model.name
 
-    def answer(self, request: Request) -> dict[str, Any]:
+    @property
+    def flow_limit(self) -> int | None:
+        """The most tokens whose flow the page computes (its model's layers'
+        ``flow_length_limit``); None for the seed's layer, which has no rollout."""
+        from ..analysis._rollout import flow_length_limit
+
+        return None if self.model.layers is None else flow_length_limit(self.model.layers)
+
+    def answer(self, request: Request, check: Callable[[], object] = lambda: None) -> dict[str, Any]:
         """The page of ``request`` as HTML text (``"page"``), the view it opens on
         (``"opens"``: the page's layer position, head and query; ``"own"``: the view the trace
         opens on by itself, such as builtin:coref's pronoun), the generated text
-        (``"generated"``, or None) and the ablated heads' effects (``"ablation"``: the
-        metric and, per ablated head, its value).
+        (``"generated"``, or None), the ablated heads' effects (``"ablation"``: the metric
+        and, per ablated head, its value) and the notes the page shows (``"notes"``: flow
+        left out of a text over ``flow_limit`` tokens, as ``attnlab view --rollout`` leaves
+        it out; the rollout, cheap, is there at any length).
+
+        ``check`` is called before each stage (the trace, the second text's, rollout, flow
+        and each of its positions, the ablation, the heads' kinds, the page): the live
+        server's raises to stop a request that its page replaced or left.
+
+        Args:
+            request: the redraw asked for.
+            check: called between stages; what it raises ends the work.
 
         Raises:
             AttnlabError: a text the model cannot take (too long for its positions or for
                 the page, empty), a view this model does not offer, named by its field.
+            Exception: whatever ``check`` raises.
         """
         if request.second is not None and request.generate:
             raise fail("second text", "none while generating (the prompt is one text)", "a second text")
+        check()
         generation = None
         if request.generate:
             trace: Trace | ModelTrace
             trace, generation = self.model.generate(request.text, request.generate)
         else:
             trace = self.model.trace(request.text, "text")
+        check()
         second = None if request.second is None else self.model.trace(request.second, "second text")
         if second is not None and not (isinstance(trace, ModelTrace) and isinstance(second, ModelTrace)):
             raise fail("second text", "a model to compare two texts through (serve --model)", "the seed's layer")
-        from ..analysis import flow, rollout  # imported when a page asks, not with attnlab
-
-        rolled = flowed = None
-        if request.rollout:
-            if not isinstance(trace, ModelTrace):
-                raise fail("rollout", "a model's layers (serve --model)", "the seed's one layer")
-            rolled, flowed = rollout(trace), flow(trace)
+        rolled, flowed, notes = _rollout_and_flow(trace, request.rollout, check)
+        check()
         ablation = None if not request.ablate else self.model.ablate(request.text, list(request.ablate))
+        check()
         views = Views(second, generation, rolled, flowed, ablation, _kinds(trace))
         opens = _opens(trace, request)
         generated = None if generation is None else generation.text
+        check()
         page = render_page(trace, opens, views)
-        return {"page": page, "opens": opens, "own": opening(trace), "generated": generated, "ablation": ablation}
+        return {
+            "page": page, "opens": opens, "own": opening(trace), "generated": generated, "ablation": ablation,
+            "notes": notes,
+        }  # fmt: skip
+
+
+def _rollout_and_flow(
+    trace: Trace | ModelTrace, wanted: bool, check: Callable[[], object]
+) -> tuple[Array | None, Array | None, list[str]]:
+    """The rollout and flow of ``trace`` when ``wanted``, and the page's notes: flow only up
+    to ``flow_length_limit`` tokens, as ``attnlab view --rollout`` computes it (its
+    max-flows take minutes past them), a note saying so; ``check`` called before each and
+    inside flow."""
+    if not wanted:
+        return None, None, []
+    if not isinstance(trace, ModelTrace):
+        raise fail("rollout", "a model's layers (serve --model)", "the seed's one layer")
+    from ..analysis import flow, rollout  # imported when a page asks, not with attnlab
+    from ..analysis._rollout import flow_length_limit
+
+    check()
+    rolled = rollout(trace)
+    limit = flow_length_limit(trace.num_layers)
+    if len(trace.tokens) > limit:
+        return rolled, None, [f"flow is shown up to {limit} tokens (this text has {len(trace.tokens)})"]
+    return rolled, flow(trace, check=check), []
 
 
 def _opens(trace: Trace | ModelTrace, request: Request) -> dict[str, int]:
@@ -198,6 +242,7 @@ class _SeedLayer:
     count up to 64, as ``attnlab view --text`` runs it."""
 
     name = "the article's SelfAttention (random weights, seed 42)"
+    layers: int | None = None
 
     def trace(self, text: str, name: str) -> Trace:
         try:
@@ -222,7 +267,7 @@ class _NumpyModel:
     """An attnlab model."""
 
     def __init__(self, model: Any) -> None:
-        self.model, self.name = model, model.name
+        self.model, self.name, self.layers = model, model.name, model.config.num_hidden_layers
 
     def trace(self, text: str, name: str) -> ModelTrace:
         self._check_page(self._length(text, name), name)
@@ -258,10 +303,12 @@ class _TransformersModel:
 
     def __init__(self, model: Any, tokenizer: Any) -> None:
         from .. import hf
+        from ..hf._torch import model_name
 
         hf.check_model(model)
         self.model, self.tokenizer = model, tokenizer
-        self.name = str(getattr(model.config, "name_or_path", "") or type(model).__name__)
+        self.name = model_name(model)
+        self.layers = getattr(model.config.get_text_config(), "num_hidden_layers", None)
 
     def trace(self, text: str, name: str) -> ModelTrace:
         from .. import hf

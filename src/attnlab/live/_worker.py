@@ -1,36 +1,45 @@
 """One model, one request at a time: the live page's requests run in the order they came,
-on one worker thread, and a request its page has replaced by a newer one is dropped
-before it runs."""
+on one worker thread. A request its page has replaced by a newer one, or whose page has
+gone (the connection closed), is dropped before it runs, and stops at its next stage
+while it runs: its work calls the ``check`` it is given between stages."""
 
 from __future__ import annotations
 
 import queue
 import threading
 from collections.abc import Callable
+from concurrent.futures import CancelledError  # what a job's check raises: its page replaced it or left
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 __all__ = ["DROPPED", "Job", "Worker"]
 
-DROPPED = object()  # a job's result when a newer request of the same page replaced it before it ran
+DROPPED = object()  # a job's result when it was replaced or cancelled before it ended
 
 
 @dataclass
 class Job:
     """One request of one page (``client``), numbered ``number`` by that page: its
-    ``result`` (the work's value, the exception it raised, or DROPPED) once ``done``."""
+    ``work``, given a check to call between stages; its ``result`` (the work's value, the
+    exception it raised, or DROPPED) once ``done``."""
 
     client: str
     number: int
-    work: Callable[[], Any]
+    work: Callable[[Callable[[], None]], Any]
     done: threading.Event = field(default_factory=threading.Event)
+    cancelled: threading.Event = field(default_factory=threading.Event)
     result: Any = None
+
+    def cancel(self) -> None:
+        """Drop it: before it runs, or at its next check while it runs."""
+        self.cancelled.set()
 
 
 class Worker:
     """A daemon thread that runs jobs one at a time, first come first served, and drops a
-    job when its page has sent a newer one. A daemon, so that stopping the server (Ctrl-C)
-    never waits for a forward half done."""
+    job when its page has sent a newer one or cancelled it. A daemon, so that stopping the
+    server (Ctrl-C) never waits for a forward half done."""
 
     def __init__(self) -> None:
         self._jobs: queue.SimpleQueue[Job | None] = queue.SimpleQueue()
@@ -39,8 +48,10 @@ class Worker:
         self._thread = threading.Thread(target=self._run, name="attnlab-serve-worker", daemon=True)
         self._thread.start()
 
-    def submit(self, client: str, number: int, work: Callable[[], Any]) -> Job:
-        """Queue ``work`` for page ``client``'s request ``number``; wait on the job's ``done``."""
+    def submit(self, client: str, number: int, work: Callable[[Callable[[], None]], Any]) -> Job:
+        """Queue ``work`` for page ``client``'s request ``number``: it is called with a
+        check that raises :class:`CancelledError` once the job is replaced or cancelled. Wait on
+        the job's ``done``."""
         job = Job(client, number, work)
         with self._lock:
             self._newest[client] = max(number, self._newest.get(client, number))
@@ -51,15 +62,20 @@ class Worker:
         """Run nothing more (a job running now ends on its own)."""
         self._jobs.put(None)
 
+    def _check(self, job: Job) -> None:
+        """Raise :class:`CancelledError` when ``job`` is cancelled or its page sent a newer request."""
+        with self._lock:
+            replaced = self._newest[job.client] > job.number
+        if replaced or job.cancelled.is_set():
+            raise CancelledError
+
     def _run(self) -> None:
         while (job := self._jobs.get()) is not None:
-            with self._lock:
-                replaced = self._newest[job.client] > job.number
-            if replaced:
+            try:
+                self._check(job)
+                job.result = job.work(partial(self._check, job))
+            except CancelledError:
                 job.result = DROPPED
-            else:
-                try:
-                    job.result = job.work()
-                except Exception as error:  # the server turns it into a message; the worker keeps serving
-                    job.result = error
+            except Exception as error:  # the server turns it into a message; the worker keeps serving
+                job.result = error
             job.done.set()

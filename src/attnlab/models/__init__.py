@@ -25,6 +25,7 @@ import numpy as np
 
 from .._validation import fail
 from ..trace import GenerationTrace, ModelTrace
+from ..trace._display import shown_name
 from ._architectures import ARCHITECTURES, end_tokens, read_network
 from ._checkpoint import CheckpointError, Weights, exists, locate, read_config
 from ._model import Model, ModelOutput
@@ -61,9 +62,10 @@ def load(name_or_dir: str | os.PathLike[str], *, dtype: Any = np.float32) -> Mod
     Raises:
         ArgumentError: no such directory or hub id, no config.json, an unsupported
             ``model_type``, only pickle weights, a truncated or corrupted safetensors file,
-            a missing weight, one of the wrong shape or not of a float dtype, a config
-            value out of its range; a GGUF file that is truncated or corrupted, of another
-            architecture or quantization, or larger than the machine's memory; any other file.
+            a missing weight, one of the wrong shape or not of a float dtype, one holding a
+            NaN or an infinity (named), a config value out of its range; a GGUF file that is
+            truncated or corrupted, of another architecture or quantization, or larger than
+            the machine's memory; a file the system cannot map; any other file.
         ArgumentTypeError: ``dtype`` None.
         MissingDependencyError: the models extra is not installed.
     """
@@ -89,7 +91,7 @@ def load(name_or_dir: str | os.PathLike[str], *, dtype: Any = np.float32) -> Mod
             raise CheckpointError(
                 f"{directory}: its metadata, as config.json's {message[len('config.json: ') :]}"
             ) from None
-        return Model(network, tokenizer, str(name_or_dir), weights_note=note)
+        return Model(network, tokenizer, shown_name(str(name_or_dir)), weights_note=note)
     config = read_config(directory)
     network = read_network(config, Weights(directory), compute)
     generation = directory / "generation_config.json"  # where transformers' generate finds the end token
@@ -97,7 +99,7 @@ def load(name_or_dir: str | os.PathLike[str], *, dtype: Any = np.float32) -> Mod
         ends = end_tokens(read_config(directory, generation.name).get("eos_token_id"), generation.name)
         if ends:
             network = replace(network, config=replace(network.config, eos_token_id=ends))
-    return Model(network, read_tokenizer(directory), str(name_or_dir))
+    return Model(network, read_tokenizer(directory), shown_name(str(name_or_dir)))
 
 
 for _public in (CheckpointError, GenerationTrace, Model, ModelConfig, ModelOutput, ModelTrace, Tokenizer):

@@ -14,6 +14,7 @@ error, never garbage. Pickle (``pytorch_model.bin``) is never read.
 
 from __future__ import annotations
 
+import errno
 import itertools
 import json
 import math
@@ -38,6 +39,8 @@ __all__ = [
     "check_file",
     "exists",
     "locate",
+    "map_file",
+    "non_finite",
     "read_bounded",
     "read_config",
     "write_safetensors",
@@ -110,6 +113,10 @@ def locate(name_or_dir: str | os.PathLike[str]) -> Path:
     name = str(name_or_dir)
     if name.startswith(BUILTIN):
         return _builtin(name[len(BUILTIN) :])
+    if path.suffix.lower() == ".gguf":  # a file's name, never a hub id: not one to download
+        raise CheckpointError(
+            f"name_or_dir: expected a checkpoint directory, a .gguf file or a hub id, got {name!r} (no such file)"
+        )
     if path.exists() or name.startswith((".", "/", "~")) or name.count("/") > 1 or not name.strip():
         raise CheckpointError(
             f"name_or_dir: expected a checkpoint directory or a hub id, got {name!r} (no such directory)"
@@ -260,6 +267,47 @@ def check_memory(path: Path, numbers: int, itemsize: int, how: str) -> None:
         )
 
 
+def map_file(path: Path, offset: int = 0, size: int | None = None) -> Array:
+    """``size`` bytes of ``path`` from ``offset`` (None: to the end), memory-mapped read-only
+    as uint8: the system reads a page when it is used. Every file attnlab reads tensors
+    from (safetensors, GGUF) is mapped here.
+
+    Raises:
+        CheckpointError: the system refuses the mapping (a file larger than the address
+            space a memory limit leaves the process: ENOMEM), naming the file.
+    """
+    try:
+        return np.memmap(path, dtype=np.uint8, mode="r", offset=offset, shape=None if size is None else (size,))
+    except OSError as error:
+        length = path.stat().st_size - offset if size is None else size
+        why = error.strerror or str(error)
+        if error.errno == errno.ENOMEM:
+            why += "; under a limit on this process's memory, such as ulimit -v, no file larger than it maps"
+        raise CheckpointError(f"{path}: mapping its {length:,} bytes into memory failed ({why})") from None
+
+
+def non_finite(tensor: Array) -> str | None:
+    """What in ``tensor`` is not a finite number ("3 NaN and 1 +Inf of its 1,024 numbers"),
+    or None when every number is finite (or it holds no floats): the one check of every
+    weight attnlab loads (safetensors, GGUF, a transformers model's parameters).
+
+    One sum reads the numbers without a copy: a NaN or an infinity makes it NaN or infinite,
+    so a finite sum is the common answer; only a sum that is not finite (such a number,
+    or an overflow of finite ones) is looked at number by number."""
+    if tensor.dtype.kind != "f" or np.isfinite(np.add.reduce(tensor, axis=None)):
+        return None
+    values = tensor[~np.isfinite(tensor)]
+    if values.size == 0:  # the sum overflowed; every number is finite
+        return None
+    counts = [
+        (int(np.isnan(values).sum()), "NaN"),
+        (int((values == np.inf).sum()), "+Inf"),
+        (int((values == -np.inf).sum()), "-Inf"),
+    ]
+    found = " and ".join(f"{count:,} {kind}" for count, kind in counts if count)
+    return f"{found} of its {tensor.size:,} numbers"
+
+
 def read_config(directory: Path, name: str = CONFIG) -> dict[str, Any]:
     """config.json (or another JSON file of the checkpoint) as a dict."""
     path = directory / name
@@ -283,11 +331,27 @@ class WeightSource(Mapping[str, Array]):
     directory: Path
 
     def get_as(self, name: str, shape: tuple[int, ...], dtype: np.dtype) -> Array:
-        """Tensor ``name`` of the expected ``shape`` as ``dtype``.
+        """Tensor ``name`` of the expected ``shape`` as ``dtype``, once every number in it
+        is finite (checked as ``dtype``: a float64 weight beyond float32's range is +Inf
+        or -Inf as float32).
 
         Raises:
-            CheckpointError: no such tensor, or one of another shape or kind.
+            CheckpointError: no such tensor, one of another shape or kind, or one holding a
+                NaN or an infinity (naming it, and how many numbers).
         """
+        tensor = self._read_as(name, shape, dtype)
+        found = non_finite(tensor)
+        if found is not None:
+            raise CheckpointError(f"{self.label(name)}: expected finite numbers as {tensor.dtype}, got {found}")
+        return tensor
+
+    def label(self, name: str) -> str:
+        """Tensor ``name`` as the messages name it: the file's (or directory's) path and
+        the tensor's name in it."""
+        return f"{self.directory}: the weight {name!r}"
+
+    def _read_as(self, name: str, shape: tuple[int, ...], dtype: np.dtype) -> Array:
+        """:meth:`get_as` without the check of its numbers."""
         raise NotImplementedError
 
 
@@ -317,7 +381,7 @@ class Weights(WeightSource):
     def __len__(self) -> int:
         return len(self._tensors)
 
-    def get_as(self, name: str, shape: tuple[int, ...], dtype: np.dtype) -> Array:
+    def _read_as(self, name: str, shape: tuple[int, ...], dtype: np.dtype) -> Array:
         """Tensor ``name`` of the expected ``shape`` as ``dtype``: the mapped bytes
         themselves when the dtypes agree, else a converted copy."""
         if name not in self._tensors:
@@ -330,7 +394,10 @@ class Weights(WeightSource):
             raise CheckpointError(f"{self.directory}: the weight {name!r}: expected F64, F32, F16 or BF16, got {kind}")
         if name in self._bf16:  # bfloat16 is the top half of a float32: widen the bits
             tensor = (tensor.astype(np.uint32) << 16).view(np.float32)
-        return tensor if tensor.dtype == dtype else tensor.astype(dtype)
+        if tensor.dtype == dtype:
+            return tensor
+        with np.errstate(over="ignore"):  # a float64 beyond float32's range: ±Inf, which get_as refuses by name
+            return tensor.astype(dtype)
 
 
 def _weight_files(directory: Path) -> list[Path]:
@@ -391,9 +458,7 @@ def _read_safetensors(path: Path) -> dict[str, tuple[Array, bool]]:
         raise CheckpointError(f"{path}: the header is not a JSON object (a corrupted file)")
     header.pop("__metadata__", None)
     data_size = size - 8 - header_size
-    mapped = (
-        np.memmap(path, dtype=np.uint8, mode="r", offset=8 + header_size, shape=(data_size,)) if data_size else None
-    )
+    mapped = map_file(path, 8 + header_size, data_size) if data_size else None
     tensors = {}
     spans = []
     for name, entry in header.items():

@@ -13,7 +13,7 @@ RoPE rotates adjacent pairs, Hugging Face's the two halves); the permutation is 
 
 from __future__ import annotations
 
-import mmap
+import itertools
 import struct
 from collections import Counter
 from collections.abc import Iterator
@@ -25,7 +25,7 @@ import numpy as np
 
 from .._validation import Array, MissingDependencyError, is_integer
 from ._checkpoint import GGUF_MAGIC as MAGIC
-from ._checkpoint import CheckpointError, WeightSource, check_memory
+from ._checkpoint import CheckpointError, WeightSource, check_memory, map_file
 from ._gguf_tokenizer import gguf_tokenizer
 from ._tokenizer import Tokenizer
 
@@ -34,7 +34,7 @@ __all__ = ["GGUFWeights", "read_gguf", "read_gguf_model"]
 VERSIONS = (2, 3)  # version 1 had 32-bit counts; llama.cpp writes 3
 DEFAULT_ALIGNMENT = 32
 MAX_DIMS = 4
-MAX_NESTING = 2  # arrays of arrays: llama.cpp writes one level (merges' pairs are strings)
+MAX_NESTING = 2  # arrays of arrays at most: llama.cpp writes (and reads) one level; merges' pairs are strings
 # general.architecture -> config.json's model_type, for the architectures attnlab runs in NumPy
 MODEL_TYPES = {"llama": "llama", "qwen2": "qwen2", "mistral": "mistral"}
 # GGUF tensor names (after "blk.N.") -> Hugging Face names (after "model.layers.N.")
@@ -113,7 +113,7 @@ class _Cursor:
     """Reads the header's little-endian values in order; reading past the end of the
     file is a :class:`CheckpointError` (a truncated file)."""
 
-    def __init__(self, path: Path, data: mmap.mmap) -> None:
+    def __init__(self, path: Path, data: memoryview) -> None:
         self.path, self.data, self.pos = path, data, 0
 
     def take(self, size: int, what: str) -> int:
@@ -133,11 +133,12 @@ class _Cursor:
         size = self.scalar("<Q", what)
         raw = self.data[self.take(size, what) : self.pos]
         try:
-            return raw.decode("utf-8")
+            return str(raw, "utf-8")
         except UnicodeDecodeError:
             raise CheckpointError(f"{self.path}: the header's {what} is not UTF-8 (a corrupted GGUF file)") from None
 
     def value(self, type_id: int, what: str, depth: int = 0) -> Any:
+        """A value of type ``type_id``; ``depth``: the arrays it is inside of."""
         if type_id in _SCALARS:
             return self.scalar(_SCALARS[type_id], what)
         if type_id == _STRING:
@@ -145,7 +146,7 @@ class _Cursor:
         if type_id != _ARRAY:
             raise CheckpointError(f"{self.path}: {what} has the unknown value type {type_id} (a corrupted GGUF file)")
         item, count = self.scalar("<I", what), self.scalar("<Q", what)
-        if item == _ARRAY and depth >= MAX_NESTING:
+        if item == _ARRAY and depth + 2 > MAX_NESTING:  # this array, at depth + 1, holds arrays at depth + 2
             raise CheckpointError(
                 f"{self.path}: {what}: arrays nested deeper than {MAX_NESTING} (a corrupted GGUF file)"
             )
@@ -160,24 +161,26 @@ class _Cursor:
 
 def read_gguf(path: Path) -> GGUFFile:
     """The header of the GGUF file ``path``: its metadata and its tensors' entries, each
-    entry's type known to ggml and its bytes inside the file.
+    entry's type known to ggml, at an offset that is a multiple of general.alignment.
 
     Raises:
         CheckpointError: not a GGUF file, a version other than 2 or 3, a header that is
-            truncated or corrupted (arrays nested deeper than llama.cpp writes them, a key
-            or a tensor named twice), a tensor of an unknown type. Whether the tensors' bytes
-            lie inside the file is :func:`check_supported`'s.
+            truncated or corrupted (arrays nested deeper than two, a key or a tensor named
+            twice), no general.architecture string, a tensor of an unknown type, one at an
+            offset that is not a multiple of general.alignment, a file the system cannot map.
+            Whether the tensors' bytes lie inside the file, each apart from the others, is
+            :func:`check_extent`'s.
         MissingDependencyError: the gguf package is not installed.
     """
     gguf = _gguf()
     with path.open("rb") as file:
         head = file.read(4)
-        if head != MAGIC:
-            raise CheckpointError(
-                f"{path}: expected a GGUF file (starting with the bytes 'GGUF'), got one starting with {head!r}"
-            )
-        with mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as data:  # the header only is paged in
-            return _read_header(gguf, path, _Cursor(path, data))
+    if head != MAGIC:
+        raise CheckpointError(
+            f"{path}: expected a GGUF file (starting with the bytes 'GGUF'), got one starting with {head!r}"
+        )
+    with map_file(path).data as data:  # a memoryview; the header only is paged in
+        return _read_header(gguf, path, _Cursor(path, data))
 
 
 def _read_header(gguf: Any, path: Path, cursor: _Cursor) -> GGUFFile:
@@ -196,6 +199,11 @@ def _read_header(gguf: Any, path: Path, cursor: _Cursor) -> GGUFFile:
         if key in metadata:
             raise CheckpointError(f"{path}: metadata {key!r} is given twice (a corrupted GGUF file)")
         metadata[key] = cursor.value(cursor.scalar("<I", f"metadata {key!r}"), f"metadata {key!r}")
+    arch = metadata.get("general.architecture")
+    if not isinstance(arch, str) or not arch:
+        got = "nothing" if arch is None else repr(arch)
+        expected = "expected a string naming the architecture (llama, qwen2…)"
+        raise CheckpointError(f"{path}: metadata general.architecture: {expected}, got {got}")
     entries = [_tensor_entry(cursor) for _ in range(tensor_count)]
     alignment = metadata.get("general.alignment", DEFAULT_ALIGNMENT)
     if not isinstance(alignment, int) or alignment <= 0 or alignment & (alignment - 1):
@@ -216,6 +224,11 @@ def _read_header(gguf: Any, path: Path, cursor: _Cursor) -> GGUFFile:
         nbytes = int(np.prod(dims, dtype=object)) // block * size
         if name in result.tensors:
             raise CheckpointError(f"{path}: tensor {name!r} is listed twice (a corrupted GGUF file)")
+        if offset % alignment:
+            raise CheckpointError(
+                f"{path}: tensor {name!r}: expected an offset that is a multiple of general.alignment "
+                f"({alignment}), got {offset}"
+            )
         result.tensors[name] = TensorInfo(name, type_id, tuple(reversed(dims)), start + offset, nbytes)
     return result
 
@@ -235,7 +248,7 @@ def check_supported(file: GGUFFile, itemsize: int) -> None:
     """Refuse, from the header alone, what cannot be loaded: an architecture attnlab does
     not run, a tensor type the gguf package cannot dequantize, tensors larger (once
     dequantized to ``itemsize`` bytes a number) than the machine's memory, and tensors
-    whose bytes lie past the end of the file.
+    whose bytes lie past the end of the file or share bytes (:func:`check_extent`).
 
     Raises:
         CheckpointError: one of those, named with what is supported.
@@ -258,10 +271,13 @@ def check_supported(file: GGUFFile, itemsize: int) -> None:
 
 
 def check_extent(file: GGUFFile) -> None:
-    """Refuse a tensor whose bytes lie past the end of the file (a truncated GGUF file).
+    """Refuse a tensor whose bytes lie past the end of the file (a truncated GGUF file), and
+    two tensors that share bytes (llama.cpp reads each where the one before it ends): one
+    would be read as the other's numbers.
 
     Raises:
-        CheckpointError: naming the tensor, its bytes and the file's size.
+        CheckpointError: naming the tensor, its bytes and the file's size; or the two tensors
+            and the bytes they share.
     """
     size = file.path.stat().st_size
     for info in file.tensors.values():
@@ -269,6 +285,12 @@ def check_extent(file: GGUFFile) -> None:
             raise CheckpointError(
                 f"{file.path}: tensor {info.name!r} lies at bytes {info.offset}..{info.offset + info.nbytes}, past "
                 f"the file's {size} bytes (a truncated GGUF file)"
+            )
+    spans = sorted((t.offset, t.offset + t.nbytes, t.name) for t in file.tensors.values() if t.nbytes)
+    for (_, end, first), (begin, _, second) in itertools.pairwise(spans):
+        if begin < end:
+            raise CheckpointError(
+                f"{file.path}: tensors {first!r} and {second!r} share bytes {begin}..{end} (a corrupted GGUF file)"
             )
 
 
@@ -322,7 +344,7 @@ class GGUFWeights(WeightSource):
         self.directory = file.path  # what error messages name, as Weights' directory
         self._file, self._heads = file, heads
         self._names = {hf: info for name, info in file.tensors.items() if (hf := hf_name(name)) is not None}
-        self._mapped = np.memmap(file.path, dtype=np.uint8, mode="r") if file.tensors else np.zeros(0, np.uint8)
+        self._mapped = map_file(file.path) if file.tensors else np.zeros(0, np.uint8)
 
     def __getitem__(self, name: str) -> Array:
         info = self._names[name]
@@ -345,7 +367,11 @@ class GGUFWeights(WeightSource):
     def __len__(self) -> int:
         return len(self._names)
 
-    def get_as(self, name: str, shape: tuple[int, ...], dtype: np.dtype) -> Array:
+    def label(self, name: str) -> str:
+        """The file and the tensor's own name in it (``blk.0.attn_q.weight``)."""
+        return f"{self.directory}: tensor {self._names[name].name!r}"
+
+    def _read_as(self, name: str, shape: tuple[int, ...], dtype: np.dtype) -> Array:
         """Tensor ``name`` of the expected ``shape``, dequantized, as ``dtype``.
 
         Raises:

@@ -42,7 +42,8 @@ def gguf_tokenizer(meta: dict[str, Any], path: Path) -> tuple[Any, dict[str, Any
         path: the file, as the errors name it.
 
     Raises:
-        CheckpointError: no vocabulary, another tokenizer model, or merges that do not fit it.
+        CheckpointError: no vocabulary, another tokenizer model, merges that do not fit it,
+            or a BOS to add (tokenizer.ggml.add_bos_token) whose id is not in the vocabulary.
         MissingDependencyError: the tokenizers package is not installed.
     """
     try:
@@ -72,8 +73,14 @@ def gguf_tokenizer(meta: dict[str, Any], path: Path) -> tuple[Any, dict[str, Any
     user = [t for t, k in zip(tokens, types, strict=False) if k == _USER_DEFINED and t in vocab]
     backend.add_tokens([tokenizers.AddedToken(t, normalized=False, special=False) for t in user])
     settings = _special_tokens(meta, tokens, kind == "llama")
-    bos = settings["bos_token"]
-    if settings.pop("add_bos_token") and bos is not None:
+    bos, bos_id = settings["bos_token"], meta.get("tokenizer.ggml.bos_token_id")
+    add_bos = settings.pop("add_bos_token")
+    if add_bos and bos is None and bos_id is not None:  # the BOS each text starts with would be dropped
+        raise CheckpointError(
+            f"{path}: metadata tokenizer.ggml.bos_token_id: expected a token id in 0..{len(tokens) - 1} "
+            f"(tokenizer.ggml.add_bos_token is true), got {bos_id!r}"
+        )
+    if add_bos and bos is not None:
         backend.post_processor = tokenizers.processors.TemplateProcessing(
             single=f"{bos}:0 $A:0", pair=f"{bos}:0 $A:0 {bos}:1 $B:1", special_tokens=[(bos, tokens.index(bos))]
         )

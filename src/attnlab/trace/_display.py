@@ -1,5 +1,6 @@
-"""Jupyter's display of a trace, drawn by the renderer that the pictures register, and
-tokens as text fit for display (:func:`display_text`).
+"""Jupyter's display of a trace, drawn by the renderer that the pictures register, tokens
+as text fit for display (:func:`display_text`), and a model by its name, never its path
+(:func:`shown_name`).
 
 The pictures (:mod:`attnlab.viz`) sit above the traces in the layers and need their types,
 so a trace cannot import them: importing :mod:`attnlab.viz`, which ``import attnlab`` does,
@@ -8,13 +9,15 @@ registers its page here, and a trace's ``_repr_html_`` asks for it.
 
 from __future__ import annotations
 
+import os
+import re
 import unicodedata
 from collections.abc import Callable
 from typing import Any
 
 from .._validation import AttnlabError
 
-__all__ = ["display_text", "notebook_html", "register_notebook_html"]
+__all__ = ["display_text", "notebook_html", "register_notebook_html", "shown_name"]
 
 _renderer: list[Callable[[Any], str]] = []  # at most one: the page's notebook_html
 
@@ -53,3 +56,36 @@ def display_text(text: str) -> str:
 def _escape(character: str) -> str:
     code = ord(character)
     return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+# a Hugging Face cache's snapshot: …/models--ORG--NAME/snapshots/REVISION[/FILE]
+_HUB_SNAPSHOT = re.compile(r"(?:^|[\\/])models--([^\\/]+)[\\/]snapshots[\\/][^\\/]+(?:[\\/](.+))?$")
+
+
+def shown_name(name: str) -> str:
+    """A model as a page, a plot, a trace's JSON or a table names it: a hub id
+    (``Qwen/Qwen2.5-0.5B``) or ``builtin:coref`` as it is; a checkpoint folder or a GGUF
+    file by its own name (``SmolLM2-135M-Instruct.Q4_1.gguf``), never the path that leads
+    to it; a folder of the Hugging Face cache by the hub id it holds. The one place that
+    decides what of a path may be shown: nothing attnlab writes holds the machine's folders.
+
+    A path is a name that exists on this machine, or one that no hub id can be: it starts
+    with ``/``, ``~`` or ``.``, holds a backslash, starts with a drive (``C:\\``) or more than one ``/``
+    (a saved trace's model, read on another machine, is still a path).
+
+    Args:
+        name: a hub id, ``builtin:NAME``, or a checkpoint's path (absolute or relative).
+    """
+    if name.startswith("builtin:") or not _is_path(name):
+        return name
+    full = os.path.abspath(os.path.expanduser(name))  # ".", "..", "~": the folder they name
+    if hub := _HUB_SNAPSHOT.search(full):
+        return "/".join(part for part in (hub.group(1).replace("--", "/", 1), hub.group(2)) if part)
+    return re.split(r"[\\/]", full.rstrip("\\/"))[-1] or name
+
+
+def _is_path(name: str) -> bool:
+    """Whether ``name`` is a path rather than a hub id (see :func:`shown_name`)."""
+    if name.startswith(("/", "~", ".", "\\")) or "\\" in name or name.count("/") > 1:
+        return True
+    return bool(re.match(r"[A-Za-z]:[\\/]", name)) or os.path.exists(name)

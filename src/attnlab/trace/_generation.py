@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .._validation import Array, fail
+from ._display import shown_name
 
 __all__ = ["GenerationTrace", "stack_rows"]
 
@@ -27,7 +28,7 @@ class GenerationTrace:
     """What a generation's decode steps computed, per traced layer.
 
     Args:
-        model: the model's name.
+        model: the model's name (a path is kept as its folder's or file's name).
         ids: the prompt's ids and then the generated ones, L + N of them.
         tokens: their tokens, as text.
         prompt_length: L, the prompt's tokens (at least 1).
@@ -64,6 +65,7 @@ class GenerationTrace:
                     "weights", f"(H, {count - prompt}, {count - 1}) weights per layer", f"{rows.shape} ({layer})"
                 )
         self.names = {i: self.names.get(i, f"layer {i}") for i in self.weights}
+        self.model = shown_name(self.model) if isinstance(self.model, str) else self.model
         self.special = self.special or [False] * count
 
     @property

@@ -27,7 +27,7 @@ import numpy as np
 
 from .._json import json_text
 from .._validation import Array, fail
-from ._display import notebook_html
+from ._display import notebook_html, shown_name
 from ._model_checks import KINDS, check_model_trace, image_sequence, model_trace_from_dict
 from ._trace import Trace
 
@@ -73,7 +73,8 @@ class ModelTrace(_Fields):
     (L, D). Two sequences (an encoder-decoder's) and an image (a ViT's): see the module's docstring.
 
     Args:
-        model: the checkpoint's name.
+        model: the checkpoint's name; a path is kept as its folder's or file's name
+            (``/models/gpt2`` is ``gpt2``), so that no page or JSON holds the machine's folders.
         ids: the L token ids ([] when the model reads no ids: an image's patches).
         tokens: the L tokens as text (:meth:`Tokenizer.readable`).
         layers: the traced entries' :class:`attnlab.Trace`, by index.
@@ -180,8 +181,12 @@ class ModelTrace(_Fields):
 
 
 def _fill_and_check(trace: _Fields) -> None:
-    """The defaults of the marks (none special, no parts), and the checks of what the
-    NumPy models never give (kinds, modules, a source, an image), as a saved trace's."""
+    """The model by its name (:func:`~attnlab.trace._display.shown_name`: a checkpoint's
+    folder, never its path), the defaults of the marks (none special, no parts), and the
+    checks of what the NumPy models never give (kinds, modules, a source, an image), as a
+    saved trace's."""
+    if isinstance(trace.model, str):
+        trace.model = shown_name(trace.model)
     trace.special = trace.special or [False] * len(trace.tokens)
     trace.parts = trace.parts or [""] * len(trace.tokens)
     trace.template = trace.template or [False] * len(trace.tokens)

@@ -287,7 +287,7 @@ def _rules(trace: Trace | ModelTrace) -> str:
 
 def _model_line(trace: Trace | ModelTrace) -> str:
     """A model's picture says what it is: its name (a hub id, or a checkpoint's folder or file
-    name, not its whole path), architecture, layers and heads (and the key/value heads they
+    name, not its whole path: the trace holds it so), architecture, layers and heads (and the key/value heads they
     share); "" for a single layer's trace."""
     if not isinstance(trace, ModelTrace):
         return ""
@@ -295,8 +295,7 @@ def _model_line(trace: Trace | ModelTrace) -> str:
     kv = trace.num_key_value_heads
     shared = f" sharing {kv} key/value head{'s' * (kv > 1)}" if 0 < kv < trace.num_heads else ""
     layers = f"{trace.num_layers} layer{'s' * (trace.num_layers > 1)}"
-    name = Path(trace.model).name if Path(trace.model).exists() else trace.model  # a folder or file: not its path
-    return f"{display_text(name)}{architecture} · {layers}, {trace.num_heads} heads{shared}"
+    return f"{display_text(trace.model)}{architecture} · {layers}, {trace.num_heads} heads{shared}"
 
 
 def _random_note(trace: Trace | ModelTrace) -> str:

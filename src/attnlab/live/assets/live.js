@@ -14,6 +14,7 @@
   $("model").textContent = `· ${settings.model}`;
   $("text").value = settings.text;
   $("generate").max = settings.maxGenerate;
+  $("flow-limit").textContent = settings.maxFlowTokens === null ? "" : `(flow up to ${settings.maxFlowTokens} tokens)`;
 
   function say(text, kind = "") {
     status.textContent = text;
@@ -75,7 +76,7 @@
     live.answers += 1;
   }
   function describe(answer) {
-    const parts = [];
+    const parts = [...answer.notes];
     if (answer.generated !== null) parts.push(`generated: ${JSON.stringify(answer.generated)}`);
     const a = answer.ablation;
     if (a) {
