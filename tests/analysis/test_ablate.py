@@ -260,3 +260,23 @@ def test_ablate_in_one_thread_leaves_another_threads_forwards_untouched() -> Non
         np.testing.assert_array_equal(effect, alone_a)
     for logits in b_results:
         assert torch.equal(logits, alone_b)
+
+
+def test_heads_outside_an_attnlab_model_are_refused_before_any_forward(
+    gpt2: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """attnlab's model knows its layers and heads from its config: a head it lacks costs no forward."""
+    from attnlab.analysis import _numpy_runner
+
+    def no_forward(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("a forward ran before the heads were checked")
+
+    monkeypatch.setattr(_numpy_runner.NumpyRunner, "record", no_forward)
+    model = models.load(gpt2[2])
+    layers, heads = model.config.num_hidden_layers, model.config.num_attention_heads
+    with pytest.raises(
+        ArgumentError, match=rf"^heads: expected distinct \(layer, head\) pairs, layer in 0..{layers - 1} "
+    ):
+        ablate(model, TEXT, heads=[(layers, 0)])
+    with pytest.raises(ArgumentError, match=rf"head in 0..{heads - 1}, got \(0, {heads}\)$"):
+        ablate(model, TEXT, heads=[(0, heads)])

@@ -139,6 +139,25 @@ def test_a_text_over_the_flow_limit_gets_its_rollout_and_a_note_instead_of_flow(
     assert "rollout" in views["flows"] and "flow" not in views["flows"]
 
 
+def test_a_rollout_too_large_for_the_page_is_refused_before_it_is_computed(coref, monkeypatch):
+    """By hand: builtin:coref's sentence is 19 tokens on 2 layers; rollout and flow, two
+    (2, 19, 19) float64 arrays, are 2·4·⌈2·19²·8 / 3⌉ = 15,408 base64 characters."""
+    import attnlab.viz._views
+
+    monkeypatch.setattr(attnlab.viz._views, "MAX_VIEWS_BYTES", 15_407)
+
+    def no_rollout(*args, **kwargs):
+        raise AssertionError("rollout computed past the page's limit")
+
+    monkeypatch.setattr(attnlab.analysis, "rollout", no_rollout)
+    with pytest.raises(attnlab.ArgumentError, match=r"^rollout: expected at most 0.015407 MB of the views' data, got "
+                       r"0.0 MB for 19 tokens on 2 layers; use fewer tokens$"):  # fmt: skip
+        Session(coref).answer(Request(SENTENCE, rollout=True))
+    monkeypatch.setattr(attnlab.viz._views, "MAX_VIEWS_BYTES", 15_408)
+    with pytest.raises(AssertionError, match="rollout computed"):  # within the limit: computed
+        Session(coref).answer(Request(SENTENCE, rollout=True))
+
+
 def test_the_page_and_attnlab_view_state_and_apply_one_flow_limit(coref, monkeypatch, capsys, tmp_path):
     monkeypatch.setattr(attnlab.analysis._rollout, "MAX_FLOW_PROBLEMS", 2 * 8**2 + 1)  # 8 tokens on 2 layers
     with serve(coref, block=False) as running:

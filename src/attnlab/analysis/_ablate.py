@@ -100,8 +100,11 @@ def ablate(
     if target is not None and not isinstance(target, str) and not is_integer(target):  # True, 3.0: not text either
         raise fail("target", "a string that is one token, or a token id", repr(target), TypeError)
     target_id, target_text = (None, None) if target is None else runner.target(target)
+    known = runner.num_layers > 0  # attnlab's models: from the config, so heads are checked before any forward
+    cells = _cells(heads, runner.num_layers, runner.num_heads) if known else None
     logits, outputs = runner.record(ids)
-    cells = _cells(heads, runner.num_layers, runner.num_heads)
+    if cells is None:  # a transformers model: its attention calls, and so its heads, known from the first forward
+        cells = _cells(heads, runner.num_layers, runner.num_heads)
     if patch_ids is not None:
         outputs = runner.record(patch_ids)[1]
     base = _log_softmax(logits)  # (vocab,)

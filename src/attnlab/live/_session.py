@@ -18,7 +18,7 @@ from ..layers._text import embed_tokens, split_text
 from ..trace import GenerationTrace, ModelTrace
 from ..trace._trace import Trace
 from ..viz._page import PageShape, check_page_size, opening, render_page
-from ..viz._views import Views
+from ..viz._views import Views, check_flows_size
 
 __all__ = ["MAX_GENERATE", "MAX_TEXT", "Request", "Session"]
 
@@ -189,11 +189,12 @@ def _rollout_and_flow(
     from ..analysis import flow, rollout  # imported when a page asks, not with attnlab
     from ..analysis._rollout import flow_length_limit
 
+    length, limit = len(trace.tokens), flow_length_limit(trace.num_layers)
+    check_flows_size(trace.num_layers, length, 1 if length > limit else 2, "rollout")
     check()
     rolled = rollout(trace)
-    limit = flow_length_limit(trace.num_layers)
-    if len(trace.tokens) > limit:
-        return rolled, None, [f"flow is shown up to {limit} tokens (this text has {len(trace.tokens)})"]
+    if length > limit:
+        return rolled, None, [f"flow is shown up to {limit} tokens (this text has {length})"]
     return rolled, flow(trace, check=check), []
 
 

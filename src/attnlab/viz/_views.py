@@ -33,7 +33,8 @@ from ..trace._display import display_text
 from ..trace._trace import Trace
 
 __all__ = [
-    "MAX_VIEWS_BYTES", "Views", "align_tokens", "check_ablation", "check_head_types", "split_pair", "views_data",
+    "MAX_VIEWS_BYTES", "Views", "align_tokens", "check_ablation", "check_flows_size", "check_head_types", "split_pair",
+    "views_data",
 ]  # fmt: skip
 
 MAX_VIEWS_BYTES = 16 * 10**6  # the views' own data, in base64: what Chromium decodes in well under a second
@@ -143,6 +144,21 @@ def _generation_data(trace: Trace | ModelTrace, generation: GenerationTrace) -> 
             for i, w in sorted(generation.weights.items())
         ],
     }  # fmt: skip
+
+
+def check_flows_size(layers: int, length: int, arrays: int, name: str) -> None:
+    """Refuse, before they are computed, ``arrays`` (layers, L, L) float64 views (rollout,
+    flow) whose base64 alone is over MAX_VIEWS_BYTES, as :func:`views_data` would after.
+
+    Raises:
+        ArgumentError: naming ``name``, the size and the limit.
+    """
+    size = arrays * 4 * math.ceil(layers * length * length * 8 / 3)  # base64: 4 characters per 3 bytes
+    if size > MAX_VIEWS_BYTES:
+        raise fail(
+            name, f"at most {MAX_VIEWS_BYTES / 1e6:g} MB of the views' data",
+            f"{size / 1e6:.1f} MB for {length} tokens on {layers} layers; use fewer tokens",
+        )  # fmt: skip
 
 
 def _flows_data(trace: Trace | ModelTrace, rollout: Any, flow: Any) -> dict[str, Any]:
