@@ -102,3 +102,20 @@ def test_a_gguf_name_that_is_no_file_says_so_and_advises_no_download(capsys, tmp
     assert code == 2 and err.count("\n") == 1
     assert "--model: expected a checkpoint directory, a .gguf file or a hub id, got " in err
     assert err.endswith("'SmolLM2-135M-Instruct.Q4_1.gguf' (no such file)\n") and "download" not in err
+
+
+def test_view_rollout_too_large_for_the_page_is_refused_before_the_model_runs(capsys, tmp_path, monkeypatch) -> None:
+    """By hand: builtin:coref's text A is 27 tokens on 2 layers, within flow's limit (110):
+    rollout and flow are 2·4·⌈2·27²·8 / 3⌉ = 31,104 base64 characters."""
+    import attnlab.viz._views
+
+    monkeypatch.setattr(attnlab.viz._views, "MAX_VIEWS_BYTES", 31_103)
+    monkeypatch.setattr(Model, "trace", never("the model's forward"))
+    code, out, err = run_cli(
+        capsys, "view", "--model", "builtin:coref", "--text", A, "--rollout", "-o", str(tmp_path / "p.html")
+    )
+    assert code == 2 and out == ""
+    assert err == (
+        "attnlab view: error: --rollout: expected at most 0.031103 MB of the views' data, got 0.0311 MB for 27 tokens "
+        "on 2 layers; use fewer tokens\n"
+    )

@@ -140,7 +140,7 @@ def test_a_template_that_would_exhaust_the_machine_is_stopped_by_the_renderers_b
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     with pytest.raises(ArgumentError, match="chat: the model's chat template fails: it ") as error:
         model.trace("hello", chat=True)
-    bounds = r"builds more than 512 MiB|ran for more than 1 s of CPU time|writes more than 1,000,000"
+    bounds = r"builds more than 512 MiB|ran for more than 1 s of CPU time|writes more than 100,000 characters besides"
     assert re.search(bounds, str(error.value)) is not None and "\n" not in str(error.value)
     grown = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before  # KiB
     assert grown < 200 * 1024  # this process built none of it
@@ -158,6 +158,32 @@ def test_the_cli_refuses_an_endless_template_in_one_line_at_its_own_bound(
     err = capsys.readouterr().err
     why = "it ran for more than 5 s of CPU time"
     assert err == f"attnlab trace: error: --chat: the model's chat template fails: {why}\n"
+
+
+def test_a_template_that_writes_a_lone_surrogate_is_one_line_not_a_traceback(
+    chat_folder: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = chat_folder.parent / "surrogate"
+    if not folder.exists():
+        import shutil
+
+        shutil.copytree(chat_folder, folder)
+    (folder / "chat_template.jinja").write_text("{{ '\\ud800' }}{{ messages[0]['content'] }}")
+    assert main(["trace", "--model", str(folder), "--text", "hi there", "--chat"]) == 2
+    err = capsys.readouterr().err
+    why = "it writes a lone surrogate (half of a UTF-16 pair), which no text holds"
+    assert err == f"attnlab trace: error: --chat: the model's chat template fails: {why}\n"
+
+
+def test_the_templates_own_output_is_bounded_besides_the_users_text(chat_folder: Path) -> None:
+    """A long message passes (it is the user's); the template's own writing is bounded at
+    10⁵ characters whatever the message's length."""
+    model = models.load(chat_folder)
+    model.tokenizer.chat_template = "{{ messages[0]['content'] }}{{ 'x' * 99990 }}"
+    assert len(_chat.chat_prompt(model.tokenizer, "y" * 200_000)[0]) == 200_000 + 99_990
+    model.tokenizer.chat_template = "{{ messages[0]['content'] }}{{ 'x' * 100_001 }}"
+    with pytest.raises(ArgumentError, match=r"it writes more than 100,000 characters besides the message$"):
+        _chat.chat_prompt(model.tokenizer, "")
 
 
 def test_a_template_that_leaves_the_users_text_out_is_refused(chat_folder: Path) -> None:

@@ -49,7 +49,7 @@ def run(args: argparse.Namespace) -> None:
         _plot_rollout(args)
         return
 
-    def heads_there(_layers: int, heads: int) -> None:
+    def heads_there(_layers: int, heads: int, _tokens: int) -> None:
         select_heads(args.heads, heads)  # --heads among the model's, before it runs
 
     trace = trace_from_args(args, check=heads_there)
@@ -72,7 +72,7 @@ def _plot_rollout(args: argparse.Namespace) -> None:
     computed by attnlab.analysis, --layer's drawn (one index; default the last)."""
     from ..viz._plot_rollout import plot_rollout
     from ._inputs import InputError
-    from ._rollout import require_analysis, rollout_and_flow
+    from ._rollout import check_rollout_size, require_analysis, rollout_and_flow
 
     if args.model is None:
         raise InputError("--stage rollout: expected --model (rollout runs over a model's layers)")
@@ -82,9 +82,10 @@ def _plot_rollout(args: argparse.Namespace) -> None:
     layer = -1 if args.layer in (None, "all") else args.layer
     args.layer = "all"
 
-    def drawn(layers: int, _heads: int) -> None:
+    def drawn(layers: int, _heads: int, tokens: int) -> None:
         if not -layers <= layer < layers:
             raise InputError(f"--layer: expected a layer in {-layers}..{layers - 1}, got {layer}")
+        check_rollout_size(layers, tokens, "--stage rollout")
 
     trace = trace_from_args(args, check=drawn)  # the layer drawn, checked before the model runs
     rollout, flow = rollout_and_flow(trace, "--stage rollout")

@@ -12,7 +12,7 @@ from ..trace import ModelTrace
 from ..trace._trace import Trace
 from ._inputs import InputError
 
-__all__ = ["require_analysis", "rollout_and_flow"]
+__all__ = ["check_rollout_size", "require_analysis", "rollout_and_flow"]
 
 
 def require_analysis(option: str) -> tuple[Callable[..., Array], Callable[..., Array]]:
@@ -24,6 +24,15 @@ def require_analysis(option: str) -> tuple[Callable[..., Array], Callable[..., A
             f"{option}: attention rollout needs attnlab.analysis, which this attnlab does not have"
         ) from None
     return rollout, flow
+
+
+def check_rollout_size(layers: int, tokens: int, option: str) -> None:
+    """Refuse, before the model runs, a rollout (and its flow, where flow_length_limit takes
+    the text) too large for the page's views: what ``rollout_and_flow`` would compute."""
+    from ..analysis._rollout import flow_length_limit
+    from ..viz._views import check_flows_size
+
+    check_flows_size(layers, tokens, 2 if tokens <= flow_length_limit(layers) else 1, option)
 
 
 def rollout_and_flow(trace: Trace | ModelTrace, option: str = "--rollout") -> tuple[Array, Array | None]:
@@ -39,6 +48,7 @@ def rollout_and_flow(trace: Trace | ModelTrace, option: str = "--rollout") -> tu
         raise InputError(
             f"{option}: expected every layer traced (drop --layer), got {len(trace.layers)} of {trace.num_layers}"
         )
+    check_rollout_size(trace.num_layers, len(trace.tokens), option)  # two texts, a generation: after their runs
     rolled = rollout(trace)
     limit = flow_length_limit(trace.num_layers)
     if len(trace.tokens) > limit:

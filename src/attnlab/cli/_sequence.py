@@ -46,9 +46,10 @@ MAX_WIDTH = 2**16
 # d_k = 2000 would draw 12 million of them.
 DEFAULT_MAX_D_K = 64
 ONE_LAYER = "--layer: expected --model or a saved model's trace with it; this input has one layer"
-# A command's check of its options against a model's layers and heads (plot's --heads), run
-# once the model is loaded and before it runs: an option the model cannot take costs no work.
-ShapeCheck = Callable[[int, int], None]
+# A command's check of its options against a model's layers, heads and the text's tokens
+# (plot's --heads, view's --rollout), run once the model is loaded and the text tokenized,
+# before the model runs: an option the model or the text cannot take costs no work.
+ShapeCheck = Callable[[int, int, int], None]
 
 
 def _scale(text: str) -> float | str:
@@ -181,7 +182,7 @@ def trace_from_args(
     sequence, or a saved trace (a JSON object from ``attnlab trace --format json``). What
     it would hold (L²·heads·layers scores), and for a ``page`` what the page would
     (:func:`~attnlab.viz._page.check_page_size`), is checked before the work; so is
-    ``check(layers, heads)``, the command's own options against the model's: attnlab's
+    ``check(layers, heads, tokens)``, the command's own options against the model's: attnlab's
     model is checked before it runs, a transformers model once its one forward has found
     its attention entries."""
     texts = getattr(args, "texts", None) or []
@@ -223,7 +224,7 @@ def _model_trace(args: argparse.Namespace, page: bool, check: ShapeCheck | None)
     if backend == "transformers":
         trace = transformers_trace(args, directory, page)
         if check is not None:
-            check(trace.num_layers, trace.num_heads)
+            check(trace.num_layers, trace.num_heads, len(trace.tokens))
         _check_trace_size(len(trace.tokens), trace.num_heads * len(trace.layers), "--layer N", page)
         if page:
             check_page_size(trace, "--text", FEWER_LAYERS)
@@ -234,7 +235,8 @@ def _model_trace(args: argparse.Namespace, page: bool, check: ShapeCheck | None)
 
 
 def _numpy_model_trace(args: argparse.Namespace, page: bool, check: ShapeCheck | None) -> ModelTrace:
-    """--model on attnlab's NumPy models, ``check`` run on its config before it runs."""
+    """--model on attnlab's NumPy models, ``check`` run on its config and the text's tokens
+    before it runs."""
     from ..models import load
     from ..models._checks import sequence_ids
 
@@ -243,9 +245,9 @@ def _numpy_model_trace(args: argparse.Namespace, page: bool, check: ShapeCheck |
     model = load(args.model)
     if model.tokenizer is None:
         raise InputError(f"--model: {args.model} has no tokenizer (tokenizer.json, vocab.txt or vocab.json)")
-    if check is not None:
-        check(model.config.num_hidden_layers, model.config.num_attention_heads)
     ids = sequence_ids(model.config, model.tokenizer, args.text, truncation=args.truncate, chat=args.chat).ids
+    if check is not None:
+        check(model.config.num_hidden_layers, model.config.num_attention_heads, len(ids))
     layer = ("all" if page else -1) if args.layer is None else args.layer
     layers = None if layer == "all" else layer
     c = model.config

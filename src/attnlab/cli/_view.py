@@ -78,7 +78,12 @@ def run(args: argparse.Namespace) -> None:
         trace, second = pair_of_traces(args)
         views = Views(second=second)
     else:
-        trace, views = trace_from_args(args, page=True), Views()
+        from ._rollout import check_rollout_size
+
+        def rollout_fits(layers: int, _heads: int, tokens: int) -> None:
+            check_rollout_size(layers, tokens, "--rollout")
+
+        trace, views = trace_from_args(args, page=True, check=rollout_fits if args.rollout else None), Views()
     if args.rollout:
         from ._rollout import rollout_and_flow
 

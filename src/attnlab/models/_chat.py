@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .._validation import ArgumentError, MissingDependencyError, fail
+from .._validation import ArgumentError, MissingDependencyError, fail, unicode_text
 
 if TYPE_CHECKING:
     from ._tokenizer import Tokenizer
@@ -40,9 +40,9 @@ def chat_prompt(tokenizer: Tokenizer, text: str) -> tuple[str, list[bool] | None
         text: the user's message.
 
     Raises:
-        ArgumentError: a tokenizer without a chat template, a template that leaves the
-            message out of the prompt, or one that fails or passes a bound of
-            :func:`_render`.
+        ArgumentError: a tokenizer without a chat template, a text with a lone surrogate,
+            a template that leaves the message out of the prompt, writes a lone
+            surrogate, or fails or passes a bound of :func:`_render`.
         MissingDependencyError: jinja2 is not installed.
     """
     if tokenizer.chat_template is None:
@@ -50,7 +50,11 @@ def chat_prompt(tokenizer: Tokenizer, text: str) -> tuple[str, list[bool] | None
     if not isinstance(text, str):
         raise fail("text", "a string", type(text).__name__, TypeError)
     bos, eos = tokenizer.bos_token, tokenizer.eos_token
-    rendered, around = _render(tokenizer.chat_template, [text, PLACEHOLDER], bos, eos)
+    rendered, around = _render(tokenizer.chat_template, [unicode_text("text", text), PLACEHOLDER], bos, eos)
+    try:
+        unicode_text("chat", rendered)
+    except ArgumentError:  # the user's text has none: the template wrote it
+        raise _fails("it writes a lone surrogate (half of a UTF-16 pair), which no text holds") from None
     if rendered == around:  # the same prompt whatever the message: the template never writes it
         raise fail("chat", "a chat template that writes the user's message", "one that leaves it out of the prompt")
     before, found, after = around.partition(PLACEHOLDER)
@@ -63,11 +67,11 @@ def chat_prompt(tokenizer: Tokenizer, text: str) -> tuple[str, list[bool] | None
 PLACEHOLDER = "\ue000attnlab-user-text\ue001"  # private-use characters: in no template, kept by every one
 
 # What one rendering may take (docs/guides/models.md, "Chat models"): a real template takes
-# about 30 MiB, a few milliseconds and a few hundred characters.
+# about 30 MiB, a few milliseconds and a few hundred characters besides the message.
 MEMORY = 512 * 2**20  # bytes of the renderer's address space
 SECONDS = 5  # of the renderer's CPU time: its steps, whatever they are
 WALL_SECONDS = 30  # of the clock, on a machine too loaded to give it those CPU seconds
-CHARACTERS = 10**6  # of one rendering: more than any model's positions take
+CHARACTERS = 10**5  # a rendering's own, besides the message's: a template's text is a few hundred
 
 
 def _render(template: str, texts: list[str], bos: str | None, eos: str | None) -> list[str]:

@@ -5,7 +5,7 @@ Read from standard input, one JSON object: ``path`` (the parent's ``sys.path``, 
 jinja2 is found where the parent finds it), ``template``, ``texts`` (each rendered as the
 one user message), ``bos`` and ``eos`` (the tokens' text, "" for none), and the bounds
 ``memory`` (bytes of address space), ``seconds`` (of CPU time) and ``characters`` (of one
-rendering's output). Written to standard output, one JSON object: ``{"rendered": [...]}``,
+rendering's output besides the message's). Written to standard output, one JSON object: ``{"rendered": [...]}``,
 one string per text, or ``{"error": "..."}`` with one line saying why the template failed.
 
 The bounds hold whatever the template does, because nothing in it can get past them:
@@ -13,7 +13,7 @@ the address space (``RLIMIT_AS``) stops a string or list built by any operator, 
 method (``'x' * n``, ``~`` doubled in a loop, ``center``, ``%``, ``format``); the CPU
 time (``RLIMIT_CPU``) stops a loop or a filter that runs without end (nested ``range``,
 ``lipsum``): the kernel ends the process; the output is counted as Jinja yields it, so a
-loop that writes without end stops at ``characters``. Within them the template runs in
+loop that writes without end stops at ``characters`` besides the message. Within them the template runs in
 Jinja's immutable sandbox with transformers' settings (blocks trimmed, ``loopcontrols``,
 ``tojson`` unescaped, ``raise_exception`` and ``strftime_now``).
 
@@ -55,7 +55,7 @@ def _bound(memory: int, seconds: int) -> None:
 
 
 def _render(request: dict[str, Any], text: str) -> str:
-    """One rendering for the user message ``text``, stopped past ``characters``."""
+    """One rendering for the user message ``text``, stopped past ``characters`` besides it."""
     from jinja2 import TemplateError
     from jinja2.ext import loopcontrols
     from jinja2.sandbox import ImmutableSandboxedEnvironment
@@ -76,11 +76,11 @@ def _render(request: dict[str, Any], text: str) -> str:
         messages=[{"role": "user", "content": text}], add_generation_prompt=True,
         bos_token=request["bos"], eos_token=request["eos"],
     )  # fmt: skip
-    most, written, kept = request["characters"], 0, []
+    own, written, kept = request["characters"], 0, []
     for chunk in chunks:
         written += len(chunk)
-        if written > most:
-            raise TemplateError(f"it writes more than {most:,} characters")
+        if written > own + len(text):
+            raise TemplateError(f"it writes more than {own:,} characters besides the message")
         kept.append(chunk)
     return "".join(kept)
 

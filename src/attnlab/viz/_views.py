@@ -157,7 +157,7 @@ def check_flows_size(layers: int, length: int, arrays: int, name: str) -> None:
     if size > MAX_VIEWS_BYTES:
         raise fail(
             name, f"at most {MAX_VIEWS_BYTES / 1e6:g} MB of the views' data",
-            f"{size / 1e6:.1f} MB for {length} tokens on {layers} layers; use fewer tokens",
+            f"{size / 1e6:.3g} MB for {length} tokens on {layers} layers; use fewer tokens",
         )  # fmt: skip
 
 
