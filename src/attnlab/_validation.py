@@ -7,6 +7,7 @@ so that a program (the CLI among them) can tell a bad argument from a bug.
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 from typing import Any, TypeGuard
@@ -22,10 +23,13 @@ __all__ = [
     "Array",
     "AttnlabError",
     "MissingDependencyError",
+    "all_finite",
     "array_of",
     "broadcasts_to",
+    "check_finite",
     "compute_dtype",
     "fail",
+    "fits_in_memory",
     "flag",
     "float_array",
     "ids_below",
@@ -52,6 +56,63 @@ def fail(name: str, expected: str, got: object, error: type[Exception] = ValueEr
     :class:`ArgumentTypeError` when ``error`` is ``TypeError``. Callers ``raise fail(...)``."""
     kind = ArgumentTypeError if issubclass(error, TypeError) else ArgumentError
     return kind(f"{name}: expected {expected}, got {got}", name)
+
+
+def all_finite(x: Array) -> bool:
+    """Whether every number of ``x`` is finite. One sum reads x without a copy (NaN or
+    infinite when x holds such a number); only a sum that is not finite (such a number,
+    or an overflow of finite ones) is looked at number by number."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        return bool(np.isfinite(np.add.reduce(x, axis=None)) or np.isfinite(x).all())
+
+
+def check_finite(
+    x: Array, where: str, name: str, why: str = "the numbers overflow", axes: tuple[str, ...] = ()
+) -> None:
+    """Refuse ``x``, what a forward computed at ``where`` ("layer 0's queries"), when it
+    holds a NaN or an infinity: of finite weights (every loader checks them), the forward
+    overflowed its float (``why``, followed by the dtype), and every number after would be
+    NaN. The error names ``name``, the argument the forward ran on, and with ``axes`` (a
+    name for each of x's axes, "" for one not to say) the first such number's position.
+
+    Raises:
+        ArgumentError: "<name>: expected a forward with finite numbers, got NaN in <where>
+            at head 1, query 0, key 0 (<why> float32)".
+    """
+    if all_finite(x):
+        return
+    found = (("NaN", np.isnan(x)), ("+Inf", x == np.inf), ("-Inf", x == -np.inf))
+    kinds = " and ".join(kind for kind, mask in found if mask.any())
+    first = np.argwhere(~np.isfinite(x))[0] if axes else ()
+    at = ", ".join(f"{axis} {int(i)}" for axis, i in zip(axes, first, strict=True) if axis)
+    where += f" at {at}" if at else ""
+    raise fail(name, "a forward with finite numbers", f"{kinds} in {where} ({why} {x.dtype})")
+
+
+def machine_memory() -> int | None:
+    """The machine's physical memory in bytes, or None where the system does not say (a
+    module-level function, so that tests can lower it)."""
+    try:
+        return int(os.sysconf("SC_PHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
+def fits_in_memory(name: str, what: str, nbytes: int, how: str) -> None:
+    """Refuse, before allocating it, ``what`` of ``nbytes`` bytes (``how``: what they are
+    made of) beyond this machine's physical memory: NumPy would raise a bare MemoryError,
+    or the system swap for minutes first.
+
+    Raises:
+        ArgumentError: "<name>: expected <what> that fit in this machine's 125.8 GiB of
+            memory, got <how>: 9.3 GiB".
+    """
+    memory = machine_memory()
+    if memory is not None and nbytes > memory:
+        raise fail(
+            name, f"{what} that fit in this machine's {memory / 2**30:.1f} GiB of memory",
+            f"{how}: {nbytes / 2**30:,.1f} GiB",
+        )  # fmt: skip
 
 
 def is_real(x: Any) -> TypeGuard[float]:

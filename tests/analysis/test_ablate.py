@@ -280,3 +280,33 @@ def test_heads_outside_an_attnlab_model_are_refused_before_any_forward(
         ablate(model, TEXT, heads=[(layers, 0)])
     with pytest.raises(ArgumentError, match=rf"head in 0..{heads - 1}, got \(0, {heads}\)$"):
         ablate(model, TEXT, heads=[(0, heads)])
+
+
+class _StopError(Exception):
+    pass
+
+
+@pytest.mark.parametrize("kind", ["numpy", "transformers"])
+def test_check_is_called_before_each_forward_one_head_a_forward_and_stops_where_it_raises(gpt2: Any, kind: str) -> None:
+    """The live page's check: before the unablated forward and before each head's, so that a
+    request its page left stops within one forward of the text, not a batch of 64."""
+    model, tokenizer, checkpoint = gpt2
+    subject, extra = (
+        (models.load(checkpoint, dtype=np.float64), {}) if kind == "numpy" else (model, {"tokenizer": tokenizer})
+    )
+    heads = [(1, 2), (0, 3), (0, 1)]
+    calls: list[int] = []
+    checked = ablate(subject, TEXT, heads=heads, check=lambda: calls.append(0), **extra)
+    assert len(calls) == 1 + len(heads)
+    np.testing.assert_allclose(checked.effect, ablate(subject, TEXT, heads=heads, **extra).effect, atol=1e-12)
+    ran: list[int] = []
+
+    def stop_at_the_second_head() -> None:
+        ran.append(0)
+        if len(ran) == 3:
+            raise _StopError
+
+    with pytest.raises(_StopError):
+        ablate(subject, TEXT, heads=heads, check=stop_at_the_second_head, **extra)
+    with pytest.raises(ArgumentTypeError, match=r"^check: expected a function or None, got int$"):
+        ablate(subject, TEXT, heads=heads, check=1, **extra)

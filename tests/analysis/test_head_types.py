@@ -303,7 +303,10 @@ def test_a_model_whose_forward_overflows_is_refused_not_scored_nan(gpt2: tuple[A
         start = block * D + INDUCTION_HEAD[1] * WIDTH
         tensors[name][:, start : start + WIDTH] *= 1e20
     write_safetensors(directory / "model.safetensors", tensors)
-    expected = r"model_or_trace: expected attention weights that are finite numbers, got nan at layer 1, head 1, "
+    expected = (  # refused by the forward itself, where the NaN appears (issue 45)
+        r"input_ids: expected a forward with finite numbers, got NaN in layer 1's attention weights at head 1, "
+        r"query 0, key 0 \(the scores overflow float32\)$"
+    )
     with pytest.raises(ArgumentError, match="^" + expected):
         head_types(models.load(directory), TEXT_IDS, repeat=0)
 

@@ -739,3 +739,52 @@ def test_ring_takes_a_count_of_heads_as_num_heads_and_its_old_heads_with_a_depre
         main(["ring", "--help"])
     help_text = capsys.readouterr().out
     assert "--num-heads" in help_text and "--heads" not in help_text.replace("--num-heads", "")
+
+
+ALPHABET = " ".join("abcdefghijklmnopqrst")  # one-hot: 20 wide
+
+
+@pytest.mark.parametrize(
+    ("text", "options", "message"),
+    [
+        ("a b c", ["--embed", "random", "--d-model", "8000", "--d-k", "8000"],
+         "--d-k: expected d_model × d_k at most 1,048,576, the numbers of a weight matrix the seed's layer draws in "
+         "pure Python (about a million a second), got 8,000 × 8,000 = 64,000,000 (--d-model 8000); use a smaller "
+         "--d-k or --d-model"),
+        ("a b c", ["--embed", "random", "--d-model", "2048", "--num-heads", "2"],
+         "--d-model: expected a width of at most 1,024 with --num-heads (four width × width weight matrices, at most "
+         "1,048,576 numbers each), got --d-model 2048"),
+        (ALPHABET, ["--d-k", "65536"],
+         "--d-k: expected d_model × d_k at most 1,048,576, the numbers of a weight matrix the seed's layer draws in "
+         "pure Python (about a million a second), got 20 × 65,536 = 1,310,720 (the input's width 20); use a smaller "
+         "--d-k"),
+    ],
+)  # fmt: skip
+def test_a_layer_too_large_to_draw_is_refused_naming_the_option(monkeypatch, capsys, text, options, message):
+    """--d-model 8000 --d-k 8000 drew 192 million numbers in Python (40 s, 1.9 GB) for a page of three tokens."""
+    from attnlab.cli import _sequence
+
+    def never(*_args, **_kwargs):
+        raise AssertionError("the layer was made before its size was checked")
+
+    monkeypatch.setattr(_sequence, "SelfAttention", never)
+    monkeypatch.setattr(_sequence, "MultiheadAttention", never)
+    for command in ("trace", "view"):
+        code, _, err = run_cli(capsys, command, "--text", text, *options, *(["-o", "x.html"] * (command == "view")))
+        assert code == 2 and err == f"attnlab {command}: error: {message}\n", err
+
+
+def test_random_vectors_beyond_a_traces_scores_are_refused_naming_d_model(capsys):
+    text = " ".join(str(i) for i in range(3000))
+    code, _, err = run_cli(capsys, "trace", "--text", text, "--embed", "random", "--d-model", "8192", "--d-k", "2")
+    assert code == 2 and err == (
+        "attnlab trace: error: --d-model: expected tokens × d_model at most 16,777,216 numbers (--embed random's "
+        "vectors), got 3,000 × 8,192 = 24,576,000; use a smaller --d-model or fewer tokens\n"
+    ), err
+
+
+def test_the_default_d_k_keeps_the_widest_input_within_the_weights_bound():
+    from attnlab.cli._sequence import MAX_WEIGHTS, MAX_WIDTH, _default_d_k
+
+    assert [_default_d_k(w) for w in (3, 64, 1000, 16384, 32768, MAX_WIDTH)] == [3, 64, 64, 64, 32, 16]
+    assert all(w * _default_d_k(w) <= MAX_WEIGHTS for w in range(1, MAX_WIDTH + 1, 97))

@@ -44,3 +44,36 @@ def test_bad_arguments_are_refused() -> None:
         hf.trace_generation(model, {"input_ids": PROMPT}, 2, layers=7)
     with pytest.raises(ValueError, match="model: expected a causal language model"):
         hf.trace_generation(tiny_model("bert").bert, {"input_ids": PROMPT}, 2)
+
+
+class _StopError(Exception):
+    pass
+
+
+def test_check_is_called_before_each_new_token_and_stops_the_generation_where_it_raises() -> None:
+    model, calls = tiny_model("gpt2"), []
+    record = hf.trace_generation(model, {"input_ids": PROMPT}, 5, check=lambda: calls.append(len(calls)))
+    assert record.generated == 5 and calls == [0, 1, 2, 3, 4]  # before the prefill, then after each token but the last
+    forwards = []
+    handle = model.register_forward_pre_hook(lambda module, args: forwards.append(0))
+
+    def stop_before_the_third() -> None:
+        if len(forwards) == 2:
+            raise _StopError
+
+    try:
+        with pytest.raises(_StopError):
+            hf.trace_generation(model, {"input_ids": PROMPT}, 5, check=stop_before_the_third)
+    finally:
+        handle.remove()
+    assert len(forwards) == 2  # the prompt's and the first decode step: the third token never computed
+    with pytest.raises(TypeError, match=r"^check: expected a function or None, got int$"):
+        hf.trace_generation(model, {"input_ids": PROMPT}, 2, check=1)
+
+
+def test_an_end_token_ends_the_checks_with_the_generation() -> None:
+    model, calls = tiny_model("gpt2"), []
+    first = int(hf.trace_generation(model, {"input_ids": PROMPT}, 1).ids[-1])
+    model.generation_config.eos_token_id = first  # the first new token ends the generation
+    record = hf.trace_generation(model, {"input_ids": PROMPT}, 5, check=lambda: calls.append(0))
+    assert record.generated == 1 and calls == [0]  # before the prefill only: no forward follows an end token

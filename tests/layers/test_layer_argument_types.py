@@ -9,6 +9,8 @@ import numpy as np
 import pytest
 
 import attnlab as al
+import attnlab.reference
+from attnlab import _validation
 
 
 @pytest.mark.parametrize("scale", ["2", True, np.True_, 1j], ids=repr)
@@ -44,3 +46,27 @@ def test_zero_or_negative_widths_and_head_counts_and_an_int_dtype_are_refused(
 ) -> None:
     with pytest.raises(error, match=message):
         build()
+
+
+def test_weights_beyond_the_machines_memory_are_refused_before_any_is_drawn(monkeypatch) -> None:
+    """SelfAttention(10**6, 10**6) would draw 3·10¹² numbers in Python (it ran without end);
+    MultiheadAttention(10**6, 1) raised NumPy's bare MemoryError."""
+
+    def never(*_args: Any, **_kwargs: Any) -> Any:
+        raise AssertionError("the weights were drawn before their size was checked")
+
+    monkeypatch.setattr(attnlab.reference, "SelfAttention", never)
+    with pytest.raises(al.ArgumentError) as caught:
+        al.SelfAttention(10**6, 10**6)
+    assert caught.value.argument == "d_model, d_k"
+    assert str(caught.value).startswith(
+        "d_model, d_k: expected weights (Wq, Wk, Wv: d_model × d_k each) that fit in this machine's "
+    )
+    assert str(caught.value).endswith("of memory, got 3 × 1,000,000 × 1,000,000 numbers drawn in Python, about 48 "
+                                      "bytes each: 134,110.5 GiB")  # fmt: skip
+    with pytest.raises(al.ArgumentError, match=r"^embed_dim: expected weights .* got 4,000,000,000,000 numbers"):
+        al.MultiheadAttention(10**6, 1)
+    monkeypatch.setattr(_validation, "machine_memory", lambda: 100_000)  # the bound is the machine's memory
+    with pytest.raises(al.ArgumentError, match=r"this machine's 0\.0 GiB of memory, got 3 × 64 × 64 numbers"):
+        al.SelfAttention(64, 64)
+    al.SelfAttention(64, 64, weights=[np.zeros((64, 64))] * 3)  # given weights are there already: not refused

@@ -151,7 +151,7 @@ def test_a_rollout_too_large_for_the_page_is_refused_before_it_is_computed(coref
 
     monkeypatch.setattr(attnlab.analysis, "rollout", no_rollout)
     with pytest.raises(attnlab.ArgumentError, match=r"^rollout: expected at most 0.015407 MB of the views' data, got "
-                       r"0.0 MB for 19 tokens on 2 layers; use fewer tokens$"):  # fmt: skip
+                       r"0.0154 MB for 19 tokens on 2 layers; use fewer tokens$"):  # fmt: skip
         Session(coref).answer(Request(SENTENCE, rollout=True))
     monkeypatch.setattr(attnlab.viz._views, "MAX_VIEWS_BYTES", 15_408)
     with pytest.raises(AssertionError, match="rollout computed"):  # within the limit: computed
@@ -202,3 +202,123 @@ def _post(server, fields: dict) -> bytes:
         f"Content-Length: {len(body)}\r\n\r\n"
     )
     return head.encode() + body
+
+
+def _no_forward(monkeypatch) -> None:
+    """Every attnlab model's forward fails the test: what is refused is refused before it."""
+    from attnlab.models._network import Network
+
+    def forward(*args, **kwargs):
+        raise AssertionError("the model ran before the request was refused")
+
+    monkeypatch.setattr(Network, "forward", forward)
+
+
+def test_views_too_large_for_the_page_are_refused_from_the_token_counts_before_any_forward(smollm2, monkeypatch):
+    """The review's request: 150 words (151 tokens) and 64 new ones with rollout on SmolLM2
+    (30 layers × 9 heads). By hand: rollout (30, 215, 215) float64, 4·⌈30·215²·8 / 3⌉ =
+    14,792,000 base64 characters (flow left out past 215 tokens); the generated rows, 30
+    layers of (9, 64, 214) float32, 30·4·⌈9·64·214·4 / 3⌉ = 19,722,240: 34.5 MB, over 16 MB.
+    It ran 21 s, then was refused; now refused before the model runs."""
+    _no_forward(monkeypatch)
+    expected = (
+        r"^views: expected at most 16 MB of the views' data, got 34\.5 MB \(rollout 14\.8 MB, generated tokens "
+        r"19\.7 MB\) for 215 tokens on 30 layers; use fewer tokens or generated tokens$"
+    )
+    with pytest.raises(attnlab.ArgumentError, match=expected):
+        Session(smollm2).answer(Request("word " * 150, generate=64, rollout=True))
+
+
+def test_two_texts_too_large_for_the_page_are_refused_before_either_is_traced(coref, monkeypatch):
+    """By hand: builtin:coref's 2 layers × 4 heads; the sentence's 19 tokens and 小红是个画家's
+    8, each (4, L, L) float32 a layer: 2·(4·⌈4·19²·4 / 3⌉ + 4·⌈4·8²·4 / 3⌉) = 18,144 characters."""
+    import attnlab.viz._views
+
+    monkeypatch.setattr(attnlab.viz._views, "MAX_VIEWS_BYTES", 18_143)
+    _no_forward(monkeypatch)
+    with pytest.raises(
+        attnlab.ArgumentError, match=r"^views: .* got 0\.0181 MB for 19 tokens on 2 layers; use fewer tokens$"
+    ):
+        Session(coref).answer(Request(SENTENCE, second="小红是个画家"))
+
+
+@pytest.mark.parametrize(("pair", "layer", "head"), [((30, 0), 30, 0), ((0, 9), 0, 9)])
+def test_a_head_to_ablate_that_the_model_lacks_is_refused_as_ablate_before_any_forward(
+    smollm2, monkeypatch, pair, layer, head
+):
+    _no_forward(monkeypatch)
+    expected = (
+        rf"^ablate: expected \[layer, head\] pairs with layer in 0\.\.29 and head in 0\.\.8, got \[{layer}, {head}\]$"
+    )
+    with pytest.raises(attnlab.ArgumentError, match=expected):
+        Session(smollm2).answer(Request("word", ablate=((0, 0), pair)))
+
+
+def test_an_ablation_of_a_model_without_a_head_to_the_vocabulary_is_refused_before_any_forward(coref, monkeypatch):
+    _no_forward(monkeypatch)
+    expected = r"^ablate: expected a model with a head to the vocabulary \(serve --model of one\), got builtin:coref, "
+    with pytest.raises(attnlab.ArgumentError, match=expected):
+        Session(coref).answer(Request(SENTENCE, ablate=((0, 0),)))
+
+
+def _counted_forwards(monkeypatch) -> list[int]:
+    from attnlab.models._network import Network
+
+    forwards, forward = [], Network.forward
+    monkeypatch.setattr(Network, "forward", lambda *args, **kwargs: forwards.append(0) or forward(*args, **kwargs))
+    return forwards
+
+
+def test_a_generation_stops_at_the_sessions_check_before_its_next_token(smollm2, monkeypatch):
+    forwards, seen = _counted_forwards(monkeypatch), []
+    with pytest.raises(StopError):
+        Session(smollm2).answer(Request("word", generate=64), _stop_at(4, seen))
+    assert len(forwards) == 2  # checks: the request's, before token 1 and 2; token 3 never computed
+
+
+def test_an_ablation_is_given_the_sessions_check(smollm2, monkeypatch):
+    """ablate calls it before each head's forward (tests/analysis/test_ablate.py): the
+    session hands it its own, the request's."""
+    given = []
+
+    def ablate(model, text, *, heads, check):
+        given.append(heads)
+        check()
+        raise AssertionError("the session's check did not stop the ablation")
+
+    monkeypatch.setattr(attnlab.analysis, "ablate", ablate)
+    seen = []
+    with pytest.raises(StopError):
+        Session(smollm2).answer(Request("word", ablate=((0, 0), (0, 1))), _stop_at(4, seen))
+    assert given == [[(0, 0), (0, 1)]] and seen == ["check"] * 4  # the request's, the trace's, the ablation's, ablate's
+
+
+def test_a_generation_whose_connection_closes_stops_at_its_next_token_and_the_next_page_is_served(smollm2, monkeypatch):
+    """The review's case: a page left during a 64-token generation held the next page for
+    55 s. The first decode step waits for the handler to cancel the job, then the
+    generation stops before its next token."""
+    from attnlab.models._network import Network
+
+    cancelled, decoding, forwards, forward = threading.Event(), threading.Event(), [], Network.forward
+    cancel = Job.cancel
+    monkeypatch.setattr(Job, "cancel", lambda job: (cancel(job), cancelled.set()))
+
+    def waiting(*args, **kwargs):
+        forwards.append(0)
+        if len(forwards) == 2:  # the first decode step: runs once the page has gone
+            decoding.set()
+            assert cancelled.wait(WAIT)
+        return forward(*args, **kwargs)
+
+    monkeypatch.setattr(Network, "forward", waiting)
+    with serve(smollm2, block=False) as running:
+        with socket.create_connection((running.host, running.port), timeout=WAIT) as connection:
+            connection.sendall(_post(running, {"client": "gone", "number": 1, "text": "word", "generate": 64}))
+            assert decoding.wait(WAIT)
+        monkeypatch.setattr(running.session, "answer", lambda request, check: {"page": request.text})
+        with socket.create_connection((running.host, running.port), timeout=WAIT) as connection:
+            connection.sendall(_post(running, {"client": "next", "number": 1, "text": "b"}))
+            response = http.client.HTTPResponse(connection)
+            response.begin()
+            assert (response.status, json.loads(response.read())) == (200, {"page": "b"})  # answered after the stop
+    assert len(forwards) == 2  # the prompt's and one decode step: the third token never computed

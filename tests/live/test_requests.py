@@ -159,3 +159,138 @@ def test_a_target_in_absolute_form_must_name_this_server(server, monkeypatch, ta
     expected = f"request target: expected a path, or this server's http:// address, got {address!r}"
     assert _post(server, target=address) == ((200, {"page": "小明"}) if status == 200 else (400, {"error": expected}))
     _still_serves(server)
+
+
+def test_a_string_never_closed_is_scanned_once_to_its_end_not_from_each_quote():
+    """The depth count's string pattern matches at every quote it starts at, so the scan
+    never restarts inside a string: one pass, linear (a pattern that needs the closing
+    quote backtracks from each \\" of an unclosed string to the end: 24,000 of them took
+    13 s, the server's whole GIL, and 256 KB would take minutes)."""
+    from attnlab.live._server import _JSON_STRING
+
+    text = '{"text": "' + '\\"' * 1000
+    assert [match.span() for match in _JSON_STRING.finditer(text)] == [(1, 7), (9, len(text))]
+
+
+def test_256_kb_of_escaped_quotes_never_closed_is_refused_as_not_json(server):
+    head = b'{"client": "raw", "number": 1, "text": "'
+    body = head + b'\\"' * ((MAX_BODY - len(head)) // 2)
+    expected = "request: expected a JSON object, got text that is not JSON"
+    assert _post(server, body) == (422, {"error": expected})  # within _send's 30 s: a quadratic scan takes minutes
+    _still_serves(server)
+
+
+@pytest.mark.parametrize(
+    "sent",
+    ["POST /api/page HTTP/1.1\r\nHost: 127.0.0.1", "POST /api/page HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+     "X-Attnlab-Token: {token}\r\nContent-Length: 100\r\n\r\n" + '{{"client": "raw"'],
+    ids=["half the headers", "half the body"],
+)  # fmt: skip
+def test_a_connection_that_stops_sending_its_request_is_closed_after_the_timeout(coref, monkeypatch, sent):
+    import attnlab.live._server
+
+    monkeypatch.setattr(attnlab.live._server, "_IDLE", 0.2)  # 30 s as served
+    with serve(coref, block=False) as server:
+        with socket.create_connection((server.host, server.port), timeout=30) as connection:
+            connection.sendall(sent.format(port=server.port, token=server.token).encode())
+            assert connection.recv(1) == b""  # closed by the server, its thread ended
+        _still_serves(server)
+
+
+def test_the_handler_times_out_an_idle_connection_as_served():
+    from attnlab.live._server import _IDLE
+
+    with serve(block=False) as running:
+        assert running._httpd.RequestHandlerClass.timeout == _IDLE == 30
+
+
+@pytest.mark.parametrize(
+    ("head", "status", "expected"),
+    [
+        ("GARBAGE", 400, "request line: expected a method, a target and HTTP/1.0 or HTTP/1.1, apart by spaces, "
+         "got 'GARBAGE'"),
+        ("GET /?token={token} NOT-HTTP", 400, "request line: expected a method, a target and HTTP/1.0 or HTTP/1.1"),
+        ("GET /?token={token}", 400, "request line: expected a method, a target and HTTP/1.0 or HTTP/1.1"),
+        ("GET / HTTP/2.0", 505, "request line: expected HTTP/1.0 or HTTP/1.1, got 'GET / HTTP/2.0'"),
+        ("GET /" + "a" * 70_000 + " HTTP/1.1", 414, "request line: expected at most 65,536 bytes, got more"),
+        ("GET / HTTP/1.1\r\nX-Long: " + "a" * 70_000, 431, "headers: expected lines of at most 65,536 bytes, got a "
+         "longer one"),
+        ("GET / HTTP/1.1" + "".join(f"\r\nX-{i}: {i}" for i in range(101)), 431, "headers: expected at most 100 "
+         "header lines, got more"),
+        ("DELETE /api/page HTTP/1.1\r\nHost: 127.0.0.1:{port}", 405, "method: expected GET or POST, got DELETE"),
+        ("PUT /api/page HTTP/1.1\r\nHost: 127.0.0.1:{port}", 405, "method: expected GET or POST, got PUT"),
+        ("OPTIONS * HTTP/1.1\r\nHost: 127.0.0.1:{port}", 405, "method: expected GET or POST, got OPTIONS"),
+        ("GET /?token={token} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nno colon here\r\nX-After: 1", 400,
+         "headers: expected lines of 'name: value', each on one line, got 'no colon here'"),
+        ("GET /?token={token} HTTP/1.1\r\n Host: 127.0.0.1:{port}", 400,
+         "headers: expected lines of 'name: value', each on one line, got ' Host: 127.0.0.1:"),
+        ("GET /?token={token} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nX-Folded: a\r\n b", 400,
+         "headers: expected lines of 'name: value', each on one line, got 'X-Folded: a\\r\\n b'"),
+    ],
+    ids=[
+        "one word", "no HTTP version", "HTTP/0.9", "HTTP/2.0", "a request line of 70 KB", "a header of 70 KB",
+        "101 headers", "DELETE", "PUT", "OPTIONS", "a line without a colon", "a first line folded", "obs-fold",
+    ],
+)  # fmt: skip
+def test_a_request_the_standard_library_cannot_read_or_serve_is_json_naming_what_was_wrong(
+    server, head, status, expected
+):
+    with socket.create_connection((server.host, server.port), timeout=30) as connection:
+        connection.sendall(head.format(port=server.port, token=server.token).encode("latin-1") + b"\r\n\r\n")
+        response = http.client.HTTPResponse(connection)
+        response.begin()
+        answer = json.loads(response.read())
+        assert _closed(connection)  # what follows cannot be trusted to start a request
+    assert response.getheader("Content-Type") == "application/json; charset=utf-8"
+    assert response.status == status and answer["error"].startswith(expected), answer
+    if status == 405:
+        assert response.getheader("Allow") == "GET, POST"
+    _still_serves(server)
+
+
+def _closed(connection: socket.socket) -> bool:
+    """Whether the server closed ``connection``: its end read, or a reset (a close that left
+    bytes of the request unread, such as the rest of a line too long)."""
+    try:
+        return connection.recv(1) == b""
+    except ConnectionResetError:
+        return True
+
+
+def test_head_is_405_without_a_body(server):
+    head = f"HEAD /?token={server.token} HTTP/1.1\r\nHost: 127.0.0.1:{server.port}"
+    with socket.create_connection((server.host, server.port), timeout=30) as connection:
+        connection.sendall(head.encode() + b"\r\n\r\n")
+        response = http.client.HTTPResponse(connection, method="HEAD")
+        response.begin()
+        assert (response.status, response.getheader("Allow"), response.read()) == (405, "GET, POST", b"")
+        assert connection.recv(1) == b""
+    _still_serves(server)
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "expected"),
+    [
+        ("second", 0, "second text: expected a string, got int"),
+        ("second", False, "second text: expected a string, got bool"),
+        ("second", [], "second text: expected a string, got list"),
+        ("ablate", 0, "ablate: expected a list of at most 64 [layer, head] pairs, got 0"),
+        ("ablate", False, "ablate: expected a list of at most 64 [layer, head] pairs, got False"),
+        ("ablate", "", "ablate: expected a list of at most 64 [layer, head] pairs, got ''"),
+        ("ablate", {}, "ablate: expected a list of at most 64 [layer, head] pairs, got {}"),
+    ],
+)
+def test_a_field_of_another_type_is_refused_even_when_javascript_calls_it_false(server, monkeypatch, field, value,
+                                                                                  expected):  # fmt: skip
+    monkeypatch.setattr(server.session, "answer", lambda request, check: {"page": "answered"})
+    body = json.dumps({"client": "raw", "number": 1, "text": "a", field: value}).encode()
+    assert _post(server, body) == (422, {"error": expected})
+
+
+@pytest.mark.parametrize(("field", "value"), [("second", None), ("second", ""), ("ablate", None), ("ablate", [])])
+def test_null_an_empty_second_text_and_no_heads_mean_none(server, monkeypatch, field, value):
+    seen = []
+    monkeypatch.setattr(server.session, "answer", lambda request, check: seen.append(request) or {"page": ""})
+    body = json.dumps({"client": "raw", "number": 1, "text": "a", field: value}).encode()
+    assert _post(server, body) == (200, {"page": ""})
+    assert seen[0].second is None and seen[0].ablate == ()

@@ -57,3 +57,27 @@ def test_chosen_layers_and_bad_arguments(saved):
             model.trace_generation(PROMPT, bad)
     with pytest.raises(ValueError, match="layers"):
         model.trace_generation(PROMPT, 2, layers=5)
+
+
+class _StopError(Exception):
+    pass
+
+
+def test_check_is_called_before_each_new_token_and_stops_the_generation_where_it_raises(saved, monkeypatch):
+    from attnlab.models._network import Network
+
+    model, calls = models.load(saved["gpt2"]), []
+    record = model.trace_generation(PROMPT, 5, check=lambda: calls.append(len(calls)))
+    assert record.generated == 5 and calls == [0, 1, 2, 3, 4]
+    forwards, forward = [], Network.forward
+    monkeypatch.setattr(Network, "forward", lambda *args, **kwargs: forwards.append(0) or forward(*args, **kwargs))
+
+    def stop_before_the_third() -> None:
+        if len(forwards) == 2:
+            raise _StopError
+
+    with pytest.raises(_StopError):
+        model.trace_generation(PROMPT, 5, check=stop_before_the_third)
+    assert len(forwards) == 2  # the prompt's and the first decode step: the third token never computed
+    with pytest.raises(TypeError, match=r"^check: expected a function or None, got int$"):
+        model.trace_generation(PROMPT, 2, check=1)

@@ -144,11 +144,13 @@ def _gguf_names(name: str) -> str:
 
 def write_tiny_llama(
     path: Path, quant: Any = None, arch: str = "llama", tied: bool = False, rope_freqs: bool = False,
-    add_bos: bool = False,
+    add_bos: bool = False, **changes: Any,
 ) -> None:  # fmt: skip
     """A random LlamaForCausalLM (or Qwen2ForCausalLM) written as llama.cpp's converter
     would: a Llama's q and k permuted, its matrices in ``quant`` (default F32), a byte-level
-    vocabulary of ASCII (with ``add_bos``, tokenizer.ggml.add_bos_token true)."""
+    vocabulary of ASCII (with ``add_bos``, tokenizer.ggml.add_bos_token true). ``changes``
+    replace what is written: ``head_count``, ``freq_base``, ``token_types``, ``merges``, and
+    ``extra`` tensors (name -> array) written before the model's."""
     torch.manual_seed(0)
     qwen2 = arch == "qwen2"  # q, k and v with biases, and no permutation (llama.cpp's Qwen2 RoPE rotates halves)
     config = (transformers.Qwen2Config if qwen2 else transformers.LlamaConfig)(
@@ -163,20 +165,22 @@ def write_tiny_llama(
     writer.add_context_length(POSITIONS)
     writer.add_embedding_length(D)
     writer.add_feed_forward_length(INNER)
-    writer.add_head_count(H)
+    writer.add_head_count(changes.get("head_count", H))
     writer.add_head_count_kv(HK)
     writer.add_layer_norm_rms_eps(1e-5)
-    writer.add_rope_freq_base(10000.0)
+    writer.add_rope_freq_base(changes.get("freq_base", 10000.0))
     writer.add_tokenizer_model("gpt2")
     writer.add_token_list(TOKENS)
-    writer.add_token_types([1] * (len(TOKENS) - 2) + [3, 3])
-    writer.add_token_merges(["a b", "Ġ ab"])
+    writer.add_token_types(changes.get("token_types", [1] * (len(TOKENS) - 2) + [3, 3]))
+    writer.add_token_merges(changes.get("merges", ["a b", "Ġ ab"]))
     writer.add_bos_token_id(len(TOKENS) - 2)
     writer.add_eos_token_id(len(TOKENS) - 1)
     if add_bos:
         writer.add_add_bos_token(True)
     if rope_freqs:  # Llama 3.1's RoPE scaling as llama.cpp writes it: a tensor of factors, no metadata
         writer.add_tensor("rope_freqs.weight", np.ones(D // H // 2, dtype=np.float32))
+    for name, tensor in changes.get("extra", {}).items():
+        writer.add_tensor(name, tensor)
     for name, tensor in state.items():
         if tied and name == "lm_head.weight":
             continue
@@ -439,10 +443,10 @@ def test_cli_refuses_a_nan_weight_in_one_line_on_either_backend(tiny, tmp_path, 
     for backend, name in named.items():
         code = main(["trace", "--model", str(path), "--text", "ab", "--backend", backend])
         err = capsys.readouterr().err
-        last = err.rstrip("\n").rsplit("\n", 1)[-1]  # transformers' own progress bar on dequantizing comes before
+        last = err.rstrip("\n").rsplit("\n", 1)[-1]
         assert code == 2 and last.startswith("attnlab trace: error: ") and "Traceback" not in err, (backend, err)
         assert name in last and "1 NaN of its 1,024 numbers" in last, (backend, err)
-        assert backend == "transformers" or err == last + "\n", err
+        assert err == last + "\n", err  # no progress bar before it (transformers' own, on dequantizing)
 
 
 @pytest.mark.parametrize(("value", "got"), [(None, "nothing"), (7, "7")])
@@ -538,4 +542,74 @@ def test_a_bos_to_add_whose_id_is_outside_the_vocabulary_is_refused(tmp_path):
     assert str(caught.value) == (
         f"{bad}: metadata tokenizer.ggml.bos_token_id: expected a token id in 0..{len(TOKENS) - 1} "
         "(tokenizer.ggml.add_bos_token is true), got 1000000000"
+    )
+
+
+# ---- issue 45: GGUF oddities llama.cpp refuses, refused naming the field -------------------
+
+
+@pytest.mark.parametrize("base", [np.inf, -np.inf, np.nan, 0.0, -1.0])
+def test_a_rope_freq_base_that_is_not_finite_and_positive_is_refused(tmp_path, base):
+    path = tmp_path / "rope.gguf"
+    write_tiny_llama(path, freq_base=base)
+    with pytest.raises(models.CheckpointError) as caught:
+        models.load(path)
+    assert str(caught.value) == f"{path}: metadata llama.rope.freq_base: expected a finite number > 0, got {base!r}"
+
+
+def test_token_types_fewer_than_the_tokens_are_refused_naming_both_lengths(tmp_path):
+    path = tmp_path / "types.gguf"
+    write_tiny_llama(path, token_types=[1] * 10)
+    with pytest.raises(models.CheckpointError) as caught:
+        models.load(path)
+    assert str(caught.value) == (
+        f"{path}: metadata tokenizer.ggml.token_type: expected a list of one for each of the {len(TOKENS)} tokens "
+        "of tokenizer.ggml.tokens, got 10"
+    )
+
+
+def test_an_architecture_that_is_not_a_plain_name_is_refused_on_either_backend(tmp_path, capsys):
+    path = tmp_path / "newline.gguf"
+    write_tiny_llama(path, arch="llama\nx")
+    expected = f"{path}: metadata general.architecture: expected a plain name (letters, digits"
+    with pytest.raises(models.CheckpointError, match=re.escape(expected)):
+        models.load(path)
+    for backend in ("numpy", "transformers"):
+        assert main(["trace", "--model", str(path), "--text", "ab", "--backend", backend]) == 2
+        err = capsys.readouterr().err
+        assert expected in err and "got 'llama\\nx'" in err and err.count("\n") == 1, err
+
+
+def test_a_head_count_that_does_not_divide_the_width_names_the_gguf_field(tmp_path):
+    path = tmp_path / "heads.gguf"
+    write_tiny_llama(path, head_count=2**31)
+    with pytest.raises(models.CheckpointError) as caught:
+        models.load(path)
+    assert str(caught.value) == (
+        f"{path}: metadata llama.attention.head_count: expected a divisor of llama.embedding_length ({D}), "
+        f"without llama.attention.key_length, got {2**31}"
+    )
+
+
+def test_bad_merges_are_refused_naming_the_file(tmp_path):
+    path = tmp_path / "merges.gguf"
+    write_tiny_llama(path, merges=["a b", "ab"])
+    with pytest.raises(models.CheckpointError) as caught:
+        models.load(path)
+    assert str(caught.value) == (
+        f"{path}: metadata tokenizer.ggml.merges: expected strings of two tokens split by a space, got 'ab'"
+    )
+
+
+def test_a_tensor_the_architecture_does_not_use_is_refused_naming_it(tmp_path):
+    """A bias a Llama has none of, and a name no reader knows: llama.cpp refuses the file
+    ("wrong number of tensors"); dropping them would run another model than the file's."""
+    path = tmp_path / "extra.gguf"
+    extra = {"blk.0.attn_q.bias": np.zeros(D, np.float32), "blk.0.attn_q_norm.weight": np.ones(8, np.float32)}
+    write_tiny_llama(path, extra=extra)
+    with pytest.raises(models.CheckpointError) as caught:
+        models.load(path)
+    assert str(caught.value) == (
+        f"{path}: tensor 'blk.0.attn_q.bias' (and 1 more): expected only tensors a llama of 2 layers reads, got one "
+        "it does not use (llama.cpp refuses such a file: wrong number of tensors)"
     )

@@ -407,6 +407,8 @@ def bad_tokenizer_config(directory: Path) -> None:
         ("llama", lambda d: edit_json(d / "config.json", rope_parameters={"rope_type": "yarn", "rope_theta": 1e4}),
          "rope type 'yarn' is not supported"),
         ("llama", lambda d: edit_json(d / "config.json", rope_parameters="default"), "rope_parameters: expected"),
+        ("qwen2", lambda d: edit_json(d / "config.json", rope_parameters={"rope_type": "default", "rope_theta": 1e400}),
+         "not a finite positive number: inf"),
         ("gpt2", lambda d: bad_tokenizer_config(d), "added_tokens_decoder: expected"),
         ("mistral", lambda d: edit_json(d / "config.json", sliding_window=0),
          "sliding_window: expected a positive integer, got 0"),
@@ -469,6 +471,29 @@ def test_a_text_longer_than_the_positions(checkpoints):
         models.load(checkpoints["gpt2", "float32"]).generate(np.ones(30, dtype=int), 20)
 
 
+@pytest.mark.parametrize(
+    ("given", "error", "got"),
+    [
+        ([], ValueError, "text_or_ids: expected a text or at least one token id (L,), got an empty list"),
+        (None, TypeError, "text_or_ids: expected a text (str) or integer token ids (L,), got None"),
+        (b"hi", TypeError, "text_or_ids: expected a text (str) or integer token ids (L,), got bytes b'hi' (a text "
+         "is a str: decode the bytes)"),
+        ([1.5], TypeError, "text_or_ids: expected a text (str) or integer token ids (L,), got float64 values"),
+        ({"a": 1}, TypeError, "text_or_ids: expected a text (str) or integer token ids (L,), got a dict"),
+        ([0, 300], ValueError, "text_or_ids: expected ids in 0..299, got 0..300"),
+    ],
+)  # fmt: skip
+def test_a_trace_of_no_ids_says_what_came_naming_text_or_ids(checkpoints, given, error, got):
+    model = models.load(checkpoints["gpt2", "float32"])
+    with pytest.raises(error) as caught:
+        model.trace(given)
+    assert str(caught.value) == got and caught.value.argument == "text_or_ids"
+    with pytest.raises(
+        ValueError, match=r"^input_ids: expected at least one token id, \(L,\) or \(B, L\), got an empty list$"
+    ):
+        model([])
+
+
 def test_bad_ids_and_arguments(checkpoints):
     model = models.load(checkpoints["gpt2", "float32"])
     with pytest.raises(ValueError, match=r"input_ids: expected ids in 0\.\.299, got 0\.\.300"):
@@ -490,7 +515,7 @@ def test_bad_ids_and_arguments(checkpoints):
     assert len(model.generate([1, 2], 0)) == 2
     with pytest.raises(ValueError, match=r"text_or_ids: expected one sequence"):
         model.trace(IDS)
-    with pytest.raises(ValueError, match="input_ids: expected at most 40 tokens"):
+    with pytest.raises(ValueError, match="text_or_ids: expected at most 40 tokens"):
         model.trace(np.ones(41, dtype=int))
     with pytest.raises(ValueError, match="generate: bert is not a causal model"):
         models.load(checkpoints["bert", "float32"]).generate([1, 2], 3)

@@ -4,7 +4,7 @@ models through attnlab's backend."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
 import numpy as np
@@ -39,7 +39,7 @@ class _Runner(Protocol):
 
 def ablate(
     model: Any, text: Any, *, heads: Any, mode: str = "zero", target: Any = None, patch_text: Any = None,
-    tokenizer: Any = None, progress: bool = False,
+    tokenizer: Any = None, progress: bool = False, check: Callable[[], object] | None = None,
 ) -> Ablation:  # fmt: skip
     """For each chosen (layer, head), run the model on ``text`` with that head's output
     replaced, and measure the change in the next-token prediction at the last position.
@@ -54,7 +54,8 @@ def ablate(
     model (loaded with any attention implementation), the function registered as
     attn_implementation="attnlab" is wrapped while the forwards run, and its output
     (B, L, H, Ev) replaced there (so, while it runs, that registration is the wrapper for the
-    whole process: run one ablation at a time). The forwards run several at a time, as one batch.
+    whole process: run one ablation at a time). The forwards run several at a time, as one batch
+    (with a ``check``, one at a time).
 
     Args:
         model: an :class:`attnlab.models.Model`, or a transformers model with a language-
@@ -72,6 +73,9 @@ def ablate(
         tokenizer: a transformers model's tokenizer (to read texts and the target); a
             NumPy model has its own.
         progress: show a progress bar on stderr, heads done of all, with an estimate.
+        check: None, or a function called before each forward: the unablated text's (and
+            patch text's), then each ablated head's, one head a forward; what it raises ends
+            the ablation (``attnlab serve``'s, to stop a request its page left).
 
     Returns:
         :class:`Ablation`: the (layers, heads) effect (NaN where not ablated), the unablated
@@ -82,12 +86,16 @@ def ablate(
             token or too long for the model's positions, a patch text of another length,
             an unknown mode, a model without a head to the vocabulary.
         ArgumentTypeError: a model of neither kind, heads that are not (layer, head) pairs,
-            a ``progress`` that is not a bool.
+            a ``progress`` that is not a bool, a ``check`` that is not callable.
         UnsupportedModelError: a transformers model whose attention attnlab cannot run,
             or an encoder-decoder model.
+        Exception: whatever ``check`` raises.
     """
     runner = _runner(model, tokenizer)
     show_progress = flag("progress", progress)
+    if check is not None and not callable(check):
+        raise fail("check", "a function or None", type(check).__name__, TypeError)
+    checked = check if check is not None else _nothing
     if mode not in MODES:
         raise fail("mode", " or ".join(map(repr, MODES)), repr(mode))
     if patch_text is not None and mode != "zero":
@@ -102,10 +110,12 @@ def ablate(
     target_id, target_text = (None, None) if target is None else runner.target(target)
     known = runner.num_layers > 0  # attnlab's models: from the config, so heads are checked before any forward
     cells = _cells(heads, runner.num_layers, runner.num_heads) if known else None
+    checked()
     logits, outputs = runner.record(ids)
     if cells is None:  # a transformers model: its attention calls, and so its heads, known from the first forward
         cells = _cells(heads, runner.num_layers, runner.num_heads)
     if patch_ids is not None:
+        checked()
         outputs = runner.record(patch_ids)[1]
     base = _log_softmax(logits)  # (vocab,)
     replacement = {
@@ -113,9 +123,10 @@ def ablate(
         for layer, head in cells
     }
     effect = np.full((runner.num_layers, runner.num_heads), np.nan)
-    per_batch = max(1, min(64, _BATCH_TOKENS // len(ids)))
+    per_batch = 1 if check is not None else max(1, min(64, _BATCH_TOKENS // len(ids)))  # a check: between heads
     with progress_bar(len(cells), "ablate", "head", enabled=show_progress) as bar:
         for start in range(0, len(cells), per_batch):
+            checked()
             chunk = cells[start : start + per_batch]
             ablated = _log_softmax(runner.ablated(ids, [(*cell, replacement[cell]) for cell in chunk]))  # (B, vocab)
             for (layer, head), row in zip(chunk, ablated, strict=True):
@@ -130,6 +141,10 @@ def ablate(
         patch_tokens=None if patch_ids is None else runner.tokens(patch_ids), layer_labels=list(runner.layer_labels),
         model=runner.name,
     )  # fmt: skip
+
+
+def _nothing() -> None:
+    """The check of an ablation given none."""
 
 
 def _runner(model: Any, tokenizer: Any) -> _Runner:

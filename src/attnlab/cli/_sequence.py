@@ -41,10 +41,20 @@ MAX_SCORES = 2**24
 MAX_PAGE_SCORES = 2**28
 FEWER_LAYERS = "--layer N or a list of layers (--layer 0,5,-1)"  # what a page too large for all layers takes
 MAX_WIDTH = 2**16
-# --d-k's default: the input's width up to this. The weights are drawn in pure Python as
-# the seed draws them, d_model·d_k numbers each, so a 2000-token one-hot text with
-# d_k = 2000 would draw 12 million of them.
+# --d-k's default: the input's width up to this (and up to what MAX_WEIGHTS leaves). The
+# weights are drawn in pure Python as the seed draws them, d_model·d_k numbers each, so a
+# 2000-token one-hot text with d_k = 2000 would draw 12 million of them.
 DEFAULT_MAX_D_K = 64
+# The numbers of one weight matrix of the layer, checked before it is made: the seed's
+# layer draws them in pure Python (about a million a second, ~48 bytes each while drawn),
+# so its three d_model × d_k matrices at this bound (1024 × 1024) take ~3 s and ~200 MB;
+# --num-heads' four are width × width. A page or a trace shows q, k and v (L × d_k), never
+# the weights: a wider layer adds columns no one reads, at the cost of minutes and GBs
+# (8000 × 8000 drew 192 million numbers in Python).
+MAX_WEIGHTS = 2**20
+# The numbers of --embed random's vectors (L × d_model), as many as a trace's scores (MAX_SCORES):
+# 128 MiB of float64; the one-hot vectors (L × distinct tokens) are within it once L² is.
+MAX_EMBEDDING = 2**24
 ONE_LAYER = "--layer: expected --model or a saved model's trace with it; this input has one layer"
 # A command's check of its options against a model's layers, heads and the text's tokens
 # (plot's --heads, view's --rollout), run once the model is loaded and the text tokenized,
@@ -103,7 +113,8 @@ def add_input_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--d-k",
         type=at_least(1, MAX_WIDTH),
-        help=f"width of Q, K and V (default: the input's width, at most {DEFAULT_MAX_D_K})",
+        help=f"width of Q, K and V (default: the input's width, at most {DEFAULT_MAX_D_K}; d_model·d_k at most "
+        f"{MAX_WEIGHTS:,}, the numbers of a weight matrix)",
     )
     parser.add_argument(
         "--seed",
@@ -288,17 +299,42 @@ def _refuse_variants(args: argparse.Namespace, reason: str) -> None:
             raise InputError(f"{option}: {reason}; {option} cannot change it")
 
 
+def _default_d_k(width: int) -> int:
+    """--d-k's default for an input of ``width``: the width, at most DEFAULT_MAX_D_K, and at
+    most what keeps a weight matrix (width × d_k) within MAX_WEIGHTS."""
+    return max(1, min(width, DEFAULT_MAX_D_K, MAX_WEIGHTS // width))
+
+
 def _check_layer_size(args: argparse.Namespace, length: int, width: int, page: bool) -> None:
     """Before the layer runs on ``length`` tokens of ``width``: the trace's scores, or the
-    page's size, and the width."""
+    page's size, the width, the weights (MAX_WEIGHTS) and --embed random's vectors (MAX_EMBEDDING)."""
     if page:
-        head_width = width // args.num_heads if args.num_heads > 1 else args.d_k or min(width, DEFAULT_MAX_D_K)
+        head_width = width // args.num_heads if args.num_heads > 1 else args.d_k or _default_d_k(width)
         source = "--text" if args.text is not None else source_name(args.input)
         check_page_size(PageShape(length, args.num_heads, 1, (head_width, head_width), model=False), source)
     else:
         _check_trace_size(length, args.num_heads)
     if width > MAX_WIDTH:
         raise InputError(f"the input's width: expected at most {MAX_WIDTH}, got {width}")
+    random = args.text is not None and args.embed == "random"  # the width is --d-model's
+    given = f"--d-model {width}" if random else f"the input's width {width}"
+    if args.num_heads == 1 and args.d_k is not None and width * args.d_k > MAX_WEIGHTS:
+        raise InputError(
+            f"--d-k: expected d_model × d_k at most {MAX_WEIGHTS:,}, the numbers of a weight matrix the seed's layer "
+            f"draws in pure Python (about a million a second), got {width:,} × {args.d_k:,} = "
+            f"{width * args.d_k:,} ({given}); use a smaller --d-k" + (" or --d-model" if random else "")
+        )
+    if args.num_heads > 1 and width * width > MAX_WEIGHTS:
+        raise InputError(
+            f"{'--d-model' if random else '--num-heads'}: expected a width of at most {math.isqrt(MAX_WEIGHTS):,} "
+            f"with --num-heads (four width × width weight matrices, at most {MAX_WEIGHTS:,} numbers each), "
+            f"got {given}"
+        )
+    if random and length * width > MAX_EMBEDDING:
+        raise InputError(
+            f"--d-model: expected tokens × d_model at most {MAX_EMBEDDING:,} numbers (--embed random's vectors), "
+            f"got {length:,} × {width:,} = {length * width:,}; use a smaller --d-model or fewer tokens"
+        )
 
 
 def _check_trace_size(length: int, heads: int, fewer: str = "", page: bool = False) -> None:
@@ -316,7 +352,7 @@ def _run_layer(X: Array, tokens: list[str] | None, args: argparse.Namespace) -> 
     scale = {"sqrt": None, "none": 1.0}.get(args.scale, args.scale)
     layer: SelfAttention | MultiheadAttention
     if args.num_heads == 1:
-        layer = SelfAttention(X.shape[1], args.d_k or min(X.shape[1], DEFAULT_MAX_D_K), seed=args.seed)
+        layer = SelfAttention(X.shape[1], args.d_k or _default_d_k(X.shape[1]), seed=args.seed)
     elif args.d_k is not None:
         raise InputError(
             f"--d-k: with --num-heads {args.num_heads} each head is the input's width / {args.num_heads} wide; "

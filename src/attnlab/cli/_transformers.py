@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import re
 import sys
 from collections.abc import Callable, Iterator
@@ -409,17 +410,34 @@ def _check_gguf_blocks(path: Path) -> None:
 @contextlib.contextmanager
 def _quiet(transformers: Any) -> Iterator[None]:
     """Loading without transformers' progress bars and notices (a command's output is its
-    own); its errors still raise."""
+    own); its errors still raise. Its GGUF reader draws its own bar ("Converting and
+    de-quantizing GGUF tensors…", tqdm.auto's, which ``disable_progress_bar`` does not
+    reach): that module's ``tqdm`` is made a disabled one while the model loads."""
     logging = transformers.utils.logging
     verbosity, bars = logging.get_verbosity(), logging.is_progress_bar_enabled()
     logging.set_verbosity_error()
     logging.disable_progress_bar()
+    gguf_reader = _gguf_reader()
+    bar = getattr(gguf_reader, "tqdm", None)
+    if bar is not None:
+        gguf_reader.tqdm = functools.partial(bar, disable=True)
     try:
         yield
     finally:
+        if bar is not None:
+            gguf_reader.tqdm = bar
         logging.set_verbosity(verbosity)
         if bars:
             logging.enable_progress_bar()
+
+
+def _gguf_reader() -> Any:
+    """transformers' GGUF reader (the module that dequantizes a GGUF file's tensors), or None."""
+    try:
+        import transformers.modeling_gguf_pytorch_utils as reader
+    except ImportError:  # pragma: no cover - a transformers without GGUF support
+        return None
+    return reader
 
 
 def _processor(transformers: Any, directory: Path) -> Any:

@@ -10,6 +10,7 @@ on the engine with its weights and keeps the last query's row: the prefill's las
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -59,25 +60,36 @@ class _Steps:
 @dataclass
 class _Counter:
     """A streamer of ``model.generate`` (transformers' streamer protocol: ``put`` of the
-    prompt's ids, then of each new token's, then ``end``) that counts the new tokens on a
-    progress bar."""
+    prompt's ids before the first forward, then of each new token's, then ``end``) that
+    counts the new tokens on a progress bar and calls ``check`` before each new token's
+    forward: after the prompt and each token but the last (``limit`` of them, or an end
+    token, one of ``ends``)."""
 
     bar: Any
+    check: Callable[[], object] | None = None
+    limit: int = 0
+    ends: frozenset[int] = frozenset()
     prompt_seen: bool = False
+    count: int = 0
 
     def put(self, value: Any) -> None:
         """The prompt's ids first (not counted), then one new token's."""
         if self.prompt_seen:
             self.bar.update(1)
+            self.count += 1
+        last = self.count >= self.limit or (self.prompt_seen and int(value.reshape(-1)[-1]) in self.ends)
         self.prompt_seen = True
+        if self.check is not None and not last:
+            self.check()
 
     def end(self) -> None:
         """The generation has ended."""
 
 
 def trace_generation(
-    model: Any, text: Any, max_new_tokens: int, *, tokenizer: Any = None, layers: Any = None, progress: bool = False
-) -> GenerationTrace:
+    model: Any, text: Any, max_new_tokens: int, *, tokenizer: Any = None, layers: Any = None, progress: bool = False,
+    check: Callable[[], object] | None = None,
+) -> GenerationTrace:  # fmt: skip
     """The attention of the tokens ``model.generate`` adds greedily to ``text``, recorded
     from its own calls with the KV cache: for each new token, the weights of the step
     that chose it (one query, the token before it, over every position before the new
@@ -93,13 +105,18 @@ def trace_generation(
         layers: the attention modules to keep, an index or a list of them (negative from
             the end), or None for all.
         progress: show a progress bar on stderr, tokens generated of ``max_new_tokens``.
+        check: None, or a function called before each new token's forward (by
+            ``generate``'s streamer); what it raises ends the generation (``attnlab
+            serve``'s, to stop a request its page left).
 
     Raises:
         UnsupportedModelError: the model does not compute attention through the interface.
         ArgumentError, ArgumentTypeError: a model that cannot generate, inputs that are not
             one sequence, ``max_new_tokens`` below 1 or past the model's positions, a module
             the model does not have, a cache that drops keys (a sliding window's: its rows
-            cannot be laid out by position); a ``progress`` that is not a bool.
+            cannot be laid out by position); a ``progress`` that is not a bool, a ``check``
+            that is not callable.
+        Exception: whatever ``check`` raises.
     """
     check_model(model)
     show_progress = flag("progress", progress)
@@ -114,6 +131,8 @@ def trace_generation(
         raise fail("model", "a causal language model that generates (AutoModelForCausalLM)", type(model).__name__)
     if not is_integer(max_new_tokens) or max_new_tokens < 1:
         raise fail("max_new_tokens", "at least one token to generate", repr(max_new_tokens))
+    if check is not None and not callable(check):
+        raise fail("check", "a function or None", type(check).__name__, TypeError)
     sequences = model_inputs(model, text, tokenizer)
     prompt = sequences.inputs["input_ids"]
     positions = getattr(model.config, "max_position_embeddings", None)
@@ -125,11 +144,12 @@ def trace_generation(
     chosen = _chosen(layers)
     steps = _Steps({id(module): name for name, module in model.named_modules()})
     bar = progress_bar(int(max_new_tokens), "generate", "token", enabled=show_progress)
+    streamer = _Counter(bar, check, int(max_new_tokens), _end_tokens(model.generation_config))
     with bar, _recorded(model, steps):  # type: ignore[arg-type]  # duck-typed: before, after and record
         ids = model.generate(
             **sequences.inputs, max_new_tokens=int(max_new_tokens), do_sample=False, num_beams=1,
             pad_token_id=getattr(model.generation_config, "pad_token_id", None) or 0,
-            streamer=_Counter(bar) if show_progress else None,
+            streamer=streamer if show_progress or check is not None else None,
         )[0]  # fmt: skip
     count = len(steps.order)
     wanted = range(count) if chosen is None else sorted({i + count if i < 0 else i for i in chosen})
@@ -146,3 +166,11 @@ def trace_generation(
     else:
         tokens, special = [str(i) for i in all_ids], []
     return GenerationTrace(model_name(model), all_ids, tokens, P, weights, names, special)
+
+
+def _end_tokens(config: Any) -> frozenset[int]:
+    """The ids whose generation ends it (the generation config's ``eos_token_id``: one, a
+    list, or None)."""
+    ends = getattr(config, "eos_token_id", None)
+    ends = [] if ends is None else [ends] if is_integer(ends) else list(ends)
+    return frozenset(int(end) for end in ends if is_integer(end))

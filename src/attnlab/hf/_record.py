@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from .._validation import fail, is_integer
+from .._validation import check_finite, fail, is_integer
 from ..trace import ModelTrace, Trace
 from ..trace._build import build_trace
 from ._backend import EngineCall, _engine_call, recorder
@@ -67,17 +67,40 @@ class _Recording:
             entry.trace.layer_output = first[0].detach().float().numpy() if first.shape[0] == 1 else None
 
     def record(self, call: EngineCall) -> np.ndarray:
-        """The recorder: the call's output (B, H, L, Ev), with its trace when chosen."""
+        """The recorder: the call's output (B, H, L, Ev), with its trace when chosen; a NaN
+        or an infinity in what enters or leaves the call refused (:func:`_check_finite`)."""
         states, cross = self.inputs.get(id(call.module), (None, False))
         name = self.names.get(id(call.module), type(call.module).__name__)
         entry = _Entry(name, _kind(name, cross, self.encoder_decoder))
         index = len(self.entries)
         self.entries.append(entry)
         self.by_module[id(call.module)] = entry
-        if self.chosen is not None and index not in self.chosen:
-            return np.asarray(_engine_call(call).output)
-        entry.trace = _trace_of(call, states)
-        return entry.trace.output[None]  # (H, L, Ev) -> (1, H, L, Ev)
+        where = f"attention entry {index} ({name})"
+        if states is not None and not bool(torch.isfinite(states).all()):
+            _check_finite(states.detach().float().numpy(), f"the hidden states entering {where}")
+        for x, what in ((call.query, "queries"), (call.key, "keys"), (call.value, "values")):
+            _check_finite(x, f"the {what} of {where}")
+        with np.errstate(over="ignore", invalid="ignore"):  # a non-finite number is refused below
+            if self.chosen is not None and index not in self.chosen:
+                output = np.asarray(_engine_call(call).output)
+            else:
+                entry.trace = _trace_of(call, states)
+                weights, axes = entry.trace.weights, ("head", "query", "key")  # (H, L, S)
+                _check_finite(weights, f"the attention weights of {where}", "the scores overflow", axes)
+                output = entry.trace.output[None]  # (H, L, Ev) -> (1, H, L, Ev)
+        _check_finite(output, f"the attention output of {where}")
+        return output
+
+
+# how a NaN or an infinity comes into a transformers model's forward (followed by its dtype): its
+# weights are the caller's, not checked by a loader of attnlab's
+_NOT_FINITE = "a weight that is not finite, or numbers that overflow"
+
+
+def _check_finite(x: np.ndarray, where: str, why: str = _NOT_FINITE, axes: tuple[str, ...] = ()) -> None:
+    """Refuse a NaN or an infinity in ``x``, what the forward computed at ``where``
+    (``why``: how it came, followed by the dtype), as attnlab's own models refuse it."""
+    check_finite(x, where, "text_or_inputs", why, axes)
 
 
 def _kind(name: str, cross: bool, encoder_decoder: bool) -> str:
@@ -158,7 +181,9 @@ def trace(model: Any, text_or_inputs: Any, *, tokenizer: Any = None, layers: Any
     Raises:
         UnsupportedModelError: the model does not compute attention through the interface.
         ArgumentError, ArgumentTypeError: inputs that are not one sequence, a text without
-            a tokenizer, an entry the forward does not have.
+            a tokenizer, an entry the forward does not have; a NaN or an infinity in the
+            forward (a weight that is not finite, or numbers that overflow), named by the
+            first attention entry it reaches and what of it.
     """
     check_model(model)
     sequences = model_inputs(model, text_or_inputs, tokenizer)

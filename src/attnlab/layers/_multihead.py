@@ -36,7 +36,18 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike
 
-from .._validation import Array, array_of, fail, flag, float_array, int_seed, layer_dtype, positive_int, probability
+from .._validation import (
+    Array,
+    array_of,
+    fail,
+    fits_in_memory,
+    flag,
+    float_array,
+    int_seed,
+    layer_dtype,
+    positive_int,
+    probability,
+)
 from ..engine._attention import Attention, Gradients, attention
 from ..engine._problem import sum_to_shape
 from ..engine.variants import Alignment, Band, MaskMod, Rules, offset
@@ -258,6 +269,10 @@ class MultiheadAttention(_Tracing):
     ) -> None:
         _configure(self, embed_dim, num_heads, dropout, (bias, add_bias_kv, add_zero_attn, batch_first), kdim, vdim)
         self.dtype = layer_dtype(dtype)
+        numbers = embed_dim * (2 * embed_dim + self.kdim + self.vdim)  # q, out (D, D); k (D, kdim); v (D, vdim)
+        per_number = 8 + self.dtype.itemsize  # drawn as float64, kept in the layer's dtype
+        how = f"{numbers:,} numbers, {per_number} bytes each (drawn as float64, kept as {self.dtype})"
+        fits_in_memory("embed_dim", "weights (4 projections of embed_dim rows)", numbers * per_number, how)
         self.training = True
         self.generator = np.random.default_rng(None if seed is None else int_seed("seed", seed))
         params = _initial_parameters(self.generator, embed_dim, self.kdim, self.vdim, self.bias, self.add_bias_kv)

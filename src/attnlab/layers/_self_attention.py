@@ -9,13 +9,26 @@ import numpy as np
 from numpy.typing import ArrayLike, DTypeLike
 
 from .. import reference
-from .._validation import Array, fail, float_array, int_seed, layer_dtype, positive_int, real_number
+from .._validation import (
+    Array,
+    fail,
+    fits_in_memory,
+    float_array,
+    int_seed,
+    layer_dtype,
+    positive_int,
+    real_number,
+)
 from ..engine.variants import Alignment, Rules
 from ..functional import scaled_dot_product_attention
 from ..trace._build import build_trace
 from ..trace._trace import Trace
 
 __all__ = ["SelfAttention"]
+
+# the bytes of one number the seed's generator draws: a float object (24) and its list's pointer (8); the
+# float64 array made of the lists (8) and the layer's copy (its itemsize) come beside them
+PYTHON_FLOAT = 32
 
 
 class SelfAttention:
@@ -49,7 +62,10 @@ class SelfAttention:
         self.d_model = positive_int("d_model", d_model)
         self.d_k = positive_int("d_k", d_k)
         self.dtype = layer_dtype(dtype)
-        if weights is None:
+        if weights is None:  # drawn in pure Python, as the seed draws them: refused first where they cannot fit
+            numbers, per_number = 3 * self.d_model * self.d_k, PYTHON_FLOAT + 8 + self.dtype.itemsize
+            how = f"3 × {self.d_model:,} × {self.d_k:,} numbers drawn in Python, about {per_number} bytes each"
+            fits_in_memory("d_model, d_k", "weights (Wq, Wk, Wv: d_model × d_k each)", numbers * per_number, how)
             std = real_number("std", std, minimum=0.0)
             layer = reference.SelfAttention(d_model, d_k, seed=int_seed("seed", seed), std=std)
             weights = (layer.Wq, layer.Wk, layer.Wv)

@@ -5,9 +5,12 @@ on its own thread, the model's work on one worker thread (:mod:`._worker`), one 
 a time in the order they came; a request whose page closed its connection, or sent a newer
 one, stops at its next stage. Safe by default: it listens on 127.0.0.1; every request
 carries the random token the printed address holds; the Host and Origin headers must name
-this server (against DNS rebinding); a request RFC 9112 calls malformed is a 400; a body is
-read only up to MAX_BODY bytes, a JSON object MAX_DEPTH deep; and a text the model cannot
-take, or a field the page would never send, is a message in the page, never a traceback.
+this server (against DNS rebinding); a request RFC 9112 calls malformed is a 400, every
+refusal (a request line or headers it cannot read, a method other than GET and POST) a
+JSON message naming what was wrong; a connection idle for _IDLE seconds is closed; a body
+is read only up to MAX_BODY bytes, a JSON object MAX_DEPTH deep; and a text the model
+cannot take, or a field the page would never send, is a message in the page, never a
+traceback.
 """
 
 from __future__ import annotations
@@ -46,7 +49,11 @@ MAX_BODY = 256 * 1024  # bytes of a request's JSON: two texts of MAX_TEXT charac
 MAX_DEPTH = 3  # how deep a request's JSON nests: {"ablate": [[layer, head], …]}
 _MAX_DIGITS = 20  # a JSON integer longer reads as a float, as JavaScript reads it: no field takes one
 _WATCH = 0.05  # seconds between two looks at a waiting request's connection
-_JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')
+_IDLE = 30  # seconds a connection may wait for its request's next bytes (idle, or slow to send): then closed
+# a JSON string, from its quote to its closing quote or, never closed, to the text's end: it matches at every
+# quote it starts at, so a scan never restarts inside a string (one that must close backtracks from each quote
+# of an unclosed one to the end: quadratic, minutes for 256 KB of \")
+_JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"?', re.DOTALL)
 _NOT_BRACKET = re.compile(r"[^\[\]{}]+")
 _LOOPBACK = ("127.0.0.1", "localhost", "[::1]")
 _PAGE_POLICY = (  # the shell's and its page's: nothing from the network; requests only to this server
@@ -141,9 +148,12 @@ class LiveServer:
         return given is not None and hmac.compare_digest(given.encode(), self.token.encode())
 
     def malformed(self, target: str, headers: Any) -> str | None:
-        """Why RFC 9112 calls a request malformed (a 400), or None: two Host headers,
-        Content-Length values that disagree, a Transfer-Encoding (this server reads a
-        Content-Length body only), a target in absolute form naming another server."""
+        """Why RFC 9112 calls a request malformed (a 400), or None: a header line that is
+        not ``name: value`` or is folded onto the next, two Host headers, Content-Length
+        values that disagree, a Transfer-Encoding (this server reads a Content-Length body
+        only), a target in absolute form naming another server."""
+        if line := _bad_header_line(headers):
+            return str(fail("headers", "lines of 'name: value', each on one line", repr(line)[:80]))
         if len(hosts := headers.get_all("Host") or []) > 1:
             return str(fail("Host", "one Host header", f"{len(hosts)}: {', '.join(map(repr, hosts))}"[:120]))
         if len(sizes := _sizes(headers)) > 1:
@@ -200,11 +210,32 @@ def _handler(server: LiveServer) -> type[BaseHTTPRequestHandler]:
     from http.server import BaseHTTPRequestHandler
 
     class Handler(BaseHTTPRequestHandler):
-        """GET / (the live page), POST /api/page (a redraw); anything else 404. The Host and
-        Origin checks and the token come first, then the body's size."""
+        """GET / (the live page), POST /api/page (a redraw); another path 404, another
+        method 405. The Host and Origin checks and the token come first, then the body's
+        size. A connection waiting over ``timeout`` seconds for its request's next bytes is
+        closed (the page's next fetch opens another)."""
 
         server_version = "attnlab-serve"
         protocol_version = "HTTP/1.1"
+        timeout = _IDLE
+
+        def parse_request(self) -> bool:
+            """The standard library's, and a request line without a version (HTTP/0.9's) refused."""
+            if not super().parse_request():
+                return False
+            if self.request_version == "HTTP/0.9":
+                self.send_error(400)
+                return False
+            return True
+
+        def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+            """The standard library's refusals as JSON naming what was wrong (its own are
+            HTML), the connection closed: what follows cannot be trusted to start a request."""
+            status, error = _refusal(code, message, self.command, self.requestline)
+            self.close_connection = True
+            if self.request_version == "HTTP/0.9":  # its default before a version was read: answer in HTTP/1.1
+                self.request_version = "HTTP/1.1"
+            self._json(status, {"error": error}, allow="GET, POST" if status == 405 else None)
 
         def do_GET(self) -> None:
             address = urlsplit(self.path)
@@ -244,11 +275,13 @@ def _handler(server: LiveServer) -> type[BaseHTTPRequestHandler]:
                 return False
             return True
 
-        def _json(self, status: int, data: dict[str, Any]) -> None:
-            self._send(status, "application/json; charset=utf-8", json_text(data).encode())
+        def _json(self, status: int, data: dict[str, Any], allow: str | None = None) -> None:
+            self._send(status, "application/json; charset=utf-8", json_text(data).encode(), allow=allow)
 
-        def _send(self, status: int, kind: str, body: bytes, policy: bool = False) -> None:
+        def _send(self, status: int, kind: str, body: bytes, policy: bool = False, allow: str | None = None) -> None:
             self.send_response(status)
+            if allow is not None:
+                self.send_header("Allow", allow)
             self.send_header("Content-Type", kind)
             self.send_header("Content-Length", str(len(body)))
             self.send_header("Cache-Control", "no-store")
@@ -259,6 +292,8 @@ def _handler(server: LiveServer) -> type[BaseHTTPRequestHandler]:
             if self.close_connection:
                 self.send_header("Connection", "close")
             self.end_headers()
+            if self.command == "HEAD":  # its answer has no body
+                return
             with contextlib.suppress(BrokenPipeError, ConnectionResetError):  # the page went away or replaced it
                 self.wfile.write(body)
 
@@ -266,6 +301,36 @@ def _handler(server: LiveServer) -> type[BaseHTTPRequestHandler]:
             pass
 
     return Handler
+
+
+def _bad_header_line(headers: Any) -> str | None:
+    """The first header line the parser could not read as ``name: value`` (the headers
+    stop there, the rest read as a body: its defect), or one folded onto the next line
+    (obs-fold); None when there is none."""
+    if getattr(headers, "defects", None):
+        line = getattr(headers.defects[0], "line", None) or str(headers.get_payload() or "")
+        return next(iter(line.splitlines()), "") or "a line it could not read"
+    return next((f"{name}: {value}" for name, value in headers.items() if "\n" in value or "\r" in value), None)
+
+
+def _refusal(code: int, message: str | None, command: str | None, line: str) -> tuple[int, str]:
+    """The status and message of a refusal the standard library's handler makes (its
+    ``send_error``), naming what was wrong: a method no ``do_`` method serves (a 405), a
+    request line or headers it cannot read."""
+    if code == 501 and command:
+        return 405, str(fail("method", "GET or POST", command[:40]))
+    if code == 505:
+        return 505, str(fail("request line", "HTTP/1.0 or HTTP/1.1", repr(line)[:80]))
+    if code == 414:
+        return 414, str(fail("request line", "at most 65,536 bytes", "more"))
+    if code == 431 and message == "Too many headers":
+        return 431, str(fail("headers", "at most 100 header lines", "more"))
+    if code == 431:
+        return 431, str(fail("headers", "lines of at most 65,536 bytes", "a longer one"))
+    if code == 400:
+        expected = "a method, a target and HTTP/1.0 or HTTP/1.1, apart by spaces"
+        return 400, str(fail("request line", expected, repr(line)[:80]))
+    return code, message or f"error {code}"  # pragma: no cover - the handler sends no other
 
 
 def _sizes(headers: Any) -> set[str]:
@@ -289,7 +354,9 @@ def _size(headers: Any) -> int | tuple[int, dict[str, str]]:
 
 def _request_json(data: bytes) -> dict[str, Any]:
     """A request's JSON object, at most MAX_DEPTH deep (json's parser recurses: a deeper one
-    could exhaust the stack); an integer of over _MAX_DIGITS digits reads as a float, which
+    could exhaust the stack; the depth is counted first, over the brackets outside strings,
+    in one pass of linear time, a string never closed running to the end, which json
+    refuses); an integer of over _MAX_DIGITS digits reads as a float, which
     the field that holds it refuses by name (``int`` refuses 4,300 digits and takes
     quadratic time to get there).
 

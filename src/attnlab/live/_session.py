@@ -18,7 +18,7 @@ from ..layers._text import embed_tokens, split_text
 from ..trace import GenerationTrace, ModelTrace
 from ..trace._trace import Trace
 from ..viz._page import PageShape, check_page_size, opening, render_page
-from ..viz._views import Views, check_flows_size
+from ..viz._views import Views, check_flows_size, check_views_size, views_size
 
 __all__ = ["MAX_GENERATE", "MAX_TEXT", "Request", "Session"]
 
@@ -46,7 +46,8 @@ class Request:
 
     @classmethod
     def from_json(cls, data: Any) -> Request:
-        """A request from the page's JSON object, each field checked.
+        """A request from the page's JSON object, each field checked: ``second`` null or ""
+        and ``ablate`` null or [] are none, any other value of another type refused.
 
         Raises:
             ArgumentError, ArgumentTypeError: a field missing, of another type or out of range,
@@ -54,7 +55,8 @@ class Request:
         """
         if not isinstance(data, dict):
             raise fail("request", "a JSON object", type(data).__name__, TypeError)
-        text, second = data.get("text"), data.get("second") or None
+        text, second = data.get("text"), data.get("second")
+        second = None if second == "" else second
         for name, value in (("text", text), ("second text", second)):
             if value is not None and not isinstance(value, str):
                 raise fail(name, "a string", type(value).__name__, TypeError)
@@ -69,7 +71,8 @@ class Request:
         generate = numbers["generate"] or 0
         if generate > MAX_GENERATE:
             raise fail("generate", f"at most {MAX_GENERATE} new tokens", generate)
-        pairs = data.get("ablate") or []
+        pairs = data.get("ablate")
+        pairs = [] if pairs is None else pairs
         if not isinstance(pairs, list) or not all(_is_pair(pair) for pair in pairs) or len(pairs) > MAX_ABLATED:
             raise fail("ablate", f"a list of at most {MAX_ABLATED} [layer, head] pairs", repr(pairs)[:80], TypeError)
         rollout = data.get("rollout", False)
@@ -86,15 +89,19 @@ def _is_pair(pair: Any) -> bool:
 
 
 class _Model(Protocol):
-    """A model as the live page runs it: its name, a text's trace (its page's size
-    checked first), a generation, an ablation."""
+    """A model as the live page runs it: its name, its layers and heads, a text's count of
+    tokens (no forward), a text's trace (its page's size checked first), a generation, the
+    heads an ablation may name and an ablation (each stopping where ``check`` raises)."""
 
     name: str
     layers: int | None  # None: the seed's one layer
+    heads: int | None  # each layer's; None: the seed's (its one layer is not ablated), or not in the config
 
+    def length(self, text: str, name: str) -> int: ...
     def trace(self, text: str, name: str) -> Trace | ModelTrace: ...
-    def generate(self, text: str, count: int) -> tuple[ModelTrace, GenerationTrace]: ...
-    def ablate(self, text: str, heads: list[tuple[int, int]]) -> dict[str, Any]: ...
+    def generate(self, text: str, count: int, check: Callable[[], object]) -> tuple[ModelTrace, GenerationTrace]: ...
+    def check_ablated(self, heads: tuple[tuple[int, int], ...]) -> None: ...
+    def ablate(self, text: str, heads: list[tuple[int, int]], check: Callable[[], object]) -> dict[str, Any]: ...
 
 
 class Session:
@@ -134,9 +141,14 @@ class Session:
         left out of a text over ``flow_limit`` tokens, as ``attnlab view --rollout`` leaves
         it out; the rollout, cheap, is there at any length).
 
-        ``check`` is called before each stage (the trace, the second text's, rollout, flow
-        and each of its positions, the ablation, the heads' kinds, the page): the live
-        server's raises to stop a request that its page replaced or left.
+        Before the model runs, what would be refused after is refused: heads to ablate that
+        the model does not have (a transformers model's: after its trace, before the
+        ablation), views (rollout and flow, the generated tokens' rows, the
+        two texts' weights) over the page's MAX_VIEWS_BYTES, from the texts' counts of
+        tokens. ``check`` is called before each stage (the trace, the second text's,
+        rollout, flow and each of its positions, the ablation, the heads' kinds, the page),
+        and inside the generation (before each new token) and the ablation (before each
+        head): the live server's raises to stop a request that its page replaced or left.
 
         Args:
             request: the redraw asked for.
@@ -144,16 +156,18 @@ class Session:
 
         Raises:
             AttnlabError: a text the model cannot take (too long for its positions or for
-                the page, empty), a view this model does not offer, named by its field.
+                the page, empty), a view this model does not offer or too large for the
+                page, heads it does not have, named by its field.
             Exception: whatever ``check`` raises.
         """
         if request.second is not None and request.generate:
             raise fail("second text", "none while generating (the prompt is one text)", "a second text")
         check()
+        self._refuse_early(request)
         generation = None
         if request.generate:
             trace: Trace | ModelTrace
-            trace, generation = self.model.generate(request.text, request.generate)
+            trace, generation = self.model.generate(request.text, request.generate, check)
         else:
             trace = self.model.trace(request.text, "text")
         check()
@@ -162,7 +176,9 @@ class Session:
             raise fail("second text", "a model to compare two texts through (serve --model)", "the seed's layer")
         rolled, flowed, notes = _rollout_and_flow(trace, request.rollout, check)
         check()
-        ablation = None if not request.ablate else self.model.ablate(request.text, list(request.ablate))
+        if request.ablate and isinstance(trace, ModelTrace):  # a transformers model's modules: known from its trace
+            _check_ablated(request.ablate, trace.num_layers or None, trace.num_heads or None, True, self.name)
+        ablation = None if not request.ablate else self.model.ablate(request.text, list(request.ablate), check)
         check()
         views = Views(second, generation, rolled, flowed, ablation, _kinds(trace))
         opens = _opens(trace, request)
@@ -173,6 +189,24 @@ class Session:
             "page": page, "opens": opens, "own": opening(trace), "generated": generated, "ablation": ablation,
             "notes": notes,
         }  # fmt: skip
+
+    def _refuse_early(self, request: Request) -> None:
+        """Refuse, before the model runs, heads to ablate that it does not have and views
+        too large for the page, from the texts' counts of tokens (a tokenizer's work, no
+        forward)."""
+        model = self.model
+        if request.ablate:
+            model.check_ablated(request.ablate)
+        if model.layers is None or model.heads is None or self.flow_limit is None:
+            return
+        length = model.length(request.text, "text")
+        second = None if request.second is None else model.length(request.second, "second text")
+        total = length + request.generate  # the page's tokens: the prompt's and the most it may generate
+        flows = 0 if not request.rollout else 1 if total > self.flow_limit else 2
+        hint = "use fewer tokens" + (" or generated tokens" if request.generate else "")
+        parts = views_size(model.layers, model.heads, length, flows=flows, generate=request.generate, second=second)
+        name = "views" if request.generate or second is not None else "rollout"
+        check_views_size(parts, name, total, model.layers, hint)
 
 
 def _rollout_and_flow(
@@ -244,12 +278,19 @@ class _SeedLayer:
 
     name = "the article's SelfAttention (random weights, seed 42)"
     layers: int | None = None
+    heads: int | None = None
 
-    def trace(self, text: str, name: str) -> Trace:
+    def length(self, text: str, name: str) -> int:
+        return len(self._words(text, name))
+
+    def _words(self, text: str, name: str) -> list[str]:
         try:
-            words = split_text(text)
+            return split_text(text)
         except ArgumentError:
             raise fail(name, "a text of at least one token", repr(text)) from None
+
+    def trace(self, text: str, name: str) -> Trace:
+        words = self._words(text, name)
         width = len(set(words))
         d_k = min(width, 64)
         check_page_size(PageShape(len(words), 1, 1, (d_k, d_k), model=False), name)
@@ -257,10 +298,13 @@ class _SeedLayer:
         trace.random_seed = _SEED
         return trace
 
-    def generate(self, text: str, count: int) -> tuple[ModelTrace, GenerationTrace]:
+    def generate(self, text: str, count: int, check: Callable[[], object]) -> tuple[ModelTrace, GenerationTrace]:
         raise fail("generate", "a model that generates (serve --model of a causal model)", "the seed's layer")
 
-    def ablate(self, text: str, heads: list[tuple[int, int]]) -> dict[str, Any]:
+    def check_ablated(self, heads: tuple[tuple[int, int], ...]) -> None:
+        raise fail("ablate", "a model with a head to the vocabulary (serve --model)", "the seed's layer")
+
+    def ablate(self, text: str, heads: list[tuple[int, int]], check: Callable[[], object]) -> dict[str, Any]:
         raise fail("ablate", "a model with a head to the vocabulary (serve --model)", "the seed's layer")
 
 
@@ -268,20 +312,22 @@ class _NumpyModel:
     """An attnlab model."""
 
     def __init__(self, model: Any) -> None:
-        self.model, self.name, self.layers = model, model.name, model.config.num_hidden_layers
+        self.model, self.name = model, model.name
+        self.layers, self.heads = model.config.num_hidden_layers, model.config.num_attention_heads
 
     def trace(self, text: str, name: str) -> ModelTrace:
-        self._check_page(self._length(text, name), name)
+        self._check_page(self.length(text, name), name)
         return _named(name, lambda: self.model.trace(text))
 
-    def generate(self, text: str, count: int) -> tuple[ModelTrace, GenerationTrace]:
+    def generate(self, text: str, count: int, check: Callable[[], object]) -> tuple[ModelTrace, GenerationTrace]:
         if not self.model.config.causal:
             raise fail("generate", "a causal model", f"{self.name}, a {self.model.config.model_type} model")
-        self._check_page(self._length(text, "text") + count, "generate")
-        generation = _named("text", lambda: self.model.trace_generation(text, count))
+        self._check_page(self.length(text, "text") + count, "generate")
+        generation = _named("text", lambda: self.model.trace_generation(text, count, check=check))
+        check()
         return self.model.trace(generation.ids), generation
 
-    def _length(self, text: str, name: str) -> int:
+    def length(self, text: str, name: str) -> int:
         """The tokens of ``text``, special ones included (refused: too long for the model)."""
         from ..models._checks import sequence_ids
 
@@ -293,10 +339,13 @@ class _NumpyModel:
         widths = (config.head_dim, config.head_dim)
         check_page_size(PageShape(length, config.num_attention_heads, config.num_hidden_layers, widths, True), name)
 
-    def ablate(self, text: str, heads: list[tuple[int, int]]) -> dict[str, Any]:
+    def check_ablated(self, heads: tuple[tuple[int, int], ...]) -> None:
+        _check_ablated(heads, self.layers, self.heads, self.model.network.head is not None, self.name)
+
+    def ablate(self, text: str, heads: list[tuple[int, int]], check: Callable[[], object]) -> dict[str, Any]:
         from ..analysis import ablate
 
-        return ablate(self.model, text, heads=heads).to_dict()
+        return _named("ablate", lambda: ablate(self.model, text, heads=heads, check=check).to_dict(), ("heads",))
 
 
 class _TransformersModel:
@@ -309,7 +358,17 @@ class _TransformersModel:
         hf.check_model(model)
         self.model, self.tokenizer = model, tokenizer
         self.name = model_name(model)
-        self.layers = getattr(model.config.get_text_config(), "num_hidden_layers", None)
+        config = model.config.get_text_config()
+        layers, heads = getattr(config, "num_hidden_layers", None), getattr(config, "num_attention_heads", None)
+        self.layers = int(layers) if is_integer(layers) else None
+        self.heads = int(heads) if is_integer(heads) else None
+
+    def length(self, text: str, name: str) -> int:
+        """The tokens of ``text``, as hf.trace reads it (refused: too long for the model)."""
+        from ..hf._inputs import model_inputs
+
+        sequences = _named(name, lambda: model_inputs(self.model, text, self.tokenizer))
+        return int(sequences.inputs["input_ids"].shape[-1])
 
     def trace(self, text: str, name: str) -> ModelTrace:
         from .. import hf
@@ -318,28 +377,56 @@ class _TransformersModel:
         check_page_size(trace, name)
         return trace
 
-    def generate(self, text: str, count: int) -> tuple[ModelTrace, GenerationTrace]:
+    def generate(self, text: str, count: int, check: Callable[[], object]) -> tuple[ModelTrace, GenerationTrace]:
         from .. import hf
         from ..hf._torch import torch
 
-        generation = _named("text", lambda: hf.trace_generation(self.model, text, count, tokenizer=self.tokenizer))
+        generation = _named(
+            "text", lambda: hf.trace_generation(self.model, text, count, tokenizer=self.tokenizer, check=check)
+        )
+        check()
         full = hf.trace(self.model, {"input_ids": torch.tensor([generation.ids])}, tokenizer=self.tokenizer)
         check_page_size(full, "generate")
         return full, generation
 
-    def ablate(self, text: str, heads: list[tuple[int, int]]) -> dict[str, Any]:
+    def check_ablated(self, heads: tuple[tuple[int, int], ...]) -> None:
+        """Its head to the vocabulary; its layers (attention modules, in the order a forward
+        calls them: a vision tower's too) are checked against its trace."""
+        has_head = getattr(self.model, "get_output_embeddings", lambda: None)() is not None
+        _check_ablated(heads, None, None, has_head, self.name)
+
+    def ablate(self, text: str, heads: list[tuple[int, int]], check: Callable[[], object]) -> dict[str, Any]:
         from ..analysis import ablate
 
-        return ablate(self.model, text, heads=heads, tokenizer=self.tokenizer).to_dict()
+        def run() -> dict[str, Any]:
+            return ablate(self.model, text, heads=heads, tokenizer=self.tokenizer, check=check).to_dict()
+
+        return _named("ablate", run, ("heads",))
 
 
-def _named(name: str, work: Any) -> Any:
-    """``work()``, its errors about its ``text`` named as the page's field ``name``."""
+def _check_ablated(
+    heads: tuple[tuple[int, int], ...], layers: int | None, count: int | None, has_head: bool, name: str
+) -> None:
+    """Refuse, before any forward, an ablation of a model without a head to the vocabulary
+    (``has_head``), or a (layer, head) pair outside its ``layers`` and ``count`` heads a
+    layer (None: not known, left to ablate)."""
+    if not has_head:
+        raise fail("ablate", "a model with a head to the vocabulary (serve --model of one)", f"{name}, which has none")
+    if layers is None or count is None:
+        return
+    outside = next(((layer, head) for layer, head in heads if not (layer < layers and head < count)), None)
+    if outside is not None:
+        expected = f"[layer, head] pairs with layer in 0..{layers - 1} and head in 0..{count - 1}"
+        raise fail("ablate", expected, repr(list(outside)))
+
+
+def _named(name: str, work: Any, arguments: tuple[str, ...] = ("text_or_ids", "text_or_inputs", "text")) -> Any:
+    """``work()``, its errors about its ``arguments`` (its text) named as the page's field ``name``."""
     try:
         return work()
     except AttnlabError as error:
         message = str(error)
-        for argument in ("text_or_ids", "text_or_inputs", "text"):
+        for argument in arguments:
             if message.startswith(f"{argument}:"):
                 renamed = ArgumentTypeError if isinstance(error, TypeError) else ArgumentError
                 raise renamed(name + message[len(argument) :], name) from None

@@ -64,8 +64,9 @@ def load(name_or_dir: str | os.PathLike[str], *, dtype: Any = np.float32) -> Mod
             ``model_type``, only pickle weights, a truncated or corrupted safetensors file,
             a missing weight, one of the wrong shape or not of a float dtype, one holding a
             NaN or an infinity (named), a config value out of its range; a GGUF file that is
-            truncated or corrupted, of another architecture or quantization, or larger than
-            the machine's memory; a file the system cannot map; any other file.
+            truncated or corrupted, of another architecture or quantization, larger than
+            the machine's memory, or with a tensor its architecture does not use (named);
+            a file the system cannot map; any other file.
         ArgumentTypeError: ``dtype`` None.
         MissingDependencyError: the models extra is not installed.
     """
@@ -91,6 +92,7 @@ def load(name_or_dir: str | os.PathLike[str], *, dtype: Any = np.float32) -> Mod
             raise CheckpointError(
                 f"{directory}: its metadata, as config.json's {message[len('config.json: ') :]}"
             ) from None
+        weights.check_all_read(gguf_config)
         return Model(network, tokenizer, shown_name(str(name_or_dir)), weights_note=note)
     config = read_config(directory)
     network = read_network(config, Weights(directory), compute)

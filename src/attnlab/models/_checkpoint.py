@@ -294,8 +294,11 @@ def non_finite(tensor: Array) -> str | None:
     One sum reads the numbers without a copy: a NaN or an infinity makes it NaN or infinite,
     so a finite sum is the common answer; only a sum that is not finite (such a number,
     or an overflow of finite ones) is looked at number by number."""
-    if tensor.dtype.kind != "f" or np.isfinite(np.add.reduce(tensor, axis=None)):
+    if tensor.dtype.kind != "f":
         return None
+    with np.errstate(over="ignore", invalid="ignore"):  # huge finite numbers overflow the sum: looked at below
+        if np.isfinite(np.add.reduce(tensor, axis=None)):
+            return None
     values = tensor[~np.isfinite(tensor)]
     if values.size == 0:  # the sum overflowed; every number is finite
         return None

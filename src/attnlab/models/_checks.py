@@ -35,17 +35,43 @@ def model_inputs(
     return ids, _padding(attention_mask, shape), _token_types(network, token_type_ids, shape)
 
 
-def token_ids(config: ModelConfig, input_ids: Any) -> Array:
+def token_ids(config: ModelConfig, input_ids: Any, name: str = "input_ids") -> Array:
     """``input_ids`` (L,) or (B, L) as int64 token ids, once they are ids of the model's
-    vocabulary and within its positions."""
-    ids = array_of("input_ids", input_ids)
+    vocabulary and within its positions; ``name``: the argument they came as, which the
+    errors name (a trace's ``text_or_ids`` takes a text too, and says so)."""
+    if name == "input_ids":
+        kind, shape = "integer token ids, (L,) or (B, L)", "at least one token id, (L,) or (B, L)"
+    else:
+        kind, shape = "a text (str) or integer token ids (L,)", "a text or at least one token id (L,)"
+    if input_ids is None or isinstance(input_ids, (bytes, bytearray, memoryview, str)):
+        raise fail(name, kind, _what_came(input_ids, None), TypeError)
+    ids = array_of(name, input_ids)
+    if ids.size == 0:
+        empty = isinstance(input_ids, (list, tuple)) and not input_ids
+        raise fail(name, shape, f"an empty {type(input_ids).__name__}" if empty else f"shape {ids.shape}")
     if ids.dtype.kind not in "iu":
-        raise fail("input_ids", "integer token ids, (L,) or (B, L)", f"{ids.dtype} values", TypeError)
-    if ids.ndim not in (1, 2) or ids.size == 0:
-        raise fail("input_ids", "at least one token id, (L,) or (B, L)", f"shape {ids.shape}")
-    ids_below("input_ids", ids, config.vocab_size)
-    check_length(config, ids.shape[-1], "input_ids")
+        raise fail(name, kind, _what_came(input_ids, ids), TypeError)
+    if ids.ndim not in (1, 2):
+        raise fail(name, shape, f"shape {ids.shape}")
+    ids_below(name, ids, config.vocab_size)
+    check_length(config, ids.shape[-1], "input_ids", name)
     return ids.astype(np.int64, copy=False)
+
+
+def _what_came(x: Any, ids: Array | None) -> str:
+    """What came where ids were expected (``ids``: it as an array, when it is one), said
+    briefly: None, bytes and their start, a text, a number, the dtype of numbers, or the
+    type of what the objects are in."""
+    if x is None:
+        return "None"
+    if isinstance(x, (bytes, bytearray, memoryview)):
+        raw = bytes(x)
+        return f"{type(x).__name__} {raw[:20]!r}{'…' if len(raw) > 20 else ''} (a text is a str: decode the bytes)"
+    if isinstance(x, str):
+        return f"a text {x[:20]!r}{'…' if len(x) > 20 else ''} (tokenize it first: model.tokenizer.encode)"
+    if ids is not None and ids.dtype.kind in "fcb":
+        return f"{type(x).__name__} {x!r}" if ids.ndim == 0 else f"{ids.dtype} values"
+    return f"a {type(x).__name__} of objects" if isinstance(x, (list, tuple, np.ndarray)) else f"a {type(x).__name__}"
 
 
 @dataclass
@@ -79,7 +105,7 @@ def sequence_ids(
     if not isinstance(text_or_ids, str):
         if chat:
             raise fail("chat", "a text to put in the chat template", "token ids")
-        ids = token_ids(config, text_or_ids)
+        ids = token_ids(config, text_or_ids, "text_or_ids")
         if ids.ndim != 1:
             raise fail("text_or_ids", "one sequence: a text or ids of shape (L,)", f"ids of shape {ids.shape}")
         return Prompt(ids)
@@ -105,7 +131,7 @@ def sequence_ids(
         template = template[: len(ids)]
     if len(ids) == 0:
         raise fail("text_or_ids", "a text of at least one token", repr(text_or_ids))
-    return Prompt(token_ids(config, ids), template, notes)
+    return Prompt(token_ids(config, ids, "text_or_ids"), template, notes)
 
 
 def generation_inputs(config: ModelConfig, ids: Any, steps: Any, temperature: Any) -> tuple[Array, int, float]:
@@ -129,11 +155,11 @@ def generation_inputs(config: ModelConfig, ids: Any, steps: Any, temperature: An
     return prompt, int(steps), temperature
 
 
-def check_length(config: ModelConfig, length: int, what: str) -> None:
-    """Refuse ``length`` tokens (of ``what``) beyond the model's positions."""
+def check_length(config: ModelConfig, length: int, what: str, name: str = "input_ids") -> None:
+    """Refuse ``length`` tokens (of ``what``, the argument ``name``) beyond the model's positions."""
     if length > config.max_position_embeddings:
         got = f"{length}" if what == "input_ids" else f"{length} ({what})"
-        raise fail("input_ids", f"at most {config.max_position_embeddings} tokens, the model's positions", got)
+        raise fail(name, f"at most {config.max_position_embeddings} tokens, the model's positions", got)
 
 
 def layer_indices(config: ModelConfig, layers: Any) -> list[int]:

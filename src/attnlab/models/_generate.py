@@ -47,13 +47,16 @@ class _KVCache:
 def generate(
     network: Network, ids: Any, steps: int, *, temperature: float = 0.0, rng: Any = None, output_logits: bool = False,
     rows: list[list[Array]] | None = None, on_token: Callable[[], object] | None = None,
+    check: Callable[[], object] | None = None,
 ) -> Array | tuple[Array, Array]:  # fmt: skip
     """What :meth:`Model.generate` documents: ``ids`` (L,) followed by up to ``steps`` new
     tokens, with the logits (new, vocab) each was chosen from when ``output_logits``.
     ``rows``, when given, gets one list per step of every layer's weights (H, S) of the
     step's last query, the one that chose the step's token (the recording hook of
     :meth:`Model.trace_generation`: the same forward, its weights kept). ``on_token`` is
-    called once after each new token (a progress bar's ``update``).
+    called once after each new token (a progress bar's ``update``); ``check`` before each
+    new token's forward (what it raises ends the generation: the live page's, to stop a
+    request its page replaced or left).
 
     Raises:
         ArgumentError, ArgumentTypeError: a model that is not causal, ids that are not one
@@ -67,6 +70,8 @@ def generate(
     cache = _KVCache(config, 1, len(prompt) + steps, network.embed.weight.value.dtype, steps)
     tokens, step_input, chosen_from = list(prompt), prompt, []
     for _ in range(steps):
+        if check is not None:
+            check()
         record = None if rows is None else Recorder(attentions=True)
         last = network.forward(step_input[None], None, None, cache, record, None)[:, -1]  # (1, D): the last position's
         if record is not None and rows is not None:

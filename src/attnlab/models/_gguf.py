@@ -14,6 +14,8 @@ RoPE rotates adjacent pairs, Hugging Face's the two halves); the permutation is 
 from __future__ import annotations
 
 import itertools
+import math
+import re
 import struct
 from collections import Counter
 from collections.abc import Iterator
@@ -23,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from .._validation import Array, MissingDependencyError, is_integer
+from .._validation import Array, MissingDependencyError, is_integer, is_real
 from ._checkpoint import GGUF_MAGIC as MAGIC
 from ._checkpoint import CheckpointError, WeightSource, check_memory, map_file
 from ._gguf_tokenizer import gguf_tokenizer
@@ -53,6 +55,8 @@ _TOP_NAMES = {"token_embd": "model.embed_tokens", "output_norm": "model.norm", "
 # GGUF metadata value types: the scalars' struct formats (8: string, 9: array)
 _SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
 _STRING, _ARRAY = 8, 9
+# general.architecture as llama.cpp names them (llama, qwen2, gpt-neox, ernie4_5-moe…)
+_PLAIN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 
 
 @dataclass(frozen=True)
@@ -166,7 +170,8 @@ def read_gguf(path: Path) -> GGUFFile:
     Raises:
         CheckpointError: not a GGUF file, a version other than 2 or 3, a header that is
             truncated or corrupted (arrays nested deeper than two, a key or a tensor named
-            twice), no general.architecture string, a tensor of an unknown type, one at an
+            twice), no general.architecture string or one that is not a plain name (a
+            newline in it), a tensor of an unknown type, one at an
             offset that is not a multiple of general.alignment, a file the system cannot map.
             Whether the tensors' bytes lie inside the file, each apart from the others, is
             :func:`check_extent`'s.
@@ -204,6 +209,11 @@ def _read_header(gguf: Any, path: Path, cursor: _Cursor) -> GGUFFile:
         got = "nothing" if arch is None else repr(arch)
         expected = "expected a string naming the architecture (llama, qwen2…)"
         raise CheckpointError(f"{path}: metadata general.architecture: {expected}, got {got}")
+    if not _PLAIN_NAME.fullmatch(arch):  # it names metadata keys ({arch}.block_count) and the backend's choice
+        raise CheckpointError(
+            f"{path}: metadata general.architecture: expected a plain name (letters, digits, '.', '_' and '-', "
+            f"at most 64: llama, qwen2…), got {arch!r}"
+        )
     entries = [_tensor_entry(cursor) for _ in range(tensor_count)]
     alignment = metadata.get("general.alignment", DEFAULT_ALIGNMENT)
     if not isinstance(alignment, int) or alignment <= 0 or alignment & (alignment - 1):
@@ -345,9 +355,11 @@ class GGUFWeights(WeightSource):
         self._file, self._heads = file, heads
         self._names = {hf: info for name, info in file.tensors.items() if (hf := hf_name(name)) is not None}
         self._mapped = map_file(file.path) if file.tensors else np.zeros(0, np.uint8)
+        self._read: set[str] = set()  # the file's names of the tensors read: check_all_read's
 
     def __getitem__(self, name: str) -> Array:
         info = self._names[name]
+        self._read.add(info.name)
         gguf = _gguf()
         raw = self._mapped[info.offset : info.offset + info.nbytes]
         qtype = gguf.GGMLQuantizationType(info.type_id)
@@ -366,6 +378,24 @@ class GGUFWeights(WeightSource):
 
     def __len__(self) -> int:
         return len(self._names)
+
+    def check_all_read(self, config: dict[str, Any]) -> None:
+        """Refuse a tensor of the file that the network (built from it, ``config``) did not
+        read: one no part of the architecture uses (a bias a Llama has none of, a block past
+        the block count, a name no reader knows) would be dropped without a word, as
+        llama.cpp never does ("wrong number of tensors").
+
+        Raises:
+            CheckpointError: naming the first such tensor and how many there are.
+        """
+        unread = [name for name in self._file.tensors if name not in self._read]
+        if unread:
+            more = f" (and {len(unread) - 1} more)" if len(unread) > 1 else ""
+            raise CheckpointError(
+                f"{self.directory}: tensor {unread[0]!r}{more}: expected only tensors a {config['model_type']} of "
+                f"{config['num_hidden_layers']} layers reads, got one it does not use (llama.cpp refuses such a "
+                "file: wrong number of tensors)"
+            )
 
     def label(self, name: str) -> str:
         """The file and the tensor's own name in it (``blk.0.attn_q.weight``)."""
@@ -426,7 +456,9 @@ def gguf_config(file: GGUFFile) -> dict[str, Any]:
     (``llama.block_count`` → ``num_hidden_layers``…), as transformers reads a GGUF.
 
     Raises:
-        CheckpointError: a required metadata key that is missing or not a positive integer.
+        CheckpointError: a required metadata key that is missing or not a positive integer,
+            a head count that does not divide the width (without a key length), a RoPE
+            frequency base that is not a finite number > 0.
     """
     meta, arch = file.metadata, file.architecture
 
@@ -459,6 +491,16 @@ def gguf_config(file: GGUFFile) -> dict[str, Any]:
     head_dim = integer("attention.key_length", False)
     if head_dim is not None:
         config["head_dim"] = head_dim
+    elif config["hidden_size"] % heads:  # llama.cpp's head width is the width / the heads: a whole number
+        raise CheckpointError(
+            f"{file.path}: metadata {arch}.attention.head_count: expected a divisor of {arch}.embedding_length "
+            f"({config['hidden_size']}), without {arch}.attention.key_length, got {heads}"
+        )
+    theta = config["rope_theta"]
+    if not is_real(theta) or not math.isfinite(theta) or theta <= 0:
+        raise CheckpointError(
+            f"{file.path}: metadata {arch}.rope.freq_base: expected a finite number > 0, got {theta!r}"
+        )
     scaling = meta.get(f"{arch}.rope.scaling.type")
     if scaling not in (None, "none"):
         raise CheckpointError(f"{file.path}: metadata {arch}.rope.scaling.type: expected none, got {scaling!r}")

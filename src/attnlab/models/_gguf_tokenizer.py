@@ -42,8 +42,9 @@ def gguf_tokenizer(meta: dict[str, Any], path: Path) -> tuple[Any, dict[str, Any
         path: the file, as the errors name it.
 
     Raises:
-        CheckpointError: no vocabulary, another tokenizer model, merges that do not fit it,
-            or a BOS to add (tokenizer.ggml.add_bos_token) whose id is not in the vocabulary.
+        CheckpointError: no vocabulary, token types or scores that are not one for each
+            token, another tokenizer model, merges that do not fit it, or a BOS to add
+            (tokenizer.ggml.add_bos_token) whose id is not in the vocabulary.
         MissingDependencyError: the tokenizers package is not installed.
     """
     try:
@@ -53,14 +54,22 @@ def gguf_tokenizer(meta: dict[str, Any], path: Path) -> tuple[Any, dict[str, Any
     kind, tokens = meta.get("tokenizer.ggml.model"), meta.get("tokenizer.ggml.tokens")
     if not isinstance(tokens, list) or not tokens or not all(isinstance(t, str) for t in tokens):
         raise CheckpointError(f"{path}: metadata tokenizer.ggml.tokens: expected a list of strings")
+    for key in ("token_type", "scores"):  # one per token, read by its index: a shorter list would drop some
+        given = meta.get(f"tokenizer.ggml.{key}")
+        if given is not None and (not isinstance(given, list) or len(given) != len(tokens)):
+            got = f"{len(given):,}" if isinstance(given, list) else f"a {type(given).__name__}"
+            raise CheckpointError(
+                f"{path}: metadata tokenizer.ggml.{key}: expected a list of one for each of the {len(tokens):,} "
+                f"tokens of tokenizer.ggml.tokens, got {got}"
+            )
     types = meta.get("tokenizer.ggml.token_type") or [1] * len(tokens)
     try:
         if kind == "gpt2":
-            backend = _byte_level(tokenizers, tokens, meta)
+            backend = _byte_level(tokenizers, tokens, meta, path)
             alphabet = set(_byte_alphabet().values())
             control = [t for t, k in zip(tokens, types, strict=False) if k == _CONTROL and set(t) <= alphabet]
         elif kind == "llama":
-            backend = _sentencepiece(tokenizers, tokens, meta)
+            backend = _sentencepiece(tokenizers, tokens, meta, path)
             control = [t for t, k in zip(tokens, types, strict=False) if k == _CONTROL]
         else:
             raise CheckpointError(f"{path}: metadata tokenizer.ggml.model: expected gpt2 or llama, got {kind!r}")
@@ -112,15 +121,19 @@ def _byte_alphabet() -> dict[int, str]:
     return {**{b: chr(b) for b in printable}, **{b: chr(256 + n) for n, b in enumerate(others)}}
 
 
-def _merges(meta: dict[str, Any]) -> list[tuple[str, str]]:
+def _merges(meta: dict[str, Any], path: Path) -> list[tuple[str, str]]:
     merges = meta.get("tokenizer.ggml.merges") or []
     pairs = [tuple(m.split(" ", 1)) for m in merges if isinstance(m, str)]
     if len(pairs) != len(merges) or any(len(p) != 2 for p in pairs):
-        raise CheckpointError("metadata tokenizer.ggml.merges: expected strings of two tokens split by a space")
+        bad = next(m for m in merges if not isinstance(m, str) or " " not in m)
+        raise CheckpointError(
+            f"{path}: metadata tokenizer.ggml.merges: expected strings of two tokens split by a space, "
+            f"got {repr(bad)[:80]}"
+        )
     return [(a, b) for a, b in pairs]
 
 
-def _byte_level(tokenizers: Any, tokens: list[str], meta: dict[str, Any]) -> Any:
+def _byte_level(tokenizers: Any, tokens: list[str], meta: dict[str, Any], path: Path) -> Any:
     """GPT-2's byte-level BPE: tokens spelled in the byte alphabet (a token spelled
     otherwise is respelled), the text split by the regex that tokenizer.ggml.pre names."""
     spelling = _byte_alphabet()
@@ -128,7 +141,7 @@ def _byte_level(tokenizers: Any, tokens: list[str], meta: dict[str, Any]) -> Any
     vocab = {
         t if set(t) <= alphabet else "".join(spelling[b] for b in t.encode("utf-8")): i for i, t in enumerate(tokens)
     }
-    model = tokenizers.models.BPE(vocab, _merges(meta), continuing_subword_prefix="", end_of_word_suffix="")
+    model = tokenizers.models.BPE(vocab, _merges(meta, path), continuing_subword_prefix="", end_of_word_suffix="")
     backend = tokenizers.Tokenizer(model)
     split = SPLITS.get(str(meta.get("tokenizer.ggml.pre")))
     pre = tokenizers.pre_tokenizers
@@ -145,12 +158,12 @@ def _byte_level(tokenizers: Any, tokens: list[str], meta: dict[str, Any]) -> Any
     return backend
 
 
-def _sentencepiece(tokenizers: Any, tokens: list[str], meta: dict[str, Any]) -> Any:
+def _sentencepiece(tokenizers: Any, tokens: list[str], meta: dict[str, Any], path: Path) -> Any:
     """SentencePiece's BPE (Llama 2, Mistral): ▁ for a space and one before the text, bytes
     <0xNN> for what the vocabulary lacks; its merges from the file, or, where the file has
     none, every split of a token into two tokens, ranked by the token's score."""
     vocab = {t: i for i, t in enumerate(tokens)}
-    merges = _merges(meta) if meta.get("tokenizer.ggml.merges") else _merges_from_scores(tokens, meta)
+    merges = _merges(meta, path) if meta.get("tokenizer.ggml.merges") else _merges_from_scores(tokens, meta)
     unknown = meta.get("tokenizer.ggml.unknown_token_id")
     unk = tokens[unknown] if isinstance(unknown, int) and 0 <= unknown < len(tokens) else None
     backend = tokenizers.Tokenizer(

@@ -5,6 +5,7 @@ generation in :mod:`._generate`, the argument checks in :mod:`._checks`.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal, overload
 
@@ -12,7 +13,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from .._progress import progress_bar
-from .._validation import Array, fail, flag, is_integer
+from .._validation import Array, check_finite, fail, flag, is_integer
 from ..trace import GenerationTrace, ModelTrace
 from ..trace._generation import stack_rows
 from ._checks import layer_indices, model_inputs, sequence_ids
@@ -43,7 +44,7 @@ def answer_view(raw: dict[str, Any], tokens: list[str]) -> dict[str, int] | None
 
 def _trace_generation_method(
     self: Model, text_or_ids: ArrayLike | str, max_new_tokens: int, *, layers: Any = None, truncation: bool = False,
-    chat: bool = False, progress: bool = False,
+    chat: bool = False, progress: bool = False, check: Callable[[], object] | None = None,
 ) -> GenerationTrace:  # fmt: skip
     """The attention of the tokens a greedy generation adds, recorded from its own
     decode steps with the KV cache: for each new token, the weights of the step that
@@ -58,12 +59,17 @@ def _trace_generation_method(
         truncation: cut a text longer than the model takes (see :meth:`trace`).
         chat: the text as a user's message in the model's chat template (see :meth:`trace`).
         progress: show a progress bar on stderr, tokens generated of ``max_new_tokens``.
+        check: None, or a function called before each new token's forward; what it raises
+            ends the generation (``attnlab serve``'s, to stop a request its page left).
 
     Raises:
         ArgumentError, ArgumentTypeError: what :meth:`generate` and :meth:`trace`
-            refuse, ``max_new_tokens`` below 1, a ``progress`` that is not a bool.
+            refuse, ``max_new_tokens`` below 1, a ``progress`` that is not a bool, a
+            ``check`` that is not callable.
+        Exception: whatever ``check`` raises.
     """
-    return _trace_generation(self, text_or_ids, max_new_tokens, layers, truncation, chat, flag("progress", progress))
+    progress = flag("progress", progress)
+    return _trace_generation(self, text_or_ids, max_new_tokens, layers, truncation, chat, progress, check)
 
 
 @dataclass(frozen=True)
@@ -142,7 +148,8 @@ class Model:
 
         Raises:
             ArgumentError, ArgumentTypeError: see :func:`._checks.model_inputs`; flags
-                that are not bools.
+                that are not bools; a forward whose numbers overflow (a NaN or an
+                infinity in it, named by its first layer and step, or in the logits).
         """
         return _forward(self, input_ids, attention_mask, token_type_ids, output_hidden_states, output_attentions)
 
@@ -169,7 +176,9 @@ class Model:
             ArgumentError: a text without a tokenizer, a text over the limit without
                 ``truncation``, ``chat`` for a model without a chat template, ids out of
                 the vocabulary, too many tokens for the positions, a layer the model does
-                not have, or an empty list of layers (a trace of nothing).
+                not have, or an empty list of layers (a trace of nothing); a forward whose
+                numbers overflow (a NaN or an infinity in it, named by its first layer and step).
+            ArgumentTypeError: ``text_or_ids`` neither a text nor integer ids (None, bytes).
         """
         return _trace(self, text_or_ids, layers, truncation, chat)
 
@@ -226,7 +235,10 @@ def _forward(
     record = Recorder(attentions=flag("output_attentions", output_attentions))
     hidden: list[Array] | None = [] if flag("output_hidden_states", output_hidden_states) else None
     last = model.network.forward(ids if batched else ids[None], valid, types, None, record, hidden)  # (B, L, D)
-    logits = model.network.logits(last)
+    with np.errstate(over="ignore", invalid="ignore"):  # a non-finite logit is refused by check_finite
+        logits = model.network.logits(last)
+    if logits is not None:
+        check_finite(logits, "the logits", "input_ids")
 
     def unbatch(x: Array) -> Array:
         return x if batched else x[0]
@@ -240,16 +252,19 @@ def _forward(
 
 
 def _trace_generation(
-    model: Model, text_or_ids: ArrayLike | str, steps: int, layers: Any, truncation: bool, chat: bool, progress: bool
-) -> GenerationTrace:
+    model: Model, text_or_ids: ArrayLike | str, steps: int, layers: Any, truncation: bool, chat: bool, progress: bool,
+    check: Callable[[], object] | None,
+) -> GenerationTrace:  # fmt: skip
     """See :meth:`Model.trace_generation`."""
     if not is_integer(steps) or steps < 1:
         raise fail("max_new_tokens", "at least one token to generate", repr(steps))
+    if check is not None and not callable(check):
+        raise fail("check", "a function or None", type(check).__name__, TypeError)
     prompt = sequence_ids(model.config, model.tokenizer, text_or_ids, truncation=truncation, chat=chat).ids
     chosen = layer_indices(model.config, layers)
     rows: list[list[Array]] = []
     with progress_bar(int(steps), "generate", "token", enabled=progress) as bar:
-        ids = generate(model.network, prompt, int(steps), rows=rows, on_token=bar.update)
+        ids = generate(model.network, prompt, int(steps), rows=rows, on_token=bar.update, check=check)
     assert isinstance(ids, np.ndarray)
     tokenizer = model.tokenizer
     tokens = tokenizer.pieces(ids)[0] if tokenizer is not None else [str(i) for i in ids]
@@ -265,7 +280,7 @@ def _trace(model: Model, text_or_ids: ArrayLike | str, layers: Any, truncation: 
     ids = prompt.ids
     chosen = layer_indices(model.config, layers)
     record = Recorder(trace_layers=frozenset(chosen))
-    model.network.forward(ids[None], None, None, None, record, None)  # (L,) -> (1, L)
+    model.network.forward(ids[None], None, None, None, record, None, name="text_or_ids")  # (L,) -> (1, L)
     tokens, parts = tokenizer.pieces(ids) if tokenizer is not None else ([str(i) for i in ids], [])
     special = [tokenizer.is_special(i) for i in ids] if tokenizer is not None else []
     for trace in record.traces.values():

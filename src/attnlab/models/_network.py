@@ -19,7 +19,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from .._exceptions import deprecated
-from .._validation import Array
+from .._validation import Array, all_finite, check_finite
 from ..engine._masks import mask_scores_
 from ..engine.variants import Band
 from ..functional import attention
@@ -122,7 +122,8 @@ class Recorder:
 class Step:
     """What every layer of one forward shares: the config, the attention mask (None
     without padding) and ``is_causal`` (bottom-right aligned), the RoPE tables of its
-    positions, the cache and the recorder."""
+    positions, the cache, the recorder, and the name of the argument the forward runs on
+    (what a refusal of a non-finite number names: :func:`~attnlab._validation.check_finite`)."""
 
     config: ModelConfig
     mask: Array | None
@@ -130,6 +131,7 @@ class Step:
     rope: tuple[Array, Array] | None
     cache: Cache | None
     record: Recorder | None
+    name: str = "input_ids"
 
 
 @dataclass(frozen=True)
@@ -157,9 +159,12 @@ class Block:
         before it (``pre_norm``: GPT-2, Llama, Qwen2, Mistral) or after its residual sum (BERT)."""
         if pre_norm:
             x = x + self.attention(self.attention_norm.infer(x), layer, step)
-            return x + self.mlp(self.mlp_norm.infer(x))
-        x = self.attention_norm.infer(x + self.attention(x, layer, step))
-        return self.mlp_norm.infer(x + self.mlp(x))
+            x = x + self.mlp(self.mlp_norm.infer(x))
+        else:
+            x = self.attention_norm.infer(x + self.attention(x, layer, step))
+            x = self.mlp_norm.infer(x + self.mlp(x))
+        check_finite(x, f"layer {layer}'s output", step.name, "the out projection, MLP or norms overflow")
+        return x
 
     def attention(self, h: Array, layer: int, step: Step) -> Array:
         """Self-attention over h (B, L, D), the cached positions' keys first: its output
@@ -188,6 +193,13 @@ class Block:
             enable_gqa=Hk != H, need_weights=keep,
         )  # fmt: skip
         out, weights = result.output.astype(h.dtype, copy=False), result.weights
+        if not all_finite(out) or (weights is not None and not all_finite(weights)):  # refused: where it began
+            for x, what in ((q, "queries"), (k, "keys"), (v, "values")):
+                check_finite(x, f"layer {layer}'s {what}", step.name)
+            if weights is not None:
+                axes = ("sequence" if len(weights) > 1 else "", "head", "query", "key")  # (B, H, L, S)
+                check_finite(weights, f"layer {layer}'s attention weights", step.name, "the scores overflow", axes)
+            check_finite(out, f"layer {layer}'s attention output", step.name)
         if record is not None and record.head_outputs is not None:
             out = record.head_outputs(layer, out)  # (B, H, L, Ev), some heads replaced
         merged = merge_heads(out)  # (B, H, L, E) -> (B, L, H·E)
@@ -227,12 +239,26 @@ class Network:
 
     def forward(
         self, ids: Array, valid: Array | None, types: Array | None, cache: Cache | None, record: Recorder | None,
-        hidden: list[Array] | None,
+        hidden: list[Array] | None, *, name: str = "input_ids",
     ) -> Array:  # fmt: skip
         """The hidden state (B, L, D) after the last layer and the final norm, for ids
         (B, L) after the ``cache``'s positions; ``valid`` (B, L): False for padding;
         ``types`` (B, L): BERT's token types. Appends to ``hidden`` the embeddings and
-        each layer's output, the last one after the final norm (as transformers does)."""
+        each layer's output, the last one after the final norm (as transformers does).
+
+        Raises:
+            ArgumentError: ``name`` (the argument the ids came from): a NaN or an infinity
+                in what the forward computed (its float overflowed), naming the first
+                layer and step where it appeared (``_validation.check_finite``); NumPy's
+                overflow warnings are silenced, the refusal says it.
+        """
+        with np.errstate(over="ignore", invalid="ignore"):  # a non-finite number is refused by check_finite
+            return self._forward(ids, valid, types, cache, record, hidden, name)
+
+    def _forward(
+        self, ids: Array, valid: Array | None, types: Array | None, cache: Cache | None, record: Recorder | None,
+        hidden: list[Array] | None, name: str,
+    ) -> Array:  # fmt: skip
         past = cache.length if cache is not None else 0
         positions = np.arange(past, past + ids.shape[1])  # (L,)
         x = self.embed.infer(ids)  # (B, L, D), a copy
@@ -242,9 +268,10 @@ class Network:
             x += self.token_types.infer(np.zeros_like(ids) if types is None else types)
         if self.embed_norm is not None:
             x = self.embed_norm.infer(x)
+        check_finite(x, "the embeddings", name)
         mask, is_causal = attention_mask(self.config.causal, valid, ids.shape[1], past)
         rope = None if self.rope is None else self.rope.tables(positions, x.dtype)
-        step = Step(self.config, mask, is_causal, rope, cache, record)
+        step = Step(self.config, mask, is_causal, rope, cache, record, name)
         if hidden is not None:
             hidden.append(x)
         for layer, block in enumerate(self.blocks):
@@ -255,6 +282,7 @@ class Network:
             cache.length += ids.shape[1]
         if self.final_norm is not None:
             x = self.final_norm.infer(x)
+            check_finite(x, "the final norm", name)
             if hidden is not None:
                 hidden[-1] = x
         return x

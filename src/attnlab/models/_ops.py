@@ -81,7 +81,7 @@ def rope_frequencies(config: dict[str, Any], head_dim: int) -> Array:
     except (KeyError, TypeError, ValueError) as error:
         raise CheckpointError(
             f"config.json: rope_parameters: expected rope_theta and, for llama3, factor, low_freq_factor, "
-            f"high_freq_factor and original_max_position_embeddings as positive numbers ({error!r})"
+            f"high_freq_factor and original_max_position_embeddings as finite positive numbers ({error!r})"
         ) from None
     inv_freq = 1.0 / theta ** (np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)
     if kind == "default":
@@ -97,8 +97,8 @@ def rope_frequencies(config: dict[str, Any], head_dim: int) -> Array:
 
 
 def _positive(value: Any) -> float:
-    if not is_real(value) or not value > 0:
-        raise ValueError(f"not a positive number: {value!r}")
+    if not is_real(value) or not math.isfinite(value) or not value > 0:  # inf would make every frequency 0 or NaN
+        raise ValueError(f"not a finite positive number: {value!r}")
     return float(value)
 
 

@@ -33,8 +33,8 @@ from ..trace._display import display_text
 from ..trace._trace import Trace
 
 __all__ = [
-    "MAX_VIEWS_BYTES", "Views", "align_tokens", "check_ablation", "check_flows_size", "check_head_types", "split_pair",
-    "views_data",
+    "MAX_VIEWS_BYTES", "Views", "align_tokens", "check_ablation", "check_flows_size", "check_head_types",
+    "check_views_size", "split_pair", "views_data", "views_size",
 ]  # fmt: skip
 
 MAX_VIEWS_BYTES = 16 * 10**6  # the views' own data, in base64: what Chromium decodes in well under a second
@@ -146,6 +146,40 @@ def _generation_data(trace: Trace | ModelTrace, generation: GenerationTrace) -> 
     }  # fmt: skip
 
 
+def views_size(
+    layers: int, heads: int, length: int, *, flows: int = 0, generate: int = 0, second: int | None = None
+) -> dict[str, int]:
+    """The base64 characters of the views' data, by view, before they are computed, for a
+    text of ``length`` tokens through a model of ``layers`` × ``heads``: ``flows`` (0, 1: the
+    rollout, 2: and flow) (layers, L, L) float64 arrays over the L = length + ``generate``
+    tokens; the generated tokens' rows, (heads, generate, L − 1) float32 a layer; a
+    ``second`` text's pair, (heads, length, length) and (heads, second, second) float32 a layer."""
+    total, parts = length + generate, {}
+    if flows:
+        parts["rollout and flow" if flows == 2 else "rollout"] = flows * _base64(layers * total**2 * 8)
+    if generate:
+        parts["generated tokens"] = layers * _base64(heads * generate * (total - 1) * 4)
+    if second is not None:
+        parts["two texts"] = layers * (_base64(heads * length**2 * 4) + _base64(heads * second**2 * 4))
+    return parts
+
+
+def check_views_size(parts: dict[str, int], name: str, tokens: int, layers: int, hint: str) -> None:
+    """Refuse, before they are computed, views whose data (:func:`views_size`) is over
+    MAX_VIEWS_BYTES, as :func:`views_data` would after.
+
+    Raises:
+        ArgumentError: naming ``name``, the size, its parts and the limit, and ``hint``.
+    """
+    size = sum(parts.values())
+    if size > MAX_VIEWS_BYTES:
+        shares = "" if len(parts) < 2 else " (" + ", ".join(f"{k} {v / 1e6:.3g} MB" for k, v in parts.items()) + ")"
+        raise fail(
+            name, f"at most {MAX_VIEWS_BYTES / 1e6:g} MB of the views' data",
+            f"{size / 1e6:.3g} MB{shares} for {tokens} tokens on {layers} layers; {hint}",
+        )  # fmt: skip
+
+
 def check_flows_size(layers: int, length: int, arrays: int, name: str) -> None:
     """Refuse, before they are computed, ``arrays`` (layers, L, L) float64 views (rollout,
     flow) whose base64 alone is over MAX_VIEWS_BYTES, as :func:`views_data` would after.
@@ -153,12 +187,12 @@ def check_flows_size(layers: int, length: int, arrays: int, name: str) -> None:
     Raises:
         ArgumentError: naming ``name``, the size and the limit.
     """
-    size = arrays * 4 * math.ceil(layers * length * length * 8 / 3)  # base64: 4 characters per 3 bytes
-    if size > MAX_VIEWS_BYTES:
-        raise fail(
-            name, f"at most {MAX_VIEWS_BYTES / 1e6:g} MB of the views' data",
-            f"{size / 1e6:.3g} MB for {length} tokens on {layers} layers; use fewer tokens",
-        )  # fmt: skip
+    check_views_size(views_size(layers, 0, length, flows=arrays), name, length, layers, "use fewer tokens")
+
+
+def _base64(size: int) -> int:
+    """The characters of ``size`` bytes in base64."""
+    return 4 * math.ceil(size / 3)
 
 
 def _flows_data(trace: Trace | ModelTrace, rollout: Any, flow: Any) -> dict[str, Any]:
