@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from .._exceptions import CheckpointError
-from .._validation import Array, MissingDependencyError, fail
+from .._validation import Array, MissingDependencyError, fail, non_finite_counts
 
 __all__ = [
     "MAX_JSON",
@@ -289,26 +289,12 @@ def map_file(path: Path, offset: int = 0, size: int | None = None) -> Array:
 def non_finite(tensor: Array) -> str | None:
     """What in ``tensor`` is not a finite number ("3 NaN and 1 +Inf of its 1,024 numbers"),
     or None when every number is finite (or it holds no floats): the one check of every
-    weight attnlab loads (safetensors, GGUF, a transformers model's parameters).
-
-    One sum reads the numbers without a copy: a NaN or an infinity makes it NaN or infinite,
-    so a finite sum is the common answer; only a sum that is not finite (such a number,
-    or an overflow of finite ones) is looked at number by number."""
-    if tensor.dtype.kind != "f":
+    weight attnlab loads (safetensors, GGUF, a transformers model's parameters), by
+    :func:`~attnlab._validation.non_finite_counts`."""
+    counts = non_finite_counts(tensor)
+    if not counts:
         return None
-    with np.errstate(over="ignore", invalid="ignore"):  # huge finite numbers overflow the sum: looked at below
-        if np.isfinite(np.add.reduce(tensor, axis=None)):
-            return None
-    values = tensor[~np.isfinite(tensor)]
-    if values.size == 0:  # the sum overflowed; every number is finite
-        return None
-    counts = [
-        (int(np.isnan(values).sum()), "NaN"),
-        (int((values == np.inf).sum()), "+Inf"),
-        (int((values == -np.inf).sum()), "-Inf"),
-    ]
-    found = " and ".join(f"{count:,} {kind}" for count, kind in counts if count)
-    return f"{found} of its {tensor.size:,} numbers"
+    return " and ".join(f"{count:,} {kind}" for kind, count in counts.items()) + f" of its {tensor.size:,} numbers"
 
 
 def read_config(directory: Path, name: str = CONFIG) -> dict[str, Any]:
