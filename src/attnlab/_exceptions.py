@@ -39,6 +39,7 @@ __all__ = [
     "RingError",
     "UnsupportedModelError",
     "deprecated",
+    "renamed",
 ]
 
 
@@ -90,6 +91,17 @@ class RingError(AttnlabError, RuntimeError):
 
 class MissingFontWarning(UserWarning):
     """Tokens need glyphs that no installed font has."""
+
+
+def renamed(error: AttnlabError, names: dict[str, str]) -> str | None:
+    """``error``'s message naming what a caller passed on (a command's option, a page's
+    field) instead of the library's argument: ``names[error.argument]`` in place of the
+    argument its message starts with; None when ``names`` has no name for its argument
+    (or it has none: an error that is not about an argument)."""
+    argument, message = getattr(error, "argument", ""), str(error)
+    if not argument or argument not in names or not message.startswith(argument):
+        return None
+    return names[argument] + message[len(argument) :]
 
 
 def deprecated(old: str, new: str, *, stacklevel: int = 2) -> None:

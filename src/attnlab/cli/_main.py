@@ -16,6 +16,7 @@ import unicodedata
 from collections.abc import Sequence
 
 from .. import __version__
+from .._exceptions import renamed
 from .._validation import AttnlabError
 from . import _ablate, _bench, _demo, _experiment, _heads, _plot, _ring, _serve, _trace, _view
 from ._options import Parser, add_command
@@ -75,15 +76,11 @@ _GIVEN_OPTIONS = {"text": ("text", "--text")}  # argument: (the option's dest, t
 
 def _in_cli_words(error: AttnlabError, args: argparse.Namespace) -> str:
     """The error's message, starting with the option instead of the library's argument."""
-    message, argument = str(error), getattr(error, "argument", "")
-    message = message.replace("truncation=True", "--truncate")
     options = dict(_OPTIONS)
     options.update(
         {name: option for name, (dest, option) in _GIVEN_OPTIONS.items() if getattr(args, dest, None) is not None}
     )
-    if argument in options and message.startswith(f"{argument}:"):
-        return options[argument] + message[len(argument) :]
-    return message
+    return (renamed(error, options) or str(error)).replace("truncation=True", "--truncate")
 
 
 def _one_line(message: str) -> str:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
-from .._exceptions import AttnlabError, CheckpointError
+from .._exceptions import AttnlabError, CheckpointError, renamed
 from ..trace import ModelTrace
 from ..trace._display import shown_name
 from ._inputs import InputError
@@ -139,9 +139,8 @@ def run_on_model(
     try:
         result = work(model, tokenizer)
     except AttnlabError as error:
-        message, argument = str(error), getattr(error, "argument", "")
-        if argument in option_of and message.startswith(f"{argument}:"):
-            raise InputError(option_of[argument] + message[len(argument) :]) from None
+        if (message := renamed(error, option_of)) is not None:
+            raise InputError(message) from None
         raise
     return ModelRun(model, tokenizer, result, backend, model_type)
 
@@ -232,10 +231,9 @@ def in_option_words(args: argparse.Namespace, work: Callable[[], T]) -> T:
     try:
         return work()
     except AttnlabError as error:
-        message = str(error)
-        if message.startswith("text_or_inputs:"):
-            option = "--image" if args.image is not None else "--text"
-            raise InputError(option + message[len("text_or_inputs") :]) from None
+        option = "--image" if args.image is not None else "--text"
+        if (message := renamed(error, {"text_or_inputs": option})) is not None:
+            raise InputError(message) from None
         raise
     except (ValueError, RuntimeError, IndexError) as error:
         first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from .._exceptions import renamed
 from .._validation import ArgumentError, ArgumentTypeError, Array, AttnlabError, fail, is_integer
 from ..layers._self_attention import SelfAttention
 from ..layers._text import embed_tokens, split_text
@@ -425,9 +426,8 @@ def _named(name: str, work: Any, arguments: tuple[str, ...] = ("text_or_ids", "t
     try:
         return work()
     except AttnlabError as error:
-        message = str(error)
-        for argument in arguments:
-            if message.startswith(f"{argument}:"):
-                renamed = ArgumentTypeError if isinstance(error, TypeError) else ArgumentError
-                raise renamed(name + message[len(argument) :], name) from None
-        raise
+        message = renamed(error, dict.fromkeys(arguments, name))
+        if message is None:
+            raise
+        kind = ArgumentTypeError if isinstance(error, TypeError) else ArgumentError
+        raise kind(message, name) from None
