@@ -197,6 +197,31 @@ def test_a_connection_that_stops_sending_its_request_is_closed_after_the_timeout
         _still_serves(server)
 
 
+def test_connections_past_the_most_open_at_once_are_closed_and_their_slots_come_back(coref, monkeypatch):
+    import attnlab.live._server
+
+    monkeypatch.setattr(attnlab.live._server, "MAX_CONNECTIONS", 2)  # 64 as served
+    with serve(coref, block=False) as server:
+        address = (server.host, server.port)
+        with socket.create_connection(address, timeout=30) as one, socket.create_connection(address, timeout=30) as two:
+            for held in (one, two):  # each a thread, waiting for its request
+                held.sendall(b"GET /")
+            with socket.create_connection(address, timeout=30) as third:
+                head = f"GET /?token={server.token} HTTP/1.1\r\nHost: 127.0.0.1:{server.port}\r\n\r\n"
+                third.sendall(head.encode())
+                try:
+                    answered = third.recv(1)
+                except ConnectionResetError:  # closed with the request unread
+                    answered = b""
+                assert answered == b""  # closed as it came, never answered: no thread for it
+        slots = server._httpd.slots
+        for _ in range(2):  # the two closed: their threads end and give back their slots (a hang bound, not a pace)
+            assert slots.acquire(timeout=30)
+        for _ in range(2):
+            slots.release()
+        _still_serves(server)
+
+
 def test_the_handler_times_out_an_idle_connection_as_served():
     from attnlab.live._server import _IDLE
 

@@ -40,7 +40,7 @@ from ._session import MAX_GENERATE, Request, Session
 from ._worker import DROPPED, Job, Worker
 
 if TYPE_CHECKING:
-    from http.server import BaseHTTPRequestHandler
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 __all__ = ["DEFAULT_TEXT", "MAX_BODY", "MAX_DEPTH", "LiveServer", "serve"]
 
@@ -50,6 +50,7 @@ MAX_DEPTH = 3  # how deep a request's JSON nests: {"ablate": [[layer, head], …
 _MAX_DIGITS = 20  # a JSON integer longer reads as a float, as JavaScript reads it: no field takes one
 _WATCH = 0.05  # seconds between two looks at a waiting request's connection
 _IDLE = 30  # seconds a connection may wait for its request's next bytes (idle, or slow to send): then closed
+MAX_CONNECTIONS = 64  # open at once, each a thread: one more is closed at once (a page holds one or two)
 # a JSON string, from its quote to its closing quote or, never closed, to the text's end: it matches at every
 # quote it starts at, so a scan never restarts inside a string (one that must close backtracks from each quote
 # of an unclosed one to the end: quadratic, minutes for 256 KB of \")
@@ -70,11 +71,8 @@ class LiveServer:
 
     def __init__(self, session: Session, text: str, host: str, port: int) -> None:
         self.session, self.text, self.token = session, text, secrets.token_urlsafe(24)
-        from http.server import ThreadingHTTPServer  # imported when a server starts, not with attnlab
-
         self._worker = Worker()
-        self._httpd = ThreadingHTTPServer((host, port), _handler(self))
-        self._httpd.daemon_threads = True  # a connection's thread never holds up the stop
+        self._httpd = _http_server(host, port, _handler(self))
         self.host, self.port = host, int(self._httpd.server_address[1])
         shown = f"[{host}]" if ":" in host else host
         self.url = f"http://{shown}:{self.port}/?token={self.token}"
@@ -204,6 +202,38 @@ class LiveServer:
         for slot, text in filling.items():
             page = page.replace(slot, text)
         return page
+
+
+def _http_server(host: str, port: int, handler: type[BaseHTTPRequestHandler]) -> ThreadingHTTPServer:
+    """The standard library's ThreadingHTTPServer on (host, port), its connections' threads
+    daemons (never holding up the stop) and at most MAX_CONNECTIONS of them: a connection
+    past them is closed as it comes, so that idle connections cannot pile up threads."""
+    from http.server import ThreadingHTTPServer  # imported when a server starts, not with attnlab
+
+    class Server(ThreadingHTTPServer):
+        daemon_threads = True
+
+        def __init__(self) -> None:
+            self.slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+            super().__init__((host, port), handler)
+
+        def process_request(self, request: Any, client_address: Any) -> None:
+            if not self.slots.acquire(blocking=False):
+                self.shutdown_request(request)
+                return
+            try:
+                super().process_request(request, client_address)
+            except BaseException:  # no thread started: its slot is free again
+                self.slots.release()
+                raise
+
+        def process_request_thread(self, request: Any, client_address: Any) -> None:
+            try:
+                super().process_request_thread(request, client_address)
+            finally:
+                self.slots.release()
+
+    return Server()
 
 
 def _handler(server: LiveServer) -> type[BaseHTTPRequestHandler]:
