@@ -70,7 +70,7 @@ def _redrawn(browser, text: str) -> None:
 def test_a_typed_text_redraws_with_the_weights_attnlab_trace_gives_on_the_same_head(server, browser, capsys):
     _open(browser, server.url)
     assert browser.execute_script("return document.getElementById('flow-limit').textContent") == (
-        "(flow up to 110 tokens)"  # attnlab view --rollout's limit, the server's: ⌊√(6·64² / 2 layers)⌋ by hand
+        ""  # flow's limit on 2 layers, ⌊√(6·64² / 2)⌋ = 110 by hand, is past builtin:coref's 64 positions: unsaid
     )
     assert _in_page(browser, "[view.layer, view.head]") == [1, 0]  # builtin:coref opens on its answering head
     _in_page(browser, "view.setHead(2)")

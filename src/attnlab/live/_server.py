@@ -192,7 +192,7 @@ class LiveServer:
         """The live page: assets/live.html with its script and settings inline."""
         assets = files("attnlab.live") / "assets"
         shown = shown_name(self.session.name)  # a local checkpoint by its folder or file, never its path
-        limit = self.session.flow_limit  # attnlab view --rollout's limit, the page's too
+        limit = self.session.stated_flow_limit  # attnlab view --rollout's limit, the page's too
         settings = {"text": self.text, "model": shown, "maxGenerate": MAX_GENERATE, "maxFlowTokens": limit}
         filling = {
             "__LIVE_SETTINGS__": json_text(settings).replace("<", "\\u003c").replace(">", "\\u003e"),

@@ -96,6 +96,7 @@ class _Model(Protocol):
 
     name: str
     layers: int | None  # None: the seed's one layer
+    positions: int | None  # the most tokens it takes; None: no limit of its own
     heads: int | None  # each layer's; None: the seed's (its one layer is not ablated), or not in the config
 
     def length(self, text: str, name: str) -> int: ...
@@ -132,6 +133,13 @@ class Session:
         from ..analysis._rollout import flow_length_limit
 
         return None if self.model.layers is None else flow_length_limit(self.model.layers)
+
+    @property
+    def stated_flow_limit(self) -> int | None:
+        """The flow limit the page states beside its box: None where no text the model takes
+        passes it (builtin:coref's 64 positions, under its 110) or there is no rollout."""
+        limit, positions = self.flow_limit, self.model.positions
+        return None if limit is None or (positions is not None and positions <= limit) else limit
 
     def answer(self, request: Request, check: Callable[[], object] = lambda: None) -> dict[str, Any]:
         """The page of ``request`` as HTML text (``"page"``), the view it opens on
@@ -279,6 +287,7 @@ class _SeedLayer:
 
     name = "the article's SelfAttention (random weights, seed 42)"
     layers: int | None = None
+    positions: int | None = None
     heads: int | None = None
 
     def length(self, text: str, name: str) -> int:
@@ -315,6 +324,7 @@ class _NumpyModel:
     def __init__(self, model: Any) -> None:
         self.model, self.name = model, model.name
         self.layers, self.heads = model.config.num_hidden_layers, model.config.num_attention_heads
+        self.positions = model.config.max_position_embeddings
 
     def trace(self, text: str, name: str) -> ModelTrace:
         self._check_page(self.length(text, name), name)
@@ -363,6 +373,8 @@ class _TransformersModel:
         layers, heads = getattr(config, "num_hidden_layers", None), getattr(config, "num_attention_heads", None)
         self.layers = int(layers) if is_integer(layers) else None
         self.heads = int(heads) if is_integer(heads) else None
+        positions = getattr(config, "max_position_embeddings", None)
+        self.positions = int(positions) if is_integer(positions) else None
 
     def length(self, text: str, name: str) -> int:
         """The tokens of ``text``, as hf.trace reads it (refused: too long for the model)."""
