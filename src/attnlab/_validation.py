@@ -38,6 +38,7 @@ __all__ = [
     "is_real",
     "layer_dtype",
     "non_finite_counts",
+    "optional_callable",
     "output_path",
     "positive_int",
     "probability",
@@ -153,6 +154,13 @@ def real_number(name: str, x: Any, *, minimum: float | None = None) -> float:
     if minimum is not None and value < minimum:
         raise fail(name, f"a number >= {minimum}", repr(x))
     return value
+
+
+def optional_callable(name: str, x: Any) -> None:
+    """Refuse ``x`` unless it is None or callable (a ``check`` that a long computation calls
+    between its steps: the live page's, to stop a request its page left)."""
+    if x is not None and not callable(x):
+        raise fail(name, "a function or None", type(x).__name__, TypeError)
 
 
 def flag(name: str, x: Any) -> bool:

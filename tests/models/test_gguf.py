@@ -484,12 +484,22 @@ def _offset_field(data: bytes, name: str) -> int:
     return at + 4 + 8 * struct.unpack_from("<I", data, at)[0] + 4
 
 
-def test_two_tensors_at_the_same_offset_are_refused(tiny, tmp_path):
+def _offset_of(tiny: Path, tensor: str) -> int:
+    data = tiny.read_bytes()
+    return struct.unpack_from("<Q", data, _offset_field(data, tensor))[0]
+
+
+def _with_offset(tiny: Path, path: Path, tensor: str, offset: int) -> Path:
+    """The tiny file with ``tensor``'s offset field set to ``offset``, written to ``path``."""
     data = bytearray(tiny.read_bytes())
-    q = struct.unpack_from("<Q", data, _offset_field(data, "blk.0.attn_q.weight"))[0]
-    struct.pack_into("<Q", data, _offset_field(data, "blk.0.attn_k.weight"), q)  # k (16 × 32 floats) inside q
-    path = tmp_path / "overlap.gguf"
+    struct.pack_into("<Q", data, _offset_field(data, tensor), offset)
     path.write_bytes(bytes(data))
+    return path
+
+
+def test_two_tensors_at_the_same_offset_are_refused(tiny, tmp_path):
+    q = _offset_of(tiny, "blk.0.attn_q.weight")  # k (16 × 32 floats) put inside q
+    path = _with_offset(tiny, tmp_path / "overlap.gguf", "blk.0.attn_k.weight", q)
     start = _data_offset(tiny, "blk.0.attn_q.weight")
     with pytest.raises(models.CheckpointError) as caught:
         models.load(path)
@@ -500,12 +510,8 @@ def test_two_tensors_at_the_same_offset_are_refused(tiny, tmp_path):
 
 
 def test_a_tensor_offset_off_the_alignment_is_refused(tiny, tmp_path):
-    data = bytearray(tiny.read_bytes())
-    at = _offset_field(data, "blk.0.attn_v.weight")
-    offset = struct.unpack_from("<Q", data, at)[0] + 4  # inside the file, 4 bytes past a multiple of 32
-    struct.pack_into("<Q", data, at, offset)
-    path = tmp_path / "misaligned.gguf"
-    path.write_bytes(bytes(data))
+    offset = _offset_of(tiny, "blk.0.attn_v.weight") + 4  # inside the file, 4 bytes past a multiple of 32
+    path = _with_offset(tiny, tmp_path / "misaligned.gguf", "blk.0.attn_v.weight", offset)
     with pytest.raises(models.CheckpointError) as caught:
         models.load(path)
     assert str(caught.value) == (
@@ -545,7 +551,7 @@ def test_a_bos_to_add_whose_id_is_outside_the_vocabulary_is_refused(tmp_path):
     )
 
 
-# ---- issue 45: GGUF oddities llama.cpp refuses, refused naming the field -------------------
+# ---- issue 44's second review: GGUF oddities llama.cpp refuses, refused naming the field ----
 
 
 @pytest.mark.parametrize("base", [np.inf, -np.inf, np.nan, 0.0, -1.0])

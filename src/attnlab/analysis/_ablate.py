@@ -10,7 +10,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from .._progress import progress_bar
-from .._validation import Array, fail, flag, is_integer
+from .._validation import Array, fail, flag, is_integer, optional_callable
 from ..viz._views import ABLATE_MODES
 from ._ablation import Ablation
 from ._runner import runner_for
@@ -93,8 +93,7 @@ def ablate(
     """
     runner = _runner(model, tokenizer)
     show_progress = flag("progress", progress)
-    if check is not None and not callable(check):
-        raise fail("check", "a function or None", type(check).__name__, TypeError)
+    optional_callable("check", check)
     checked = check if check is not None else _nothing
     if mode not in MODES:
         raise fail("mode", " or ".join(map(repr, MODES)), repr(mode))

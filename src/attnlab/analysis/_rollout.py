@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from .._progress import progress_bar
-from .._validation import Array, fail, flag, is_integer
+from .._validation import Array, fail, flag, is_integer, optional_callable
 from ..trace import ModelTrace
 
 __all__ = ["FLOW_SCALE", "MAX_FLOW_PROBLEMS", "flow", "flow_length_limit", "residual_attention", "rollout"]
@@ -129,8 +129,7 @@ def flow(
     from scipy.sparse.csgraph import maximum_flow
 
     show_progress = flag("progress", progress)
-    if check is not None and not callable(check):
-        raise fail("check", "a function or None", type(check).__name__, TypeError)
+    optional_callable("check", check)
     residual = residual_attention(trace, heads)
     layers, L, _ = residual.shape
     capacities = np.rint(residual * FLOW_SCALE).astype(np.int32)  # (layers, L, L)

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from .._progress import progress_bar
-from .._validation import fail, flag, is_integer
+from .._validation import fail, flag, is_integer, optional_callable
 from ..trace import GenerationTrace
 from ..trace._generation import stack_rows
 from ._backend import EngineCall, _engine_call
@@ -131,8 +131,7 @@ def trace_generation(
         raise fail("model", "a causal language model that generates (AutoModelForCausalLM)", type(model).__name__)
     if not is_integer(max_new_tokens) or max_new_tokens < 1:
         raise fail("max_new_tokens", "at least one token to generate", repr(max_new_tokens))
-    if check is not None and not callable(check):
-        raise fail("check", "a function or None", type(check).__name__, TypeError)
+    optional_callable("check", check)
     sequences = model_inputs(model, text, tokenizer)
     prompt = sequences.inputs["input_ids"]
     positions = getattr(model.config, "max_position_embeddings", None)

@@ -13,7 +13,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from .._progress import progress_bar
-from .._validation import Array, check_finite, fail, flag, is_integer
+from .._validation import Array, check_finite, fail, flag, is_integer, optional_callable
 from ..trace import GenerationTrace, ModelTrace
 from ..trace._generation import stack_rows
 from ._checks import layer_indices, model_inputs, sequence_ids
@@ -258,8 +258,7 @@ def _trace_generation(
     """See :meth:`Model.trace_generation`."""
     if not is_integer(steps) or steps < 1:
         raise fail("max_new_tokens", "at least one token to generate", repr(steps))
-    if check is not None and not callable(check):
-        raise fail("check", "a function or None", type(check).__name__, TypeError)
+    optional_callable("check", check)
     prompt = sequence_ids(model.config, model.tokenizer, text_or_ids, truncation=truncation, chat=chat).ids
     chosen = layer_indices(model.config, layers)
     rows: list[list[Array]] = []
