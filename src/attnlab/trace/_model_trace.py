@@ -20,51 +20,28 @@ marked special (``special``/``source_special``) and drawn apart.
 
 from __future__ import annotations
 
+import base64
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
 from .._json import json_text
-from .._validation import Array, fail
+from .._validation import ArgumentError, Array, fail
 from ._display import notebook_html, shown_name
-from ._model_checks import KINDS, check_model_trace, image_sequence, model_trace_from_dict
+from ._model_codec import saved_fields
 from ._trace import Trace
 
 __all__ = ["KINDS", "ModelTrace"]
 
+# "self": a decoder-only or encoder-only model's layer; an encoder-decoder model's two
+# self-attentions ("encoder", over the source; "decoder", over the tokens) and its "cross"
+# attention (the decoder's queries over the encoder's keys)
+KINDS = ("self", "encoder", "decoder", "cross")
+
 
 @dataclass
-class _Fields:
-    """The fields of a :class:`ModelTrace` (documented there), filled in and checked when made."""
-
-    model: str
-    ids: list[int]
-    tokens: list[str]
-    layers: dict[int, Trace] = field(repr=False)
-    num_layers: int = 0
-    num_heads: int = 0
-    special: list[bool] = field(default_factory=list)  # [CLS], <|endoftext|>: not text
-    parts: list[str] = field(default_factory=list)  # the characters split over several tokens each holds
-    opens: dict[str, int] | None = None
-    modules: dict[int, str] = field(default_factory=dict)
-    kinds: dict[int, str] = field(default_factory=dict)
-    source_ids: list[int] | None = None
-    source_tokens: list[str] | None = None
-    source_special: list[bool] = field(default_factory=list)
-    source_parts: list[str] = field(default_factory=list)
-    image: Array | None = field(default=None, repr=False)
-    patch_grid: tuple[int, int] | None = None
-    template: list[bool] = field(default_factory=list)  # put there by a chat template, not the user's words
-    notes: list[str] = field(default_factory=list)  # what was done to the text or read: a cut, a quantization
-    architecture: str = ""  # config.json's model_type ("llama"), "" where unknown
-    num_key_value_heads: int = 0  # key and value heads (grouped-query attention), 0 where unknown
-
-    def __post_init__(self) -> None:
-        _fill_and_check(self)
-
-
-class ModelTrace(_Fields):
+class ModelTrace:
     """Every step of attention in the traced entries (attention modules) of one forward.
 
     ``layers[i]`` is entry i's :class:`attnlab.Trace`, in the model's order: its inputs (L, D) (after the norm
@@ -102,6 +79,48 @@ class ModelTrace(_Fields):
         ArgumentError: kinds, modules, a source sequence, an image or a patch grid that do not fit the entries.
     """
 
+    model: str
+    ids: list[int]
+    tokens: list[str]
+    layers: dict[int, Trace] = field(repr=False)
+    num_layers: int = 0
+    num_heads: int = 0
+    special: list[bool] = field(default_factory=list)  # [CLS], <|endoftext|>: not text
+    parts: list[str] = field(default_factory=list)  # the characters split over several tokens each holds
+    opens: dict[str, int] | None = None
+    modules: dict[int, str] = field(default_factory=dict)
+    kinds: dict[int, str] = field(default_factory=dict)
+    source_ids: list[int] | None = None
+    source_tokens: list[str] | None = None
+    source_special: list[bool] = field(default_factory=list)
+    source_parts: list[str] = field(default_factory=list)
+    image: Array | None = field(default=None, repr=False)
+    patch_grid: tuple[int, int] | None = None
+    template: list[bool] = field(default_factory=list)  # put there by a chat template, not the user's words
+    notes: list[str] = field(default_factory=list)  # what was done to the text or read: a cut, a quantization
+    architecture: str = ""  # config.json's model_type ("llama"), "" where unknown
+    num_key_value_heads: int = 0  # key and value heads (grouped-query attention), 0 where unknown
+
+    def __post_init__(self) -> None:
+        """The model by its name (:func:`~attnlab.trace._display.shown_name`: a checkpoint's
+        folder, never its path), the defaults of the marks (none special, no parts), and the
+        checks of what the NumPy models never give (kinds, modules, a source, an image), as a
+        saved trace's."""
+        if isinstance(self.model, str):
+            self.model = shown_name(self.model)
+        self.special = self.special or [False] * len(self.tokens)
+        self.parts = self.parts or [""] * len(self.tokens)
+        self.template = self.template or [False] * len(self.tokens)
+        if len(self.template) != len(self.tokens):
+            raise fail("template", f"{len(self.tokens)} marks, one per token", f"{len(self.template)}")
+        if self.source_tokens is not None:
+            self.source_special = self.source_special or [False] * len(self.source_tokens)
+            self.source_parts = self.source_parts or [""] * len(self.source_tokens)
+        if self.patch_grid is not None:
+            self.patch_grid = (self.patch_grid[0], self.patch_grid[1])
+        if self.modules or self.kinds or self.source_tokens is not None or self.image is not None or self.patch_grid:
+            self._check("trace")
+
     @property
     def weights(self) -> Array:
         """The traced entries' weights, (layers, H, L, S), in order (entries of one shape)."""
@@ -125,8 +144,8 @@ class ModelTrace(_Fields):
 
     @property
     def image_sequence(self) -> str | None:
-        """Which sequence the image's patches are: "source", "tokens", or None without an image."""
-        return image_sequence(self)
+        """Which sequence the image's patches are: "source" (an encoder-decoder's, TrOCR's), "tokens", or None."""
+        return None if self.patch_grid is None else "source" if self.source_tokens is not None else "tokens"
 
     def _repr_html_(self) -> str | None:
         """Jupyter's display: the page, as for :class:`attnlab.Trace`."""
@@ -134,27 +153,66 @@ class ModelTrace(_Fields):
 
     def __getitem__(self, key: int | str) -> Trace:
         """Entry ``key``'s trace: by index (negative: from the last entry) or module path ("model.encoder…")."""
-        return _entry(self, key)
+        if isinstance(key, str):
+            index = next((i for i, name in self.modules.items() if name == key and i in self.layers), None)
+            if index is None:
+                named = [self.modules[i] for i in self.layers if i in self.modules]
+                shown = ", ".join(named[:4]) + (", …" if len(named) > 4 else "")
+                raise KeyError(f"module: expected a traced module's path ({shown or 'none named'}), got {key!r}")
+            return self.layers[index]
+        index = key + self.num_layers if isinstance(key, int) and key < 0 else key
+        if index not in self.layers:
+            raise KeyError(f"layer: expected a traced layer among {sorted(self.layers)}, got {key!r}")
+        return self.layers[index]
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready: every field, each entry's :meth:`attnlab.Trace.to_dict`, the image's bytes in base64."""
-        return _to_dict(self)
+        fixed = {
+            "model": self.model, "architecture": self.architecture, "num_key_value_heads": self.num_key_value_heads,
+            "ids": self.ids, "tokens": self.tokens, "special": self.special,
+        }  # fmt: skip
+        counts = {"parts": self.parts, "num_layers": self.num_layers, "num_heads": self.num_heads, "opens": self.opens}
+        named = {
+            "modules": {str(i): m for i, m in self.modules.items()},
+            "kinds": {str(i): k for i, k in self.kinds.items()},
+        }
+        source = {
+            "source_ids": self.source_ids, "source_tokens": self.source_tokens,
+            "source_special": self.source_special if self.source_tokens is not None else None,
+            "source_parts": self.source_parts if self.source_tokens is not None else None,
+        }  # fmt: skip
+        image = None
+        if self.image is not None:
+            raw = np.ascontiguousarray(self.image, dtype=np.uint8)
+            image = {"shape": list(raw.shape), "base64": base64.b64encode(raw.tobytes()).decode()}
+        marks = {"template": self.template, "notes": self.notes}
+        pictures = {"image": image, "patch_grid": None if self.patch_grid is None else list(self.patch_grid)}
+        layers = {"layers": {str(i): t.to_dict() for i, t in self.layers.items()}}
+        return {**fixed, **counts, **named, **source, **marks, **pictures, **layers}
 
     def to_json(self) -> str:
         return json_text(self.to_dict())
 
     @classmethod
     def from_dict(cls, data: Any, source: str = "trace") -> ModelTrace:
-        """Inverse of :meth:`to_dict`, checked: each entry, over the tokens its kind says; the image's grid.
+        """Inverse of :meth:`to_dict`, checked whole: each entry over the tokens its kind says, the image
+        against its grid.
 
         Args:
-            data: what :meth:`to_dict` gave (JSON-decoded).
+            data: what :meth:`to_dict` gave (JSON-decoded): each field is read as JSON (:mod:`._model_codec`),
+                each entry by :meth:`attnlab.Trace.from_dict`.
             source: the name the errors give it (a file's name).
 
         Raises:
-            ArgumentError: naming ``source`` and what is missing or does not fit.
+            ArgumentError: naming ``source`` and the first field missing or not fitting the others.
         """
-        return model_trace_from_dict(cls, data, source)
+        fields = saved_fields(data, source)
+        checked = {name: fields.pop(name) for name in _CHECKED if name in fields}
+        made = cls(**fields)  # nothing __post_init__ checks yet
+        for name, value in checked.items():  # set after: the check below sees them all at once, naming source
+            setattr(made, name, value)
+        made._check(source)  # an old trace too: every layer over the trace's tokens
+        return made
 
     def labels(self) -> list[str]:
         """The tokens as text and page label them: a piece that shows nothing (of 篮) reads ``‹piece of 篮›``."""
@@ -174,56 +232,142 @@ class ModelTrace(_Fields):
         Raises:
             ArgumentError: ``lang`` or ``precision`` out of range.
         """
-        return _render(self, lang, precision)
+        name = {"zh": "{model} 第 {i} 层（共 {n} 层）", "en": "{model}, layer {i} of {n}"}.get(lang)
+        if name is None:
+            raise fail("lang", "one of zh, en", repr(lang))
+        module = {"zh": "{model} {module}（{kind}）", "en": "{model}, {module} ({kind})"}[lang]
+        labels, source = self.labels(), self.source_labels()
+        texts = []
+        for i, one in self.layers.items():
+            kind = self.kind(i)
+            rows = source if kind == "encoder" and source is not None else labels
+            keys = source if kind == "cross" else None
+            title = (
+                module.format(model=self.model, module=self.modules[i], kind=_KIND_WORDS[lang][kind])
+                if i in self.modules
+                else name.format(model=self.model, i=i, n=self.num_layers)
+            )
+            texts.append(replace(one, tokens=rows, key_tokens=keys).render(lang=lang, precision=precision, title=title))
+        return "\n\n".join([f"({'; '.join(self.notes)})"] * bool(self.notes) + texts)
 
     def __repr__(self) -> str:
-        return _repr(self)
+        source = "" if self.source_tokens is None else f", source_tokens={len(self.source_tokens)}"
+        image = "" if self.patch_grid is None else f", patch_grid={self.patch_grid}"
+        return (
+            f"ModelTrace(model={self.model!r}, tokens={len(self.tokens)}{source}, layers={sorted(self.layers)} "
+            f"of {self.num_layers}, heads={self.num_heads}{image})"
+        )
+
+    def _check(self, source: str) -> None:
+        """Refuse a trace whose parts do not fit together.
+
+        Raises:
+            ArgumentError: naming ``source`` and the first field that does not fit: a kind not
+                in :data:`KINDS` (or "self" beside an encoder-decoder's kinds), a module or kind
+                missing for a traced entry, an entry not over the tokens its kind says, a source
+                sequence whose lists differ in length, an image that is not uint8 (height,
+                width, 3), or a patch grid that does not cut the image evenly or whose rows·cols
+                is not the number of patch tokens.
+        """
+        traced = sorted(self.layers)
+        for name, values in (("kinds", self.kinds), ("modules", self.modules)):
+            if values and not set(traced) <= set(values):
+                missing = next(i for i in traced if i not in values)
+                raise ArgumentError(f"{source}: {name}: expected one for every traced entry, none for entry {missing}")
+        bad = next((k for k in self.kinds.values() if k not in KINDS), None)
+        if bad is not None:
+            raise ArgumentError(f"{source}: kinds: expected each one of {', '.join(KINDS)}, got {bad!r}")
+        if "self" in self.kinds.values() and len(set(self.kinds.values())) > 1:
+            raise ArgumentError(
+                f"{source}: kinds: expected either self (one sequence) or encoder, decoder and cross (two), got both"
+            )
+        names = list(self.modules.values())
+        if not all(isinstance(m, str) and m for m in names) or len(set(names)) != len(names):
+            raise ArgumentError(f"{source}: modules: expected distinct module paths (non-empty strings)")
+        self._check_source(source)
+        for i in traced:
+            self._check_entry(i, source)
+        self._check_image(source)
+
+    def _check_source(self, source: str) -> None:
+        """The source sequence: present where an entry is over it, its lists one per token."""
+        two = any(k in ("encoder", "cross") for k in self.kinds.values())
+        if self.source_tokens is None:
+            if two:
+                raise ArgumentError(
+                    f"{source}: source_tokens: expected the encoder's tokens beside encoder or cross entries"
+                )
+            return
+        tokens = self.source_tokens
+        if not isinstance(tokens, list) or not all(isinstance(t, str) for t in tokens) or not tokens:
+            raise ArgumentError(f"{source}: source_tokens: expected a list of strings")
+        n = len(tokens)
+        ids = self.source_ids
+        if ids is not None and ids != [] and not (len(ids) == n and all(type(i) is int for i in ids)):
+            raise ArgumentError(f"{source}: source_ids: expected null, [] or {n} integers, one per source token")
+        if len(self.source_special) != n or not all(type(x) is bool for x in self.source_special):
+            raise ArgumentError(f"{source}: source_special: expected {n} booleans, one per source token")
+        if len(self.source_parts) != n or not all(isinstance(x, str) for x in self.source_parts):
+            raise ArgumentError(f"{source}: source_parts: expected {n} strings, one per source token")
+
+    def _check_entry(self, i: int, source: str) -> None:
+        """Entry ``i`` over the tokens its kind says: rows and keys."""
+        kind, where = self.kind(i), f"{source}, layer {i}" + (f" ({self.modules[i]})" if i in self.modules else "")
+        one = self.layers[i]
+        rows = self.source_tokens if kind == "encoder" else self.tokens
+        assert rows is not None  # _check_source: an encoder entry has its source
+        sequence = "source tokens" if kind == "encoder" else "tokens"
+        if one.tokens != rows:
+            raise ArgumentError(f"{where}: tokens: {_first_difference(rows, one.tokens, sequence)}")
+        if kind == "cross":
+            keys = self.source_tokens
+            assert keys is not None
+            if one.key_tokens != keys:
+                raise ArgumentError(f"{where}: key_tokens: {_first_difference(keys, one.key_tokens, 'source tokens')}")
+        elif one.num_keys != len(rows) or one.key_tokens not in (None, rows):
+            got = one.num_keys if one.key_tokens is None else f"{one.num_keys}, labelled otherwise"
+            raise ArgumentError(f"{where}: expected {kind} attention's keys, the {len(rows)} {sequence}, got {got}")
+
+    def _check_image(self, source: str) -> None:
+        """The image, uint8 (height, width, 3), cut evenly by the patch grid into as many
+        patches as the image's sequence has tokens that are not special."""
+        image, grid = self.image, self.patch_grid
+        if (image is None) != (grid is None):
+            raise ArgumentError(f"{source}: image and patch_grid: expected both (a vision model's trace) or neither")
+        if image is None or grid is None:
+            return
+        if not (isinstance(image, np.ndarray) and image.dtype == np.uint8 and image.ndim == 3 and image.shape[2] == 3):
+            got = f"{image.dtype} {image.shape}" if isinstance(image, np.ndarray) else type(image).__name__
+            raise ArgumentError(f"{source}: image: expected uint8 pixels (height, width, 3), got {got}")
+        if len(grid) != 2 or not all(type(n) is int and n > 0 for n in grid):
+            raise ArgumentError(f"{source}: patch_grid: expected (rows, cols), two whole numbers > 0, got {grid!r}")
+        (height, width, _), (rows, cols) = image.shape, grid
+        if height % rows or width % cols:
+            raise ArgumentError(
+                f"{source}: patch_grid: expected rows and cols that cut the {height}×{width} image into equal "
+                f"patches, got {rows}×{cols}"
+            )
+        on_source = self.image_sequence == "source"
+        special = self.source_special if on_source else self.special
+        patches = special.count(False)
+        if patches != rows * cols:
+            sequence = "source tokens" if on_source else "tokens"
+            raise ArgumentError(
+                f"{source}: patch_grid: expected {patches} patches, one per {sequence[:-1]} not marked special "
+                f"([CLS] and the like), got {rows}×{cols} = {rows * cols}"
+            )
 
 
-def _fill_and_check(trace: _Fields) -> None:
-    """The model by its name (:func:`~attnlab.trace._display.shown_name`: a checkpoint's
-    folder, never its path), the defaults of the marks (none special, no parts), and the
-    checks of what the NumPy models never give (kinds, modules, a source, an image), as a
-    saved trace's."""
-    if isinstance(trace.model, str):
-        trace.model = shown_name(trace.model)
-    trace.special = trace.special or [False] * len(trace.tokens)
-    trace.parts = trace.parts or [""] * len(trace.tokens)
-    trace.template = trace.template or [False] * len(trace.tokens)
-    if len(trace.template) != len(trace.tokens):
-        raise fail("template", f"{len(trace.tokens)} marks, one per token", f"{len(trace.template)}")
-    if trace.source_tokens is not None:
-        trace.source_special = trace.source_special or [False] * len(trace.source_tokens)
-        trace.source_parts = trace.source_parts or [""] * len(trace.source_tokens)
-    if trace.patch_grid is not None:
-        trace.patch_grid = (trace.patch_grid[0], trace.patch_grid[1])
-    if trace.modules or trace.kinds or trace.source_tokens is not None or trace.image is not None or trace.patch_grid:
-        check_model_trace(trace, "trace")
+# the fields that only some models give, checked together by ModelTrace._check
+_CHECKED = ("modules", "kinds", "source_ids", "source_tokens", "source_special", "source_parts", "image", "patch_grid")
 
 
-def _entry(trace: ModelTrace, key: int | str) -> Trace:
-    """See :meth:`ModelTrace.__getitem__`."""
-    if isinstance(key, str):
-        index = next((i for i, name in trace.modules.items() if name == key and i in trace.layers), None)
-        if index is None:
-            named = [trace.modules[i] for i in trace.layers if i in trace.modules]
-            shown = ", ".join(named[:4]) + (", …" if len(named) > 4 else "")
-            raise KeyError(f"module: expected a traced module's path ({shown or 'none named'}), got {key!r}")
-        return trace.layers[index]
-    index = key + trace.num_layers if isinstance(key, int) and key < 0 else key
-    if index not in trace.layers:
-        raise KeyError(f"layer: expected a traced layer among {sorted(trace.layers)}, got {key!r}")
-    return trace.layers[index]
-
-
-def _repr(trace: ModelTrace) -> str:
-    """See :meth:`ModelTrace.__repr__`."""
-    source = "" if trace.source_tokens is None else f", source_tokens={len(trace.source_tokens)}"
-    image = "" if trace.patch_grid is None else f", patch_grid={trace.patch_grid}"
-    return (
-        f"ModelTrace(model={trace.model!r}, tokens={len(trace.tokens)}{source}, layers={sorted(trace.layers)} "
-        f"of {trace.num_layers}, heads={trace.num_heads}{image})"
-    )
+def _first_difference(tokens: list[str], got: list[str] | None, sequence: str = "tokens") -> str:
+    """Where an entry's tokens part from the trace's: "expected …, got …" naming the first token that differs."""
+    if got is None or len(got) != len(tokens):
+        return f"expected the trace's {len(tokens)} {sequence}, got {'none' if got is None else len(got)}"
+    i = next(i for i, (want, have) in enumerate(zip(tokens, got, strict=True)) if want != have)
+    return f"expected the trace's {sequence}, got token {i} {got[i]!r} where the trace has {tokens[i]!r}"
 
 
 def _marked(tokens: list[str], parts: list[str]) -> list[str]:
@@ -232,55 +376,6 @@ def _marked(tokens: list[str], parts: list[str]) -> list[str]:
         f"{token}‹piece of {part}›" if part and not token.strip() else token
         for token, part in zip(tokens, parts, strict=True)
     ]
-
-
-def _to_dict(trace: ModelTrace) -> dict[str, Any]:
-    """See :meth:`ModelTrace.to_dict`."""
-    import base64
-
-    fixed = {
-        "model": trace.model, "architecture": trace.architecture, "num_key_value_heads": trace.num_key_value_heads,
-        "ids": trace.ids, "tokens": trace.tokens, "special": trace.special,
-    }  # fmt: skip
-    counts = {"parts": trace.parts, "num_layers": trace.num_layers, "num_heads": trace.num_heads, "opens": trace.opens}
-    named = {
-        "modules": {str(i): m for i, m in trace.modules.items()},
-        "kinds": {str(i): k for i, k in trace.kinds.items()},
-    }
-    source = {
-        "source_ids": trace.source_ids, "source_tokens": trace.source_tokens,
-        "source_special": trace.source_special if trace.source_tokens is not None else None,
-        "source_parts": trace.source_parts if trace.source_tokens is not None else None,
-    }  # fmt: skip
-    image = None
-    if trace.image is not None:
-        raw = np.ascontiguousarray(trace.image, dtype=np.uint8)
-        image = {"shape": list(raw.shape), "base64": base64.b64encode(raw.tobytes()).decode()}
-    marks = {"template": trace.template, "notes": trace.notes}
-    pictures = {"image": image, "patch_grid": None if trace.patch_grid is None else list(trace.patch_grid)}
-    layers = {"layers": {str(i): t.to_dict() for i, t in trace.layers.items()}}
-    return {**fixed, **counts, **named, **source, **marks, **pictures, **layers}
-
-
-def _render(trace: ModelTrace, lang: str, precision: int) -> str:
-    """See :meth:`ModelTrace.render`."""
-    name = {"zh": "{model} 第 {i} 层（共 {n} 层）", "en": "{model}, layer {i} of {n}"}.get(lang)
-    if name is None:
-        raise fail("lang", "one of zh, en", repr(lang))
-    module = {"zh": "{model} {module}（{kind}）", "en": "{model}, {module} ({kind})"}[lang]
-    labels, source = trace.labels(), trace.source_labels()
-    texts = []
-    for i, one in trace.layers.items():
-        kind = trace.kind(i)
-        rows = source if kind == "encoder" and source is not None else labels
-        keys = source if kind == "cross" else None
-        title = (
-            module.format(model=trace.model, module=trace.modules[i], kind=_KIND_WORDS[lang][kind])
-            if i in trace.modules
-            else name.format(model=trace.model, i=i, n=trace.num_layers)
-        )
-        texts.append(replace(one, tokens=rows, key_tokens=keys).render(lang=lang, precision=precision, title=title))
-    return "\n\n".join([f"({'; '.join(trace.notes)})"] * bool(trace.notes) + texts)
 
 
 _KIND_WORDS = {

@@ -68,7 +68,7 @@ class Trace:
         return np.isneginf(self.scaled_scores) & ~np.isneginf(self.scores)
 
     def head(self, h: int) -> Trace:
-        """The single-head trace of head ``h``.
+        """The single-head trace of head ``h``, without the layer's output (the trace itself when it has one head).
 
         Args:
             h: the head, in 0..H − 1.
@@ -76,7 +76,17 @@ class Trace:
         Raises:
             ArgumentError: ``h`` is not a head of the trace.
         """
-        return _one_head(self, h)
+        if not is_integer(h) or not 0 <= h < self.num_heads:
+            raise fail("h", f"a head index in 0..{self.num_heads - 1}", repr(h))
+        if self.weights.ndim == 2:
+            return self
+        arrays = {name: getattr(self, name)[h] for name in ARRAYS if name != "inputs"}
+        bias = None if self.bias is None else self.bias[h]
+        variants = None if self.variants is None else self.variants.head(h)
+        return Trace(
+            inputs=self.inputs, scale=self.scale, tokens=self.tokens, random_seed=self.random_seed, bias=bias,
+            variants=variants, key_tokens=self.key_tokens, **arrays,
+        )  # fmt: skip
 
     @property
     def labels(self) -> list[str]:
@@ -91,7 +101,9 @@ class Trace:
     @property
     def key_labels(self) -> list[str]:
         """The keys' :attr:`key_tokens`, else :attr:`labels` when S = L, else the positions 0..S−1."""
-        return self.key_tokens or _key_positions(self)
+        if self.key_tokens:
+            return self.key_tokens
+        return self.labels if self.num_keys == len(self.inputs) else [str(j) for j in range(self.num_keys)]
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready: nested lists of Python floats (exact); −inf as None, +inf "Infinity", NaN "NaN"."""
@@ -145,23 +157,3 @@ class Trace:
     def __repr__(self) -> str:
         (L, d_model), keys = self.inputs.shape, f", S={self.num_keys}" if self.num_keys != len(self.inputs) else ""
         return f"Trace(L={L}{keys}, d_model={d_model}, heads={self.num_heads}, scale={self.scale:.4g})"
-
-
-def _key_positions(trace: Trace) -> list[str]:
-    """The keys' labels of a trace without key tokens: the rows' when S = L, else the positions 0..S−1."""
-    return trace.labels if trace.num_keys == len(trace.inputs) else [str(j) for j in range(trace.num_keys)]
-
-
-def _one_head(trace: Trace, h: int) -> Trace:
-    """Head ``h`` of a trace (itself when it has one head), without the layer's output."""
-    if not is_integer(h) or not 0 <= h < trace.num_heads:
-        raise fail("h", f"a head index in 0..{trace.num_heads - 1}", repr(h))
-    if trace.weights.ndim == 2:
-        return trace
-    arrays = {name: getattr(trace, name)[h] for name in ARRAYS if name != "inputs"}
-    bias = None if trace.bias is None else trace.bias[h]
-    variants = None if trace.variants is None else trace.variants.head(h)
-    return Trace(
-        inputs=trace.inputs, scale=trace.scale, tokens=trace.tokens, random_seed=trace.random_seed, bias=bias,
-        variants=variants, key_tokens=trace.key_tokens, **arrays,
-    )  # fmt: skip
