@@ -18,6 +18,7 @@ import numpy as np
 
 from .._validation import Array, MissingDependencyError, is_real
 from ..layers import Linear, Norm
+from ..layers._activation import gelu
 
 __all__ = ["ACTIVATIONS", "Linear", "Norm", "Rope", "rope_frequencies", "rotate"]
 
@@ -31,11 +32,6 @@ def _gelu(x: Array) -> Array:
     return 0.5 * x * (1.0 + erf(x * (1.0 / math.sqrt(2.0))))
 
 
-def _gelu_tanh(x: Array) -> Array:
-    """0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))): GPT-2's ``gelu_new``."""
-    return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x**3)))
-
-
 def _silu(x: Array) -> Array:
     """x·σ(x), written x / (1 + e^(−x)) (inf for large −x gives 0, not NaN), in one buffer."""
     y = np.negative(x)
@@ -47,6 +43,11 @@ def _silu(x: Array) -> Array:
 
 def _relu(x: Array) -> Array:
     return np.maximum(x, 0)
+
+
+def _gelu_tanh(x: Array) -> Array:
+    """GPT-2's ``gelu_new``: the one tanh GELU, layers' (:func:`attnlab.nn.gelu`), without its backward."""
+    return gelu(x).output
 
 
 # transformers' ACT2FN names that these architectures use.

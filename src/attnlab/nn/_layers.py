@@ -1,5 +1,5 @@
 """attnlab.nn's layers: Parameter, Module, Linear, Embedding and LayerNorm (the one module
-system, from :mod:`attnlab.layers`), gelu, RNN.
+system, from :mod:`attnlab.layers`), gelu (the one ``gelu_new``, layers'), RNN.
 
 Every layer's forward returns a :class:`~attnlab.layers.Forward`, its output and the
 backward that carries it (the engine's convention, as :class:`attnlab.Attention`): given
@@ -24,27 +24,13 @@ from typing import Any
 import numpy as np
 
 from .._validation import Array, layer_dtype, positive_int
+from ..layers._activation import gelu
 from ..layers._embedding import Embedding
 from ..layers._linear import Linear, normal
 from ..layers._module import Forward, Module, Parameter
 from ..layers._norm import LayerNorm
 
 __all__ = ["RNN", "Embedding", "LayerNorm", "Linear", "Module", "Parameter", "gelu"]
-
-
-def gelu(x: Array) -> Forward:
-    """0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))), transformers' ``gelu_new``, and its backward.
-
-    Args:
-        x: any shape.
-    """
-    c = math.sqrt(2.0 / math.pi)
-    t = np.tanh(c * (x + 0.044715 * x * x * x))
-
-    def backward(dy: Array) -> Array:
-        return dy * (0.5 * (1 + t) + 0.5 * x * (1 - t**2) * c * (1 + 3 * 0.044715 * x**2))
-
-    return Forward(0.5 * x * (1 + t), backward)
 
 
 class RNN(Module):
