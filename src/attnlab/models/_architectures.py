@@ -111,6 +111,46 @@ class _Reader:
     def eos(self) -> tuple[int, ...]:
         return end_tokens(self.config.get("eos_token_id"))
 
+    def sliding_layers(self, model_type: str, layers: int) -> tuple[int | None, tuple[str, ...]]:
+        """The sliding window w (or None) and each layer's attention, "full_attention" or
+        "sliding_attention", as transformers' configurations decide them. A sliding layer's
+        query at position i sees the keys at positions i − w < j <= i (the window (w − 1, 0),
+        causal; transformers' ``sliding_window_causal_mask_function``).
+
+        - Mistral: every layer, when ``sliding_window`` is not None (its ``layer_types``, which
+          MistralModel ignores, are ignored).
+        - Qwen2: none unless ``use_sliding_window``; then the layers that ``layer_types`` names
+          sliding, or, without it, the layers i >= ``max_window_layers`` (default 28).
+        - Llama: none.
+
+        Raises:
+            CheckpointError: a window that is not a positive integer, a ``max_window_layers``
+                that is not an integer >= 0, ``layer_types`` that are not one of the two names
+                per layer, or sliding layers without ``use_sliding_window``.
+        """
+        config, full = self.config, (FULL,) * layers
+        if model_type == "mistral":
+            if config.get("sliding_window") is None:
+                return None, full
+            return self.integer("sliding_window"), (SLIDING,) * layers
+        if model_type != "qwen2":
+            return None, full
+        named = None if config.get("layer_types") is None else _layer_types(config["layer_types"], layers)
+        # Qwen2Config drops the window without use_sliding_window, and then names no layer sliding
+        use = self.flag("use_sliding_window", False) and config.get("sliding_window") is not None
+        sliding_window = self.integer("sliding_window") if use else None
+        if sliding_window is None:
+            if named is not None and SLIDING in named:
+                raise CheckpointError(
+                    f"config.json: layer_types: {SLIDING!r} layers need use_sliding_window true and a sliding_window; "
+                    f"expected only {FULL!r}, got a sliding layer"
+                )
+            return None, full
+        if named is None:
+            first = self.integer("max_window_layers", default=28, minimum=0)  # Qwen2Config's default
+            named = tuple(SLIDING if i >= first else FULL for i in range(layers))
+        return sliding_window, named
+
 
 def end_tokens(value: Any, source: str = "config.json") -> tuple[int, ...]:
     """An ``eos_token_id`` setting (an id, a list of them, or none) as a tuple of ids.
@@ -234,7 +274,7 @@ def _bert(config: dict[str, Any], weights: WeightSource, dtype: np.dtype) -> Net
 def _llama(config: dict[str, Any], weights: WeightSource, dtype: np.dtype) -> Network:
     """LlamaForCausalLM, Qwen2ForCausalLM and MistralForCausalLM: RMSNorm before each
     sublayer, RoPE on q and k, grouped-query attention, SwiGLU; Qwen2 has biases on q, k
-    and v; Mistral none, and a sliding window in every layer (:func:`_sliding_layers`)."""
+    and v; Mistral none, and a sliding window in every layer (:meth:`_Reader.sliding_layers`)."""
     model_type = architecture(config)
     qwen2, mistral = model_type == "qwen2", model_type == "mistral"
     r = _Reader(config, weights, dtype, "embed_tokens.weight", ["model.", ""])
@@ -255,7 +295,7 @@ def _llama(config: dict[str, Any], weights: WeightSource, dtype: np.dtype) -> Ne
         raise CheckpointError(f"config.json: num_attention_heads: expected a divisor of hidden_size {D}, got {H}")
     if E % 2:  # RoPE rotates pairs of coordinates
         raise CheckpointError(f"config.json: head_dim: expected an even number (RoPE rotates pairs), got {E}")
-    sliding_window, layer_types = _sliding_layers(r, model_type, layers)
+    sliding_window, layer_types = r.sliding_layers(model_type, layers)
     eps, act = r.epsilon("rms_norm_eps", 1e-6), r.activation("hidden_act", "silu")
     if qwen2 or mistral:  # their transformers classes have no bias flags: Qwen2's q, k and v have biases
         qkv_bias, out_bias, mlp_bias = qwen2, False, False
@@ -291,47 +331,6 @@ def _llama(config: dict[str, Any], weights: WeightSource, dtype: np.dtype) -> Ne
         cfg, Embedding.of(embed), tuple(blocks), pre_norm=True, rope=Rope(rope_frequencies(config, E)),
         final_norm=r.norm("norm", D, eps, rms=True), head=Linear.of(head),
     )  # fmt: skip
-
-
-def _sliding_layers(r: _Reader, model_type: str, layers: int) -> tuple[int | None, tuple[str, ...]]:
-    """The sliding window w (or None) and each layer's attention, "full_attention" or
-    "sliding_attention", as transformers' configurations decide them. A sliding layer's
-    query at position i sees the keys at positions i − w < j <= i (the window (w − 1, 0),
-    causal; transformers' ``sliding_window_causal_mask_function``).
-
-    - Mistral: every layer, when ``sliding_window`` is not None (its ``layer_types``, which
-      MistralModel ignores, are ignored).
-    - Qwen2: none unless ``use_sliding_window``; then the layers that ``layer_types`` names
-      sliding, or, without it, the layers i >= ``max_window_layers`` (default 28).
-    - Llama: none.
-
-    Raises:
-        CheckpointError: a window that is not a positive integer, a ``max_window_layers``
-            that is not an integer >= 0, ``layer_types`` that are not one of the two names
-            per layer, or sliding layers without ``use_sliding_window``.
-    """
-    config, full = r.config, (FULL,) * layers
-    if model_type == "mistral":
-        if config.get("sliding_window") is None:
-            return None, full
-        return r.integer("sliding_window"), (SLIDING,) * layers
-    if model_type != "qwen2":
-        return None, full
-    named = None if config.get("layer_types") is None else _layer_types(config["layer_types"], layers)
-    # Qwen2Config drops the window without use_sliding_window, and then names no layer sliding
-    use = r.flag("use_sliding_window", False) and config.get("sliding_window") is not None
-    sliding_window = r.integer("sliding_window") if use else None
-    if sliding_window is None:
-        if named is not None and SLIDING in named:
-            raise CheckpointError(
-                f"config.json: layer_types: {SLIDING!r} layers need use_sliding_window true and a sliding_window; "
-                f"expected only {FULL!r}, got a sliding layer"
-            )
-        return None, full
-    if named is None:
-        first = r.integer("max_window_layers", default=28, minimum=0)  # Qwen2Config's default
-        named = tuple(SLIDING if i >= first else FULL for i in range(layers))
-    return sliding_window, named
 
 
 def _layer_types(value: Any, layers: int) -> tuple[str, ...]:

@@ -208,8 +208,33 @@ class Block:
             if record.attentions:
                 record.weights.append(weights)
             if layer in record.trace_layers:
-                record.traces[layer] = _layer_trace((h, q, k, v, weights, out, projected), self, step)
+                record.traces[layer] = self._trace((h, q, k, v, weights, out, projected), step)
         return projected
+
+    def _trace(self, batch: tuple[Array, ...], step: Step) -> Trace:
+        """One layer's Trace of sequence 0 of its input h (B, L, D), q (B, H, L, E), k and v
+        (B, Hk, S, E) (repeated to H heads), weights (B, H, L, S), output (B, H, L, E) and
+        projected output (B, L, D); its scaled scores are −∞ where the padding, the causal rule
+        or the window hides a key."""
+        h, q, k, v, weights, out, projected = (x[0] for x in batch)
+        group = q.shape[0] // k.shape[0]
+        K, V = np.repeat(k, group, axis=0), np.repeat(v, group, axis=0)  # (Hk, S, E) -> (H, S, E)
+        with np.errstate(over="ignore", invalid="ignore"):
+            scores = q @ np.swapaxes(K, -1, -2)  # (H, L, S)
+            scaled = scores * self.scale
+        mask = step.mask
+        mask_scores_(scaled, None if mask is None else mask[0] if mask.ndim == 4 else mask, False)
+        L, S = scaled.shape[-2:]
+        # query i is position S − L + i: the band bottom-right aligned, a window of w keys (w − 1, None)
+        window = None if self.sliding_window is None else (self.sliding_window - 1, None)
+        band = Band.of(step.is_causal, window, S - L, (L, S))
+        np.copyto(scaled, -np.inf, where=~band.allowed(slice(0, L), slice(0, S)))  # the causal rule and the window
+        rules = Variants(  # what the page and plot say (L = S: the alignment does not show)
+            is_causal=step.is_causal,
+            window=None if self.sliding_window is None else (self.sliding_window - 1, 0),
+            attn_mask=None if mask is None else "bool",
+        )
+        return Trace(h, q, K, V, scores, self.scale, scaled, weights, out, None, projected, variants=rules)
 
     def mlp(self, x: Array) -> Array:
         if self.gate is None:
@@ -312,29 +337,3 @@ def attention_mask(is_causal: bool, valid: Array | None, L: int, past: int) -> t
     allowed = allowed & valid[:, None, None, :]  # (B, 1, L, S)
     empty = ~allowed.any(axis=-1, keepdims=True)
     return allowed | (empty & (key_pos[None, :] == query_pos[:, None])), is_causal
-
-
-def _layer_trace(batch: tuple[Array, ...], block: Block, step: Step) -> Trace:
-    """One layer's Trace of sequence 0 of its input h (B, L, D), q (B, H, L, E), k and v
-    (B, Hk, S, E) (repeated to H heads), weights (B, H, L, S), output (B, H, L, E) and
-    projected output (B, L, D); its scaled scores are −∞ where the padding, the causal rule
-    or the block's window hides a key."""
-    h, q, k, v, weights, out, projected = (x[0] for x in batch)
-    group = q.shape[0] // k.shape[0]
-    K, V = np.repeat(k, group, axis=0), np.repeat(v, group, axis=0)  # (Hk, S, E) -> (H, S, E)
-    with np.errstate(over="ignore", invalid="ignore"):
-        scores = q @ np.swapaxes(K, -1, -2)  # (H, L, S)
-        scaled = scores * block.scale
-    mask = step.mask
-    mask_scores_(scaled, None if mask is None else mask[0] if mask.ndim == 4 else mask, False)
-    L, S = scaled.shape[-2:]
-    # query i is position S − L + i: the band bottom-right aligned, a window of w keys (w − 1, None)
-    window = None if block.sliding_window is None else (block.sliding_window - 1, None)
-    band = Band.of(step.is_causal, window, S - L, (L, S))
-    np.copyto(scaled, -np.inf, where=~band.allowed(slice(0, L), slice(0, S)))  # the causal rule and the window
-    rules = Variants(  # what the page and plot say (L = S: the alignment does not show)
-        is_causal=step.is_causal,
-        window=None if block.sliding_window is None else (block.sliding_window - 1, 0),
-        attn_mask=None if mask is None else "bool",
-    )
-    return Trace(h, q, K, V, scores, block.scale, scaled, weights, out, None, projected, variants=rules)
