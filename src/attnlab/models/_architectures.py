@@ -19,6 +19,7 @@ import numpy as np
 
 from .._validation import Array, is_integer, is_real
 from ..layers import Embedding
+from ..layers._multihead_self import MultiheadSelfAttention
 from ._checkpoint import CheckpointError, WeightSource
 from ._network import FULL, SLIDING, Block, ModelConfig, Network
 from ._ops import ACTIVATIONS, Linear, Norm, Rope, rope_frequencies
@@ -102,6 +103,18 @@ class _Reader:
     def linear(self, name: str, n_in: int, n_out: int, bias: bool = True) -> Linear:
         """An nn.Linear, stored (out, in)."""
         return Linear.of(self.get(f"{name}.weight", n_out, n_in), self.get(f"{name}.bias", n_out) if bias else None)
+
+    def attention(
+        self, prefix: str, names: tuple[str, str, str, str], shape: tuple[int, int, int, int], scale: float,
+        bias: bool = True, out_bias: bool = True,
+    ) -> MultiheadSelfAttention:  # fmt: skip
+        """The attention layer over four nn.Linear projections (stored (out, in)), named
+        ``prefix`` + query, key, value and out name; ``shape`` (D, H, Hk, E): query D -> H·E,
+        key and value D -> Hk·E, out H·E -> D."""
+        D, H, Hk, E = shape
+        widths = ((D, H * E, bias), (D, Hk * E, bias), (D, Hk * E, bias), (H * E, D, out_bias))
+        q, k, v, o = (self.linear(prefix + name, *width) for name, width in zip(names, widths, strict=True))
+        return MultiheadSelfAttention.of((q, k, v, o), heads=H, kv_heads=Hk, scale=scale)
 
     def norm(self, name: str, width: int, eps: float, rms: bool = False) -> Norm:
         return Norm.of(
@@ -187,9 +200,10 @@ def _gpt2(config: dict[str, Any], weights: WeightSource, dtype: np.dtype) -> Net
             scale /= i + 1
         blocks.append(
             Block(
-                q, k, v,
-                Linear.of(r.get(p + "attn.c_proj.weight", D, D).T, r.get(p + "attn.c_proj.bias", D)),
-                scale,
+                MultiheadSelfAttention.of(
+                    (q, k, v, Linear.of(r.get(p + "attn.c_proj.weight", D, D).T, r.get(p + "attn.c_proj.bias", D))),
+                    heads=H, kv_heads=H, scale=scale,
+                ),
                 r.norm(p + "ln_1", D, eps),
                 r.norm(p + "ln_2", D, eps),
                 up=Linear.of(r.get(p + "mlp.c_fc.weight", D, inner).T, r.get(p + "mlp.c_fc.bias", inner)),
@@ -207,6 +221,9 @@ def _gpt2(config: dict[str, Any], weights: WeightSource, dtype: np.dtype) -> Net
         positions=Embedding.of(r.get("wpe.weight", max_positions, D)),
         final_norm=r.norm("ln_f", D, eps), head=Linear.of(head),  # tied: the embedding's own table
     )  # fmt: skip
+
+
+_BERT_ATTENTION = ("self.query", "self.key", "self.value", "output.dense")  # a layer's query, key, value, out
 
 
 def _bert(config: dict[str, Any], weights: WeightSource, dtype: np.dtype) -> Network:
@@ -235,11 +252,7 @@ def _bert(config: dict[str, Any], weights: WeightSource, dtype: np.dtype) -> Net
         p = f"encoder.layer.{i}."
         blocks.append(
             Block(
-                r.linear(p + "attention.self.query", D, D),
-                r.linear(p + "attention.self.key", D, D),
-                r.linear(p + "attention.self.value", D, D),
-                r.linear(p + "attention.output.dense", D, D),
-                (D // H) ** -0.5,
+                r.attention(p + "attention.", _BERT_ATTENTION, (D, H, H, D // H), (D // H) ** -0.5),
                 r.norm(p + "attention.output.LayerNorm", D, eps),
                 r.norm(p + "output.LayerNorm", D, eps),
                 up=r.linear(p + "intermediate.dense", D, inner),
@@ -307,11 +320,14 @@ def _llama(config: dict[str, Any], weights: WeightSource, dtype: np.dtype) -> Ne
         p = f"layers.{i}."
         blocks.append(
             Block(
-                r.linear(p + "self_attn.q_proj", D, H * E, qkv_bias),
-                r.linear(p + "self_attn.k_proj", D, Hk * E, qkv_bias),
-                r.linear(p + "self_attn.v_proj", D, Hk * E, qkv_bias),
-                r.linear(p + "self_attn.o_proj", H * E, D, out_bias),
-                E**-0.5,
+                r.attention(
+                    p + "self_attn.",
+                    ("q_proj", "k_proj", "v_proj", "o_proj"),
+                    (D, H, Hk, E),
+                    E**-0.5,
+                    qkv_bias,
+                    out_bias,
+                ),
                 r.norm(p + "input_layernorm", D, eps, rms=True),
                 r.norm(p + "post_attention_layernorm", D, eps, rms=True),
                 up=r.linear(p + "mlp.up_proj", D, inner, mlp_bias),

@@ -24,7 +24,7 @@ from ..engine._masks import mask_scores_
 from ..engine.variants import Band
 from ..functional import attention
 from ..layers import Embedding
-from ..layers._linear import merge_heads, split_heads
+from ..layers._multihead_self import MultiheadSelfAttention
 from ..trace import Trace, Variants
 from ._ops import Linear, Norm, Rope, rotate
 
@@ -136,16 +136,13 @@ class Step:
 
 @dataclass(frozen=True)
 class Block:
-    """One transformer layer's weights: attention (query, key, value, out), two norms and
+    """One transformer layer's weights: attention (nn's layer over the checkpoint's query, key, value
+    and out projections, its heads and scale), two norms and
     the MLP down(act(gate(x))·up(x)) with a gate (Llama, Qwen2, Mistral) or
     down(act(up(x))); ``sliding_window``: w, the sliding window of a causal layer (the query at
     position i sees the keys i − w < j <= i), or None."""
 
-    query: Linear
-    key: Linear
-    value: Linear
-    out: Linear
-    scale: float
+    attn: MultiheadSelfAttention
     attention_norm: Norm
     mlp_norm: Norm
     up: Linear
@@ -170,12 +167,8 @@ class Block:
         """Self-attention over h (B, L, D), the cached positions' keys first: its output
         after the out projection (B, L, D). A sliding layer passes the engine the window
         (w − 1, 0) and, past the prompt, only the last L + w − 1 keys (those its queries see)."""
-        c = step.config
         L = h.shape[1]  # h (B, L, D)
-        H, Hk = c.num_attention_heads, c.num_key_value_heads
-        q = split_heads(self.query.infer(h), H)  # (B, L, H·E) -> (B, H, L, E)
-        k = split_heads(self.key.infer(h), Hk)  # (B, L, Hk·E) -> (B, Hk, L, E)
-        v = split_heads(self.value.infer(h), Hk)  # (B, L, Hk·E) -> (B, Hk, L, E)
+        q, k, v = self.attn.project(h)  # q (B, H, L, E), k and v (B, Hk, L, E)
         if step.rope is not None:
             q, k = rotate(q, *step.rope), rotate(k, *step.rope)
         if step.cache is not None:
@@ -189,8 +182,8 @@ class Block:
             mask = None if mask is None else mask[..., first:]  # (…, L, S) -> (…, L, S − first)
         result = attention(
             q, seen_k, seen_v, attn_mask=mask, is_causal=step.is_causal, causal_alignment="bottom_right",
-            window=None if self.sliding_window is None else (self.sliding_window - 1, 0), scale=self.scale,
-            enable_gqa=Hk != H, need_weights=keep,
+            window=None if self.sliding_window is None else (self.sliding_window - 1, 0), scale=self.attn.scale,
+            enable_gqa=self.attn.kv_heads != self.attn.heads, need_weights=keep,
         )  # fmt: skip
         out, weights = result.output.astype(h.dtype, copy=False), result.weights
         if not all_finite(out) or (weights is not None and not all_finite(weights)):  # refused: where it began
@@ -202,8 +195,7 @@ class Block:
             check_finite(out, f"layer {layer}'s attention output", step.name)
         if record is not None and record.head_outputs is not None:
             out = record.head_outputs(layer, out)  # (B, H, L, Ev), some heads replaced
-        merged = merge_heads(out)  # (B, H, L, E) -> (B, L, H·E)
-        projected = self.out.infer(merged)
+        projected = self.attn.merge(out)  # (B, H, L, E) -> (B, L, D)
         if record is not None and weights is not None:
             if record.attentions:
                 record.weights.append(weights)
@@ -221,7 +213,7 @@ class Block:
         K, V = np.repeat(k, group, axis=0), np.repeat(v, group, axis=0)  # (Hk, S, E) -> (H, S, E)
         with np.errstate(over="ignore", invalid="ignore"):
             scores = q @ np.swapaxes(K, -1, -2)  # (H, L, S)
-            scaled = scores * self.scale
+            scaled = scores * self.attn.scale
         mask = step.mask
         mask_scores_(scaled, None if mask is None else mask[0] if mask.ndim == 4 else mask, False)
         L, S = scaled.shape[-2:]
@@ -234,7 +226,7 @@ class Block:
             window=None if self.sliding_window is None else (self.sliding_window - 1, 0),
             attn_mask=None if mask is None else "bool",
         )
-        return Trace(h, q, K, V, scores, self.scale, scaled, weights, out, None, projected, variants=rules)
+        return Trace(h, q, K, V, scores, self.attn.scale, scaled, weights, out, None, projected, variants=rules)
 
     def mlp(self, x: Array) -> Array:
         if self.gate is None:
