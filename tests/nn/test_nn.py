@@ -99,6 +99,40 @@ def test_self_attention_and_the_transformer_block_equal_torch():
         check(p.grad, tp.grad)
 
 
+def test_the_models_inference_path_of_the_layer_is_its_training_forward_bit_for_bit():
+    """A pretrained model's block runs the same layer as nn trains: its projections (project,
+    merge) around the engine give the forward's output to the bit, over views of the same weights."""
+    from attnlab import attention
+    from attnlab.layers._multihead_self import MultiheadSelfAttention
+
+    x = rng(13).standard_normal((2, 5, 8))
+    layer = nn.MultiheadSelfAttention(8, 2, rng=rng(14))
+    for p in layer.parameters():
+        p.value[...] += rng(15).standard_normal(p.value.shape) * 0.1
+    loaded = MultiheadSelfAttention.of(
+        (layer.query, layer.key, layer.value, layer.out), heads=2, kv_heads=2, scale=layer.scale
+    )
+    q, k, v = loaded.project(x)  # (B, H, L, E), (B, Hk, L, E) twice
+    got = loaded.merge(attention(q, k, v, scale=loaded.scale).output)
+    np.testing.assert_array_equal(got, layer(x).output)
+
+
+def test_a_layer_of_fewer_key_value_heads_is_run_not_trained():
+    from attnlab import ArgumentError
+    from attnlab.layers import Linear
+    from attnlab.layers._multihead_self import MultiheadSelfAttention
+
+    w = rng(16).standard_normal
+    grouped = MultiheadSelfAttention.of(
+        (Linear.of(w((8, 8))), Linear.of(w((4, 8))), Linear.of(w((4, 8))), Linear.of(w((8, 8)))),
+        heads=2, kv_heads=1, scale=0.5,
+    )  # fmt: skip
+    q, k, v = grouped.project(rng(17).standard_normal((1, 3, 8)))
+    assert q.shape == (1, 2, 3, 4) and k.shape == v.shape == (1, 1, 3, 4)
+    with pytest.raises(ArgumentError, match="kv_heads: expected the 2 query heads"):
+        grouped(np.zeros((1, 3, 8)))
+
+
 def test_the_rnn_backpropagates_through_time_as_torch():
     x = rng(13).standard_normal((3, 7, 4))
     rnn = nn.RNN(4, 5, rng=rng(14))
