@@ -7,20 +7,7 @@ import numpy as np
 import pytest
 
 from attnlab.layers import LayerNorm, Linear, Norm, RMSNorm
-
-
-def _numerical(f, x, h=1e-6):
-    grad = np.zeros_like(x)
-    for i in np.ndindex(x.shape):
-        old = x[i]
-        x[i] = old + h
-        up = f()
-        x[i] = old - h
-        down = f()
-        x[i] = old
-        grad[i] = (up - down) / (2 * h)
-    return grad
-
+from oracles import numerical_gradient
 
 MAKERS = [
     lambda rng: Linear(4, 3, rng=rng),
@@ -45,9 +32,9 @@ def test_each_backward_matches_central_differences(make):
     result = layer(x)
     layer.zero_grad()
     dx = result.backward(dy)
-    np.testing.assert_allclose(dx, _numerical(loss, x), atol=1e-7)
+    np.testing.assert_allclose(dx, numerical_gradient(loss, x), atol=1e-7)
     for name, p in layer.named_parameters():
-        np.testing.assert_allclose(p.grad, _numerical(loss, p.value), atol=1e-7, err_msg=name)
+        np.testing.assert_allclose(p.grad, numerical_gradient(loss, p.value), atol=1e-7, err_msg=name)
 
 
 @pytest.mark.parametrize("rms", [False, True])

@@ -2,8 +2,9 @@
 layer's forward returns its output and a function that carries its backward.
 
 Layers (:mod:`._layers`): Linear (torch's: W (out, in)), Embedding, LayerNorm, gelu (tanh
-form), RNN (tanh, backpropagation through time). Attention (:mod:`._attention`):
-MultiheadSelfAttention (attnlab's engine forward and backward), TransformerBlock (BERT's
+form, the one ``gelu_new``), RNN (tanh, backpropagation through time). Attention
+(:mod:`._attention`): MultiheadSelfAttention (attnlab's engine forward and backward; the
+layer the pretrained models' blocks hold too), TransformerBlock (BERT's
 order: attention, residual, LayerNorm, feed-forward, residual, LayerNorm). Training
 (:mod:`._training`): cross_entropy, AdamW, clip_grad_norm, train (the one training loop).
 ``SelfAttention`` is a deprecated alias of MultiheadSelfAttention.
