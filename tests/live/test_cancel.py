@@ -6,17 +6,14 @@ from __future__ import annotations
 
 import http.client
 import json
-import os
-import signal
 import socket
-import subprocess
 import sys
 import textwrap
 import threading
-import time
 from concurrent.futures import CancelledError
 
 import pytest
+from interrupting import interrupted, spawned
 
 import attnlab.analysis
 import attnlab.analysis._rollout
@@ -402,19 +399,9 @@ def test_ctrl_c_while_a_request_runs_stops_the_server_at_the_requests_next_stage
         server.serve_forever()
         print("stopped", flush=True)
     """)
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    process = subprocess.Popen(
-        [sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # as a terminal's: CI may ignore SIGINT
-    )  # fmt: skip
-    try:
+    with spawned([sys.executable, "-c", script]) as process:
         assert process.stdout.readline() == "attnlab serve: Ctrl-C stops it\n", process.stderr.read()
         assert process.stdout.readline() == "running\n", process.stderr.read()
-        sent = time.perf_counter()
-        process.send_signal(signal.SIGINT)
-        process.wait(timeout=60)
-        waited = time.perf_counter() - sent
-    finally:
-        process.kill()
+        waited = interrupted(process)
     assert process.returncode == 0 and process.stdout.read() == "stopped\n", process.stderr.read()
     assert waited < 10  # one stage (0.1 s) and the interpreter's exit; 10 s leaves room for a loaded machine
