@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import signal
 import socket
 import sys
 import textwrap
@@ -372,25 +373,25 @@ def test_a_generation_whose_connection_closes_stops_at_its_next_token_and_the_ne
     assert len(forwards) == 2  # the prompt's and one decode step: the third token never computed
 
 
-def test_ctrl_c_while_a_request_runs_stops_the_server_at_the_requests_next_stage():
-    """The worker's executor thread is joined at the interpreter's exit: Ctrl-C cancels the
-    running request, which ends at its next check (0.1 s here), not after its 30 s."""
-    script = textwrap.dedent("""
+def _serving_a_request(stages: int, seconds: float) -> str:
+    """A script that serves a request of ``stages`` stages of ``seconds`` each, a check
+    before each (it prints "running" as it starts), and prints "stopped" once stopped."""
+    return textwrap.dedent(f"""
         import http.client, json, threading, time
         import attnlab.live._session as session
         from attnlab.live._server import LiveServer
 
-        def answer(self, request, check):  # 300 stages of 0.1 s: half a minute, unless a check stops it
+        def answer(self, request, check):
             print("running", flush=True)
-            for _ in range(300):
+            for _ in range({stages}):
                 check()
-                time.sleep(0.1)
-            return {"page": "done"}
+                time.sleep({seconds})
+            return {{"page": "done"}}
 
         def post():
-            body = json.dumps({"client": "page", "number": 1, "text": "a"})
+            body = json.dumps({{"client": "page", "number": 1, "text": "a"}})
             connection = http.client.HTTPConnection(server.host, server.port, timeout=60)
-            connection.request("POST", "/api/page", body, {"X-Attnlab-Token": server.token})
+            connection.request("POST", "/api/page", body, {{"X-Attnlab-Token": server.token}})
             connection.getresponse()
 
         session.Session.answer = answer
@@ -399,9 +400,26 @@ def test_ctrl_c_while_a_request_runs_stops_the_server_at_the_requests_next_stage
         server.serve_forever()
         print("stopped", flush=True)
     """)
-    with spawned([sys.executable, "-c", script]) as process:
+
+
+def test_ctrl_c_while_a_request_runs_stops_the_server_at_the_requests_next_stage():
+    """The worker's executor thread is joined before the exit: Ctrl-C cancels the running
+    request, which ends at its next check (0.1 s here), not after its 30 s."""
+    with spawned([sys.executable, "-c", _serving_a_request(300, 0.1)]) as process:
         assert process.stdout.readline() == "attnlab serve: Ctrl-C stops it\n", process.stderr.read()
         assert process.stdout.readline() == "running\n", process.stderr.read()
         waited = interrupted(process)
     assert process.returncode == 0 and process.stdout.read() == "stopped\n", process.stderr.read()
     assert waited < 10  # one stage (0.1 s) and the interpreter's exit; 10 s leaves room for a loaded machine
+
+
+def test_a_second_ctrl_c_while_the_running_stage_ends_exits_at_once():
+    with spawned([sys.executable, "-c", _serving_a_request(1, 60)]) as process:  # one stage of a minute
+        assert process.stdout.readline() == "attnlab serve: Ctrl-C stops it\n", process.stderr.read()
+        assert process.stdout.readline() == "running\n", process.stderr.read()
+        process.send_signal(signal.SIGINT)
+        said = "attnlab serve: stopping: the request running ends at its next stage (Ctrl-C again exits now)\n"
+        assert process.stderr.readline() == said
+        waited = interrupted(process)
+    assert process.returncode == 130 and process.stdout.read() == ""
+    assert waited < 10  # at once; 10 s leaves room for a loaded machine

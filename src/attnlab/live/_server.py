@@ -83,8 +83,9 @@ class LiveServer:
         self._thread: threading.Thread | None = None
 
     def serve_forever(self) -> None:
-        """Say that Ctrl-C stops it, and serve until Ctrl-C (then stop at once; a second Ctrl-C
-        while stopping exits the process)."""
+        """Say that Ctrl-C stops it, and serve until Ctrl-C; then stop, and wait for a
+        request running to end at its next stage (saying so), where a second Ctrl-C exits
+        the process at once."""
         try:
             print("attnlab serve: Ctrl-C stops it", flush=True)  # in the try: a Ctrl-C from now on stops it
             self._httpd.serve_forever(poll_interval=0.1)
@@ -93,6 +94,12 @@ class LiveServer:
             previous = signal.signal(signal.SIGINT, lambda *_: os._exit(130)) if in_main else None
             try:
                 self.stop()
+                if self._worker.busy:
+                    print(
+                        "attnlab serve: stopping: the request running ends at its next stage (Ctrl-C again exits now)",
+                        file=sys.stderr, flush=True,
+                    )  # fmt: skip
+                self._worker.join()  # here, not in the interpreter's exit, where a second Ctrl-C would not exit
             finally:
                 if in_main:
                     signal.signal(signal.SIGINT, previous)

@@ -6,8 +6,9 @@ is given between stages, which raises :class:`~concurrent.futures.CancelledError
 
 Stopping drops the jobs that wait (``shutdown(cancel_futures=True)``) and makes the running
 one's next check raise: the executor's thread, which the interpreter joins at exit, ends
-at the running job's next stage, so Ctrl-C waits for at most one stage (one forward, one
-generated token, one ablated head, one position's flow)."""
+at the running job's next stage, so Ctrl-C waits for at most one stage (one text's forward,
+one generated token, one ablated head, one position's flow). ``attnlab serve`` waits for it
+with :meth:`Worker.join`, where a second Ctrl-C exits at once."""
 
 from __future__ import annotations
 
@@ -47,6 +48,7 @@ class Worker:
         self._newest: dict[str, int] = {}  # each page's newest request number
         self._lock = threading.Lock()
         self._stopped = threading.Event()
+        self._last: Future[Any] | None = None  # the newest job's: jobs end in order
 
     def submit(self, client: str, number: int, work: Callable[[Callable[[], None]], Any]) -> Job:
         """Queue ``work`` for page ``client``'s request ``number``: it is called with a
@@ -61,13 +63,23 @@ class Worker:
         except RuntimeError:  # stopped: the executor takes nothing more
             future = Future()
             future.cancel()
+        self._last = future
         return Job(client, number, future, cancelled)
+
+    @property
+    def busy(self) -> bool:
+        """Whether a job waits or runs."""
+        return self._last is not None and not self._last.done()
 
     def stop(self) -> None:
         """Drop every job that waits and stop the running one at its next check; return at
         once (the interpreter's exit then waits for that check, not for the whole job)."""
         self._stopped.set()
         self._executor.shutdown(wait=False, cancel_futures=True)
+
+    def join(self) -> None:
+        """Once stopped: wait for the running job's next check (its end)."""
+        self._executor.shutdown(wait=True)
 
     def _check(self, client: str, number: int, cancelled: threading.Event) -> None:
         """Raise :class:`CancelledError` when page ``client``'s request ``number`` is
