@@ -129,7 +129,10 @@ def test_stopping_the_worker_drops_the_waiting_jobs_and_stops_the_running_one_at
     ran = []
     queued = worker.submit("two", 1, lambda check: ran.append(True))
     worker.stop()  # returns at once, the running job still in its first stage
+    assert worker.busy
     work.go.set()
+    worker.join()  # the running job's next check
+    assert not worker.busy
     assert _dropped(job) and work.stages == ["first"] and _dropped(queued) and ran == []
     assert _dropped(worker.submit("three", 1, lambda check: ran.append(True))) and ran == []  # nothing runs after
 

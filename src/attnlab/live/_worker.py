@@ -48,7 +48,7 @@ class Worker:
         self._newest: dict[str, int] = {}  # each page's newest request number
         self._lock = threading.Lock()
         self._stopped = threading.Event()
-        self._last: Future[Any] | None = None  # the newest job's: jobs end in order
+        self._running = threading.Event()  # set while a job's work runs
 
     def submit(self, client: str, number: int, work: Callable[[Callable[[], None]], Any]) -> Job:
         """Queue ``work`` for page ``client``'s request ``number``: it is called with a
@@ -59,17 +59,16 @@ class Worker:
         cancelled = threading.Event()
         check = partial(self._check, client, number, cancelled)
         try:
-            future = self._executor.submit(_checked, check, work)
+            future = self._executor.submit(self._run, check, work)
         except RuntimeError:  # stopped: the executor takes nothing more
             future = Future()
             future.cancel()
-        self._last = future
         return Job(client, number, future, cancelled)
 
     @property
     def busy(self) -> bool:
-        """Whether a job waits or runs."""
-        return self._last is not None and not self._last.done()
+        """Whether a job runs now."""
+        return self._running.is_set()
 
     def stop(self) -> None:
         """Drop every job that waits and stop the running one at its next check; return at
@@ -89,8 +88,12 @@ class Worker:
         if replaced or cancelled.is_set() or self._stopped.is_set():
             raise CancelledError
 
-
-def _checked(check: Callable[[], None], work: Callable[[Callable[[], None]], Any]) -> Any:
-    """``work(check)``, once ``check`` lets it start (a job replaced while it waited is dropped here)."""
-    check()
-    return work(check)
+    def _run(self, check: Callable[[], None], work: Callable[[Callable[[], None]], Any]) -> Any:
+        """``work(check)``, once ``check`` lets it start (a job replaced while it waited is
+        dropped here)."""
+        self._running.set()
+        try:
+            check()
+            return work(check)
+        finally:
+            self._running.clear()
