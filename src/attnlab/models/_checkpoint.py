@@ -41,7 +41,6 @@ __all__ = [
     "locate",
     "map_file",
     "non_finite",
-    "read_bounded",
     "read_config",
     "write_safetensors",
 ]
