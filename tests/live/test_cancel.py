@@ -6,16 +6,21 @@ from __future__ import annotations
 
 import http.client
 import json
+import signal
 import socket
+import sys
+import textwrap
 import threading
+from concurrent.futures import CancelledError
 
 import pytest
+from interrupting import interrupted, spawned
 
 import attnlab.analysis
 import attnlab.analysis._rollout
 from attnlab import serve
 from attnlab.live import Request, Session
-from attnlab.live._worker import DROPPED, Job, Worker
+from attnlab.live._worker import Job, Worker
 from helpers import run_cli
 
 SENTENCE = "小明是个运动达人，他平时很爱打篮球"
@@ -52,12 +57,19 @@ def _running(worker: Worker, client: str, number: int) -> tuple[Job, Stages]:
     return job, work
 
 
+def _dropped(job: Job) -> bool:
+    """Whether ``job`` ended dropped: its future raises CancelledError."""
+    with pytest.raises(CancelledError):
+        job.future.result(WAIT)
+    return True
+
+
 def test_a_running_job_that_a_newer_request_of_its_page_replaces_stops_before_its_next_stage(worker):
     job, work = _running(worker, "page", 1)
     newer = worker.submit("page", 2, lambda check: "newer")
     work.go.set()
-    assert newer.done.wait(WAIT) and newer.result == "newer"
-    assert job.result is DROPPED and work.stages == ["first"]
+    assert newer.future.result(WAIT) == "newer"
+    assert _dropped(job) and work.stages == ["first"]
 
 
 def test_a_running_job_cancelled_stops_before_its_next_stage_and_the_next_page_runs(worker):
@@ -65,15 +77,15 @@ def test_a_running_job_cancelled_stops_before_its_next_stage_and_the_next_page_r
     other = worker.submit("other", 1, lambda check: "other's")
     job.cancel()
     work.go.set()
-    assert other.done.wait(WAIT) and other.result == "other's"
-    assert job.result is DROPPED and work.stages == ["first"]
+    assert other.future.result(WAIT) == "other's"
+    assert _dropped(job) and work.stages == ["first"]
 
 
 def test_a_job_of_another_page_does_not_stop_a_running_one(worker):
     job, work = _running(worker, "one", 1)
     worker.submit("two", 5, lambda check: None)
     work.go.set()
-    assert job.done.wait(WAIT) and job.result == "answered" and work.stages == ["first", "second"]
+    assert job.future.result(WAIT) == "answered" and work.stages == ["first", "second"]
 
 
 def test_a_queued_job_cancelled_never_runs(worker):
@@ -82,7 +94,47 @@ def test_a_queued_job_cancelled_never_runs(worker):
     queued = worker.submit("two", 1, lambda check: ran.append(True))
     queued.cancel()
     work.go.set()
-    assert queued.done.wait(WAIT) and queued.result is DROPPED and ran == []
+    assert _dropped(queued) and ran == []
+
+
+def test_a_queued_job_replaced_by_a_newer_request_of_its_page_never_runs(worker):
+    _, work = _running(worker, "one", 1)
+    ran = []
+    queued = worker.submit("two", 1, lambda check: ran.append(True))
+    newer = worker.submit("two", 2, lambda check: "newer")
+    work.go.set()
+    assert newer.future.result(WAIT) == "newer" and _dropped(queued) and ran == []
+
+
+def test_jobs_run_one_at_a_time_in_the_order_they_came(worker):
+    order, running = [], threading.Lock()
+
+    def work(name):
+        def run(check):
+            assert running.acquire(blocking=False), "two jobs ran at once"
+            order.append(name)
+            running.release()
+
+        return run
+
+    jobs = [worker.submit(f"page {i}", 1, work(i)) for i in range(5)]
+    for job in jobs:
+        job.future.result(WAIT)
+    assert order == list(range(5))
+
+
+def test_stopping_the_worker_drops_the_waiting_jobs_and_stops_the_running_one_at_its_next_check():
+    worker = Worker()
+    job, work = _running(worker, "one", 1)
+    ran = []
+    queued = worker.submit("two", 1, lambda check: ran.append(True))
+    worker.stop()  # returns at once, the running job still in its first stage
+    assert worker.busy
+    work.go.set()
+    worker.join()  # the running job's next check
+    assert not worker.busy
+    assert _dropped(job) and work.stages == ["first"] and _dropped(queued) and ran == []
+    assert _dropped(worker.submit("three", 1, lambda check: ran.append(True))) and ran == []  # nothing runs after
 
 
 class StopError(Exception):
@@ -322,3 +374,55 @@ def test_a_generation_whose_connection_closes_stops_at_its_next_token_and_the_ne
             response.begin()
             assert (response.status, json.loads(response.read())) == (200, {"page": "b"})  # answered after the stop
     assert len(forwards) == 2  # the prompt's and one decode step: the third token never computed
+
+
+def _serving_a_request(stages: int, seconds: float) -> str:
+    """A script that serves a request of ``stages`` stages of ``seconds`` each, a check
+    before each (it prints "running" as it starts), and prints "stopped" once stopped."""
+    return textwrap.dedent(f"""
+        import http.client, json, threading, time
+        import attnlab.live._session as session
+        from attnlab.live._server import LiveServer
+
+        def answer(self, request, check):
+            print("running", flush=True)
+            for _ in range({stages}):
+                check()
+                time.sleep({seconds})
+            return {{"page": "done"}}
+
+        def post():
+            body = json.dumps({{"client": "page", "number": 1, "text": "a"}})
+            connection = http.client.HTTPConnection(server.host, server.port, timeout=60)
+            connection.request("POST", "/api/page", body, {{"X-Attnlab-Token": server.token}})
+            connection.getresponse()
+
+        session.Session.answer = answer
+        server = LiveServer(session.Session(None, None), "a", "127.0.0.1", 0)
+        threading.Thread(target=post, daemon=True).start()
+        server.serve_forever()
+        print("stopped", flush=True)
+    """)
+
+
+def test_ctrl_c_while_a_request_runs_stops_the_server_at_the_requests_next_stage():
+    """The worker's executor thread is joined before the exit: Ctrl-C cancels the running
+    request, which ends at its next check (0.1 s here), not after its 30 s."""
+    with spawned([sys.executable, "-c", _serving_a_request(300, 0.1)]) as process:
+        assert process.stdout.readline() == "attnlab serve: Ctrl-C stops it\n", process.stderr.read()
+        assert process.stdout.readline() == "running\n", process.stderr.read()
+        waited = interrupted(process)
+    assert process.returncode == 0 and process.stdout.read() == "stopped\n", process.stderr.read()
+    assert waited < 10  # one stage (0.1 s) and the interpreter's exit; 10 s leaves room for a loaded machine
+
+
+def test_a_second_ctrl_c_while_the_running_stage_ends_exits_at_once():
+    with spawned([sys.executable, "-c", _serving_a_request(1, 60)]) as process:  # one stage of a minute
+        assert process.stdout.readline() == "attnlab serve: Ctrl-C stops it\n", process.stderr.read()
+        assert process.stdout.readline() == "running\n", process.stderr.read()
+        process.send_signal(signal.SIGINT)
+        said = "attnlab serve: stopping: the request running ends at its next stage (Ctrl-C again exits now)\n"
+        assert process.stderr.readline() == said
+        waited = interrupted(process)
+    assert process.returncode == 130 and process.stdout.read() == ""
+    assert waited < 10  # at once; 10 s leaves room for a loaded machine

@@ -7,15 +7,12 @@ from __future__ import annotations
 
 import http.client
 import json
-import os
-import signal
-import subprocess
 import sys
-import time
 from urllib.parse import urlsplit
 
 import numpy as np
 import pytest
+from interrupting import interrupted, spawned
 
 from attnlab import models, serve
 from attnlab.live import MAX_BODY, Request, Session
@@ -216,23 +213,13 @@ def test_a_malformed_request_is_a_message_not_a_traceback(server):
 
 
 def test_the_server_stops_on_sigint_at_once():
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    process = subprocess.Popen(
-        [sys.executable, "-m", "attnlab", "serve"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # as a terminal's: CI may ignore SIGINT
-    )  # fmt: skip
-    try:
+    with spawned([sys.executable, "-m", "attnlab", "serve"]) as process:
         line = process.stdout.readline()
         assert line.startswith("attnlab serve: the article's SelfAttention"), line + process.stderr.read()
         url = line.split(" at ")[1].strip()
         assert urlsplit(url).hostname == "127.0.0.1"
         process.stdout.readline()  # Ctrl-C stops it
-        sent = time.perf_counter()
-        process.send_signal(signal.SIGINT)
-        process.wait(timeout=30)
-        waited = time.perf_counter() - sent
-    finally:
-        process.kill()
+        waited = interrupted(process)
     assert process.returncode == 0 and process.stdout.read() == "attnlab serve: stopped\n"
     assert waited < 10  # at once: 0.1 s on an idle 2-core machine; 10 s leaves room for a loaded one
 

@@ -18,10 +18,10 @@ from typing import Any
 
 import numpy as np
 
-from .._exceptions import CheckpointError, InputError
+from .._exceptions import InputError
+from .._io import check_file, read_bounded
 from .._validation import Array, is_real
 from ..layers._text import embed_tokens, split_text
-from ..models._checkpoint import MAX_TOKENIZER, check_file, read_bounded
 
 __all__ = [
     "InputError",
@@ -36,9 +36,9 @@ __all__ = [
 SUFFIXES = (".json", ".csv", ".npy")
 BOM = "\ufeff"  # the byte-order mark, accepted only at the very start of a file or of standard input
 MAX_VALUES = 2**26  # the most numbers an input file may hold (512 MiB as float64)
-# the most bytes read from an input file or standard input: the checkpoints' limit on their largest files (1 GiB),
+# the most bytes read from an input file or standard input (1 GiB, the checkpoints' limit on their largest files):
 # room for a saved trace of MAX_SCORES scores at full precision or an .npy of MAX_VALUES float64 numbers
-MAX_BYTES = MAX_TOKENIZER
+MAX_BYTES = 1024 * 2**20
 NPY_VERSIONS = ((1, 0), (2, 0), (3, 0))  # the .npy format versions NumPy reads and writes
 
 
@@ -162,21 +162,22 @@ def read_json_or_matrix(path: str) -> Any:
 
 
 def _bounded(file: Path, path: str, read: bool = True) -> bytes:
-    """The bytes of ``file`` (none when not ``read``), once the checkpoints' check allows
-    it: a regular file (or a link to one) of at most :data:`MAX_BYTES`, checked before it
-    is opened.
+    """The bytes of ``file`` (none when not ``read``), once :mod:`attnlab._io` allows it: a
+    regular file (or a link to one) of at most :data:`MAX_BYTES`, checked before it is
+    opened.
 
     Raises:
-        InputError: "PATH: cannot read: expected a regular file, got a FIFO" and the like.
+        InputError: "PATH: cannot read: expected a regular file, got a FIFO" and the like,
+            naming the file as the user wrote it.
     """
-    try:
-        if not read:
-            check_file(file, MAX_BYTES)
-            return b""
-        return read_bounded(file, MAX_BYTES)
-    except CheckpointError as error:  # it names the file as a Path: here, as the user wrote it
-        reason = str(error).removeprefix(f"{file}: ")
-        raise InputError(f"{path}: cannot read: {reason}") from None
+
+    def refuse(reason: str) -> InputError:
+        return InputError(f"{path}: cannot read: {reason}")
+
+    if not read:
+        check_file(file, MAX_BYTES, refuse)
+        return b""
+    return read_bounded(file, MAX_BYTES, refuse)
 
 
 def _read_npy(file: Path, path: str) -> Array:

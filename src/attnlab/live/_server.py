@@ -28,6 +28,8 @@ import socket
 import sys
 import threading
 import traceback
+from concurrent import futures
+from concurrent.futures import CancelledError
 from importlib.resources import files
 from itertools import accumulate
 from typing import TYPE_CHECKING, Any
@@ -37,7 +39,7 @@ from .._json import json_text
 from .._validation import AttnlabError, fail, is_integer
 from ..trace._display import shown_name
 from ._session import MAX_GENERATE, Request, Session
-from ._worker import DROPPED, Job, Worker
+from ._worker import Job, Worker
 
 if TYPE_CHECKING:
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -81,8 +83,9 @@ class LiveServer:
         self._thread: threading.Thread | None = None
 
     def serve_forever(self) -> None:
-        """Say that Ctrl-C stops it, and serve until Ctrl-C (then stop at once; a second Ctrl-C
-        while stopping exits the process)."""
+        """Say that Ctrl-C stops it, and serve until Ctrl-C; then stop, and wait for a
+        request running to end at its next stage (saying so), where a second Ctrl-C exits
+        the process at once."""
         try:
             print("attnlab serve: Ctrl-C stops it", flush=True)  # in the try: a Ctrl-C from now on stops it
             self._httpd.serve_forever(poll_interval=0.1)
@@ -91,6 +94,12 @@ class LiveServer:
             previous = signal.signal(signal.SIGINT, lambda *_: os._exit(130)) if in_main else None
             try:
                 self.stop()
+                if self._worker.busy:
+                    print(
+                        "attnlab serve: stopping: the request running ends at its next stage (Ctrl-C again exits now)",
+                        file=sys.stderr, flush=True,
+                    )  # fmt: skip
+                self._worker.join()  # here, not in the interpreter's exit, where a second Ctrl-C would not exit
             finally:
                 if in_main:
                     signal.signal(signal.SIGINT, previous)
@@ -102,7 +111,8 @@ class LiveServer:
         return self
 
     def stop(self) -> None:
-        """Stop serving and close the socket; a forward half done is left to end on its own."""
+        """Stop serving and close the socket; drop the requests that wait, and stop the one
+        running at its next stage (the process's exit waits for that stage, no longer)."""
         if self._thread is not None:
             self._httpd.shutdown()
         self._worker.stop()
@@ -179,14 +189,15 @@ class LiveServer:
             return 422, {"error": str(error)}
         job = self._worker.submit(client, int(number), lambda check: self.session.answer(request, check))
         _wait(job, connection)
-        if job.result is DROPPED:
+        try:
+            return 200, job.future.result()
+        except CancelledError:
             return 409, {"dropped": True}
-        if isinstance(job.result, AttnlabError):
-            return 422, {"error": str(job.result)}
-        if isinstance(job.result, Exception):  # a bug: the traceback on the server's stderr, one line in the page
-            traceback.print_exception(job.result, file=sys.stderr)
-            return 422, {"error": f"attnlab could not compute this ({type(job.result).__name__}: {job.result})"}
-        return 200, job.result
+        except AttnlabError as error:
+            return 422, {"error": str(error)}
+        except Exception as error:  # a bug: the traceback on the server's stderr, one line in the page
+            traceback.print_exception(error, file=sys.stderr)
+            return 422, {"error": f"attnlab could not compute this ({type(error).__name__}: {error})"}
 
     def shell(self) -> str:
         """The live page: assets/live.html with its script and settings inline."""
@@ -419,16 +430,14 @@ def _wait(job: Job, connection: socket.socket | None) -> None:
     """Wait until ``job`` is done, cancelling it when ``connection`` (None: not watched)
     reaches its end while it waits or runs: the page went away, and the job stops at its
     next stage."""
-    if connection is None:
-        job.done.wait()
-        return
-    with selectors.DefaultSelector() as watch:  # select.select refuses a descriptor past 1023
-        watch.register(connection, selectors.EVENT_READ)
-        while not job.done.wait(_WATCH):
-            if watch.select(0) and _ended(connection):
-                job.cancel()
-                break
-    job.done.wait()  # the job ends at its next stage; its 409 goes nowhere
+    if connection is not None:
+        with selectors.DefaultSelector() as watch:  # select.select refuses a descriptor past 1023
+            watch.register(connection, selectors.EVENT_READ)
+            while not futures.wait([job.future], _WATCH).done:
+                if watch.select(0) and _ended(connection):
+                    job.cancel()
+                    break
+    futures.wait([job.future])  # a cancelled job ends at its next stage; its 409 goes nowhere
 
 
 def _ended(connection: socket.socket) -> bool:

@@ -20,7 +20,6 @@ import json
 import math
 import os
 import shlex
-import stat
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -28,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from .._exceptions import CheckpointError
+from .._io import check_file, exists, file_kind, read_bounded  # check_file: also cli/_transformers' preflight
 from .._validation import Array, MissingDependencyError, fail, non_finite_counts
 
 __all__ = [
@@ -41,7 +41,6 @@ __all__ = [
     "locate",
     "map_file",
     "non_finite",
-    "read_bounded",
     "read_config",
     "write_safetensors",
 ]
@@ -108,7 +107,7 @@ def locate(name_or_dir: str | os.PathLike[str]) -> Path:
     if exists(path) and path.resolve().exists():  # there, but neither: a FIFO, a device, a socket
         raise CheckpointError(
             f"name_or_dir: expected a checkpoint directory, a .gguf file or a hub id, got {str(path)!r} "
-            f"({_kind(path.resolve().stat().st_mode)})"
+            f"({file_kind(path.resolve().stat().st_mode)})"
         )
     name = str(name_or_dir)
     if name.startswith(BUILTIN):
@@ -193,54 +192,6 @@ def _what_works_offline(repo_id: str) -> str:
         f"`hf download {repo_id}` (or `huggingface-cli download {repo_id}`) on a machine with a network and copy "
         "the cache here, or pass the checkpoint's local directory"
     )
-
-
-def exists(path: Path) -> bool:
-    """Whether anything is at ``path``: a file, a FIFO, a device, a link (even a broken
-    one). What is there is then read only through :func:`read_bounded`."""
-    return os.path.lexists(path)
-
-
-def _kind(mode: int) -> str:
-    kinds = [(stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device")]
-    kinds += [(stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")]
-    return next((name for test, name in kinds if test(mode)), "not a regular file")
-
-
-def check_file(path: Path, limit: int) -> None:
-    """Refuse ``path`` unless it is (or links to) a regular file of at most ``limit``
-    bytes, before it is opened: a FIFO would block the open, /dev/zero never ends.
-
-    Raises:
-        CheckpointError: naming the file, what it is or its size, and the limit.
-    """
-    try:
-        status = path.resolve().stat()
-    except (OSError, RuntimeError) as error:  # a broken link, a loop of links, no permission
-        reason = error.strerror if isinstance(error, OSError) and error.strerror else str(error)
-        raise CheckpointError(f"{path}: expected a readable regular file, got {reason}") from None
-    if not stat.S_ISREG(status.st_mode):
-        raise CheckpointError(f"{path}: expected a regular file, got {_kind(status.st_mode)}")
-    if status.st_size > limit:
-        raise CheckpointError(f"{path}: expected a file of at most {limit:,} bytes, got {status.st_size:,} bytes")
-
-
-def read_bounded(path: Path, limit: int) -> bytes:
-    """The bytes of ``path``, once :func:`check_file` allows it (and no more than ``limit``
-    of them, should the file grow meanwhile).
-
-    Raises:
-        CheckpointError: not a regular file, larger than ``limit``, or unreadable.
-    """
-    check_file(path, limit)
-    try:
-        with path.open("rb") as file:
-            data = file.read(limit + 1)
-    except OSError as error:
-        raise CheckpointError(f"{path}: expected a readable file, got {error.strerror or error}") from None
-    if len(data) > limit:
-        raise CheckpointError(f"{path}: expected a file of at most {limit:,} bytes, got more")
-    return data
 
 
 def available_memory() -> int | None:

@@ -21,8 +21,9 @@ from typing import Any
 
 import numpy as np
 
+from .._io import check_file, exists, read_bounded
 from .._validation import Array, MissingDependencyError, fail, is_integer, is_real, unicode_text
-from ._checkpoint import MAX_JSON, MAX_TOKENIZER, CheckpointError, check_file, exists, read_bounded
+from ._checkpoint import MAX_JSON, MAX_TOKENIZER, CheckpointError
 
 __all__ = ["Tokenizer", "read_tokenizer"]
 

@@ -19,47 +19,38 @@ _RULE = "=" * 50
 
 
 class _Head(Protocol):
-    """What the text reads of one head of a trace (a :class:`~._trace.Trace` of one head)."""
+    """What the text reads of one head of a trace (a :class:`~._trace.Trace` of one head):
+    its fields, then its properties."""
 
-    @property
-    def Q(self) -> Array: ...
-    @property
-    def K(self) -> Array: ...
-    @property
-    def V(self) -> Array: ...
-    @property
-    def scores(self) -> Array: ...
-    @property
-    def scaled_scores(self) -> Array: ...
-    @property
-    def weights(self) -> Array: ...
-    @property
-    def output(self) -> Array: ...
-    @property
-    def variants(self) -> Variants | None: ...
+    Q: Array
+    K: Array
+    V: Array
+    scores: Array
+    scaled_scores: Array
+    weights: Array
+    output: Array
+    variants: Variants | None
+
     @property
     def masked(self) -> Array: ...
 
 
 class _Traced(Protocol):
-    """What the text reads of a trace (a :class:`~._trace.Trace`, which this module does not import)."""
+    """What the text reads of a trace (a :class:`~._trace.Trace`, which this module does not
+    import): its fields, then its properties and methods."""
 
-    @property
-    def inputs(self) -> Array: ...
-    @property
-    def tokens(self) -> list[str] | None: ...
-    @property
-    def key_tokens(self) -> list[str] | None: ...
+    inputs: Array
+    tokens: list[str] | None
+    key_tokens: list[str] | None
+    scale: float
+    layer_output: Array | None
+
     @property
     def key_labels(self) -> list[str]: ...
     @property
     def num_keys(self) -> int: ...
     @property
     def num_heads(self) -> int: ...
-    @property
-    def scale(self) -> float: ...
-    @property
-    def layer_output(self) -> Array | None: ...
     def head(self, h: int) -> _Head: ...
 
 

@@ -13,11 +13,12 @@ and how to install a font.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import textwrap
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -159,10 +160,22 @@ def _font(labels: list[str]) -> dict[str, Any]:
     return {"family": families}
 
 
-def _missing_glyphs_said(font: dict[str, Any], labels: list[str]) -> bool:
-    """Whether matplotlib's own missing-glyph warnings repeat one already given: Chinese
-    tokens with no font for them (:func:`_font`'s warning). Any other is a real fault."""
-    return needs_cjk(labels) and len(font["family"]) == 1
+@contextlib.contextmanager
+def quiet_fonts(font: dict[str, Any], labels: list[str]) -> Iterator[None]:
+    """Draw ``labels`` in ``font`` without matplotlib's font chatter: its font manager's
+    log of weight substitutions (CJK fonts are 500), and its missing-glyph warnings where
+    they repeat :func:`_font`'s (Chinese tokens with no font for them; any other is a real
+    fault, and shown)."""
+    logger = logging.getLogger("matplotlib.font_manager")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings():
+            if needs_cjk(labels) and len(font["family"]) == 1:
+                warnings.filterwarnings("ignore", message="Glyph .* missing from")  # said once, by _font
+            yield
+    finally:
+        logger.setLevel(level)
 
 
 @dataclass(frozen=True)
@@ -397,38 +410,30 @@ def plot(
         columns = math.ceil(len(panels) / rows)
     low, high = _value_range(panels, stage, flag("relative", relative))
     font = _font(labels)
-    quiet_fonts = logging.getLogger("matplotlib.font_manager")  # it logs weight substitutions (CJK fonts are 500)
-    level = quiet_fonts.level
-    quiet_fonts.setLevel(logging.ERROR)
-    try:
-        with warnings.catch_warnings():
-            if _missing_glyphs_said(font, labels):
-                warnings.filterwarnings("ignore", message="Glyph .* missing from")  # said once, by _font
-            note = _random_note(trace)
-            if isinstance(target, Axes):
-                if len(panels) != 1:
-                    raise fail("heads", "one head of one layer to draw into an Axes", repr(heads))
-                _draw(target, panels[0], stage, low, high, font)
-                if note:
-                    target.set_title(f"{target.get_title()}\n{note}")
-                masked = bool(_masked_cells(panels[0], stage).any())
-                _masked_legend(target, _rules(trace), 3.0, masked, hatch=L <= LABELS_UP_TO)
-                return target
-            path = check_path(target)
-            if progress is not None and L * L * len(panels) >= 2**14:  # from about a second's work
-                progress(f"drawing {len(panels)} head{'s' * (len(panels) > 1)} of {L} tokens into {path}")
-            figure = Figure(figsize=(size * columns + 1.5, size * rows + 0.5), layout="constrained")
-            axes = figure.subplots(rows, columns, squeeze=False).ravel()
-            images = [_draw(ax, panel, stage, low, high, font) for ax, panel in zip(axes, panels, strict=False)]
-            for ax in axes[len(panels) :]:
-                ax.set_visible(False)
-            figure.colorbar(images[0], ax=list(axes[: len(panels)]), shrink=0.8)
-            heading = "\n".join(line for line in (_model_line(trace), note) if line)
-            if heading:
-                figure.suptitle(heading, color="#8a4b00" if note else None)
-            masked = any(_masked_cells(panel, stage).any() for panel in panels)
-            _masked_legend(figure, _rules(trace), figure.get_figwidth(), masked, hatch=L <= LABELS_UP_TO)
-            figure.savefig(path)
-            return figure
-    finally:
-        quiet_fonts.setLevel(level)
+    with quiet_fonts(font, labels):
+        note = _random_note(trace)
+        if isinstance(target, Axes):
+            if len(panels) != 1:
+                raise fail("heads", "one head of one layer to draw into an Axes", repr(heads))
+            _draw(target, panels[0], stage, low, high, font)
+            if note:
+                target.set_title(f"{target.get_title()}\n{note}")
+            masked = bool(_masked_cells(panels[0], stage).any())
+            _masked_legend(target, _rules(trace), 3.0, masked, hatch=L <= LABELS_UP_TO)
+            return target
+        path = check_path(target)
+        if progress is not None and L * L * len(panels) >= 2**14:  # from about a second's work
+            progress(f"drawing {len(panels)} head{'s' * (len(panels) > 1)} of {L} tokens into {path}")
+        figure = Figure(figsize=(size * columns + 1.5, size * rows + 0.5), layout="constrained")
+        axes = figure.subplots(rows, columns, squeeze=False).ravel()
+        images = [_draw(ax, panel, stage, low, high, font) for ax, panel in zip(axes, panels, strict=False)]
+        for ax in axes[len(panels) :]:
+            ax.set_visible(False)
+        figure.colorbar(images[0], ax=list(axes[: len(panels)]), shrink=0.8)
+        heading = "\n".join(line for line in (_model_line(trace), note) if line)
+        if heading:
+            figure.suptitle(heading, color="#8a4b00" if note else None)
+        masked = any(_masked_cells(panel, stage).any() for panel in panels)
+        _masked_legend(figure, _rules(trace), figure.get_figwidth(), masked, hatch=L <= LABELS_UP_TO)
+        figure.savefig(path)
+        return figure

@@ -4,8 +4,6 @@ the chosen layer, position i's row the share of each input token j in it after t
 
 from __future__ import annotations
 
-import logging
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +11,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from .._validation import MissingDependencyError, fail, is_integer
-from ._plot import ANNOTATE_UP_TO, LABELS_UP_TO, _font, _missing_glyphs_said, _tick_labels, check_path
+from ._plot import ANNOTATE_UP_TO, LABELS_UP_TO, _font, _tick_labels, check_path, quiet_fonts
 
 __all__ = ["plot_rollout"]
 
@@ -71,20 +69,12 @@ def plot_rollout(
     figure = Figure(figsize=(size * len(panels) + 1.5, size + 0.5), layout="constrained")
     axes = figure.subplots(1, len(panels), squeeze=False).ravel()
     font = _font(tokens)
-    quiet_fonts = logging.getLogger("matplotlib.font_manager")
-    level = quiet_fonts.level
-    quiet_fonts.setLevel(logging.ERROR)
-    try:
-        with warnings.catch_warnings():
-            if _missing_glyphs_said(font, tokens):
-                warnings.filterwarnings("ignore", message="Glyph .* missing from")  # said once, by _font
-            for ax, (title, x) in zip(axes, panels, strict=True):  # each coloured 0 → its own largest
-                image = _draw(ax, x[shown], tokens, float(x[shown].max()) or 1.0, font)
-                ax.set_title(f"{title} after layer {shown}")
-                figure.colorbar(image, ax=ax, shrink=0.8)
-            figure.savefig(path)
-    finally:
-        quiet_fonts.setLevel(level)
+    with quiet_fonts(font, tokens):
+        for ax, (title, x) in zip(axes, panels, strict=True):  # each coloured 0 → its own largest
+            image = _draw(ax, x[shown], tokens, float(x[shown].max()) or 1.0, font)
+            ax.set_title(f"{title} after layer {shown}")
+            figure.colorbar(image, ax=ax, shrink=0.8)
+        figure.savefig(path)
     return figure
 
 
