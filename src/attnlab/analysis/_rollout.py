@@ -21,6 +21,7 @@ import numpy as np
 
 from .._progress import progress_bar
 from .._validation import Array, fail, flag, is_integer, optional_callable
+from ..runner._runner import layer_weights
 from ..trace import ModelTrace
 
 __all__ = ["FLOW_SCALE", "MAX_FLOW_PROBLEMS", "flow", "flow_length_limit", "residual_attention", "rollout"]
@@ -57,7 +58,7 @@ def residual_attention(trace: ModelTrace, heads: Sequence[int] | None = None) ->
             finite; heads out of range, repeated or none.
         ArgumentTypeError: a trace that is not a ModelTrace, heads that are not integers.
     """
-    weights = _layer_weights(trace)  # (layers, H, L, L)
+    weights = layer_weights(trace)  # (layers, H, L, L)
     chosen = _heads(heads, weights.shape[1])
     A = weights[:, chosen].mean(axis=1)  # (layers, H', L, L) -> (layers, L, L)
     residual = 0.5 * np.eye(A.shape[-1]) + 0.5 * A
@@ -157,33 +158,6 @@ def _layer_graph(capacities: Array) -> Any:
     level, i, j = np.nonzero(capacities)  # each (n, L, L) entry that is an edge
     size = (n + 1) * L
     return csr_matrix((capacities[level, i, j], (level * L + j, (level + 1) * L + i)), shape=(size, size))
-
-
-def _layer_weights(trace: Any) -> Array:
-    """Every layer's weights (layers, H, L, L), once the trace has every layer's
-    self-attention."""
-    if not isinstance(trace, ModelTrace):
-        raise fail("trace", "a model's trace (ModelTrace)", type(trace).__name__, TypeError)
-    kinds = getattr(trace, "kinds", None) or {}
-    others = sorted({kind for kind in kinds.values() if kind != "self"})
-    if others:
-        expected = "the self-attention of a decoder-only or encoder-only model (every entry 'self')"
-        raise fail("trace", expected, f"entries of kind {', '.join(others)}")
-    missing = [i for i in range(trace.num_layers) if i not in trace.layers]
-    if missing or not trace.layers:
-        expected = f"every layer traced (0..{trace.num_layers - 1}), as model.trace(text) gives"
-        raise fail("trace", expected, f"layers {sorted(trace.layers)}; missing {missing}")
-    matrices = [np.asarray(trace.layers[i].weights, dtype=np.float64) for i in range(trace.num_layers)]
-    for i, weights in enumerate(matrices):
-        if weights.ndim == 2:
-            matrices[i] = weights = weights[None]  # (L, S) -> (1, L, S): one head
-        if weights.ndim != 3 or weights.shape[-1] != weights.shape[-2]:
-            raise fail("trace", "self-attention weights (H, L, L) in every layer", f"{weights.shape} in layer {i}")
-        if not np.isfinite(weights).all():
-            raise fail("trace", "finite weights", f"NaN or infinity in layer {i}")
-    if len({w.shape for w in matrices}) != 1:
-        raise fail("trace", "the same heads and tokens in every layer", str(sorted({w.shape for w in matrices})))
-    return np.stack(matrices)
 
 
 def _heads(heads: Any, count: int) -> list[int]:

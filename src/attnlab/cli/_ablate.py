@@ -22,7 +22,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from .._json import json_text
-from ..viz._views import ABLATE_MODES
+from ..analysis._ablate import MODES
 from ._inputs import InputError
 from ._options import at_least
 from ._transformers import (
@@ -66,7 +66,7 @@ def add_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", required=True, metavar="NAME|DIR", help="a checkpoint directory or hub id")
     parser.add_argument("--text", required=True, help="the text whose next token is predicted")
     parser.add_argument("--target", metavar="TOKEN", help="one token: measure the change in its log-probability")
-    parser.add_argument("--mode", choices=ABLATE_MODES, default="zero", help="zero (default) or mean")
+    parser.add_argument("--mode", choices=MODES, default="zero", help="zero (default) or mean")
     parser.add_argument("--patch-text", help="a text of as many tokens: patch in each head's output on it")
     parser.add_argument("--heads", type=_heads, default="all", help="all (default) or LAYER:HEAD pairs (0:1,5:3)")
     parser.add_argument("--precision", type=at_least(1, 17), default=4, help="significant digits (default 4)")
