@@ -17,14 +17,10 @@ def _bart() -> object:
     return T.BartForConditionalGeneration(config).eval()
 
 
-def test_an_encoder_decoder_is_refused_alike_by_ablate_head_types_and_the_live_page() -> None:
-    from attnlab.live import Session
-
+def test_an_encoder_decoder_is_refused_alike_by_ablate_head_types() -> None:
     model = _bart()
     message = r"^bart: attnlab runs decoder-only and encoder-only models here; this one is an encoder-decoder$"
     with pytest.raises(UnsupportedModelError, match=message):
         analysis.ablate(model, [1, 2, 3], heads="all")
     with pytest.raises(UnsupportedModelError, match=message):
         analysis.head_types(model, [1, 2, 3])
-    with pytest.raises(UnsupportedModelError, match=message):
-        Session(model)

@@ -11,7 +11,7 @@ import numpy as np
 
 from .._progress import progress_bar
 from .._validation import Array, fail, flag, is_integer, optional_callable
-from ..runner import as_runner
+from ..runner._open import as_runner
 from ._ablation import Ablation
 
 __all__ = ["MODES", "ablate"]
@@ -76,6 +76,7 @@ def ablate(
         Exception: whatever ``check`` raises.
     """
     runner = as_runner(model, tokenizer, "model", "an attnlab.models.Model or a transformers model")
+    runner.check_one_stack()
     runner.check_head()
     show_progress = flag("progress", progress)
     optional_callable("check", check)

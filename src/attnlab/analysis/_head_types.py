@@ -21,7 +21,8 @@ from typing import Any
 import numpy as np
 
 from .._validation import Array, fail, int_seed, is_integer
-from ..runner import Runner, as_runner
+from ..runner import Runner
+from ..runner._open import as_runner
 from ..runner._runner import layer_weights
 from ..trace import ModelTrace
 from ._head_table import KINDS, HeadTypes
@@ -242,6 +243,7 @@ def head_types(
         return _of_trace(model_or_trace, text, repeat, tokenizer)
     expected = "an attnlab.models.Model, a transformers model or a ModelTrace"
     runner = as_runner(model_or_trace, tokenizer, "model_or_trace", expected)
+    runner.check_one_stack()
     notes: list[str] = []
     ids = [int(i) for i in runner.ids(DEFAULT_TEXT if text is None else text, cut=text is None)]
     if text is None and runner.positions is not None and len(ids) == runner.positions:

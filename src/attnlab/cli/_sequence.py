@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import math
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -28,7 +29,10 @@ from ._inputs import (
     split_text,
 )
 from ._options import TextsAction, at_least, positive_number, window_sides
-from ._transformers import BACKENDS, backend_for, say_backend, transformers_trace
+from ._transformers import BACKENDS, checkpoint_of, loaded, say_backend, transformers_trace
+
+if TYPE_CHECKING:
+    from ..models import Model
 
 __all__ = ["ShapeCheck", "add_input_options", "trace_from_args"]
 
@@ -224,36 +228,33 @@ def trace_from_args(
 def _model_trace(args: argparse.Namespace, page: bool, check: ShapeCheck | None) -> ModelTrace:
     """Run the --model on --text and trace --layer (default: all for a page, else the
     last), once its L²·heads·layers scores, for a ``page`` the page, and ``check`` fit."""
-    from ..models._checkpoint import locate
-
     _refuse(args, f"--model {args.model} fixes the weights, the embedding and the scale")
     _refuse_variants(args, f"--model {args.model} attends as its config says (its causal mask, its own window)")
     if args.input is not None:
         raise InputError("--model: expected --text with the sentence to run (or --image), got an input file")
-    directory = locate(args.model)
-    backend, model_type = backend_for(args, directory)
-    if backend == "transformers":
-        trace = transformers_trace(args, directory, page)
+    checkpoint = checkpoint_of(args)
+    if checkpoint.backend == "transformers":
+        runner = loaded(checkpoint, "bare", processor=True)
+        trace = transformers_trace(args, runner, page)
         if check is not None:
             check(trace.num_layers, trace.num_heads, len(trace.tokens))
         _check_trace_size(len(trace.tokens), trace.num_heads * len(trace.layers), "--layer N", page)
         if page:
             check_page_size(trace, "--text", FEWER_LAYERS)
     else:
-        trace = _numpy_model_trace(args, page, check)
-    say_backend(args, backend, model_type)
+        if args.text is None:
+            raise InputError(f"--image: {args.model} runs in attnlab's NumPy models, which read text (--text)")
+        runner = loaded(checkpoint)
+        trace = _numpy_model_trace(args, runner.model, page, check)
+    say_backend(args, runner)
     return trace
 
 
-def _numpy_model_trace(args: argparse.Namespace, page: bool, check: ShapeCheck | None) -> ModelTrace:
-    """--model on attnlab's NumPy models, ``check`` run on its config and the text's tokens
-    before it runs."""
-    from ..models import load
+def _numpy_model_trace(args: argparse.Namespace, model: Model, page: bool, check: ShapeCheck | None) -> ModelTrace:
+    """--model on attnlab's NumPy ``model``, ``check`` run on its config and the text's
+    tokens before it runs."""
     from ..models._checks import sequence_ids
 
-    if args.text is None:
-        raise InputError(f"--image: {args.model} runs in attnlab's NumPy models, which read text (--text)")
-    model = load(args.model)
     if model.tokenizer is None:
         raise InputError(f"--model: {args.model} has no tokenizer (tokenizer.json, vocab.txt or vocab.json)")
     ids = sequence_ids(model.config, model.tokenizer, args.text, truncation=args.truncate, chat=args.chat).ids

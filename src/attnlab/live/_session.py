@@ -270,7 +270,7 @@ def _kinds(trace: Trace | ModelTrace) -> dict[str, Any] | None:
 def _wrapped(model: Any, tokenizer: Any) -> _Model:
     """None: the seed's layer; else the model's runner (:func:`attnlab.runner.as_runner`),
     as the page asks of it."""
-    from ..runner import as_runner
+    from ..runner._open import as_runner
 
     if model is None:
         if tokenizer is not None:

@@ -5,7 +5,11 @@ on either backend ("run this model on these ids and record what is asked") that
 ``attnlab.serve``, ``analysis.ablate``, ``analysis.head_types``, ``attnlab.view`` and
 ``attnlab.show`` accept."""
 
-from ._open import as_runner
+from ._open import BACKENDS, HEADS, Checkpoint, load_model, open_checkpoint
 from ._runner import Runner
 
-__all__ = ["Runner", "as_runner"]
+__all__ = ["BACKENDS", "HEADS", "Checkpoint", "Runner", "load_model", "open_checkpoint"]
+
+for _public in (Checkpoint, Runner, load_model, open_checkpoint):
+    _public.__module__ = __name__
+del _public

@@ -124,6 +124,14 @@ class Runner:
         r = rng.choice(candidates, size=n, replace=False)
         return [*self.prefix, *(int(i) for i in r), *(int(i) for i in r)]
 
+    def check_one_stack(self) -> None:
+        """Refuse an encoder-decoder model (T5, BART), which an analysis of one stack of
+        layers cannot read; the same error on either backend (attnlab's are all one stack).
+
+        Raises:
+            UnsupportedModelError: an encoder-decoder model.
+        """
+
     # each backend's own
     head_width: int | None  # each head's width of q, k and v (None: not in the config)
 

@@ -38,7 +38,7 @@ class TransformersRunner(Runner):
     layers are its attention modules in the order a forward calls them.
 
     Raises:
-        UnsupportedModelError: a model attnlab's backend cannot run, or an encoder-decoder.
+        UnsupportedModelError: a model attnlab's backend cannot run.
     """
 
     backend = "transformers"
@@ -46,13 +46,13 @@ class TransformersRunner(Runner):
     def __init__(self, model: Any, tokenizer: Any, description: str | None = None) -> None:
         check_model(model)
         config = model.config
-        if getattr(config, "is_encoder_decoder", False):
-            raise encoder_decoder_refusal(config.model_type)
-        self.model, self.tokenizer = model, getattr(tokenizer, "tokenizer", tokenizer)
+        self.model, self.processor = model, tokenizer  # a processor reads an image, its tokenizer a text
+        self.tokenizer = getattr(tokenizer, "tokenizer", tokenizer)
         self.name = model_name(model)
         self.description = description or str(config.model_type)
-        self.vocab_size = int(config.vocab_size)
         text = config.get_text_config()
+        vocab = getattr(config, "vocab_size", None) or getattr(text, "vocab_size", None)
+        self.vocab_size = int(vocab) if is_integer(vocab) else 0  # 0: a vision model reads no tokens
         layers, heads = getattr(text, "num_hidden_layers", None), getattr(text, "num_attention_heads", None)
         positions = getattr(config, "max_position_embeddings", None)
         self.layers = int(layers) if is_integer(layers) else None
@@ -102,21 +102,29 @@ class TransformersRunner(Runner):
     def length(self, text: str) -> int:
         from ..hf._inputs import model_inputs
 
-        return int(model_inputs(self.model, text, self.tokenizer).inputs["input_ids"].shape[-1])
+        return int(model_inputs(self.model, text, self.processor).inputs["input_ids"].shape[-1])
 
     def trace(self, text: Any, layers: Any = None) -> ModelTrace:
-        inputs = text if isinstance(text, str) else {"input_ids": torch.tensor([list(text)])}
-        return hf_trace(self.model, inputs, tokenizer=self.tokenizer, layers=layers)
+        inputs = (
+            text
+            if isinstance(text, (str, dict)) or hasattr(text, "size")
+            else {"input_ids": torch.tensor([list(text)])}
+        )
+        return hf_trace(self.model, inputs, tokenizer=self.processor, layers=layers)
 
     def generate(
         self, text: str, count: int, check: Callable[[], object] | None = None, layers: Any = None
     ) -> tuple[ModelTrace, GenerationTrace]:
         from ..hf import trace_generation
 
-        generation = trace_generation(self.model, text, count, tokenizer=self.tokenizer, layers=layers, check=check)
+        generation = trace_generation(self.model, text, count, tokenizer=self.processor, layers=layers, check=check)
         if check is not None:
             check()
         return self.trace(generation.ids, layers), generation
+
+    def check_one_stack(self) -> None:
+        if getattr(self.model.config, "is_encoder_decoder", False):
+            raise encoder_decoder_refusal(self.model.config.model_type)
 
     def check_head(self) -> None:
         if not self.has_head:
