@@ -338,8 +338,10 @@ class _RunnerModel:
 
     def generate(self, text: str, count: int, check: Callable[[], object]) -> tuple[ModelTrace, GenerationTrace]:
         self._check_page(self.length(text, "text") + count, "generate")
-        arguments = ("text_or_ids", "text_or_inputs", "text", "max_new_tokens")
-        full, generation = _named("text", lambda: self.runner.generate(text, count, check), arguments)
+        def generated() -> tuple[ModelTrace, GenerationTrace]:  # a model that does not generate: named "generate"
+            return _named("generate", lambda: self.runner.generate(text, count, check), ("max_new_tokens",))
+
+        full, generation = _named("text", generated)
         check_page_size(full, "generate")
         return full, generation
 

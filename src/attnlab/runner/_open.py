@@ -64,11 +64,12 @@ class Checkpoint:
         if head not in HEADS:
             raise fail("head", " or ".join(map(repr, HEADS)), repr(head))
         if self.backend == "numpy":
-            from ..models import load
+            import numpy as np
+
+            from ..models import load_located
             from ._numpy import NumpyRunner
 
-            model = load(self.given)
-            model.name = shown_name(self.given)
+            model = load_located(self.path, self.given, np.dtype(np.float32), self.config, self.header)
             return NumpyRunner(model, self.description)
         transformers = _transformers()
         from ._transformers import TransformersRunner

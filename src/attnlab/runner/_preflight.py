@@ -56,22 +56,6 @@ def loading_error(error: BaseException, directory: Path) -> str:
     return text
 
 
-# the files transformers reads from a checkpoint folder besides the weights: settings (at most
-# _checkpoint.MAX_JSON bytes each) and vocabularies (at most MAX_TOKENIZER)
-_SETTINGS_FILES = (
-    "config.json", "generation_config.json", "tokenizer_config.json", "special_tokens_map.json",
-    "preprocessor_config.json", "processor_config.json",
-)  # fmt: skip
-_VOCABULARY_FILES = ("tokenizer.json", "vocab.json", "vocab.txt", "merges.txt")
-# the sizes transformers builds a model from: each, where a config (or its text_config) has it, a positive whole number
-_SIZES = (
-    "hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "intermediate_size",
-    "vocab_size", "max_position_embeddings", "head_dim",
-)  # fmt: skip
-# a layer's index in a weight's name: model.layers.3.…, encoder.layer.3.…, h.3.…, blocks.3.…
-_LAYER_INDEX = re.compile(r"(?:^|\.)(?:layers|layer|h|blocks|block)\.(\d+)\.")
-
-
 def preflight(directory: Path, config: dict[str, Any] | None = None, header: Any = None) -> None:
     """What transformers would read of a checkpoint (a folder, or a GGUF file), checked before it reads it, so that a
     hostile folder is refused in one line and nothing unbounded is built: each file it

@@ -105,11 +105,8 @@ class TransformersRunner(Runner):
         return int(model_inputs(self.model, text, self.processor).inputs["input_ids"].shape[-1])
 
     def trace(self, text: Any, layers: Any = None) -> ModelTrace:
-        inputs = (
-            text
-            if isinstance(text, (str, dict)) or hasattr(text, "size")
-            else {"input_ids": torch.tensor([list(text)])}
-        )
+        ids = isinstance(text, (list, tuple, np.ndarray))  # token ids; else a text, an image or inputs
+        inputs = {"input_ids": torch.tensor([[int(i) for i in text]])} if ids else text
         return hf_trace(self.model, inputs, tokenizer=self.processor, layers=layers)
 
     def generate(
