@@ -42,9 +42,10 @@ def ablate(
     (with a ``check``, one at a time).
 
     Args:
-        model: an :class:`attnlab.models.Model`, or a transformers model with a language-
-            modelling head (``…ForCausalLM``, ``…ForMaskedLM``) whose attention goes
-            through transformers' attention interface, decoder-only or encoder-only.
+        model: an :class:`attnlab.models.Model` (or :func:`attnlab.load_model`'s), or a
+            transformers model with a language-modelling head (``…ForCausalLM``,
+            ``…ForMaskedLM``) whose attention goes through transformers' attention
+            interface, decoder-only or encoder-only.
         text: a text (tokenized with the model's tokenizer, special tokens added) or token
             ids (L,).
         heads: "all", or the (layer, head) pairs to ablate; a transformers model's layers

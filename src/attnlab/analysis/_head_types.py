@@ -205,9 +205,10 @@ def head_types(
     tokens are n tokens twice, else left out (said in the result's ``notes``).
 
     Args:
-        model_or_trace: an :class:`attnlab.models.Model`, a transformers model whose
-            attention goes through transformers' attention interface (decoder-only or
-            encoder-only), or a :class:`attnlab.models.ModelTrace` of every layer.
+        model_or_trace: an :class:`attnlab.models.Model`, :func:`attnlab.load_model`'s, a
+            transformers model whose attention goes through transformers' attention
+            interface (decoder-only or encoder-only), or a
+            :class:`attnlab.models.ModelTrace` of every layer.
         text: a model's text (tokenized with its tokenizer, special tokens added) or ids
             (L,), at least 2 tokens; None: :data:`DEFAULT_TEXT`. None for a trace.
         repeat: n. For a model: None is :data:`REPEAT` (50), or the most its positions and
@@ -229,7 +230,8 @@ def head_types(
             cross-attention, a text for a trace, a model's attention weights that are not
             finite numbers (named by layer, head, query and key: its forward overflowed).
         ArgumentTypeError: a model of none of these kinds, a bad seed or repeat.
-        UnsupportedModelError: a transformers model attnlab's backend cannot run.
+        UnsupportedModelError: a transformers model attnlab's backend cannot run, or an
+            encoder-decoder model.
     """
     if repeat is not None and not is_integer(repeat):
         raise fail("repeat", "None, 0 or an integer n ≥ 2", repr(repeat), TypeError)

@@ -34,9 +34,12 @@ __all__ = ["OPTIONS", "add_options", "run"]
 
 # ablate's argument names, as the options that carry them
 _OPTION_OF = {
-    "text": "--text", "patch_text": "--patch-text", "target": "--target", "mode": "--mode", "heads": "--heads",
-    "tokenizer": "--model", "model": "--model",
-}  # fmt: skip
+    "text": "--text",
+    "patch_text": "--patch-text",
+    "target": "--target",
+    "mode": "--mode",
+    "heads": "--heads",
+}
 
 
 def _heads(text: str) -> str | list[tuple[int, int]]:

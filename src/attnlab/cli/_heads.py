@@ -31,10 +31,7 @@ if TYPE_CHECKING:
 __all__ = ["OPTIONS", "add_options", "run"]
 
 # head_types' argument names, as the options that carry them
-_OPTION_OF = {
-    "text": "--text", "repeat": "--repeat", "seed": "--seed", "threshold": "--threshold", "k": "--top",
-    "tokenizer": "--model", "model_or_trace": "--model",
-}  # fmt: skip
+_OPTION_OF = {"text": "--text", "repeat": "--repeat", "seed": "--seed", "threshold": "--threshold", "k": "--top"}
 
 
 def _fraction(text: str) -> float:

@@ -39,6 +39,8 @@ __all__ = [
 BACKENDS = ("numpy", "transformers")  # attnlab.runner.BACKENDS, without importing it for --help
 # the opener's argument names, as the options that carry them
 _OPENER_OPTIONS = {"model": "--model", "backend": "--backend"}
+# an analysis' names of its model and tokenizer (ablate's, head_types'), which --model gives
+_MODEL_ARGUMENTS = {"model": "--model", "model_or_trace": "--model", "tokenizer": "--model"}
 
 
 def in_cli_words(work: Callable[[], T], options: dict[str, str] = _OPENER_OPTIONS) -> T:
@@ -115,13 +117,14 @@ def run_on_model(
 ) -> ModelRun[T]:
     """-o's path checked first, --model opened on its backend (a transformers model with
     ``head``, an encoder-decoder refused as one this command ``runs`` not), and
-    ``work(runner)``, its errors about an argument of ``option_of`` renamed to that option."""
+    ``work(runner)``, its errors about an argument of ``option_of`` (or the model's)
+    renamed to that option."""
     if args.output is not None:
         from ..viz._page import check_path
 
         check_path(args.output)
     runner = open_model(args, head, runs)
-    return ModelRun(runner, in_cli_words(lambda: work(runner), option_of))
+    return ModelRun(runner, in_cli_words(lambda: work(runner), {**_MODEL_ARGUMENTS, **option_of}))
 
 
 def check_page_first(runner: Runner, text: str, source: str, added: int = 0, layers: int | None = None) -> None:

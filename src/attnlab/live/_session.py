@@ -113,7 +113,8 @@ class Session:
     Args:
         model: None (the seed's :class:`attnlab.SelfAttention` on the typed tokens, one-hot,
             random weights of seed 42, as ``attnlab view --text`` draws them), an
-            :class:`attnlab.models.Model`, or a transformers model (with ``tokenizer``).
+            :class:`attnlab.models.Model`, a transformers model (with ``tokenizer``), or
+            :func:`attnlab.load_model`'s.
         tokenizer: a transformers model's tokenizer; None for the others.
 
     Raises:
@@ -338,6 +339,7 @@ class _RunnerModel:
 
     def generate(self, text: str, count: int, check: Callable[[], object]) -> tuple[ModelTrace, GenerationTrace]:
         self._check_page(self.length(text, "text") + count, "generate")
+
         def generated() -> tuple[ModelTrace, GenerationTrace]:  # a model that does not generate: named "generate"
             return _named("generate", lambda: self.runner.generate(text, count, check), ("max_new_tokens",))
 
