@@ -4,14 +4,13 @@ twice) and a generation's tokens (``--generate N``), each checked before any wor
 from __future__ import annotations
 
 import argparse
-import copy
 import sys
 from typing import Any
 
 from ..trace import GenerationTrace, ModelTrace
 from ..viz._page import PageShape, check_page_size
 from ._inputs import InputError
-from ._sequence import trace_from_args
+from ._sequence import model_traces
 
 __all__ = ["MAX_GENERATE", "check_texts", "generation_page", "pair_of_traces"]
 
@@ -35,14 +34,7 @@ def check_texts(args: argparse.Namespace, two_allowed: bool) -> None:
 
 def pair_of_traces(args: argparse.Namespace) -> tuple[ModelTrace, ModelTrace]:
     """The traces of the two --text through the --model, the same layers, each page's size checked first."""
-    traces = []
-    for text in args.texts:
-        one = copy.copy(args)
-        one.text, one.texts = text, [text]
-        traces.append(trace_from_args(one, page=True))
-    first, second = traces
-    if not isinstance(first, ModelTrace) or not isinstance(second, ModelTrace):
-        raise InputError("--text twice: expected --model with it (both texts go through the same model)")
+    first, second = model_traces(args, list(args.texts), page=True)  # the model opened once
     if first.source_tokens is not None:
         raise InputError(f"--text twice: {args.model} is an encoder-decoder model; two texts compare one sequence each")
     return first, second

@@ -33,8 +33,9 @@ from ._transformers import BACKENDS, checkpoint_of, loaded, say_backend, transfo
 
 if TYPE_CHECKING:
     from ..models import Model
+    from ..runner import Runner
 
-__all__ = ["ShapeCheck", "add_input_options", "trace_from_args"]
+__all__ = ["ShapeCheck", "add_input_options", "model_traces", "trace_from_args"]
 
 # What a trace can hold: its (L, L) matrices are kept whole, several per head, so L²·H
 # is capped before any work (2²⁴ float64 scores are 128 MiB an array); widths likewise. A
@@ -204,7 +205,7 @@ def trace_from_args(
     if len(texts) > 1:
         raise InputError(f"--text: given {len(texts)} times; only 'attnlab view --model …' takes two texts")
     if args.model is not None:
-        return _model_trace(args, page, check)
+        return model_traces(args, [args.text], page, check)[0]
     for option, given in (("--image", args.image), ("--backend", args.backend)):
         if given is not None:
             raise InputError(f"{option}: expected --model with it (the checkpoint that reads it)")
@@ -225,28 +226,41 @@ def trace_from_args(
     return _run_layer(X, parse_tokens(args.tokens, len(X)) or names, args)
 
 
-def _model_trace(args: argparse.Namespace, page: bool, check: ShapeCheck | None) -> ModelTrace:
-    """Run the --model on --text and trace --layer (default: all for a page, else the
-    last), once its L²·heads·layers scores, for a ``page`` the page, and ``check`` fit."""
+def model_traces(
+    args: argparse.Namespace, texts: list[str | None], page: bool = False, check: ShapeCheck | None = None
+) -> list[ModelTrace]:
+    """Open the --model once and trace each of ``texts`` (None: --image's picture) at
+    --layer (default: all for a ``page``, else the last), each once its L²·heads·layers
+    scores, for a ``page`` the page, and ``check`` fit."""
+    import copy
+
     _refuse(args, f"--model {args.model} fixes the weights, the embedding and the scale")
     _refuse_variants(args, f"--model {args.model} attends as its config says (its causal mask, its own window)")
     if args.input is not None:
         raise InputError("--model: expected --text with the sentence to run (or --image), got an input file")
     checkpoint = checkpoint_of(args)
-    if checkpoint.backend == "transformers":
-        runner = loaded(checkpoint, "bare", processor=True)
-        trace = transformers_trace(args, runner, page)
-        if check is not None:
-            check(trace.num_layers, trace.num_heads, len(trace.tokens))
-        _check_trace_size(len(trace.tokens), trace.num_heads * len(trace.layers), "--layer N", page)
-        if page:
-            check_page_size(trace, "--text", FEWER_LAYERS)
-    else:
-        if args.text is None:
-            raise InputError(f"--image: {args.model} runs in attnlab's NumPy models, which read text (--text)")
-        runner = loaded(checkpoint)
-        trace = _numpy_model_trace(args, runner.model, page, check)
+    if checkpoint.backend == "numpy" and args.text is None:
+        raise InputError(f"--image: {args.model} runs in attnlab's NumPy models, which read text (--text)")
+    runner = loaded(checkpoint, "bare", processor=True)  # a transformers model's attention, or attnlab's model
+    traces = []
+    for text in texts:
+        one = copy.copy(args)
+        one.text = text
+        traces.append(_model_trace(one, runner, page, check))
     say_backend(args, runner)
+    return traces
+
+
+def _model_trace(args: argparse.Namespace, runner: Runner, page: bool, check: ShapeCheck | None) -> ModelTrace:
+    """--text (or --image) through the opened --model, as :func:`model_traces` says."""
+    if runner.backend == "numpy":
+        return _numpy_model_trace(args, runner.model, page, check)
+    trace = transformers_trace(args, runner, page)
+    if check is not None:
+        check(trace.num_layers, trace.num_heads, len(trace.tokens))
+    _check_trace_size(len(trace.tokens), trace.num_heads * len(trace.layers), "--layer N", page)
+    if page:
+        check_page_size(trace, "--text", FEWER_LAYERS)
     return trace
 
 
