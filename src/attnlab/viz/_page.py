@@ -153,7 +153,7 @@ class Traceable(Protocol):
     def trace(self, text: Any) -> Trace | ModelTrace: ...
 
 
-def _traced(
+def traced(
     subject: Trace | ModelTrace | tuple[ModelTrace, ModelTrace] | Traceable, text: Any
 ) -> Trace | ModelTrace | tuple[ModelTrace, ModelTrace]:
     """The trace a page draws: ``subject`` itself, or a model's trace of ``text``.
@@ -220,7 +220,7 @@ def view(
             than "en" or "zh"; a model without a ``text``, a trace with one.
         ArgumentTypeError: a trace, pair or generation of another type.
     """
-    first, second = split_pair(_traced(trace, text))
+    first, second = split_pair(traced(trace, text))
     _check_trace(first)
     if generation is not None and not isinstance(generation, GenerationTrace):
         raise fail("generation", "an attnlab.models.GenerationTrace", type(generation).__name__, TypeError)
@@ -319,7 +319,7 @@ def show(
             without a ``text`` (see :func:`view`).
         MissingDependencyError: IPython is not installed.
     """
-    first, second = split_pair(_traced(trace, text))
+    first, second = split_pair(traced(trace, text))
     _check_trace(first)
     opens = opening(first, layer, head, query)
     check_lang(lang)
