@@ -56,6 +56,9 @@ class Runner:
     prefix: list[int]
     has_head: bool
 
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.name!r}, {self.description}, {self.layers} layers × {self.heads} heads)"
+
     def ids(self, text: Any, name: str = "text", cut: bool = False) -> Array:
         """The ids (L,) int64 of a text (the tokenizer's, special tokens added) or of ids,
         checked against the vocabulary and the positions; ``cut``: a text longer than the
