@@ -194,8 +194,8 @@ class Runner:
 
     def ablated(self, ids: Array, cells: Cells) -> Array:
         """The next-token logits at the last position (B, vocab) float64 of B = len(cells)
-        forwards of ``ids`` at once, forward b with head cells[b][1] of layer cells[b][0]
-        given the output cells[b][2] (L, Ev)."""
+        forwards of ``ids`` at once, forward b with the head of ``cells[b] = (layer, head,
+        output)`` given that output (L, Ev)."""
         raise NotImplementedError
 
 
