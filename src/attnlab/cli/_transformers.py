@@ -11,14 +11,12 @@ import argparse
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from .._exceptions import AttnlabError, renamed
+from ..runner import BACKENDS, Checkpoint, Runner
 from ..trace import ModelTrace
 from ._inputs import InputError
-
-if TYPE_CHECKING:
-    from ..runner import Checkpoint, Runner
 
 T = TypeVar("T")
 
@@ -36,7 +34,6 @@ __all__ = [
     "transformers_trace",
 ]
 
-BACKENDS = ("numpy", "transformers")  # attnlab.runner.BACKENDS, without importing it for --help
 # the opener's argument names, as the options that carry them
 _OPENER_OPTIONS = {"model": "--model", "backend": "--backend"}
 # an analysis' names of its model and tokenizer (ablate's, head_types'), which --model gives
