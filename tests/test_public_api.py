@@ -12,8 +12,9 @@ PUBLIC = {
     "attnlab": [
         "ArgumentError", "ArgumentTypeError", "Attention", "AttnlabError", "Gradients", "MissingDependencyError",
         "MissingFontWarning", "MultiheadAttention", "SelfAttention", "Trace", "__version__", "attention",
-        "distributed", "functional", "interop", "models", "nn", "plot", "reference", "scaled_dot_product_attention",
-        "scaled_dot_product_attention_backward", "serve", "show", "softmax", "view", "view_ablation",
+        "distributed", "functional", "interop", "load_model", "models", "nn", "plot", "reference",
+        "scaled_dot_product_attention", "scaled_dot_product_attention_backward", "serve", "show", "softmax", "view",
+        "view_ablation",
     ],
     "attnlab.functional": [
         "Attention", "Gradients", "attention", "scaled_dot_product_attention", "scaled_dot_product_attention_backward",
@@ -36,6 +37,7 @@ PUBLIC = {
     "attnlab.live": [
         "DEFAULT_TEXT", "MAX_BODY", "MAX_GENERATE", "MAX_TEXT", "LiveServer", "Request", "Session", "serve",
     ],
+    "attnlab.runner": ["BACKENDS", "HEADS", "Checkpoint", "Runner", "load_model", "open_checkpoint"],
     "attnlab.analysis": [
         "FLOW_SCALE", "MODES", "Ablation", "HeadTypes", "ablate", "flow", "head_types", "residual_attention", "rollout",
     ],
@@ -57,6 +59,7 @@ def test_the_same_objects_under_both_names():
     assert al.models.ModelTrace is importlib.import_module("attnlab.trace").ModelTrace
     assert al.MultiheadAttention is importlib.import_module("attnlab.layers").MultiheadAttention
     assert al.serve is importlib.import_module("attnlab.live").serve  # imported when first used
+    assert al.load_model is importlib.import_module("attnlab.runner").load_model
 
 
 def test_import_attnlab_leaves_the_transformers_backend_unregistered():

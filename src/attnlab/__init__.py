@@ -4,8 +4,9 @@ to a NumPy engine with PyTorch's semantics and exact gradients.
 The public names are re-exported here from private modules; ``attnlab.functional``,
 ``attnlab.reference``, ``attnlab.interop``, ``attnlab.models`` (pretrained checkpoints,
 ``pip install 'attnlab[models]'``), ``attnlab.nn`` (a small training stack),
-``attnlab.distributed`` (ring attention on torch.distributed) and ``attnlab.live`` (the live
-page, ``attnlab.serve``) are public modules too. The design is in docs/design.md.
+``attnlab.distributed`` (ring attention on torch.distributed), ``attnlab.live`` (the live
+page, ``attnlab.serve``) and ``attnlab.runner`` (a model opened as ``--model`` opens it,
+``attnlab.load_model``) are public modules too. The design is in docs/design.md.
 """
 
 import importlib.metadata as _metadata
@@ -22,6 +23,7 @@ from .functional import (
 )
 from .layers import MultiheadAttention, SelfAttention
 from .live import serve
+from .runner import load_model
 from .trace import Trace
 from .viz import MissingFontWarning, plot, show, view, view_ablation
 
@@ -46,6 +48,7 @@ __all__ = [
     "distributed",
     "functional",
     "interop",
+    "load_model",
     "models",
     "nn",
     "plot",
@@ -73,6 +76,7 @@ for _public in (
     scaled_dot_product_attention,
     scaled_dot_product_attention_backward,
     softmax,
+    load_model,
     plot,
     serve,
     show,

@@ -266,7 +266,7 @@ def test_heads_outside_an_attnlab_model_are_refused_before_any_forward(
     gpt2: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """attnlab's model knows its layers and heads from its config: a head it lacks costs no forward."""
-    from attnlab.analysis import _numpy_runner
+    from attnlab.runner import _numpy as _numpy_runner
 
     def no_forward(*args: Any, **kwargs: Any) -> Any:
         raise AssertionError("a forward ran before the heads were checked")

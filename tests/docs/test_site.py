@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import attnlab
-from attnlab import analysis, distributed, hf, live, models, nn
+from attnlab import analysis, distributed, hf, live, models, nn, runner
 
 pytestmark = pytest.mark.slow  # the build executes the tutorial's cells: about 30 s on 2 cores
 
@@ -48,7 +48,10 @@ def test_the_tutorial_is_built_in_both_languages(built_site):
 
 
 def _public_names() -> dict[str, list[str]]:
-    return {module.__name__: list(module.__all__) for module in (attnlab, models, nn, distributed, hf, analysis, live)}
+    return {
+        module.__name__: list(module.__all__)
+        for module in (attnlab, models, nn, distributed, hf, analysis, live, runner)
+    }
 
 
 def test_every_public_name_is_in_the_api_reference(built_site):

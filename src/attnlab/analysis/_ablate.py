@@ -5,36 +5,20 @@ models through attnlab's backend."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
 from .._progress import progress_bar
 from .._validation import Array, fail, flag, is_integer, optional_callable
-from ..viz._views import ABLATE_MODES
+from ..runner._open import as_runner
 from ._ablation import Ablation
-from ._runner import runner_for
 
 __all__ = ["MODES", "ablate"]
 
-MODES = ABLATE_MODES  # defined with the page that shows an ablation, below this layer
+MODES = ("zero", "mean")  # what a head's output becomes (ablate --mode); "patch" is patch_text's
 # forwards run side by side as one batch: at most this many tokens in all (and 64 forwards)
 _BATCH_TOKENS = 4096
-
-
-class _Runner(Protocol):
-    """A model's forwards, as ablate needs them (:mod:`._numpy_runner`, :mod:`._hf_runner`)."""
-
-    name: str
-    num_layers: int
-    num_heads: int
-    layer_labels: list[str]
-
-    def ids(self, text: Any, name: str) -> Array: ...
-    def tokens(self, ids: Array) -> list[str]: ...
-    def target(self, target: Any) -> tuple[int, str]: ...
-    def record(self, ids: Array) -> tuple[Array, list[Array]]: ...
-    def ablated(self, ids: Array, cells: list[tuple[int, int, Array]]) -> Array: ...
 
 
 def ablate(
@@ -58,9 +42,10 @@ def ablate(
     (with a ``check``, one at a time).
 
     Args:
-        model: an :class:`attnlab.models.Model`, or a transformers model with a language-
-            modelling head (``…ForCausalLM``, ``…ForMaskedLM``) whose attention goes
-            through transformers' attention interface, decoder-only or encoder-only.
+        model: an :class:`attnlab.models.Model` (or :func:`attnlab.load_model`'s), or a
+            transformers model with a language-modelling head (``…ForCausalLM``,
+            ``…ForMaskedLM``) whose attention goes through transformers' attention
+            interface, decoder-only or encoder-only.
         text: a text (tokenized with the model's tokenizer, special tokens added) or token
             ids (L,).
         heads: "all", or the (layer, head) pairs to ablate; a transformers model's layers
@@ -91,7 +76,9 @@ def ablate(
             or an encoder-decoder model.
         Exception: whatever ``check`` raises.
     """
-    runner = _runner(model, tokenizer)
+    runner = as_runner(model, tokenizer, "model", "an attnlab.models.Model or a transformers model")
+    runner.check_one_stack()
+    runner.check_head()
     show_progress = flag("progress", progress)
     optional_callable("check", check)
     checked = check if check is not None else _nothing
@@ -144,24 +131,6 @@ def ablate(
 
 def _nothing() -> None:
     """The check of an ablation given none."""
-
-
-def _runner(model: Any, tokenizer: Any) -> _Runner:
-    """The forwards of an attnlab model or, through attnlab.hf, of a transformers one."""
-    expected = "an attnlab.models.Model or a transformers model"
-    return runner_for(model, tokenizer, _numpy_runner, _transformers_runner, "model", expected)
-
-
-def _numpy_runner(model: Any) -> _Runner:
-    from ._numpy_runner import NumpyRunner
-
-    return NumpyRunner(model)
-
-
-def _transformers_runner(model: Any, tokenizer: Any) -> _Runner:
-    from ._hf_runner import TransformersRunner  # torch, imported for a transformers model only
-
-    return TransformersRunner(model, tokenizer)
 
 
 def _cells(heads: Any, layers: int, count: int) -> list[tuple[int, int]]:

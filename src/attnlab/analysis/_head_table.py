@@ -10,10 +10,11 @@ from typing import Any
 import numpy as np
 
 from .._validation import Array, fail, is_integer, is_real
-from ..viz._views import HEAD_KINDS as KINDS  # the kinds, in the order tables list them (a tie goes to the first)
 
 __all__ = ["KINDS", "SHORT", "THRESHOLD", "HeadTypes"]
 
+# the kinds of head head_types scores, in the order tables list them (a tie goes to the first)
+KINDS = ("previous", "induction", "sink", "self", "cls", "sep", "punctuation")
 SHORT = {
     "previous": "prev", "induction": "ind", "sink": "sink", "self": "self", "cls": "cls", "sep": "sep",
     "punctuation": "punct",

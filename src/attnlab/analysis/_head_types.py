@@ -13,7 +13,6 @@ else 0.
 
 from __future__ import annotations
 
-import re
 import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -21,11 +20,12 @@ from typing import Any
 
 import numpy as np
 
-from .._validation import Array, fail, int_seed, is_integer, text_ids
+from .._validation import Array, fail, int_seed, is_integer
+from ..runner import Runner
+from ..runner._open import as_runner
+from ..runner._runner import layer_weights
 from ..trace import ModelTrace
 from ._head_table import KINDS, HeadTypes
-from ._rollout import _layer_weights
-from ._runner import runner_for
 
 __all__ = [
     "DEFAULT_TEXT",
@@ -46,8 +46,6 @@ DEFAULT_TEXT = (
 )
 CLS_NAMES = frozenset({"[CLS]", "<s>", "<cls>"})  # an encoder's first special token, by its name
 SEP_NAMES = frozenset({"[SEP]", "</s>", "<sep>"})  # its separator
-# vocabulary entries that are not ordinary text even when not marked special: BERT's [unused0], Llama's <0x0A>
-_RESERVED = re.compile(r"^(\[.*\]|<.*>)$")
 
 
 @dataclass(frozen=True)
@@ -207,9 +205,10 @@ def head_types(
     tokens are n tokens twice, else left out (said in the result's ``notes``).
 
     Args:
-        model_or_trace: an :class:`attnlab.models.Model`, a transformers model whose
-            attention goes through transformers' attention interface (decoder-only or
-            encoder-only), or a :class:`attnlab.models.ModelTrace` of every layer.
+        model_or_trace: an :class:`attnlab.models.Model`, :func:`attnlab.load_model`'s, a
+            transformers model whose attention goes through transformers' attention
+            interface (decoder-only or encoder-only), or a
+            :class:`attnlab.models.ModelTrace` of every layer.
         text: a model's text (tokenized with its tokenizer, special tokens added) or ids
             (L,), at least 2 tokens; None: :data:`DEFAULT_TEXT`. None for a trace.
         repeat: n. For a model: None is :data:`REPEAT` (50), or the most its positions and
@@ -231,7 +230,8 @@ def head_types(
             cross-attention, a text for a trace, a model's attention weights that are not
             finite numbers (named by layer, head, query and key: its forward overflowed).
         ArgumentTypeError: a model of none of these kinds, a bad seed or repeat.
-        UnsupportedModelError: a transformers model attnlab's backend cannot run.
+        UnsupportedModelError: a transformers model attnlab's backend cannot run, or an
+            encoder-decoder model.
     """
     if repeat is not None and not is_integer(repeat):
         raise fail("repeat", "None, 0 or an integer n ≥ 2", repr(repeat), TypeError)
@@ -243,22 +243,24 @@ def head_types(
         int_seed("seed", seed)
     if isinstance(model_or_trace, ModelTrace):
         return _of_trace(model_or_trace, text, repeat, tokenizer)
-    runner = _runner(model_or_trace, tokenizer)
+    expected = "an attnlab.models.Model, a transformers model or a ModelTrace"
+    runner = as_runner(model_or_trace, tokenizer, "model_or_trace", expected)
+    runner.check_one_stack()
     notes: list[str] = []
-    ids = runner.ids(DEFAULT_TEXT if text is None else text, cut=text is None)
+    ids = [int(i) for i in runner.ids(DEFAULT_TEXT if text is None else text, cut=text is None)]
     if text is None and runner.positions is not None and len(ids) == runner.positions:
         notes.append(f"the default text, cut to the model's {runner.positions} positions")
     if len(ids) < 2:  # checked before any forward, as repeat is
         raise fail("text", "at least 2 tokens (the previous-token score reads A[i, i − 1])", "1 token")
-    n = runner.most_repeat() if repeat is None else int(repeat)
+    n = runner.most_repeat(REPEAT) if repeat is None else int(repeat)
     repeat_ids = None if n == 0 else runner.repeated(n, np.random.default_rng(seed))
-    sequence = runner.run(ids)
+    sequence = _run(runner, ids)
     scores = _text_scores(sequence, notes)
     if repeat_ids is None:
         why = "repeat=0" if repeat == 0 else "the model's positions or vocabulary take no 2 tokens twice"
         notes.append(f"induction: left out ({why})")
     else:
-        scores["induction"] = induction_scores(runner.run(repeat_ids).weights, n)
+        scores["induction"] = induction_scores(_run(runner, repeat_ids).weights, n)
     return _result(scores, runner.name, sequence, n or None, repeat_ids, notes)
 
 
@@ -267,7 +269,7 @@ def _of_trace(trace: ModelTrace, text: Any, repeat: int | None, tokenizer: Any) 
     if text is not None or tokenizer is not None:
         got = "a text" if text is not None else "a tokenizer"
         raise fail("text" if text is not None else "tokenizer", "None for a trace (it is scored as it is)", got)
-    weights = _layer_weights(trace)  # (layers, H, L, L) float64, every layer's self-attention
+    weights = layer_weights(trace)  # (layers, H, L, L) float64, every layer's self-attention
     sequence = _Sequence(list(trace.ids), list(trace.tokens), list(trace.special), weights)
     notes: list[str] = []
     scores = _text_scores(sequence, notes)
@@ -289,151 +291,7 @@ def _result(
     return HeadTypes(ordered, model, text.tokens, repeat, repeat_ids, notes, text.ids or None)
 
 
-class _Runner:
-    """A model's forwards, as head_types needs them: ids of a text, one forward's weights,
-    the ordinary vocabulary and the first token of the induction sequence."""
-
-    name: str
-    vocab_size: int
-    positions: int | None
-    prefix: list[int]  # [BOS] (or [CLS]), or nothing
-
-    def ids(self, text: Any, cut: bool = False) -> list[int]:
-        """The ids of a text (special tokens added) or of ids, checked; ``cut``: a text
-        longer than the positions cut to them (the default text)."""
-        ids = text
-        if isinstance(text, str):
-            ids = self.encode(text)
-            if cut and self.positions is not None:
-                ids = ids[: self.positions]
-        return [int(i) for i in text_ids("text", text, ids, self.vocab_size, self.positions)]
-
-    def encode(self, text: str) -> list[int]:
-        raise NotImplementedError
-
-    def run(self, ids: list[int]) -> _Sequence:
-        raise NotImplementedError
-
-    def ordinary(self) -> Array:
-        """The ids r is drawn from: every id below the vocabulary size that is not special,
-        the prefix or a reserved entry."""
-        raise NotImplementedError
-
-    def most_repeat(self) -> int:
-        """repeat=None's n: REPEAT, or fewer where the positions ([prefix] + 2n) or the
-        ordinary tokens take fewer; 0 where not even 2 fit (induction left out)."""
-        most = min(REPEAT, len(self.ordinary()))
-        if self.positions is not None:
-            most = min(most, (self.positions - len(self.prefix)) // 2)
-        return most if most >= 2 else 0
-
-    def repeated(self, n: int, rng: np.random.Generator) -> list[int]:
-        """[prefix] + r + r, r = n distinct ordinary ids drawn with ``rng``."""
-        if not is_integer(n) or n < 2:
-            raise fail("repeat", "0 (no induction) or n ≥ 2 random tokens, twice", repr(n))
-        length = len(self.prefix) + 2 * n
-        if self.positions is not None and length > self.positions:
-            most = (self.positions - len(self.prefix)) // 2
-            within = f"{'1 + ' if self.prefix else ''}2n tokens within the model's {self.positions} positions"
-            raise fail("repeat", f"at most {most} ({within})", n)
-        candidates = self.ordinary()
-        if n > len(candidates):
-            raise fail("repeat", f"at most {len(candidates)}, the ordinary tokens of the vocabulary", n)
-        r = rng.choice(candidates, size=n, replace=False)
-        return [*self.prefix, *(int(i) for i in r), *(int(i) for i in r)]
-
-
-def _ids_of(value: Any) -> set[int]:
-    """The token ids a config value names: one id, a list of them, or none (None)."""
-    return {int(v) for v in (value if isinstance(value, list) else [value]) if is_integer(v) and v >= 0}
-
-
-def _ordinary(vocab_size: int, excluded: set[int], entries: Sequence[str | None]) -> Array:
-    """The ids 0..vocab_size − 1 not in ``excluded`` whose vocabulary entry (None: unknown)
-    is not reserved."""
-    keep = [i for i in range(vocab_size) if i not in excluded and not _RESERVED.match(entries[i] or "")]
-    return np.asarray(keep, dtype=np.int64)
-
-
-class _NumpyRunner(_Runner):
-    def __init__(self, model: Any) -> None:
-        self.model, self.name, config = model, model.name, model.config
-        self.tokenizer = model.tokenizer
-        self.vocab_size = config.vocab_size
-        self.positions = config.max_position_embeddings
-        bos = sorted(i for i in _ids_of(config.raw.get("bos_token_id")) if i < self.vocab_size)[:1]
-        tokenizer = self.tokenizer
-        first = [] if tokenizer is None else [int(i) for i in tokenizer.encode("")[:1] if tokenizer.is_special(i)]
-        self.prefix = bos or first  # the config's BOS, else the first special token of an empty text ([CLS])
-
-    def encode(self, text: str) -> list[int]:
-        if self.tokenizer is None:
-            raise fail("text", "token ids: this checkpoint has no tokenizer", "a text")
-        return [int(i) for i in self.tokenizer.encode(text)]
-
-    def run(self, ids: list[int]) -> _Sequence:
-        output = self.model(np.asarray(ids), output_attentions=True)
-        weights = np.stack(output.attentions).astype(np.float64)  # layers × (H, L, L) -> (layers, H, L, L)
-        if self.tokenizer is None:
-            return _Sequence(ids, [str(i) for i in ids], [], weights)
-        special = [self.tokenizer.is_special(i) for i in ids]
-        return _Sequence(ids, self.tokenizer.readable(ids), special, weights)
-
-    def ordinary(self) -> Array:
-        config, tokenizer = self.model.config, self.tokenizer
-        excluded = {*self.prefix, *config.eos_token_id}
-        for key in ("bos_token_id", "eos_token_id", "pad_token_id"):
-            excluded |= _ids_of(config.raw.get(key))
-        if tokenizer is None:
-            return _ordinary(self.vocab_size, excluded, [None] * self.vocab_size)
-        size = min(self.vocab_size, tokenizer.vocab_size)
-        entries = [tokenizer.backend.id_to_token(i) for i in range(size)]
-        return _ordinary(size, excluded | set(tokenizer.special_ids), entries)
-
-
-class _TransformersRunner(_Runner):
-    def __init__(self, model: Any, tokenizer: Any) -> None:
-        from ..hf import check_model
-        from ..hf._torch import model_name
-
-        check_model(model)
-        config = model.config
-        if getattr(config, "is_encoder_decoder", False):
-            raise fail("model", "a decoder-only or encoder-only model", f"the encoder-decoder {config.model_type}")
-        self.model, self.tokenizer = model, getattr(tokenizer, "tokenizer", tokenizer)
-        self.name = model_name(model)
-        self.vocab_size = int(config.vocab_size)
-        self.positions = getattr(config, "max_position_embeddings", None)
-        first = getattr(config, "bos_token_id", None)
-        if first is None and self.tokenizer is not None:
-            first = getattr(self.tokenizer, "bos_token_id", None) or getattr(self.tokenizer, "cls_token_id", None)
-        self.prefix = [i for i in _ids_of(first) if i < self.vocab_size]
-
-    def encode(self, text: str) -> list[int]:
-        if self.tokenizer is None:
-            raise fail("tokenizer", "the model's tokenizer, to read a text", "None")
-        return [int(i) for i in self.tokenizer(text)["input_ids"]]
-
-    def run(self, ids: list[int]) -> _Sequence:
-        from ..hf import trace
-        from ..hf._torch import torch
-
-        traced = trace(self.model, {"input_ids": torch.tensor([ids])}, tokenizer=self.tokenizer)
-        return _Sequence(ids, list(traced.tokens), list(traced.special), _layer_weights(traced))
-
-    def ordinary(self) -> Array:
-        config, tokenizer = self.model.config, self.tokenizer
-        excluded = set(self.prefix)
-        for key in ("bos_token_id", "eos_token_id", "pad_token_id"):
-            excluded |= _ids_of(getattr(config, key, None))
-        if tokenizer is None:
-            return _ordinary(self.vocab_size, excluded, [None] * self.vocab_size)
-        size = min(self.vocab_size, len(tokenizer))
-        entries = tokenizer.convert_ids_to_tokens(list(range(size)))
-        return _ordinary(size, excluded | set(tokenizer.all_special_ids), entries)
-
-
-def _runner(model: Any, tokenizer: Any) -> _Runner:
-    """The forwards of an attnlab model or, through attnlab.hf, of a transformers one."""
-    expected = "an attnlab.models.Model, a transformers model or a ModelTrace"
-    return runner_for(model, tokenizer, _NumpyRunner, _TransformersRunner, "model_or_trace", expected)
+def _run(runner: Runner, ids: list[int]) -> _Sequence:
+    """One forward's attention, as a checked :class:`_Sequence`."""
+    tokens, special, weights = runner.attention(ids)
+    return _Sequence(ids, tokens, special, weights)

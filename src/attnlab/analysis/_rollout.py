@@ -21,7 +21,9 @@ import numpy as np
 
 from .._progress import progress_bar
 from .._validation import Array, fail, flag, is_integer, optional_callable
+from ..runner._runner import layer_weights
 from ..trace import ModelTrace
+from ..viz._page import Traceable, traced
 
 __all__ = ["FLOW_SCALE", "MAX_FLOW_PROBLEMS", "flow", "flow_length_limit", "residual_attention", "rollout"]
 
@@ -38,14 +40,17 @@ def flow_length_limit(layers: int) -> int:
     return math.isqrt(MAX_FLOW_PROBLEMS // max(layers, 1))
 
 
-def residual_attention(trace: ModelTrace, heads: Sequence[int] | None = None) -> Array:
+def residual_attention(trace: ModelTrace | Traceable, heads: Sequence[int] | None = None, *, text: Any = None) -> Array:
     """Each layer's residual attention Â_l = normalise_rows(0.5·I + 0.5·A_l), A_l the mean
     of the chosen heads' weights, in float64.
 
     Args:
         trace: a model's trace with every layer traced (``model.trace(text)``,
-            ``attnlab.hf.trace(model, text)``), self-attention only.
+            ``attnlab.hf.trace(model, text)``), self-attention only; or a model with ``text``
+            (:func:`attnlab.load_model`'s, an :class:`attnlab.models.Model`: anything with
+            ``trace(text)``), whose trace of every layer is read.
         heads: the heads to average in every layer, indices in 0..H − 1; None: all of them.
+        text: the text a model runs on; None for a trace.
 
     Returns:
         (layers, L, L): [l, i, j] is how much position i after layer l takes from position j
@@ -54,23 +59,26 @@ def residual_attention(trace: ModelTrace, heads: Sequence[int] | None = None) ->
     Raises:
         ArgumentError: a trace with a layer missing, with cross-attention or an
             encoder-decoder model's entries, with weights that are not (H, L, L) or not
-            finite; heads out of range, repeated or none.
+            finite; heads out of range, repeated or none; a model without a text, a trace
+            with one.
         ArgumentTypeError: a trace that is not a ModelTrace, heads that are not integers.
     """
-    weights = _layer_weights(trace)  # (layers, H, L, L)
+    weights = layer_weights(traced(trace, text))  # (layers, H, L, L)
     chosen = _heads(heads, weights.shape[1])
     A = weights[:, chosen].mean(axis=1)  # (layers, H', L, L) -> (layers, L, L)
     residual = 0.5 * np.eye(A.shape[-1]) + 0.5 * A
     return residual / residual.sum(axis=-1, keepdims=True)
 
 
-def rollout(trace: ModelTrace, *, heads: Sequence[int] | None = None) -> Array:
+def rollout(trace: ModelTrace | Traceable, *, heads: Sequence[int] | None = None, text: Any = None) -> Array:
     """Attention rollout: R_0 = Â_0 and R_l = Â_l · R_{l−1}, the product of the residual
     attention matrices (see :func:`residual_attention`) from the first layer up.
 
     Args:
-        trace: a model's trace with every layer traced, self-attention only.
+        trace: a model's trace with every layer traced, self-attention only; or a model
+            with ``text`` (see :func:`residual_attention`).
         heads: the heads averaged in every layer (indices in 0..H − 1); None: all.
+        text: the text a model runs on; None for a trace.
 
     Returns:
         (layers, L, L) float64: [l, i, j] is the share of input token j in position i after
@@ -79,7 +87,7 @@ def rollout(trace: ModelTrace, *, heads: Sequence[int] | None = None) -> Array:
     Raises:
         ArgumentError, ArgumentTypeError: as :func:`residual_attention`.
     """
-    residual = residual_attention(trace, heads)
+    residual = residual_attention(trace, heads, text=text)
     rolled = np.empty_like(residual)
     rolled[0] = residual[0]
     for layer in range(1, len(residual)):
@@ -88,9 +96,10 @@ def rollout(trace: ModelTrace, *, heads: Sequence[int] | None = None) -> Array:
 
 
 def flow(
-    trace: ModelTrace,
+    trace: ModelTrace | Traceable,
     *,
     heads: Sequence[int] | None = None,
+    text: Any = None,
     progress: bool = False,
     check: Callable[[], object] | None = None,
 ) -> Array:
@@ -109,8 +118,10 @@ def flow(
     for short texts (on 2 shared cores: 0.6–0.9 s at 4 layers × 32 tokens, 2–4 s at 12 × 32, 7–11 s at 6 × 64).
 
     Args:
-        trace: a model's trace with every layer traced, self-attention only.
+        trace: a model's trace with every layer traced, self-attention only; or a model
+            with ``text`` (see :func:`residual_attention`).
         heads: the heads averaged in every layer (indices in 0..H − 1); None: all.
+        text: the text a model runs on; None for a trace.
         progress: show a progress bar on stderr, flow problems solved of layers·L².
         check: called before each position's L flow problems (layers·L times); an
             exception it raises stops flow and is raised (the live page stops a request
@@ -130,7 +141,7 @@ def flow(
 
     show_progress = flag("progress", progress)
     optional_callable("check", check)
-    residual = residual_attention(trace, heads)
+    residual = residual_attention(trace, heads, text=text)
     layers, L, _ = residual.shape
     capacities = np.rint(residual * FLOW_SCALE).astype(np.int32)  # (layers, L, L)
     flows = np.zeros((layers, L, L))
@@ -157,33 +168,6 @@ def _layer_graph(capacities: Array) -> Any:
     level, i, j = np.nonzero(capacities)  # each (n, L, L) entry that is an edge
     size = (n + 1) * L
     return csr_matrix((capacities[level, i, j], (level * L + j, (level + 1) * L + i)), shape=(size, size))
-
-
-def _layer_weights(trace: Any) -> Array:
-    """Every layer's weights (layers, H, L, L), once the trace has every layer's
-    self-attention."""
-    if not isinstance(trace, ModelTrace):
-        raise fail("trace", "a model's trace (ModelTrace)", type(trace).__name__, TypeError)
-    kinds = getattr(trace, "kinds", None) or {}
-    others = sorted({kind for kind in kinds.values() if kind != "self"})
-    if others:
-        expected = "the self-attention of a decoder-only or encoder-only model (every entry 'self')"
-        raise fail("trace", expected, f"entries of kind {', '.join(others)}")
-    missing = [i for i in range(trace.num_layers) if i not in trace.layers]
-    if missing or not trace.layers:
-        expected = f"every layer traced (0..{trace.num_layers - 1}), as model.trace(text) gives"
-        raise fail("trace", expected, f"layers {sorted(trace.layers)}; missing {missing}")
-    matrices = [np.asarray(trace.layers[i].weights, dtype=np.float64) for i in range(trace.num_layers)]
-    for i, weights in enumerate(matrices):
-        if weights.ndim == 2:
-            matrices[i] = weights = weights[None]  # (L, S) -> (1, L, S): one head
-        if weights.ndim != 3 or weights.shape[-1] != weights.shape[-2]:
-            raise fail("trace", "self-attention weights (H, L, L) in every layer", f"{weights.shape} in layer {i}")
-        if not np.isfinite(weights).all():
-            raise fail("trace", "finite weights", f"NaN or infinity in layer {i}")
-    if len({w.shape for w in matrices}) != 1:
-        raise fail("trace", "the same heads and tokens in every layer", str(sorted({w.shape for w in matrices})))
-    return np.stack(matrices)
 
 
 def _heads(heads: Any, count: int) -> list[int]:

@@ -19,33 +19,27 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from .._json import json_text
-from ..viz._views import ABLATE_MODES
-from ._inputs import InputError
+from ..analysis._ablate import MODES
 from ._options import at_least
-from ._transformers import (
-    _quiet,
-    add_model_options,
-    check_page_first,
-    load_on_attnlab,
-    run_on_model,
-    say_backend,
-    tokenizer_of,
-    transformers_for,
-)
+from ._transformers import add_model_options, check_page_first, run_on_model, say_backend
 
 if TYPE_CHECKING:
     from ..analysis import Ablation
+    from ..runner import Runner
 
 __all__ = ["OPTIONS", "add_options", "run"]
 
 # ablate's argument names, as the options that carry them
 _OPTION_OF = {
-    "text": "--text", "patch_text": "--patch-text", "target": "--target", "mode": "--mode", "heads": "--heads",
-    "tokenizer": "--model", "model": "--model",
-}  # fmt: skip
+    "text": "--text",
+    "patch_text": "--patch-text",
+    "target": "--target",
+    "mode": "--mode",
+    "heads": "--heads",
+}
 
 
 def _heads(text: str) -> str | list[tuple[int, int]]:
@@ -66,7 +60,7 @@ def add_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", required=True, metavar="NAME|DIR", help="a checkpoint directory or hub id")
     parser.add_argument("--text", required=True, help="the text whose next token is predicted")
     parser.add_argument("--target", metavar="TOKEN", help="one token: measure the change in its log-probability")
-    parser.add_argument("--mode", choices=ABLATE_MODES, default="zero", help="zero (default) or mean")
+    parser.add_argument("--mode", choices=MODES, default="zero", help="zero (default) or mean")
     parser.add_argument("--patch-text", help="a text of as many tokens: patch in each head's output on it")
     parser.add_argument("--heads", type=_heads, default="all", help="all (default) or LAYER:HEAD pairs (0:1,5:3)")
     parser.add_argument("--precision", type=at_least(1, 17), default=4, help="significant digits (default 4)")
@@ -82,50 +76,23 @@ def run(args: argparse.Namespace) -> None:
     """Load --model on its backend, ablate --heads and print the table (or its JSON)."""
     from ..analysis import ablate
 
-    def work(model: Any, tokenizer: Any) -> Ablation:
+    def work(runner: Runner) -> Ablation:
         if args.output is not None:
-            check_page_first(model, tokenizer, args.text, "--text")  # before a forward per head
+            check_page_first(runner, args.text, "--text")  # before a forward per head
         return ablate(
-            model, args.text, heads=args.heads, mode=args.mode, target=args.target, patch_text=args.patch_text,
-            tokenizer=tokenizer, progress=sys.stderr.isatty(),
+            runner, args.text, heads=args.heads, mode=args.mode, target=args.target, patch_text=args.patch_text,
+            progress=sys.stderr.isatty(),
         )  # fmt: skip
 
-    ran = run_on_model(args, model_with_head, work, _OPTION_OF)
+    ran = run_on_model(args, "lm", "ablate runs", work, _OPTION_OF)
     if args.output is not None:
-        _write_page(args, ran.model, ran.tokenizer, ran.result.to_dict())
-    say_backend(args, ran.backend, ran.model_type)
+        from ..viz._page import check_page_size, view_ablation
+
+        trace = ran.runner.trace(args.text)
+        check_page_size(trace, "--text")
+        view_ablation(trace, ran.result.to_dict(), args.output)
+    say_backend(args, ran.runner)
     if args.format == "json":
         print(json_text(ran.result.to_dict()))
     else:
         print(ran.result.render(precision=args.precision))
-
-
-def _write_page(args: argparse.Namespace, model: Any, tokenizer: Any, ablation: dict[str, Any]) -> None:
-    """--output: the page of --text's trace, every layer, with the ablation's heatmap."""
-    from ..viz._page import check_page_size, view_ablation
-
-    if tokenizer is None:
-        trace = model.trace(args.text)
-    else:
-        from .. import hf
-
-        trace = hf.trace(model, args.text, tokenizer=tokenizer)
-    check_page_size(trace, "--text")
-    view_ablation(trace, ablation, args.output)
-
-
-def model_with_head(args: argparse.Namespace, directory: Any) -> tuple[Any, Any]:
-    """The checkpoint with its language-modelling head, on attnlab's backend, and its tokenizer."""
-    transformers = transformers_for(args, directory, "ablate runs")
-    with _quiet(transformers):
-        failure = f"--model: transformers cannot load {args.model} with a language-modelling head"
-        try:
-            model = load_on_attnlab(transformers.AutoModelForCausalLM, directory, failure)
-        except InputError as causal:  # an encoder's head: a masked one
-            try:
-                model = load_on_attnlab(transformers.AutoModelForMaskedLM, directory, failure)
-            except InputError as masked:  # the refusal of weights at random says the most
-                chosen = masked if "at random" in str(masked) and "at random" not in str(causal) else causal
-                raise chosen from chosen.__cause__
-        tokenizer = tokenizer_of(transformers, args, directory)
-    return model, tokenizer

@@ -18,32 +18,20 @@ Examples::
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from .._json import json_text
 from ._options import at_least
-from ._transformers import (
-    _quiet,
-    add_model_options,
-    check_page_first,
-    load_on_attnlab,
-    run_on_model,
-    say_backend,
-    tokenizer_of,
-    transformers_for,
-)
+from ._transformers import add_model_options, check_page_first, run_on_model, say_backend
 
 if TYPE_CHECKING:
     from ..analysis import HeadTypes
+    from ..runner import Runner
 
 __all__ = ["OPTIONS", "add_options", "run"]
 
 # head_types' argument names, as the options that carry them
-_OPTION_OF = {
-    "text": "--text", "repeat": "--repeat", "seed": "--seed", "threshold": "--threshold", "k": "--top",
-    "tokenizer": "--model", "model_or_trace": "--model",
-}  # fmt: skip
+_OPTION_OF = {"text": "--text", "repeat": "--repeat", "seed": "--seed", "threshold": "--threshold", "k": "--top"}
 
 
 def _fraction(text: str) -> float:
@@ -84,41 +72,22 @@ def run(args: argparse.Namespace) -> None:
     """Load --model on its backend, score every head and print the table (or its JSON)."""
     from ..analysis import head_types
 
-    def work(model: Any, tokenizer: Any) -> HeadTypes:
+    def work(runner: Runner) -> HeadTypes:
         if args.output is not None and args.text is not None:
-            check_page_first(model, tokenizer, args.text, "--text")  # before the scores' forwards
-        return head_types(model, args.text, repeat=args.repeat, seed=args.seed, tokenizer=tokenizer)
+            check_page_first(runner, args.text, "--text")  # before the scores' forwards
+        return head_types(runner, args.text, repeat=args.repeat, seed=args.seed)
 
-    ran = run_on_model(args, _transformers_model, work, _OPTION_OF)
+    ran = run_on_model(args, "bare", "heads scores", work, _OPTION_OF)
+    types = ran.result.to_dict(top=args.top, threshold=args.threshold)
     if args.output is not None:
-        _write_page(args, ran.model, ran.tokenizer, ran.result.to_dict(top=args.top, threshold=args.threshold))
-    say_backend(args, ran.backend, ran.model_type)
+        from ..viz._page import check_page_size, opening, write_page
+        from ..viz._views import Views
+
+        trace = ran.runner.trace(types["ids"])  # the text the scores were read on, every layer
+        check_page_size(trace, "--text")
+        write_page(trace, args.output, opening(trace), Views(head_types=types))
+    say_backend(args, ran.runner)
     if args.format == "json":
-        print(json_text(ran.result.to_dict(top=args.top, threshold=args.threshold)))
+        print(json_text(types))
     else:
         print(ran.result.render(top=args.top, threshold=args.threshold))
-
-
-def _write_page(args: argparse.Namespace, model: Any, tokenizer: Any, types: dict[str, Any]) -> None:
-    """--output: the page of the text the scores were read on (every layer), with the head types."""
-    from ..viz._page import check_page_size, opening, write_page
-    from ..viz._views import Views
-
-    if tokenizer is None:
-        trace = model.trace(types["ids"])
-    else:
-        from .. import hf
-        from ..hf._torch import torch
-
-        trace = hf.trace(model, {"input_ids": torch.tensor([types["ids"]])}, tokenizer=tokenizer)
-    check_page_size(trace, "--text")
-    write_page(trace, args.output, opening(trace), Views(head_types=types))
-
-
-def _transformers_model(args: argparse.Namespace, directory: Path) -> tuple[Any, Any]:
-    """The checkpoint's base model on attnlab's backend, and its tokenizer."""
-    transformers = transformers_for(args, directory, "heads scores")
-    with _quiet(transformers):
-        model = load_on_attnlab(transformers.AutoModel, directory, f"--model: transformers cannot load {args.model}")
-        tokenizer = tokenizer_of(transformers, args, directory)
-    return model, tokenizer

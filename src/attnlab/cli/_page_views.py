@@ -4,14 +4,13 @@ twice) and a generation's tokens (``--generate N``), each checked before any wor
 from __future__ import annotations
 
 import argparse
-import copy
 import sys
 from typing import Any
 
 from ..trace import GenerationTrace, ModelTrace
 from ..viz._page import PageShape, check_page_size
 from ._inputs import InputError
-from ._sequence import trace_from_args
+from ._sequence import model_traces
 
 __all__ = ["MAX_GENERATE", "check_texts", "generation_page", "pair_of_traces"]
 
@@ -35,14 +34,7 @@ def check_texts(args: argparse.Namespace, two_allowed: bool) -> None:
 
 def pair_of_traces(args: argparse.Namespace) -> tuple[ModelTrace, ModelTrace]:
     """The traces of the two --text through the --model, the same layers, each page's size checked first."""
-    traces = []
-    for text in args.texts:
-        one = copy.copy(args)
-        one.text, one.texts = text, [text]
-        traces.append(trace_from_args(one, page=True))
-    first, second = traces
-    if not isinstance(first, ModelTrace) or not isinstance(second, ModelTrace):
-        raise InputError("--text twice: expected --model with it (both texts go through the same model)")
+    first, second = model_traces(args, list(args.texts), page=True)  # the model opened once
     if first.source_tokens is not None:
         raise InputError(f"--text twice: {args.model} is an encoder-decoder model; two texts compare one sequence each")
     return first, second
@@ -52,31 +44,33 @@ def generation_page(args: argparse.Namespace) -> tuple[ModelTrace, GenerationTra
     """The --generate N tokens after --text, recorded with the KV cache, and the trace of
     the whole sequence (prompt and generated) for the main views; the page's size is
     checked for L + N tokens before the model runs."""
-    from ..models._checkpoint import locate
-    from ._transformers import backend_for, say_backend
+    from ._transformers import checkpoint_of, loaded, say_backend
 
     if args.model is None:
         raise InputError("--generate: expected --model with it (the model that generates)")
     if args.text is None:
         raise InputError("--generate: expected --text with the prompt")
-    directory = locate(args.model)
-    backend, model_type = backend_for(args, directory)
+    checkpoint = checkpoint_of(args)
     layer = "all" if args.layer is None else args.layer
     layers = None if layer == "all" else layer
-    if backend == "transformers":
-        full, generation = _transformers_generation(args, directory, layers)
+    if checkpoint.backend == "transformers":
+        if checkpoint.encoder_decoder:
+            raise InputError(
+                f"--generate: {args.model} is an encoder-decoder model; --generate traces decoder-only models"
+            )
+        runner = loaded(checkpoint, "causal", processor=True)
+        full, generation = _transformers_generation(args, runner, layers)
     else:
-        full, generation = _numpy_generation(args, layers)
-    say_backend(args, backend, model_type)
+        runner = loaded(checkpoint)
+        full, generation = _numpy_generation(args, runner.model, layers)
+    say_backend(args, runner)
     print(f"generated {generation.generated} token{'s' * (generation.generated != 1)}: {generation.text!r}")
     return full, generation
 
 
-def _numpy_generation(args: argparse.Namespace, layers: Any) -> tuple[ModelTrace, GenerationTrace]:
-    from ..models import load
+def _numpy_generation(args: argparse.Namespace, model: Any, layers: Any) -> tuple[ModelTrace, GenerationTrace]:
     from ..models._checks import sequence_ids
 
-    model = load(args.model)
     if model.tokenizer is None:
         raise InputError(f"--model: {args.model} has no tokenizer (tokenizer.json, vocab.txt or vocab.json)")
     if not model.config.causal:
@@ -99,28 +93,15 @@ def _numpy_generation(args: argparse.Namespace, layers: Any) -> tuple[ModelTrace
     return full, generation
 
 
-def _transformers_generation(
-    args: argparse.Namespace, directory: Any, layers: Any
-) -> tuple[ModelTrace, GenerationTrace]:
-    try:
-        from .. import hf
-        from ..hf._torch import torch, transformers
-    except ImportError as error:
-        raise InputError(f"--backend transformers: {error}") from None
-    from ._transformers import _processor, _quiet, check_page_first, is_encoder_decoder, load_on_attnlab, named
+def _transformers_generation(args: argparse.Namespace, runner: Any, layers: Any) -> tuple[ModelTrace, GenerationTrace]:
+    from .. import hf
+    from ._transformers import check_page_first
 
-    if is_encoder_decoder(directory):
-        raise InputError(f"--generate: {args.model} is an encoder-decoder model; --generate traces decoder-only models")
-    with _quiet(transformers):
-        failure = f"--generate: transformers cannot load {args.model} as a causal model"
-        model = load_on_attnlab(transformers.AutoModelForCausalLM, directory, failure)
-        named(model, args.model)
-        tokenizer = _processor(transformers, directory)
-        count = None if layers is None else len(layers) if isinstance(layers, list) else 1
-        check_page_first(model, tokenizer, args.text, "--text and --generate", args.generate, count)
-        generation = hf.trace_generation(
-            model, args.text, args.generate, tokenizer=tokenizer, layers=layers, progress=sys.stderr.isatty()
-        )
-    full = hf.trace(model, {"input_ids": torch.tensor([generation.ids])}, tokenizer=tokenizer, layers=layers)
+    count = None if layers is None else len(layers) if isinstance(layers, list) else 1
+    check_page_first(runner, args.text, "--text and --generate", args.generate, count)
+    generation = hf.trace_generation(
+        runner.model, args.text, args.generate, tokenizer=runner.processor, layers=layers, progress=sys.stderr.isatty()
+    )
+    full = runner.trace(generation.ids, layers)
     check_page_size(full, "--text and --generate", "--layer N")
     return full, generation

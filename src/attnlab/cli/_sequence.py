@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import math
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -28,9 +29,13 @@ from ._inputs import (
     split_text,
 )
 from ._options import TextsAction, at_least, positive_number, window_sides
-from ._transformers import BACKENDS, backend_for, say_backend, transformers_trace
+from ._transformers import BACKENDS, checkpoint_of, loaded, say_backend, transformers_trace
 
-__all__ = ["ShapeCheck", "add_input_options", "trace_from_args"]
+if TYPE_CHECKING:
+    from ..models import Model
+    from ..runner import Runner
+
+__all__ = ["ShapeCheck", "add_input_options", "model_traces", "trace_from_args"]
 
 # What a trace can hold: its (L, L) matrices are kept whole, several per head, so L²·H
 # is capped before any work (2²⁴ float64 scores are 128 MiB an array); widths likewise. A
@@ -200,7 +205,7 @@ def trace_from_args(
     if len(texts) > 1:
         raise InputError(f"--text: given {len(texts)} times; only 'attnlab view --model …' takes two texts")
     if args.model is not None:
-        return _model_trace(args, page, check)
+        return model_traces(args, [args.text], page, check)[0]
     for option, given in (("--image", args.image), ("--backend", args.backend)):
         if given is not None:
             raise InputError(f"{option}: expected --model with it (the checkpoint that reads it)")
@@ -221,39 +226,49 @@ def trace_from_args(
     return _run_layer(X, parse_tokens(args.tokens, len(X)) or names, args)
 
 
-def _model_trace(args: argparse.Namespace, page: bool, check: ShapeCheck | None) -> ModelTrace:
-    """Run the --model on --text and trace --layer (default: all for a page, else the
-    last), once its L²·heads·layers scores, for a ``page`` the page, and ``check`` fit."""
-    from ..models._checkpoint import locate
+def model_traces(
+    args: argparse.Namespace, texts: list[str | None], page: bool = False, check: ShapeCheck | None = None
+) -> list[ModelTrace]:
+    """Open the --model once and trace each of ``texts`` (None: --image's picture) at
+    --layer (default: all for a ``page``, else the last), each once its L²·heads·layers
+    scores, for a ``page`` the page, and ``check`` fit."""
+    import copy
 
     _refuse(args, f"--model {args.model} fixes the weights, the embedding and the scale")
     _refuse_variants(args, f"--model {args.model} attends as its config says (its causal mask, its own window)")
     if args.input is not None:
         raise InputError("--model: expected --text with the sentence to run (or --image), got an input file")
-    directory = locate(args.model)
-    backend, model_type = backend_for(args, directory)
-    if backend == "transformers":
-        trace = transformers_trace(args, directory, page)
-        if check is not None:
-            check(trace.num_layers, trace.num_heads, len(trace.tokens))
-        _check_trace_size(len(trace.tokens), trace.num_heads * len(trace.layers), "--layer N", page)
-        if page:
-            check_page_size(trace, "--text", FEWER_LAYERS)
-    else:
-        trace = _numpy_model_trace(args, page, check)
-    say_backend(args, backend, model_type)
+    checkpoint = checkpoint_of(args)
+    if checkpoint.backend == "numpy" and args.text is None:
+        raise InputError(f"--image: {args.model} runs in attnlab's NumPy models, which read text (--text)")
+    runner = loaded(checkpoint, "bare", processor=True)  # a transformers model's attention, or attnlab's model
+    traces = []
+    for text in texts:
+        one = copy.copy(args)
+        one.text = text
+        traces.append(_model_trace(one, runner, page, check))
+    say_backend(args, runner)
+    return traces
+
+
+def _model_trace(args: argparse.Namespace, runner: Runner, page: bool, check: ShapeCheck | None) -> ModelTrace:
+    """--text (or --image) through the opened --model, as :func:`model_traces` says."""
+    if runner.backend == "numpy":
+        return _numpy_model_trace(args, runner.model, page, check)
+    trace = transformers_trace(args, runner, page)
+    if check is not None:
+        check(trace.num_layers, trace.num_heads, len(trace.tokens))
+    _check_trace_size(len(trace.tokens), trace.num_heads * len(trace.layers), "--layer N", page)
+    if page:
+        check_page_size(trace, "--text", FEWER_LAYERS)
     return trace
 
 
-def _numpy_model_trace(args: argparse.Namespace, page: bool, check: ShapeCheck | None) -> ModelTrace:
-    """--model on attnlab's NumPy models, ``check`` run on its config and the text's tokens
-    before it runs."""
-    from ..models import load
+def _numpy_model_trace(args: argparse.Namespace, model: Model, page: bool, check: ShapeCheck | None) -> ModelTrace:
+    """--model on attnlab's NumPy ``model``, ``check`` run on its config and the text's
+    tokens before it runs."""
     from ..models._checks import sequence_ids
 
-    if args.text is None:
-        raise InputError(f"--image: {args.model} runs in attnlab's NumPy models, which read text (--text)")
-    model = load(args.model)
     if model.tokenizer is None:
         raise InputError(f"--model: {args.model} has no tokenizer (tokenizer.json, vocab.txt or vocab.json)")
     ids = sequence_ids(model.config, model.tokenizer, args.text, truncation=args.truncate, chat=args.chat).ids

@@ -18,13 +18,11 @@ Examples::
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
-from typing import Any
 
 from ..live._server import DEFAULT_TEXT
 from ._inputs import InputError
 from ._options import at_least
-from ._transformers import BACKENDS, _quiet, load_on_attnlab, run_on_model, say_backend
+from ._transformers import BACKENDS, open_model, say_backend
 
 __all__ = ["OPTIONS", "run"]
 
@@ -51,7 +49,7 @@ def add_options(parser: argparse.ArgumentParser) -> None:
         "and a warning says so)",
     )
     parser.add_argument("--port", type=at_least(0, 65535), default=0, help="the port (default 0: a free one)")
-    parser.set_defaults(image=None, output=None)  # run_on_model's: serve reads text and writes no file
+    parser.set_defaults(image=None)  # serve reads text
 
 
 OPTIONS = (add_options,)
@@ -61,34 +59,18 @@ def run(args: argparse.Namespace) -> None:
     """Load --model once (on its backend) and serve its live page until Ctrl-C."""
     from ..live import serve
 
-    model = tokenizer = None
+    runner = None
     if args.model is not None:
-        ran = run_on_model(args, _transformers_model, lambda model, tokenizer: None, {})
-        model, tokenizer = ran.model, ran.tokenizer
-        say_backend(args, ran.backend, ran.model_type)
+        runner = open_model(
+            args, "any", "serve runs"
+        )  # with its language-modelling head where it has one: ablation and generation
+        say_backend(args, runner)
     elif args.backend is not None:
         raise InputError("--backend: expected --model with it (the checkpoint it runs)")
     try:
-        serve(model, tokenizer=tokenizer, text=args.text, host=args.host, port=args.port, block=True)
+        serve(runner, text=args.text, host=args.host, port=args.port, block=True)
     except OSError as error:
         raise InputError(
             f"--host {args.host} --port {args.port}: cannot listen there ({error.strerror or error})"
         ) from None
     print("attnlab serve: stopped")
-
-
-def _transformers_model(args: argparse.Namespace, directory: Path) -> tuple[Any, Any]:
-    """The checkpoint with its language-modelling head (ablation and generation need it),
-    else as a bare model (its attention only)."""
-    from ._ablate import model_with_head
-    from ._transformers import tokenizer_of, transformers_for
-
-    try:
-        return model_with_head(args, directory)
-    except InputError as error:
-        if "at random" not in str(error):
-            raise
-    transformers = transformers_for(args, directory, "serve runs")
-    with _quiet(transformers):
-        model = load_on_attnlab(transformers.AutoModel, directory, f"--model: transformers cannot load {args.model}")
-    return model, tokenizer_of(transformers, args, directory)

@@ -16,6 +16,7 @@ from .._exceptions import renamed
 from .._validation import ArgumentError, ArgumentTypeError, Array, AttnlabError, fail, is_integer
 from ..layers._self_attention import SelfAttention
 from ..layers._text import embed_tokens, split_text
+from ..runner import Runner
 from ..trace import GenerationTrace, ModelTrace
 from ..trace._trace import Trace
 from ..viz._page import PageShape, check_page_size, opening, render_page
@@ -112,7 +113,8 @@ class Session:
     Args:
         model: None (the seed's :class:`attnlab.SelfAttention` on the typed tokens, one-hot,
             random weights of seed 42, as ``attnlab view --text`` draws them), an
-            :class:`attnlab.models.Model`, or a transformers model (with ``tokenizer``).
+            :class:`attnlab.models.Model`, a transformers model (with ``tokenizer``), or
+            :func:`attnlab.load_model`'s.
         tokenizer: a transformers model's tokenizer; None for the others.
 
     Raises:
@@ -267,18 +269,16 @@ def _kinds(trace: Trace | ModelTrace) -> dict[str, Any] | None:
 
 
 def _wrapped(model: Any, tokenizer: Any) -> _Model:
-    """None: the seed's layer; else the model through analysis' one dispatch (runner_for)."""
-    from ..analysis._runner import runner_for
+    """None: the seed's layer; else the model's runner (:func:`attnlab.runner.as_runner`),
+    as the page asks of it."""
+    from ..runner._open import as_runner
 
     if model is None:
         if tokenizer is not None:
             raise fail("tokenizer", "None without a model", type(tokenizer).__name__, TypeError)
         return _SeedLayer()
-    numpy: Callable[[Any], _Model] = _NumpyModel
-    transformers: Callable[[Any, Any], _Model] = _TransformersModel
-    return runner_for(
-        model, tokenizer, numpy, transformers, "model", "None, an attnlab.models.Model or a transformers model"
-    )
+    expected = "None, an attnlab.models.Model or a transformers model"
+    return _RunnerModel(as_runner(model, tokenizer, "model", expected))
 
 
 class _SeedLayer:
@@ -318,103 +318,53 @@ class _SeedLayer:
         raise fail("ablate", "a model with a head to the vocabulary (serve --model)", "the seed's layer")
 
 
-class _NumpyModel:
-    """An attnlab model."""
+class _RunnerModel:
+    """A model through its runner, either backend: each error about its text named by the
+    page's field, and each page's size checked from the config before the forward (where
+    the config has the sizes) and from the trace after."""
 
-    def __init__(self, model: Any) -> None:
-        self.model, self.name = model, model.name
-        self.layers, self.heads = model.config.num_hidden_layers, model.config.num_attention_heads
-        self.positions = model.config.max_position_embeddings
-
-    def trace(self, text: str, name: str) -> ModelTrace:
-        self._check_page(self.length(text, name), name)
-        return _named(name, lambda: self.model.trace(text))
-
-    def generate(self, text: str, count: int, check: Callable[[], object]) -> tuple[ModelTrace, GenerationTrace]:
-        if not self.model.config.causal:
-            raise fail("generate", "a causal model", f"{self.name}, a {self.model.config.model_type} model")
-        self._check_page(self.length(text, "text") + count, "generate")
-        generation = _named("text", lambda: self.model.trace_generation(text, count, check=check))
-        check()
-        return self.model.trace(generation.ids), generation
+    def __init__(self, runner: Runner) -> None:
+        self.runner, self.name = runner, runner.name
+        self.layers, self.heads, self.positions = runner.layers, runner.heads, runner.positions
 
     def length(self, text: str, name: str) -> int:
         """The tokens of ``text``, special ones included (refused: too long for the model)."""
-        from ..models._checks import sequence_ids
-
-        return len(_named(name, lambda: sequence_ids(self.model.config, self.model.tokenizer, text).ids))
-
-    def _check_page(self, length: int, name: str) -> None:
-        """Refuse, before the model runs, a page of ``length`` tokens too large for a browser."""
-        config = self.model.config
-        widths = (config.head_dim, config.head_dim)
-        check_page_size(PageShape(length, config.num_attention_heads, config.num_hidden_layers, widths, True), name)
-
-    def check_ablated(self, heads: tuple[tuple[int, int], ...]) -> None:
-        _check_ablated(heads, self.layers, self.heads, self.model.network.head is not None, self.name)
-
-    def ablate(self, text: str, heads: list[tuple[int, int]], check: Callable[[], object]) -> dict[str, Any]:
-        from ..analysis import ablate
-
-        return _named("ablate", lambda: ablate(self.model, text, heads=heads, check=check).to_dict(), ("heads",))
-
-
-class _TransformersModel:
-    """A transformers model, through attnlab.hf."""
-
-    def __init__(self, model: Any, tokenizer: Any) -> None:
-        from .. import hf
-        from ..hf._torch import model_name
-
-        hf.check_model(model)
-        self.model, self.tokenizer = model, tokenizer
-        self.name = model_name(model)
-        config = model.config.get_text_config()
-        layers, heads = getattr(config, "num_hidden_layers", None), getattr(config, "num_attention_heads", None)
-        self.layers = int(layers) if is_integer(layers) else None
-        self.heads = int(heads) if is_integer(heads) else None
-        positions = getattr(config, "max_position_embeddings", None)
-        self.positions = int(positions) if is_integer(positions) else None
-
-    def length(self, text: str, name: str) -> int:
-        """The tokens of ``text``, as hf.trace reads it (refused: too long for the model)."""
-        from ..hf._inputs import model_inputs
-
-        sequences = _named(name, lambda: model_inputs(self.model, text, self.tokenizer))
-        return int(sequences.inputs["input_ids"].shape[-1])
+        return int(_named(name, lambda: self.runner.length(text)))
 
     def trace(self, text: str, name: str) -> ModelTrace:
-        from .. import hf
-
-        trace = _named(name, lambda: hf.trace(self.model, text, tokenizer=self.tokenizer))
+        self._check_page(self.length(text, name), name)
+        trace = _named(name, lambda: self.runner.trace(text))
         check_page_size(trace, name)
         return trace
 
     def generate(self, text: str, count: int, check: Callable[[], object]) -> tuple[ModelTrace, GenerationTrace]:
-        from .. import hf
-        from ..hf._torch import torch
+        self._check_page(self.length(text, "text") + count, "generate")
 
-        generation = _named(
-            "text", lambda: hf.trace_generation(self.model, text, count, tokenizer=self.tokenizer, check=check)
-        )
-        check()
-        full = hf.trace(self.model, {"input_ids": torch.tensor([generation.ids])}, tokenizer=self.tokenizer)
+        def generated() -> tuple[ModelTrace, GenerationTrace]:  # a model that does not generate: named "generate"
+            return _named("generate", lambda: self.runner.generate(text, count, check), ("max_new_tokens",))
+
+        full, generation = _named("text", generated)
         check_page_size(full, "generate")
         return full, generation
 
+    def _check_page(self, length: int, name: str) -> None:
+        """Refuse, before the model runs, a page of ``length`` tokens too large for a browser."""
+        shape = self.runner.page_shape(length)
+        if shape is not None:
+            check_page_size(shape, name)
+
     def check_ablated(self, heads: tuple[tuple[int, int], ...]) -> None:
-        """Its head to the vocabulary; its layers (attention modules, in the order a forward
-        calls them: a vision tower's too) are checked against its trace."""
-        has_head = getattr(self.model, "get_output_embeddings", lambda: None)() is not None
-        _check_ablated(heads, None, None, has_head, self.name)
+        """Its head to the vocabulary and (attnlab's models) its layers and heads; a
+        transformers model's layers (attention modules, in the order a forward calls them:
+        a vision tower's too) are checked against its trace."""
+        known = self.runner.backend == "numpy"
+        layers, count = (self.layers, self.heads) if known else (None, None)
+        _check_ablated(heads, layers, count, self.runner.has_head, self.name)
 
     def ablate(self, text: str, heads: list[tuple[int, int]], check: Callable[[], object]) -> dict[str, Any]:
         from ..analysis import ablate
 
-        def run() -> dict[str, Any]:
-            return ablate(self.model, text, heads=heads, tokenizer=self.tokenizer, check=check).to_dict()
-
-        return _named("ablate", run, ("heads",))
+        return _named("ablate", lambda: ablate(self.runner, text, heads=heads, check=check).to_dict(), ("heads",))
 
 
 def _check_ablated(

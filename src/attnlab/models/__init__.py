@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -78,11 +79,20 @@ def load(name_or_dir: str | os.PathLike[str], *, dtype: Any = np.float32) -> Mod
         compute = None
     if compute is None or compute not in (np.dtype(np.float32), np.dtype(np.float64)):  # dtype == None is float64
         raise fail("dtype", "numpy.float32 or numpy.float64", repr(dtype))
-    directory = locate(name_or_dir)
+    return load_located(locate(name_or_dir), str(name_or_dir), compute)
+
+
+def load_located(
+    directory: Path, given: str, compute: np.dtype, config: dict[str, Any] | None = None, header: Any = None
+) -> Model:
+    """:func:`load` of a checkpoint already found (``directory``, a folder or a GGUF file;
+    ``given``, as its caller named it) in ``compute``'s dtype, config.json or the GGUF
+    ``header`` passed where already read (None: read here), so each is read once
+    (``attnlab.load_model``'s). Raises as :func:`load` does."""
     if directory.is_file():  # a GGUF file: config, weights and tokenizer all in it
         from ._gguf import read_gguf_model
 
-        gguf_config, weights, tokenizer, note = read_gguf_model(directory, compute)
+        gguf_config, weights, tokenizer, note = read_gguf_model(directory, compute, header)
         try:
             network = read_network(gguf_config, weights, compute)
         except CheckpointError as error:  # the settings are config.json's names, read from the file's metadata
@@ -93,15 +103,15 @@ def load(name_or_dir: str | os.PathLike[str], *, dtype: Any = np.float32) -> Mod
                 f"{directory}: its metadata, as config.json's {message[len('config.json: ') :]}"
             ) from None
         weights.check_all_read(gguf_config)
-        return Model(network, tokenizer, shown_name(str(name_or_dir)), weights_note=note)
-    config = read_config(directory)
+        return Model(network, tokenizer, shown_name(given), weights_note=note)
+    config = read_config(directory) if config is None else config
     network = read_network(config, Weights(directory), compute)
     generation = directory / "generation_config.json"  # where transformers' generate finds the end token
     if exists(generation):
         ends = end_tokens(read_config(directory, generation.name).get("eos_token_id"), generation.name)
         if ends:
             network = replace(network, config=replace(network.config, eos_token_id=ends))
-    return Model(network, read_tokenizer(directory), shown_name(str(name_or_dir)))
+    return Model(network, read_tokenizer(directory), shown_name(given))
 
 
 for _public in (CheckpointError, GenerationTrace, Model, ModelConfig, ModelOutput, ModelTrace, Tokenizer):

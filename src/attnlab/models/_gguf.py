@@ -427,17 +427,20 @@ def _unpermute(tensor: Array, heads: int) -> Array:
     return tensor.reshape(heads, rows // heads // 2, 2, *tensor.shape[1:]).swapaxes(1, 2).reshape(tensor.shape)
 
 
-def read_gguf_model(path: Path, dtype: np.dtype) -> tuple[dict[str, Any], GGUFWeights, Tokenizer, str]:
+def read_gguf_model(
+    path: Path, dtype: np.dtype, file: GGUFFile | None = None
+) -> tuple[dict[str, Any], GGUFWeights, Tokenizer, str]:
     """What :func:`attnlab.models.load` needs of a GGUF file: the config dict, the weights
     (dequantized when read), the tokenizer, and a note of what was read ("Q4_1,
-    dequantized to float32"). No tensor is read before the header has been checked.
+    dequantized to float32"). No tensor is read before the header has been checked;
+    ``file``: the header where already read (:func:`read_gguf`'s; None: read here).
 
     Raises:
         CheckpointError: see :func:`read_gguf`, :func:`check_supported`, :func:`gguf_config`
             and :func:`gguf_tokenizer`.
         MissingDependencyError: the gguf or the tokenizers package is not installed.
     """
-    file = read_gguf(path)
+    file = read_gguf(path) if file is None else file
     check_supported(file, np.dtype(dtype).itemsize)
     config = gguf_config(file)
     llama = file.architecture == "llama"  # llama.cpp permutes q and k for this architecture only

@@ -20,7 +20,7 @@ import html
 import re
 from importlib.resources import files
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from numpy.typing import ArrayLike
 
@@ -145,10 +145,37 @@ def write_page(
     check_path(path).write_text(render_page(trace, opens, views, lang=lang), encoding="utf-8")
 
 
+@runtime_checkable
+class Traceable(Protocol):
+    """A model the page can run: anything whose ``trace(text)`` gives its trace
+    (:func:`attnlab.load_model`'s, an :class:`attnlab.models.Model`)."""
+
+    def trace(self, text: Any) -> Trace | ModelTrace: ...
+
+
+def traced(
+    subject: Trace | ModelTrace | tuple[ModelTrace, ModelTrace] | Traceable, text: Any
+) -> Trace | ModelTrace | tuple[ModelTrace, ModelTrace]:
+    """The trace a page draws: ``subject`` itself, or a model's trace of ``text``.
+
+    Raises:
+        ArgumentError: a model without a text, or a text with a trace.
+    """
+    is_model = isinstance(subject, Traceable) and not isinstance(subject, (Trace, ModelTrace, tuple))
+    if text is None:
+        if is_model:
+            raise fail("text", "the text to run the model on", "None")
+        return subject  # type: ignore[return-value]  # a trace or a pair, checked by the caller
+    if not is_model:
+        raise fail("text", "None for a trace (it is drawn as it is); a text with a model", "a text")
+    return subject.trace(text)  # type: ignore[union-attr]  # a Traceable
+
+
 def view(
-    trace: Trace | ModelTrace | tuple[ModelTrace, ModelTrace],
+    trace: Trace | ModelTrace | tuple[ModelTrace, ModelTrace] | Traceable,
     path: str | Path | None = None,
     *,
+    text: Any = None,
     layer: int | None = None,
     head: int | None = None,
     query: int | None = None,
@@ -165,7 +192,10 @@ def view(
             layers): A in the main views, and A and B side by side under the same layer
             and head with their difference where the tokens align (a longest common
             subsequence of the tokens, gaps of one length paired position by position).
+            Or a model (:func:`attnlab.load_model`'s, an :class:`attnlab.models.Model`:
+            anything with ``trace(text)``) with ``text``: the page of its trace.
         path: the .html file to write; None returns the page as HTML text.
+        text: the text a model runs on (every layer); None for a trace.
         layer: the layer it opens on (a model's layer number, among the traced ones).
         head: the head it opens on.
         query: the query it opens on (a token's position, 0..L−1).
@@ -187,10 +217,10 @@ def view(
         ArgumentError: a path that is not an .html file in an existing folder, a trace
             too large for a browser, a layer, head or query out of range, a view that
             does not fit the trace (see :func:`._views.views_data`), or a ``lang`` other
-            than "en" or "zh".
+            than "en" or "zh"; a model without a ``text``, a trace with one.
         ArgumentTypeError: a trace, pair or generation of another type.
     """
-    first, second = split_pair(trace)
+    first, second = split_pair(traced(trace, text))
     _check_trace(first)
     if generation is not None and not isinstance(generation, GenerationTrace):
         raise fail("generation", "an attnlab.models.GenerationTrace", type(generation).__name__, TypeError)
@@ -265,8 +295,9 @@ def notebook_html(
 
 
 def show(
-    trace: Trace | ModelTrace | tuple[ModelTrace, ModelTrace],
+    trace: Trace | ModelTrace | tuple[ModelTrace, ModelTrace] | Traceable,
     *,
+    text: Any = None,
     layer: int | None = None,
     head: int | None = None,
     query: int | None = None,
@@ -276,17 +307,19 @@ def show(
 
     Args:
         trace: an :class:`attnlab.Trace` or a model's :class:`attnlab.models.ModelTrace`,
-            or a pair of ModelTraces of two texts (see :func:`view`).
+            or a pair of ModelTraces of two texts, or a model with ``text`` (see :func:`view`).
+        text: the text a model runs on; None for a trace.
         layer: the layer it opens on, as :func:`view` takes it.
         head: the head it opens on.
         query: the query it opens on.
         lang: the language of its interface, "en" (default) or "zh", as :func:`view` takes it.
 
     Raises:
-        ArgumentError: a layer, head or query out of range, or another ``lang`` (see :func:`view`).
+        ArgumentError: a layer, head or query out of range, or another ``lang``, a model
+            without a ``text`` (see :func:`view`).
         MissingDependencyError: IPython is not installed.
     """
-    first, second = split_pair(trace)
+    first, second = split_pair(traced(trace, text))
     _check_trace(first)
     opens = opening(first, layer, head, query)
     check_lang(lang)

@@ -38,11 +38,10 @@ __all__ = [
 ]  # fmt: skip
 
 MAX_VIEWS_BYTES = 16 * 10**6  # the views' own data, in base64: what Chromium decodes in well under a second
-ABLATE_MODES = ("zero", "mean")  # what a head's output becomes: attnlab.analysis.MODES, ablate --mode
-MODES = (*ABLATE_MODES, "patch")  # an ablation's mode: "patch" when ablate's patch_text replaced the outputs
-# analysis.head_types' kinds (analysis.KINDS is this one), in the order tables list them (a tie goes to the first)
-HEAD_KINDS = ("previous", "induction", "sink", "self", "cls", "sep", "punctuation")
-METRICS = {"logprob": "Δ log p(target)", "kl": "KL"}  # attnlab.analysis's names, and the page's words
+# the ablations the page has words for: how each head's output was replaced, and the effect it draws
+# (an ablation's metric name, and the page's words for it)
+MODES = ("zero", "mean", "patch")
+METRICS = {"logprob": "Δ log p(target)", "kl": "KL"}
 ALIGNMENT_RULE = (
     "tokens align by a longest common subsequence of the two texts' tokens; between two aligned tokens, "
     "gaps of equal length pair position by position (a substituted token, shown as A|B); other tokens are left out"
@@ -260,8 +259,10 @@ def check_head_types(types: Any, trace: Trace | ModelTrace) -> dict[str, Any]:
         raise fail("head_types", "a dict (HeadTypes.to_dict())", type(types).__name__, TypeError)
     layers = trace.num_layers if isinstance(trace, ModelTrace) else 1
     kinds, dominant, scores = types.get("kinds"), types.get("dominant"), types.get("scores")
-    if not isinstance(kinds, list) or not all(isinstance(k, str) and k in HEAD_KINDS for k in kinds):
-        raise fail("head_types", f"kinds among {', '.join(HEAD_KINDS)}", repr(kinds))
+    if not isinstance(kinds, list) or not all(isinstance(k, str) and k for k in kinds):
+        raise fail("head_types", "kinds, a list of names", repr(kinds))
+    if len(set(kinds)) != len(kinds):
+        raise fail("head_types", "kinds, each named once", repr(kinds))
     rows: list[Any] = dominant if isinstance(dominant, list) and len(dominant) == layers else []
     if not rows or any(not isinstance(row, list) or len(row) != trace.num_heads for row in rows):
         raise fail("head_types", f"dominant: {layers} layers × {trace.num_heads} heads", _shape_of(dominant))

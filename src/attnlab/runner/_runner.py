@@ -1,0 +1,238 @@
+"""The one interface of a model that the library runs, whichever backend runs it: "run
+this model on these ids and record what is asked" (the attention weights of every layer,
+the next-token logits at the last position, each head's output, or the logits with given
+heads' outputs replaced), and the tokenizer's work around it (a text's ids, readable
+tokens, one target token). :class:`NumpyRunner` implements it on an
+:class:`attnlab.models.Model`, :class:`TransformersRunner` on a transformers model through
+attnlab's backend (``attnlab.hf``); :func:`attnlab.runner.as_runner` gives the one for a model.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from .._validation import Array, fail, is_integer, text_ids
+from ..trace import GenerationTrace, ModelTrace
+from ..viz._page import PageShape
+
+__all__ = ["Cells", "Runner", "layer_weights", "ordinary_ids", "token_ids"]
+
+Cells = list[tuple[int, int, Array]]  # (layer, head, the head's output (L, Ev)) of each forward of a batch
+# vocabulary entries that are not ordinary text even when not marked special: BERT's [unused0], Llama's <0x0A>
+_RESERVED = re.compile(r"^(\[.*\]|<.*>)$")
+
+
+class Runner:
+    """A model as the library runs it (see the module). Its attributes:
+
+    - ``model``, ``tokenizer`` (None for attnlab's model, which has its own), ``name``
+      (what traces and tables call it), ``backend`` ("numpy" or "transformers") and
+      ``description`` (its model type, or what a GGUF file holds);
+    - ``vocab_size``, ``positions`` (the most tokens it takes; None: no limit of its own),
+      ``layers`` and ``heads`` (the config's; None where it has none);
+    - ``num_layers``, ``num_heads`` and ``layer_labels``: the layers an ablation counts
+      (a transformers model's attention modules in the order a forward calls them, known
+      after its first :meth:`record`; 0 and [] before);
+    - ``prefix``: the first token of a sequence the model reads ([BOS], [CLS]) or none;
+    - ``has_head``: whether it has a head to the vocabulary (logits).
+    """
+
+    model: Any
+    tokenizer: Any
+    name: str
+    backend: str
+    description: str
+    vocab_size: int
+    positions: int | None
+    layers: int | None
+    heads: int | None
+    num_layers: int = 0
+    num_heads: int = 0
+    layer_labels: list[str]
+    prefix: list[int]
+    has_head: bool
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.name!r}, {self.description}, {self.layers} layers × {self.heads} heads)"
+
+    def ids(self, text: Any, name: str = "text", cut: bool = False) -> Array:
+        """The ids (L,) int64 of a text (the tokenizer's, special tokens added) or of ids,
+        checked against the vocabulary and the positions; ``cut``: a text longer than the
+        positions cut to them.
+
+        Raises:
+            ArgumentError: no token, an id outside the vocabulary, too many tokens; a text
+                where there is no tokenizer.
+        """
+        ids = text
+        if isinstance(text, str):
+            ids = self.encode(text, name)
+            if cut and self.positions is not None:
+                ids = ids[: self.positions]
+        return text_ids(name, text, ids, self.vocab_size, self.positions)
+
+    def target(self, target: Any) -> tuple[int, str]:
+        """The target's id and text: a string that is one token, or a token id.
+
+        Raises:
+            ArgumentError: an id outside the vocabulary, a string of another count of tokens.
+        """
+        if is_integer(target):
+            if not 0 <= target < self.vocab_size:
+                raise fail("target", f"a token id in 0..{self.vocab_size - 1}", repr(target))
+            return int(target), self.tokens(np.array([target]))[0]
+        ids = self.plain_ids(target)
+        if len(ids) != 1:
+            raise fail("target", "one token of the model's vocabulary", f"{target!r}, {len(ids)} tokens")
+        return int(ids[0]), str(target)
+
+    def page_shape(self, length: int, layers: int | None = None) -> PageShape | None:
+        """The shape of the page of ``length`` tokens through ``layers`` of its layers (None:
+        every one), from its config, to check before any forward; None where the config
+        lacks the sizes (the page's own check, of its trace, then decides)."""
+        width = self.head_width
+        if self.heads is None or self.layers is None or not width:
+            return None
+        return PageShape(length, self.heads, layers or self.layers, (width, width), model=True)
+
+    def most_repeat(self, most: int) -> int:
+        """The most n ≤ ``most`` that [prefix] + n ordinary tokens twice take: the positions
+        and the ordinary tokens bound it; 0 where not even 2 fit."""
+        most = min(most, len(self.ordinary()))
+        if self.positions is not None:
+            most = min(most, (self.positions - len(self.prefix)) // 2)
+        return most if most >= 2 else 0
+
+    def repeated(self, n: int, rng: np.random.Generator) -> list[int]:
+        """[prefix] + r + r, r = n distinct ordinary ids drawn with ``rng``.
+
+        Raises:
+            ArgumentError: n below 2, or more than the positions or the ordinary tokens take
+                (named ``repeat``).
+        """
+        if not is_integer(n) or n < 2:
+            raise fail("repeat", "0 (no induction) or n ≥ 2 random tokens, twice", repr(n))
+        length = len(self.prefix) + 2 * n
+        if self.positions is not None and length > self.positions:
+            most = (self.positions - len(self.prefix)) // 2
+            within = f"{'1 + ' if self.prefix else ''}2n tokens within the model's {self.positions} positions"
+            raise fail("repeat", f"at most {most} ({within})", n)
+        candidates = self.ordinary()
+        if n > len(candidates):
+            raise fail("repeat", f"at most {len(candidates)}, the ordinary tokens of the vocabulary", n)
+        r = rng.choice(candidates, size=n, replace=False)
+        return [*self.prefix, *(int(i) for i in r), *(int(i) for i in r)]
+
+    def check_one_stack(self) -> None:
+        """Refuse an encoder-decoder model (T5, BART), which an analysis of one stack of
+        layers cannot read; the same error on either backend (attnlab's are all one stack).
+
+        Raises:
+            UnsupportedModelError: an encoder-decoder model.
+        """
+
+    # each backend's own
+    head_width: int | None  # each head's width of q, k and v (None: not in the config)
+
+    def length(self, text: str) -> int:
+        """The tokens of ``text``, special ones included, as :meth:`trace` reads it (no forward).
+
+        Raises:
+            ArgumentError: a text the model cannot take (too long, empty).
+        """
+        raise NotImplementedError
+
+    def trace(self, text: Any, layers: Any = None) -> ModelTrace:
+        """The trace of ``text`` (a text or ids) through ``layers`` (None: every one)."""
+        raise NotImplementedError
+
+    def generate(
+        self, text: str, count: int, check: Callable[[], object] | None = None, layers: Any = None
+    ) -> tuple[ModelTrace, GenerationTrace]:
+        """``count`` new tokens after ``text``, greedy: the whole sequence's trace and the
+        generation's (``check`` called before each new token)."""
+        raise NotImplementedError
+
+    def check_head(self) -> None:
+        """Refuse a model without a head to the vocabulary (before :meth:`record`).
+
+        Raises:
+            ArgumentError: named ``model``.
+        """
+        raise NotImplementedError
+
+    def encode(self, text: str, name: str) -> list[int]:
+        """A text's ids, special tokens added (``name``: the argument that gave it)."""
+        raise NotImplementedError
+
+    def plain_ids(self, text: str) -> list[int]:
+        """A text's ids without special tokens (``target``'s)."""
+        raise NotImplementedError
+
+    def tokens(self, ids: Array) -> list[str]:
+        """The ids' tokens, readable (byte-level pieces as characters)."""
+        raise NotImplementedError
+
+    def ordinary(self) -> Array:
+        """The ids an induction sequence is drawn from: every id of the vocabulary that is
+        not special, the prefix or a reserved entry."""
+        raise NotImplementedError
+
+    def attention(self, ids: list[int]) -> tuple[list[str], list[bool], Array]:
+        """One forward of ``ids``: their tokens, which are special ([] where unknown), and
+        every layer's attention weights (layers, H, L, L) float64."""
+        raise NotImplementedError
+
+    def record(self, ids: Array) -> tuple[Array, list[Array]]:
+        """One forward's next-token logits at the last position (vocab,) float64 and each
+        layer's head outputs (H, L, Ev); the first one also finds the layers of an ablation."""
+        raise NotImplementedError
+
+    def ablated(self, ids: Array, cells: Cells) -> Array:
+        """The next-token logits at the last position (B, vocab) float64 of B = len(cells)
+        forwards of ``ids`` at once, forward b with the head of ``cells[b] = (layer, head,
+        output)`` given that output (L, Ev)."""
+        raise NotImplementedError
+
+
+def token_ids(value: Any) -> set[int]:
+    """The token ids a config value names: one id, a list of them, or none (None)."""
+    return {int(v) for v in (value if isinstance(value, list) else [value]) if is_integer(v) and v >= 0}
+
+
+def ordinary_ids(vocab_size: int, excluded: set[int], entries: Sequence[str | None]) -> Array:
+    """The ids 0..vocab_size − 1 not in ``excluded`` whose vocabulary entry (None: unknown)
+    is not reserved."""
+    keep = [i for i in range(vocab_size) if i not in excluded and not _RESERVED.match(entries[i] or "")]
+    return np.asarray(keep, dtype=np.int64)
+
+
+def layer_weights(trace: Any) -> Array:
+    """Every layer's weights (layers, H, L, L), once the trace has every layer's
+    self-attention."""
+    if not isinstance(trace, ModelTrace):
+        raise fail("trace", "a model's trace (ModelTrace)", type(trace).__name__, TypeError)
+    kinds = getattr(trace, "kinds", None) or {}
+    others = sorted({kind for kind in kinds.values() if kind != "self"})
+    if others:
+        expected = "the self-attention of a decoder-only or encoder-only model (every entry 'self')"
+        raise fail("trace", expected, f"entries of kind {', '.join(others)}")
+    missing = [i for i in range(trace.num_layers) if i not in trace.layers]
+    if missing or not trace.layers:
+        expected = f"every layer traced (0..{trace.num_layers - 1}), as model.trace(text) gives"
+        raise fail("trace", expected, f"layers {sorted(trace.layers)}; missing {missing}")
+    matrices = [np.asarray(trace.layers[i].weights, dtype=np.float64) for i in range(trace.num_layers)]
+    for i, weights in enumerate(matrices):
+        if weights.ndim == 2:
+            matrices[i] = weights = weights[None]  # (L, S) -> (1, L, S): one head
+        if weights.ndim != 3 or weights.shape[-1] != weights.shape[-2]:
+            raise fail("trace", "self-attention weights (H, L, L) in every layer", f"{weights.shape} in layer {i}")
+        if not np.isfinite(weights).all():
+            raise fail("trace", "finite weights", f"NaN or infinity in layer {i}")
+    if len({w.shape for w in matrices}) != 1:
+        raise fail("trace", "the same heads and tokens in every layer", str(sorted({w.shape for w in matrices})))
+    return np.stack(matrices)

@@ -1,0 +1,62 @@
+"""The one runner: a refusal is the same error whichever backend or analysis meets it."""
+
+from __future__ import annotations
+
+import pytest
+
+from attnlab import analysis
+from attnlab.hf import UnsupportedModelError
+
+
+def _bart() -> object:
+    T = pytest.importorskip("transformers")
+    config = T.BartConfig(
+        vocab_size=64, d_model=16, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2,
+        decoder_attention_heads=2, encoder_ffn_dim=32, decoder_ffn_dim=32, max_position_embeddings=32,
+    )  # fmt: skip
+    return T.BartForConditionalGeneration(config).eval()
+
+
+def test_an_encoder_decoder_is_refused_alike_by_ablate_head_types() -> None:
+    model = _bart()
+    message = r"^bart: attnlab runs decoder-only and encoder-only models here; this one is an encoder-decoder$"
+    with pytest.raises(UnsupportedModelError, match=message):
+        analysis.ablate(model, [1, 2, 3], heads="all")
+    with pytest.raises(UnsupportedModelError, match=message):
+        analysis.head_types(model, [1, 2, 3])
+
+
+def test_the_opened_model_and_a_text_go_where_a_trace_goes() -> None:
+    import numpy as np
+
+    import attnlab
+    from attnlab import ArgumentError
+
+    model = attnlab.load_model("builtin:coref")
+    text = "小明是个运动达人，他平时很爱打篮球"
+    trace = model.trace(text)
+    np.testing.assert_array_equal(analysis.rollout(model, text=text), analysis.rollout(trace))
+    np.testing.assert_array_equal(analysis.residual_attention(model, text=text), analysis.residual_attention(trace))
+    assert attnlab.view(model, text=text) == attnlab.view(trace)
+    with pytest.raises(ArgumentError, match=r"^text: expected the text to run the model on, got None$"):
+        attnlab.view(model)
+    with pytest.raises(ArgumentError, match=r"^text: expected None for a trace"):
+        analysis.rollout(trace, text=text)
+
+
+def test_a_checkpoint_is_refused_on_a_backend_that_cannot_run_it_naming_backend(tmp_path) -> None:
+    import json
+
+    from attnlab import ArgumentError
+    from attnlab.runner import open_checkpoint
+
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "t5"}))
+    with pytest.raises(ArgumentError, match=r"^backend numpy: .* is a 't5' model; attnlab runs ") as caught:
+        open_checkpoint(tmp_path, backend="numpy")
+    assert caught.value.argument == "backend"
+    checkpoint = open_checkpoint(tmp_path)
+    assert (checkpoint.backend, checkpoint.description, checkpoint.config) == (
+        "transformers",
+        "t5",
+        {"model_type": "t5"},
+    )
