@@ -24,11 +24,12 @@ from typing import Any
 
 import numpy as np
 
+from .._io import exists
 from .._validation import fail
 from ..trace import GenerationTrace, ModelTrace
 from ..trace._display import shown_name
 from ._architectures import ARCHITECTURES, end_tokens, read_network
-from ._checkpoint import CheckpointError, Weights, exists, locate, read_config
+from ._checkpoint import CheckpointError, Weights, locate, read_config
 from ._model import Model, ModelOutput
 from ._network import ModelConfig
 from ._tokenizer import Tokenizer, read_tokenizer

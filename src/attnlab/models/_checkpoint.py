@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from .._exceptions import CheckpointError
-from .._io import check_file, exists, file_kind, read_bounded  # check_file: also cli/_transformers' preflight
+from .._io import exists, file_kind, read_bounded
 from .._validation import Array, MissingDependencyError, fail, non_finite_counts
 
 __all__ = [
@@ -36,8 +36,6 @@ __all__ = [
     "CheckpointError",
     "WeightSource",
     "Weights",
-    "check_file",
-    "exists",
     "locate",
     "map_file",
     "non_finite",

@@ -69,8 +69,9 @@ def preflight(directory: Path, config: dict[str, Any] | None = None, header: Any
     Raises:
         CheckpointError, ArgumentError: naming the file or the field (``model``).
     """
+    from .._io import check_file, exists
     from ..models import _checkpoint
-    from ..models._checkpoint import exists, read_config
+    from ..models._checkpoint import read_config
 
     if directory.is_file():
         _check_gguf_blocks(directory, header)
@@ -78,7 +79,7 @@ def preflight(directory: Path, config: dict[str, Any] | None = None, header: Any
     limits = [(name, _checkpoint.MAX_JSON) for name in _SETTINGS_FILES]
     for name, limit in limits + [(name, _checkpoint.MAX_TOKENIZER) for name in _VOCABULARY_FILES]:
         if exists(directory / name):
-            _checkpoint.check_file(directory / name, limit)
+            check_file(directory / name, limit)
     config = read_config(directory) if config is None else config
     if "model_type" in config and not isinstance(config["model_type"], str):
         raise ArgumentError(
