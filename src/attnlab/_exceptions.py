@@ -50,9 +50,10 @@ class AttnlabError(Exception):
 class ArgumentError(AttnlabError, ValueError):
     """An argument has the right type but a value that cannot be used."""
 
-    def __init__(self, message: str, argument: str = "") -> None:
+    def __init__(self, message: str, argument: str = "", mentions: tuple[str, ...] = ()) -> None:
         super().__init__(message)
         self.argument = argument  # the name the message starts with, so a caller can rename it
+        self.mentions = mentions  # other arguments the message names ("truncation=True"), renamed too
 
 
 class ArgumentTypeError(AttnlabError, TypeError):
@@ -70,8 +71,8 @@ class MissingDependencyError(AttnlabError, ImportError):
 class CheckpointError(ArgumentError):
     """A checkpoint that cannot be used: missing, incomplete, corrupted or unsupported."""
 
-    def __init__(self, message: str) -> None:
-        super().__init__(message, "name_or_dir")
+    def __init__(self, message: str, argument: str = "name_or_dir") -> None:
+        super().__init__(message, argument)
 
 
 class InputError(ArgumentError):
@@ -96,12 +97,17 @@ class MissingFontWarning(UserWarning):
 def renamed(error: AttnlabError, names: dict[str, str]) -> str | None:
     """``error``'s message naming what a caller passed on (a command's option, a page's
     field) instead of the library's argument: ``names[error.argument]`` in place of the
-    argument its message starts with; None when ``names`` has no name for its argument
-    (or it has none: an error that is not about an argument)."""
+    argument its message starts with, and ``names[m]`` in place of each of the error's
+    ``mentions`` (another argument the message names, spelled as it spells it, such as
+    "truncation=True"); None when ``names`` has no name for its argument (or it has none:
+    an error that is not about an argument)."""
     argument, message = getattr(error, "argument", ""), str(error)
     if not argument or argument not in names or not message.startswith(argument):
         return None
-    return names[argument] + message[len(argument) :]
+    message = names[argument] + message[len(argument) :]
+    for mention in getattr(error, "mentions", ()):  # other arguments the message names, as it spells them
+        message = message.replace(mention, names.get(mention, mention))
+    return message
 
 
 def deprecated(old: str, new: str, *, stacklevel: int = 2) -> None:

@@ -53,11 +53,16 @@ FLOAT_DTYPES = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64)
 SEED_LIMIT = 2**63  # seeds are ints in [0, 2**63): what a Philox key and numpy's SeedSequence take
 
 
-def fail(name: str, expected: str, got: object, error: type[Exception] = ValueError) -> AttnlabError:
+def fail(
+    name: str, expected: str, got: object, error: type[Exception] = ValueError, mentions: tuple[str, ...] = ()
+) -> AttnlabError:
     """Build (not raise) the error for argument ``name``: an :class:`ArgumentError`, or an
-    :class:`ArgumentTypeError` when ``error`` is ``TypeError``. Callers ``raise fail(...)``."""
-    kind = ArgumentTypeError if issubclass(error, TypeError) else ArgumentError
-    return kind(f"{name}: expected {expected}, got {got}", name)
+    :class:`ArgumentTypeError` when ``error`` is ``TypeError``; ``mentions``: how ``expected``
+    spells other arguments it names ("truncation=True"), so that a caller renames them too
+    (:func:`~attnlab._exceptions.renamed`). Callers ``raise fail(...)``."""
+    if issubclass(error, TypeError):
+        return ArgumentTypeError(f"{name}: expected {expected}, got {got}", name)
+    return ArgumentError(f"{name}: expected {expected}, got {got}", name, mentions)
 
 
 def all_finite(x: Array) -> bool:

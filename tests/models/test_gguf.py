@@ -399,7 +399,7 @@ def test_a_gguf_settings_error_names_the_file_not_a_config_json(tiny, tmp_path):
     path = _with_metadata(tiny, tmp_path, "llama.attention.head_count_kv", 3)  # not a divisor of the heads
     with pytest.raises(models.CheckpointError) as caught:
         models.load(path)
-    assert str(caught.value).startswith(f"{path}: its metadata, as config.json's num_key_value_heads: expected")
+    assert str(caught.value).startswith(f"{path}: its metadata (config.json's names): num_key_value_heads: expected")
 
 
 def test_a_fifo_or_a_device_given_as_the_model_says_what_it_is(tmp_path):

@@ -61,6 +61,7 @@ _OPTIONS = {
     "tokens": "--tokens",
     "seed": "--seed",
     "name_or_dir": "--model",
+    "truncation=True": "--truncate",  # a mention: the option that cuts a text to the model's positions
     "input_ids": "--text",
     "text_or_ids": "--text",
     "layers": "--layer",
@@ -80,7 +81,7 @@ def _in_cli_words(error: AttnlabError, args: argparse.Namespace) -> str:
     options.update(
         {name: option for name, (dest, option) in _GIVEN_OPTIONS.items() if getattr(args, dest, None) is not None}
     )
-    return (renamed(error, options) or str(error)).replace("truncation=True", "--truncate")
+    return renamed(error, options) or str(error)
 
 
 def _one_line(message: str) -> str:

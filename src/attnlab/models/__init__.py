@@ -24,12 +24,13 @@ from typing import Any
 
 import numpy as np
 
+from .._exceptions import renamed
 from .._io import exists
 from .._validation import fail
 from ..trace import GenerationTrace, ModelTrace
 from ..trace._display import shown_name
 from ._architectures import ARCHITECTURES, end_tokens, read_network
-from ._checkpoint import CheckpointError, Weights, locate, read_config
+from ._checkpoint import CONFIG, CheckpointError, Weights, locate, read_config
 from ._model import Model, ModelOutput
 from ._network import ModelConfig
 from ._tokenizer import Tokenizer, read_tokenizer
@@ -97,12 +98,10 @@ def load_located(
         try:
             network = read_network(gguf_config, weights, compute)
         except CheckpointError as error:  # the settings are config.json's names, read from the file's metadata
-            message = str(error)
-            if not message.startswith("config.json: "):
+            message = renamed(error, {CONFIG: f"{directory}: its metadata (config.json's names)"})
+            if message is None:
                 raise
-            raise CheckpointError(
-                f"{directory}: its metadata, as config.json's {message[len('config.json: ') :]}"
-            ) from None
+            raise CheckpointError(message) from None
         weights.check_all_read(gguf_config)
         return Model(network, tokenizer, shown_name(given), weights_note=note)
     config = read_config(directory) if config is None else config

@@ -20,7 +20,7 @@ import numpy as np
 from .._validation import Array, is_integer, is_real
 from ..layers import Embedding
 from ..layers._multihead_self import MultiheadSelfAttention
-from ._checkpoint import CheckpointError, WeightSource
+from ._checkpoint import CheckpointError, WeightSource, config_error
 from ._network import FULL, SLIDING, Block, ModelConfig, Network
 from ._ops import ACTIVATIONS, Linear, Norm, Rope, rope_frequencies
 
@@ -45,7 +45,7 @@ class _Reader:
         if not is_integer(value) or value < minimum:
             got = "nothing" if value is None else repr(value)
             expected = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
-            raise CheckpointError(f"config.json: {keys[0]}: expected {expected}, got {got}")
+            raise config_error(f"{keys[0]}: expected {expected}, got {got}")
         return value
 
     def layers(self, *keys: str, block: str, first: str) -> int:
@@ -67,7 +67,7 @@ class _Reader:
     def number(self, key: str, default: float) -> float:
         value = self.config.get(key, default)
         if not is_real(value):
-            raise CheckpointError(f"config.json: {key}: expected a number, got {value!r}")
+            raise config_error(f"{key}: expected a number, got {value!r}")
         return float(value)
 
     def epsilon(self, key: str, default: float) -> float:
@@ -75,19 +75,19 @@ class _Reader:
         norm's root NaN for some rows)."""
         value = self.number(key, default)
         if not math.isfinite(value) or value < 0:
-            raise CheckpointError(f"config.json: {key}: expected a finite number >= 0, got {value!r}")
+            raise config_error(f"{key}: expected a finite number >= 0, got {value!r}")
         return value
 
     def flag(self, key: str, default: bool) -> bool:
         value = self.config.get(key, default)
         if not isinstance(value, bool):
-            raise CheckpointError(f"config.json: {key}: expected true or false, got {value!r}")
+            raise config_error(f"{key}: expected true or false, got {value!r}")
         return value
 
     def activation(self, key: str, default: str) -> Callable[[Array], Array]:
         name = self.config.get(key, default)
         if not isinstance(name, str) or name not in ACTIVATIONS:
-            raise CheckpointError(f"config.json: {key}: expected one of {', '.join(ACTIVATIONS)}, got {name!r}")
+            raise config_error(f"{key}: expected one of {', '.join(ACTIVATIONS)}, got {name!r}")
         return ACTIVATIONS[name]
 
     def get(self, name: str, *shape: int) -> Array:
@@ -154,8 +154,8 @@ class _Reader:
         sliding_window = self.integer("sliding_window") if use else None
         if sliding_window is None:
             if named is not None and SLIDING in named:
-                raise CheckpointError(
-                    f"config.json: layer_types: {SLIDING!r} layers need use_sliding_window true and a sliding_window; "
+                raise config_error(
+                    f"layer_types: {SLIDING!r} layers need use_sliding_window true and a sliding_window; "
                     f"expected only {FULL!r}, got a sliding layer"
                 )
             return None, full
@@ -188,7 +188,7 @@ def _gpt2(config: dict[str, Any], weights: WeightSource, dtype: np.dtype) -> Net
         r.integer("n_inner", default=4 * D),
     )
     if D % H:
-        raise CheckpointError(f"config.json: n_head: expected a divisor of n_embd {D}, got {H}")
+        raise config_error(f"n_head: expected a divisor of n_embd {D}, got {H}")
     eps, act = r.epsilon("layer_norm_epsilon", 1e-5), r.activation("activation_function", "gelu_new")
     blocks = []
     for i in range(layers):
@@ -239,13 +239,11 @@ def _bert(config: dict[str, Any], weights: WeightSource, dtype: np.dtype) -> Net
         r.integer("intermediate_size"),
     )
     if D % H:
-        raise CheckpointError(f"config.json: num_attention_heads: expected a divisor of hidden_size {D}, got {H}")
+        raise config_error(f"num_attention_heads: expected a divisor of hidden_size {D}, got {H}")
     if config.get("position_embedding_type", "absolute") != "absolute":
-        raise CheckpointError(
-            f"config.json: position_embedding_type: expected 'absolute', got {config['position_embedding_type']!r}"
-        )
+        raise config_error(f"position_embedding_type: expected 'absolute', got {config['position_embedding_type']!r}")
     if config.get("is_decoder") or config.get("add_cross_attention"):
-        raise CheckpointError("config.json: is_decoder: attnlab runs BERT as an encoder; expected false, got true")
+        raise config_error("is_decoder: attnlab runs BERT as an encoder; expected false, got true")
     eps, act = r.epsilon("layer_norm_eps", 1e-12), r.activation("hidden_act", "gelu")
     blocks = []
     for i in range(layers):
@@ -301,13 +299,11 @@ def _llama(config: dict[str, Any], weights: WeightSource, dtype: np.dtype) -> Ne
         r.integer("intermediate_size"),
     )
     if H % Hk:
-        raise CheckpointError(
-            f"config.json: num_key_value_heads: expected a divisor of num_attention_heads {H}, got {Hk}"
-        )
+        raise config_error(f"num_key_value_heads: expected a divisor of num_attention_heads {H}, got {Hk}")
     if D % H:  # as transformers' configurations refuse it, head_dim given or not
-        raise CheckpointError(f"config.json: num_attention_heads: expected a divisor of hidden_size {D}, got {H}")
+        raise config_error(f"num_attention_heads: expected a divisor of hidden_size {D}, got {H}")
     if E % 2:  # RoPE rotates pairs of coordinates
-        raise CheckpointError(f"config.json: head_dim: expected an even number (RoPE rotates pairs), got {E}")
+        raise config_error(f"head_dim: expected an even number (RoPE rotates pairs), got {E}")
     sliding_window, layer_types = r.sliding_layers(model_type, layers)
     eps, act = r.epsilon("rms_norm_eps", 1e-6), r.activation("hidden_act", "silu")
     if qwen2 or mistral:  # their transformers classes have no bias flags: Qwen2's q, k and v have biases
@@ -354,9 +350,7 @@ def _layer_types(value: Any, layers: int) -> tuple[str, ...]:
     two names (or "attention", transformers' old name of "full_attention")."""
     names = [FULL if name == "attention" else name for name in value] if isinstance(value, list) else []
     if len(names) != layers or not all(isinstance(name, str) and name in (FULL, SLIDING) for name in names):
-        raise CheckpointError(
-            f"config.json: layer_types: expected a list of {layers} {FULL!r} or {SLIDING!r}, got {str(value)[:200]}"
-        )
+        raise config_error(f"layer_types: expected a list of {layers} {FULL!r} or {SLIDING!r}, got {str(value)[:200]}")
     return tuple(str(name) for name in names)
 
 
@@ -374,9 +368,7 @@ def architecture(config: dict[str, Any]) -> str:
     :data:`ARCHITECTURES`); a CheckpointError naming them otherwise."""
     model_type = config.get("model_type")
     if not isinstance(model_type, str) or model_type not in ARCHITECTURES:
-        raise CheckpointError(
-            f"config.json: model_type: expected one of {', '.join(ARCHITECTURES)}, got {model_type!r}"
-        )
+        raise config_error(f"model_type: expected one of {', '.join(ARCHITECTURES)}, got {model_type!r}")
     return model_type
 
 

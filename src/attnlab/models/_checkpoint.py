@@ -84,6 +84,16 @@ _DTYPES: dict[str, np.dtype] = {
 }
 
 
+CONFIG = "config.json"
+
+
+def config_error(text: str) -> CheckpointError:
+    """A refusal of a setting of config.json, "config.json: key: expected …, got …", whose
+    ``.argument`` is "config.json", so that a reader of settings from elsewhere (a GGUF
+    file's metadata) renames its source by ``_exceptions.renamed``."""
+    return CheckpointError(f"{CONFIG}: {text}", CONFIG)
+
+
 def locate(name_or_dir: str | os.PathLike[str]) -> Path:
     """The directory of a checkpoint: ``name_or_dir`` itself when it is a directory or a
     GGUF file, else a hub id found in the local cache or downloaded."""

@@ -125,7 +125,7 @@ def sequence_ids(
     if len(ids) > limit:
         if not truncation:
             expected = f"at most {limit} tokens, {why} (truncation=True cuts a text to them)"
-            raise fail("text_or_ids", expected, f"{len(ids)}")
+            raise fail("text_or_ids", expected, f"{len(ids)}", mentions=("truncation=True",))
         notes.append(f"cut to its first {limit} of {len(ids)} tokens ({why})")
         ids = tokenizer.encode(text, add_special_tokens=not chat, max_length=limit)
         template = template[: len(ids)]

@@ -67,7 +67,7 @@ def rope_frequencies(config: dict[str, Any], head_dim: int) -> Array:
 
     Reads both spellings: ``rope_parameters`` (transformers 5) and ``rope_theta`` with
     ``rope_scaling`` (the config.json of most checkpoints)."""
-    from ._checkpoint import CheckpointError
+    from ._checkpoint import config_error
 
     try:
         params = dict(config.get("rope_scaling") or {})
@@ -80,15 +80,15 @@ def rope_frequencies(config: dict[str, Any], head_dim: int) -> Array:
                 for key in ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")
             )
     except (KeyError, TypeError, ValueError) as error:
-        raise CheckpointError(
-            f"config.json: rope_parameters: expected rope_theta and, for llama3, factor, low_freq_factor, "
+        raise config_error(
+            f"rope_parameters: expected rope_theta and, for llama3, factor, low_freq_factor, "
             f"high_freq_factor and original_max_position_embeddings as finite positive numbers ({error!r})"
         ) from None
     inv_freq = 1.0 / theta ** (np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)
     if kind == "default":
         return inv_freq
     if kind != "llama3":
-        raise CheckpointError(f"config.json: rope type {kind!r} is not supported; expected 'default' or 'llama3'")
+        raise config_error(f"rope type {kind!r} is not supported; expected 'default' or 'llama3'")
     wavelength = 2 * math.pi / inv_freq
     scaled = np.where(wavelength > old_context / low, inv_freq / factor, inv_freq)
     medium = (wavelength >= old_context / high) & (wavelength <= old_context / low)
