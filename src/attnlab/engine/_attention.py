@@ -343,9 +343,10 @@ def attention(
             that does not return a bool array of the block's shape.
         TypeError: an argument of the wrong type or dtype (flags must be bools).
     """
-    rules = Rules(is_causal, causal_alignment, window, softcap, alibi_slopes, sinks, mask_mod).unless(rules)
+    given = Rules(is_causal=is_causal, causal_alignment=causal_alignment, window=window, softcap=softcap,
+                  alibi_slopes=alibi_slopes, sinks=sinks, mask_mod=mask_mod)  # fmt: skip
     pb = make_problem(
-        query, key, value, attn_mask, dropout_p, scale, enable_gqa, rng, rules, key_lengths=key_lengths
+        query, key, value, attn_mask, dropout_p, scale, enable_gqa, rng, given.unless(rules), key_lengths=key_lengths
     )  # fmt: skip
     need_weights = flag("need_weights", need_weights)
     threads = _threads(num_threads)
@@ -406,8 +407,9 @@ def backward(
         grad_key = grad_key.reshape(*batch, H // pb.groups, pb.groups, S, E).sum(axis=-3)  # (B…, Hk, S, E)
         grad_value = grad_value.reshape(*batch, H // pb.groups, pb.groups, S, -1).sum(axis=-3)  # (B…, Hk, S, Ev)
     grad_sinks = None
-    if pb.sinks is not None:
-        grad_sinks = sinks_gradient(pb.sinks, lse, delta, pb.slices, pb.heads)
+    sinks = pb.rules["sinks"]
+    if sinks is not None:
+        grad_sinks = sinks_gradient(sinks, lse, delta, pb.slices, pb.heads)
     result = pb.result_dtype
     grad_query, grad_key, grad_value = (  # the engine's own arrays: summed (a copy) only where broadcast
         (grad if grad.shape == x.shape else sum_to_shape(grad, x.shape)).astype(result, copy=False)

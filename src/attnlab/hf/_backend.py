@@ -66,11 +66,11 @@ class EngineCall:
 
     @classmethod
     def of(
-        cls, module: Any, query: Any, key: Any, value: Any, mask: Any, sinks: Any, rules: Rules, options: dict[str, Any]
+        cls, module: Any, query: Any, key: Any, value: Any, mask: Any, s_aux: Any, rules: Rules, options: dict[str, Any]
     ) -> EngineCall:
         """The call of these tensors, as NumPy arrays (float16 and bfloat16 widened to float32),
-        ``sinks`` (a tensor or None) joining ``rules``."""
-        rules = rules.replace(sinks=to_numpy(sinks))
+        the sinks ``s_aux`` (a tensor (H,) or None) joining ``rules``."""
+        rules = rules.replace(sinks=to_numpy(s_aux))
         return cls(module, to_numpy(query), to_numpy(key), to_numpy(value), to_numpy(mask), rules, options)
 
 
@@ -252,10 +252,10 @@ class _EngineFunction(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx: Any, query: Any, key: Any, value: Any, mask: Any, sinks: Any, rules: Any, options: Any) -> Any:
-        result, output, weights = _forward(query, key, value, mask, sinks, rules, options, ctx.needs_input_grad[3])
+    def forward(ctx: Any, query: Any, key: Any, value: Any, mask: Any, s_aux: Any, rules: Any, options: Any) -> Any:
+        result, output, weights = _forward(query, key, value, mask, s_aux, rules, options, ctx.needs_input_grad[3])
         ctx.result = result
-        ctx.formats = tuple(None if x is None else (x.dtype, x.device) for x in (query, key, value, mask, sinks))
+        ctx.formats = tuple(None if x is None else (x.dtype, x.device) for x in (query, key, value, mask, s_aux))
         ctx.options = options
         ctx.set_materialize_grads(False)  # an output the loss does not use: None, not zeros
         return output, weights
@@ -298,7 +298,7 @@ def _weights_backward(result: Attention, grad_weights: np.ndarray, options: dict
     weights = np.asarray(result.weights, dtype)  # W, (B…, L, S)
     if pb.dropout_p > 0:  # P before the dropout: the same forward without it
         again = dict(options, dropout_p=0.0, rng=None, need_weights=True)
-        call = EngineCall(None, pb.query, pb.key, pb.value, pb.mask, pb.rules, again)
+        call = EngineCall(None, pb.query, pb.key, pb.value, pb.mask, pb.rules.given, again)
         probabilities = np.asarray(_engine_call(call).weights, dtype)
     else:
         probabilities = weights
@@ -309,9 +309,10 @@ def _weights_backward(result: Attention, grad_weights: np.ndarray, options: dict
     if pb.mask is not None and pb.mask.dtype != bool:
         grad_mask = sum_to_shape(grad_scores, pb.mask.shape)
     key = pb.key if pb.groups == 1 else np.repeat(pb.key, pb.groups, axis=-3)  # (B…, S, E), H heads
-    if pb.softcap is not None:
+    softcap = pb.rules["softcap"]
+    if softcap is not None:
         scores = (pb.query * np.asarray(pb.scale, dtype)) @ np.swapaxes(key, -1, -2)  # scale·Q·Kᵀ
-        capped = np.tanh(scores / pb.softcap)
+        capped = np.tanh(scores / softcap)
         grad_scores = grad_scores * (1.0 - capped * capped)
     grad_scores *= pb.scale
     grad_query = grad_scores @ key  # (B…, L, E)
@@ -319,7 +320,8 @@ def _weights_backward(result: Attention, grad_weights: np.ndarray, options: dict
     if pb.groups > 1:
         *batch, H, S, E = grad_key.shape
         grad_key = grad_key.reshape(*batch, H // pb.groups, pb.groups, S, E).sum(axis=-3)
-    grad_sinks = None if pb.sinks is None else sinks_gradient(pb.sinks, result.lse, row, pb.slices, pb.heads)
+    sinks = pb.rules["sinks"]
+    grad_sinks = None if sinks is None else sinks_gradient(sinks, result.lse, row, pb.slices, pb.heads)
     grad_query, grad_key = (
         grad if grad.shape == x.shape else sum_to_shape(grad, x.shape)
         for grad, x in ((grad_query, pb.query), (grad_key, pb.key))
@@ -328,12 +330,12 @@ def _weights_backward(result: Attention, grad_weights: np.ndarray, options: dict
 
 
 def _run_engine(
-    query: Any, key: Any, value: Any, mask: Any, sinks: Any, rules: Rules, options: dict[str, Any]
+    query: Any, key: Any, value: Any, mask: Any, s_aux: Any, rules: Rules, options: dict[str, Any]
 ) -> tuple[Any, Any]:
     """(output (B, H, L, Ev), weights or None): :class:`_EngineFunction`, or, where no
     gradient can flow (``torch.no_grad``, ``inference_mode``, no input requiring one), the
     same forward without autograd's bookkeeping (0.1 ms a call)."""
-    inputs = (query, key, value, mask, sinks)
+    inputs = (query, key, value, mask, s_aux)
     if torch.is_grad_enabled() and any(x is not None and x.requires_grad for x in inputs):
         return tuple(_EngineFunction.apply(*inputs, rules, options))
     _, output, weights = _forward(*inputs, rules, options, mask_needs_grad=False)
@@ -341,13 +343,14 @@ def _run_engine(
 
 
 def _forward(
-    query: Any, key: Any, value: Any, mask: Any, sinks: Any, rules: Rules, options: dict[str, Any],
+    query: Any, key: Any, value: Any, mask: Any, s_aux: Any, rules: Rules, options: dict[str, Any],
     mask_needs_grad: bool,
 ) -> tuple[Attention, Any, Any]:  # fmt: skip
-    """The engine's forward on these tensors: its result, the output (B, H, L, Ev) in
-    query's dtype and device, whose memory is (B, L, H, Ev), and the weights or None."""
+    """The engine's forward on these tensors (the sinks ``s_aux`` a tensor (H,) or None):
+    its result, the output (B, H, L, Ev) in query's dtype and device, whose memory is
+    (B, L, H, Ev), and the weights or None."""
     q, k, v = (to_numpy(x, contiguous=True) for x in (query, key, value))
-    rules = rules.replace(sinks=to_numpy(sinks))
+    rules = rules.replace(sinks=to_numpy(s_aux))
     result = _engine_call(EngineCall(None, q, k, v, _engine_mask(mask, mask_needs_grad), rules, options))
     weights = None if result.weights is None else from_numpy(result.weights, query)
     return result, heads_last_copy(result.exact_output, query), weights
