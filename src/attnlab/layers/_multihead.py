@@ -29,6 +29,7 @@ their positions, are refused with them.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -462,7 +463,8 @@ class MultiheadAttention(Module):
         param_grads = {name: grads[name].astype(self.dtype, copy=False) for name in p}
         dq, dk, dv = (self._layout(grad_x, forward.batched) for grad_x, _, _ in projected)
         mask = forward.mask_gradient(of_heads.attn_mask)
-        return Gradients(dq, dk, dv, attn_mask=mask, sinks=of_heads.sinks), param_grads
+        # the heads' gradients of the variants' values (the sinks', …) as they are
+        return dataclasses.replace(of_heads, query=dq, key=dk, value=dv, attn_mask=mask), param_grads
 
 
 def _checked_state(state: Any, current: dict[str, Array], dtype: np.dtype) -> dict[str, Array]:
@@ -484,16 +486,21 @@ def _checked_state(state: Any, current: dict[str, Array], dtype: np.dtype) -> di
     return loaded
 
 
+# the variants a layer with appended keys takes: the band's (built into its mask) and those that need no position
+_WITH_APPENDED_KEYS = frozenset({"is_causal", "window", "causal_alignment", "softcap", "sinks"})
+
+
 def _engine_rules(rules: Rules, lengths: tuple[int, int], extra: int) -> tuple[Array | None, Rules]:
     """The (L, S) keys that is_causal and the window allow, to build into the layer's mask
     (None: the engine applies them), and the variants the engine is given. Without
     appended keys the engine is given them all; with ``extra`` appended keys, which have
     no position, the band is built over the S real keys here (the appended ones stay
-    unmasked) and ALiBi and mask_mod are refused."""
+    unmasked), softcap and the sinks go to the engine, and every other variant (ALiBi,
+    mask_mod, those that count or place keys) is refused."""
     if not extra:
         return None, rules
-    for name in ("alibi_slopes", "mask_mod"):
-        if getattr(rules, name) is not None:
+    for name in rules.given():
+        if name not in _WITH_APPENDED_KEYS:
             expected = "None with add_bias_kv or add_zero_attn (the keys they append have no position)"
             raise fail(name, expected, "a value")
     L, S = lengths

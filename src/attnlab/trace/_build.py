@@ -9,7 +9,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from .._validation import Array, fail, real_number
-from ..engine._attention import attention
+from ..engine._attention import attention, engine_problem
 from ..engine._masks import mask_mod_allows, modify_scores_
 from ..engine._problem import Problem, default_scale, make_problem
 from ..engine.variants import BUILTINS, Rules
@@ -72,9 +72,12 @@ def build_trace(
         raise fail("key_tokens", f"{S} labels, one per row of K and V", f"{len(key_tokens)} labels")
     result = attention(Q, K, V, attn_mask=attn_mask, is_causal=is_causal, scale=scale, need_weights=True, rules=rules)
     pb = result.problem
+    multiplier = engine_problem(pb)[1]  # a row scale's m_i, (…, L), or None
     with np.errstate(over="ignore", invalid="ignore"):  # overflowing scores are shown as ±inf or NaN
         scores = Q @ np.swapaxes(K, -1, -2)  # (…, L, L)
         scaled = scores * scale
+        if multiplier is not None:
+            scaled *= multiplier[..., None]  # row i's dot products times m_i
         _modify(pb, scaled)  # softcap, the biases, and −inf where a rule rules key j out
     bias = None
     given = pb.rules.given

@@ -152,7 +152,7 @@ class Variants:
         for name, variant in REGISTRY.items():
             if name == "mask_mod" and self.attn_mask is not None:  # the call's mask, before the mask function
                 parts.append(_MASK_WORDS[lang][self.attn_mask])
-            words = variant.describe(getattr(self, name), lang)
+            words = variant.describe(self._recorded[name], lang) if name in self._recorded else None
             parts += [] if words is None else [words]
         return ("；" if lang == "zh" else "; ").join(parts)
 

@@ -160,6 +160,17 @@ class Variant:
         analytic NumPy code (``engine._masks.score_mod_derivative``)."""
         return None
 
+    def row_scale(self, checked: Any, pb: Any) -> Array | None:
+        """A multiplier m_i of each query row's dot products, (B…, L) in the compute dtype,
+        for the Problem ``pb``: the engines run on Q's rows times it (``engine._attention``),
+        so every engine, compiled or not, takes it as it is; None: none."""
+        return None
+
+    def row_scale_gradient(self, checked: Any, pb: Any, grad_scale: Array) -> Array | None:
+        """The gradient of its value from dL/dm, ``grad_scale`` (B…, L), that of its row
+        multiplier (``Gradients`` holds it under the variant's name)."""
+        return None
+
     def of_sequence(self, checked: Any, index: tuple[int, ...], batch: int) -> Any:
         """The checked value for one sequence's problem (``engine._ragged``), whose batch
         shape is (H,): ``index`` into B… without the heads, ``batch`` its flat index there."""

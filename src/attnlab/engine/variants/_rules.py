@@ -29,8 +29,10 @@ class Rules:
         alibi_slopes: (H,) or (B, H): −slope·|d| added to the scores.
         sinks: (H,): one logit per head joined to every row's softmax.
         mask_mod: FlexAttention's mask function.
-        extra: the values of variants registered from outside the package
-            (``engine.variants.register``), by name.
+        extra: the values of the variants without a keyword of their own, by name: those
+            registered from outside the package (``engine.variants.register``) and the
+            built-ins that no torch function names (``length_scale``); ``Rules.of`` puts
+            them there.
     """
 
     is_causal: bool = False
