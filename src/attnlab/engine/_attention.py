@@ -44,6 +44,7 @@ __all__ = [
     "blocked_engine",
     "choose_engine",
     "engine_problem",
+    "row_scale_backward",
 ]
 
 
@@ -131,6 +132,7 @@ class Gradients:
         attn_mask: the gradient of a float ``attn_mask``, summed to its shape; None for a
             bool mask or none.
         sinks: the gradient of ``sinks``, (H,); None without sinks.
+        length_scale: the gradient of ``length_scale``'s s, (H,); None without it.
     """
 
     query: Array
@@ -138,6 +140,7 @@ class Gradients:
     value: Array
     attn_mask: Array | None = None
     sinks: Array | None = None
+    length_scale: Array | None = None
 
     def __iter__(self) -> Iterator[Array]:
         return iter((self.query, self.key, self.value))
@@ -184,7 +187,8 @@ class Attention:
     def backward(self, grad_output: ArrayLike, grad_lse: ArrayLike | None = None) -> Gradients:
         """The gradients of Σ grad_output∘O + Σ grad_lse∘lse, each in the shape of its
         input (broadcast dimensions summed, GQA groups summed onto their shared head) and
-        in the inputs' dtype: dQ, dK, dV, and those of a float ``attn_mask`` and of ``sinks``.
+        in the inputs' dtype: dQ, dK, dV, and those of a float ``attn_mask``, of ``sinks`` and
+        of ``length_scale``.
 
         Args:
             grad_output: dO, of the output's shape (B…, L, Ev) and dtype.
@@ -373,6 +377,21 @@ def engine_problem(pb: Problem) -> tuple[Problem, Array | None]:
     return dataclasses.replace(pb, query=query), multiplier
 
 
+def row_scale_backward(pb: Problem, multiplier: Array | None, grad_scaled: Array) -> tuple[Array, dict[str, Array]]:
+    """dQ from dQ' (B…, L, E), the gradient of the engines' query rows Q' = m∘Q
+    (:func:`engine_problem`): m∘dQ'; and the gradients of the row-scaling variants' values
+    by name, in the inputs' dtype, from dL/dm_i = q_i·dq'_i. (dQ', {}) without a row scale."""
+    if multiplier is None:
+        return grad_scaled, {}
+    grad_scale = np.einsum("...le,...le->...l", np.broadcast_to(pb.query, grad_scaled.shape), grad_scaled)  # (B…, L)
+    of_variants = {}
+    for variant, value in pb.rules.variants:
+        grad = variant.row_scale_gradient(value, pb, grad_scale)
+        if grad is not None:
+            of_variants[variant.name] = grad.astype(pb.result_dtype, copy=False)
+    return grad_scaled * multiplier[..., None], of_variants
+
+
 def _forward(impl: EngineImpl, pb: Problem, threads: int | None) -> tuple[Array, Array, Array | None]:
     """``impl``'s forward of ``pb``; with key lengths, one sequence at a time unless the
     fused engine's decode path takes them (``_ragged``)."""
@@ -421,14 +440,7 @@ def backward(
         grad_query, grad_key, grad_value, grad_mask = _ragged.backward(
             run, grad_output, saved_results, lambda sequence, d_out, part: impl.backward(sequence, d_out, part, threads)
         )
-    of_variants: dict[str, Array] = {}
-    if multiplier is not None:  # dQ' of Q' = m∘Q: dL/dm_i = q_i·dq'_i, dQ = m∘dQ'
-        grad_scale = np.einsum("...le,...le->...l", np.broadcast_to(pb.query, grad_query.shape), grad_query)
-        grad_query = grad_query * multiplier[..., None]  # (B…, L, E)
-        for variant, value in pb.rules.variants:
-            grad = variant.row_scale_gradient(value, pb, grad_scale)
-            if grad is not None:
-                of_variants[variant.name] = grad.astype(pb.result_dtype, copy=False)
+    grad_query, of_variants = row_scale_backward(pb, multiplier, grad_query)
     if pb.groups > 1:  # sum each group of G query heads back onto its key/value head
         *batch, H, S, E = grad_key.shape
         grad_key = grad_key.reshape(*batch, H // pb.groups, pb.groups, S, E).sum(axis=-3)  # (B…, Hk, S, E)

@@ -15,6 +15,7 @@ score rule and gradient, its record (and its restoring from one) and its words;
     alibi_slopes m     Z += −m·|d|                              (alibi)
     sinks s            one more key of logit s, value 0        (sinks)
     mask_mod           FlexAttention's mask function            (mask_mod)
+    length_scale s     Q's row i × s_h·log n_i, before all these (length_scale)
 
 with d = j − (i + offset). A variant from outside the package subclasses ``Variant``
 (FlexAttention's score function: ``score_mod``; a bias: ``bias``; its words:
@@ -22,14 +23,15 @@ with d = j − (i + offset). A variant from outside the package subclasses ``Var
 docs/design.md, "Adding a variant", lists what a new built-in one touches.
 """
 
-from . import alibi, alignment, causal, mask_mod, sinks, softcap, window
+from . import alibi, alignment, causal, length_scale, mask_mod, sinks, softcap, window
 from ._base import ALIGNMENTS, REGISTRY, Alignment, Band, Context, MaskMod, ScoreMod, Variant, offset, register
 from ._rules import NO_RULES, Checked, Rules, check
 from .mask_mod import and_masks, or_masks
 
 # the built-ins in the one order of operations, whatever order their modules were imported in
 for _variant in (
-    causal.CAUSAL, window.WINDOW, alignment.ALIGNMENT, softcap.SOFTCAP, alibi.ALIBI, sinks.SINKS, mask_mod.MASK_MOD
+    causal.CAUSAL, window.WINDOW, alignment.ALIGNMENT, softcap.SOFTCAP, alibi.ALIBI, sinks.SINKS, mask_mod.MASK_MOD,
+    length_scale.LENGTH_SCALE,
 ):  # fmt: skip
     REGISTRY[_variant.name] = REGISTRY.pop(_variant.name)
 BUILTINS = tuple(REGISTRY)  # the package's own variants' names, which every trace records
