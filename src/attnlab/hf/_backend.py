@@ -75,9 +75,9 @@ class EngineCall:
         return cls(module, to_numpy(query), to_numpy(key), to_numpy(value), to_numpy(mask), rules, options)
 
 
-def _with_tensors(rules: Rules, sinks: Any, length_scale: Any) -> Rules:
-    """``rules`` with the per-head tensors the module's call gave (the sinks, the length scales), as NumPy."""
-    rules = rules.replace(sinks=to_numpy(sinks))
+def _with_tensors(rules: Rules, s_aux: Any, length_scale: Any) -> Rules:
+    """``rules`` with the per-head tensors the module's call gave (the sinks ``s_aux``, the length scales), as NumPy."""
+    rules = rules.replace(sinks=to_numpy(s_aux))
     return rules if length_scale is None else rules.replace(length_scale=to_numpy(length_scale))
 
 
