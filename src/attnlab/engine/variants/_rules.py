@@ -4,6 +4,7 @@ turns it into its checked form, :class:`Checked`, which a Problem holds and the 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
@@ -102,12 +103,12 @@ class Checked:
     def __getitem__(self, name: str) -> Any:
         return self.values[name]
 
-    @property
+    @functools.cached_property
     def variants(self) -> tuple[tuple[Variant, Any], ...]:
         """(variant, checked value) of each variant that changes anything, in the registry's order."""
         return tuple((REGISTRY[name], value) for name, value in self.values.items() if REGISTRY[name].given(value))
 
-    @property
+    @functools.cached_property
     def compiled(self) -> bool:
         """Whether the fused engine compiles every variant given (the built-ins but ``mask_mod``)."""
         return all(variant.compiled for variant, _ in self.variants)
