@@ -11,7 +11,7 @@ dimensions broadcast as in NumPy.
 from __future__ import annotations
 
 import enum
-from typing import Any, Literal, overload
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -45,60 +45,56 @@ class _Unset(enum.Enum):
 _UNSET = _Unset.UNSET
 
 
+if TYPE_CHECKING:
+    from typing_extensions import TypedDict, Unpack
+
+    class _Options(TypedDict, total=False):
+        """The keyword-only arguments of :func:`scaled_dot_product_attention` that leave
+        the type of its result alone (the overloads' common tail)."""
+
+        window: tuple[int | None, int | None] | None
+        causal_alignment: Alignment
+        softcap: float | None
+        alibi_slopes: ArrayLike | None
+        sinks: ArrayLike | None
+        mask_mod: MaskMod | None
+        key_lengths: ArrayLike | None
+        rng: int | np.random.Generator | None
+        engine: Engine | None
+        num_threads: int | None
+        rules: Rules | None
+
+
+# the result's type from need_weights and return_lse (return_weights: need_weights' old name)
 @overload
 def scaled_dot_product_attention(
     query: ArrayLike, key: ArrayLike, value: ArrayLike, attn_mask: ArrayLike | None = ..., dropout_p: float = ...,
     is_causal: bool = ..., scale: float | None = ..., enable_gqa: bool = ..., *,
-    window: tuple[int | None, int | None] | None = ..., causal_alignment: Alignment = ..., softcap: float | None = ...,
-    alibi_slopes: ArrayLike | None = ..., sinks: ArrayLike | None = ..., mask_mod: MaskMod | None = ...,
-    key_lengths: ArrayLike | None = ...,
-    need_weights: Literal[False] | _Unset = ..., return_lse: Literal[False] = ...,
-    rng: int | np.random.Generator | None = ..., engine: Engine | None = ...,
-    num_threads: int | None = ..., return_weights: _Unset = ...,
+    need_weights: Literal[False] | _Unset = ..., return_lse: Literal[False] = ..., **options: Unpack[_Options],
 ) -> Array: ...  # fmt: skip
 @overload
 def scaled_dot_product_attention(
     query: ArrayLike, key: ArrayLike, value: ArrayLike, attn_mask: ArrayLike | None = ..., dropout_p: float = ...,
     is_causal: bool = ..., scale: float | None = ..., enable_gqa: bool = ..., *,
-    window: tuple[int | None, int | None] | None = ..., causal_alignment: Alignment = ..., softcap: float | None = ...,
-    alibi_slopes: ArrayLike | None = ..., sinks: ArrayLike | None = ..., mask_mod: MaskMod | None = ...,
-    key_lengths: ArrayLike | None = ...,
-    need_weights: Literal[True],
-    return_lse: Literal[False] = ..., rng: int | np.random.Generator | None = ..., engine: Engine | None = ...,
-    num_threads: int | None = ..., return_weights: _Unset = ...,
+    need_weights: Literal[True], return_lse: Literal[False] = ..., **options: Unpack[_Options],
 ) -> tuple[Array, Array]: ...  # fmt: skip
 @overload
 def scaled_dot_product_attention(
     query: ArrayLike, key: ArrayLike, value: ArrayLike, attn_mask: ArrayLike | None = ..., dropout_p: float = ...,
     is_causal: bool = ..., scale: float | None = ..., enable_gqa: bool = ..., *,
-    window: tuple[int | None, int | None] | None = ..., causal_alignment: Alignment = ..., softcap: float | None = ...,
-    alibi_slopes: ArrayLike | None = ..., sinks: ArrayLike | None = ..., mask_mod: MaskMod | None = ...,
-    key_lengths: ArrayLike | None = ...,
-    need_weights: Literal[False] | _Unset = ..., return_lse: Literal[True],
-    rng: int | np.random.Generator | None = ..., engine: Engine | None = ...,
-    num_threads: int | None = ..., return_weights: _Unset = ...,
+    need_weights: Literal[False] | _Unset = ..., return_lse: Literal[True], **options: Unpack[_Options],
 ) -> tuple[Array, Array]: ...  # fmt: skip
 @overload
 def scaled_dot_product_attention(
     query: ArrayLike, key: ArrayLike, value: ArrayLike, attn_mask: ArrayLike | None = ..., dropout_p: float = ...,
     is_causal: bool = ..., scale: float | None = ..., enable_gqa: bool = ..., *,
-    window: tuple[int | None, int | None] | None = ..., causal_alignment: Alignment = ..., softcap: float | None = ...,
-    alibi_slopes: ArrayLike | None = ..., sinks: ArrayLike | None = ..., mask_mod: MaskMod | None = ...,
-    key_lengths: ArrayLike | None = ...,
-    need_weights: Literal[True],
-    return_lse: Literal[True], rng: int | np.random.Generator | None = ..., engine: Engine | None = ...,
-    num_threads: int | None = ..., return_weights: _Unset = ...,
+    need_weights: Literal[True], return_lse: Literal[True], **options: Unpack[_Options],
 ) -> tuple[Array, Array, Array]: ...  # fmt: skip
 @overload
 def scaled_dot_product_attention(
     query: ArrayLike, key: ArrayLike, value: ArrayLike, attn_mask: ArrayLike | None = ..., dropout_p: float = ...,
     is_causal: bool = ..., scale: float | None = ..., enable_gqa: bool = ..., *,
-    window: tuple[int | None, int | None] | None = ..., causal_alignment: Alignment = ..., softcap: float | None = ...,
-    alibi_slopes: ArrayLike | None = ..., sinks: ArrayLike | None = ..., mask_mod: MaskMod | None = ...,
-    key_lengths: ArrayLike | None = ...,
-    need_weights: _Unset = ...,
-    return_lse: bool = ..., rng: int | np.random.Generator | None = ..., engine: Engine | None = ...,
-    num_threads: int | None = ..., return_weights: bool,
+    return_lse: bool = ..., return_weights: bool, **options: Unpack[_Options],
 ) -> Array | tuple[Array, ...]: ...  # fmt: skip
 def scaled_dot_product_attention(
     query: ArrayLike,
@@ -123,6 +119,7 @@ def scaled_dot_product_attention(
     engine: Engine | None = None,
     num_threads: int | None = None,
     return_weights: bool | _Unset = _UNSET,
+    rules: Rules | None = None,
 ) -> Array | tuple[Array, ...]:
     """softmax(scale · Q·Kᵀ + mask) · V, as ``torch.nn.functional.scaled_dot_product_attention``,
     and the variants of flash-attn and FlexAttention (keyword-only; see :func:`attention`).
@@ -171,6 +168,8 @@ def scaled_dot_product_attention(
             for any number.
         return_weights: the deprecated name of ``need_weights`` (a DeprecationWarning;
             removed in the next release).
+        rules: the variants as one ``engine.variants.Rules``, in place of their keywords
+            (not both), as :func:`attention` takes it.
 
     Returns:
         output (B…, L, Ev), followed by the weights and/or the lse when asked for, in
@@ -206,6 +205,7 @@ def scaled_dot_product_attention(
         rng=rng,
         engine=engine,
         num_threads=num_threads,
+        rules=rules,
     )
     results = [result.output]
     if result.weights is not None:
@@ -239,6 +239,7 @@ def scaled_dot_product_attention_backward(
     mask_mod: MaskMod | None = None, key_lengths: ArrayLike | None = None, dropout_p: float = 0.0,
     rng: int | None = None, engine: Engine | None = None, num_threads: int | None = None,
     output: ArrayLike | None = None, lse: ArrayLike | None = None, grad_lse: ArrayLike | None = None,
+    rules: Rules | None = None,
 ) -> Gradients:  # fmt: skip
     """Gradients of ``scaled_dot_product_attention`` for query, key and value, and for a
     float ``attn_mask`` and ``sinks`` when given.
@@ -277,6 +278,8 @@ def scaled_dot_product_attention_backward(
             recomputed for float16, whose results were rounded).
         lse: the forward's log-sum-exp (B…, L), from ``return_lse=True``.
         grad_lse: the gradient of the lse (B…, L), for a caller that used it; None: 0.
+        rules: the forward's variants as one ``engine.variants.Rules``, in place of their
+            keywords (not both).
 
     Returns:
         :class:`Gradients`, which unpacks as (grad_query, grad_key, grad_value), each in
@@ -298,8 +301,11 @@ def scaled_dot_product_attention_backward(
         raise fail("rng", "the forward's int seed when dropout_p > 0", None, TypeError)
     if (output is None) != (lse is None):
         raise fail("output, lse", "both of the forward's results or neither", "only one of them")
-    rules = Rules(is_causal, causal_alignment, window, softcap, alibi_slopes, sinks, mask_mod)
-    pb = make_problem(query, key, value, attn_mask, dropout_p, scale, enable_gqa, rng, rules, key_lengths=key_lengths)
+    given = Rules(is_causal=is_causal, causal_alignment=causal_alignment, window=window, softcap=softcap,
+                  alibi_slopes=alibi_slopes, sinks=sinks, mask_mod=mask_mod)  # fmt: skip
+    pb = make_problem(
+        query, key, value, attn_mask, dropout_p, scale, enable_gqa, rng, given.unless(rules), key_lengths=key_lengths
+    )  # fmt: skip
     saved = None
     # float16's output and lse were rounded to float16: the backward recomputes them in float32
     if output is not None and pb.result_dtype != np.float16:

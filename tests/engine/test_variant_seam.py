@@ -77,7 +77,7 @@ def test_a_registered_variant_runs_in_the_naive_and_tiled_engines(engine: str, l
     np.testing.assert_allclose(result.output, expected["output"], rtol=0, atol=1e-12)
     for got, name in zip(grads, ("dq", "dk", "dv"), strict=True):
         np.testing.assert_allclose(got, expected[name], rtol=0, atol=1e-11)
-    assert result.problem.extra == ((TOY, LAMBDA),)
+    assert result.problem.rules.variants == ((REGISTRY["is_causal"], True), (TOY, LAMBDA))
     assert not result.problem.compiles_whole  # the fused engine's compiled tasks know only the built-ins
 
 
@@ -104,7 +104,7 @@ def test_a_registered_variant_is_traced_said_and_drawn_on_the_page() -> None:
     np.testing.assert_allclose(trace.bias, np.broadcast_to(expected["bias"], (2, 6, 6)), rtol=0, atol=0)
     words = "causal: query i sees keys j ≤ i; toy: −0.01·d² added to the scores"
     assert trace.variants is not None and trace.variants.describe("en") == words
-    assert trace.variants.extra == (("toy_quadratic", LAMBDA),)
+    assert trace.variants.toy_quadratic == LAMBDA
     again = al.Trace.from_dict(trace.to_dict())
     assert again.variants == trace.variants
     page = al.view(trace)

@@ -133,7 +133,7 @@ def test_the_weights_gradient_with_dropout_softcap_sinks_mask_and_gqa_passes_gra
     mix = torch.randn(1, 4, 5, 6, generator=g, dtype=torch.float64)
 
     def loss(*inputs: Any) -> Any:
-        output, weights = _EngineFunction.apply(*inputs, Rules(softcap=1.5), options)
+        output, weights = _EngineFunction.apply(*inputs, None, Rules(softcap=1.5), options)  # no length scale
         return output.square().sum() + (weights * mix).sum() + weights.square().sum()
 
     inputs = tuple(x.requires_grad_() for x in (q, k, v, mask, sinks))

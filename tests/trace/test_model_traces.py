@@ -13,6 +13,7 @@ import pytest
 
 import attnlab as al
 import traces
+from attnlab.engine.variants import Rules
 from attnlab.trace import KINDS, ModelTrace, Trace, build_trace
 
 
@@ -85,7 +86,9 @@ def test_build_trace_refuses_key_tokens_that_are_not_one_per_key():
 
 
 def test_causal_cross_attention_is_the_engines_bottom_right_rule():
-    trace = cross(is_causal=True, causal_alignment="bottom_right")  # query i sees keys j <= i + S − L = i + 2
+    trace = cross(
+        rules=Rules(is_causal=True, causal_alignment="bottom_right")
+    )  # query i sees keys j <= i + S − L = i + 2
     expected = np.arange(5)[None, :] > np.arange(3)[:, None] + 2  # (L, S)
     np.testing.assert_array_equal(trace.masked[0], expected)
     assert "i + S − L" in trace.variants.describe("en")

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 import attnlab as al
+from attnlab.engine.variants import Rules
 from attnlab.trace import ModelTrace
 from attnlab.trace._build import build_trace
 from attnlab.viz._page import PAGE_LIMITS, PageShape, check_page_size, encoding
@@ -229,7 +230,7 @@ def test_scores_computed_over_the_unmasked_keys_give_the_engines_weights(browser
     monkeypatch.setattr(attnlab.viz._page_size, "GIVEN_SCORES_UP_TO", 0)  # the page computes every score itself
     rng = np.random.default_rng(3)
     X = rng.standard_normal((11, 8))  # 11 rows: an odd count, the last row without a pair
-    trace = al.MultiheadAttention(8, 2, seed=0, dtype=np.float64).trace(X, **rules)
+    trace = al.MultiheadAttention(8, 2, seed=0, dtype=np.float64).trace(X, rules=Rules.of(**rules))
     path = tmp_path / "rules.html"
     al.view(trace, path, head=1, query=6)
     browser.get(path.as_uri())

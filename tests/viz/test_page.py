@@ -9,6 +9,7 @@ import pytest
 
 import attnlab as al
 from attnlab.cli import main
+from attnlab.engine.variants import Rules
 
 
 def test_view_returns_the_page_or_writes_it(tmp_path):
@@ -151,7 +152,7 @@ def test_a_windowed_pages_data_carries_its_band_rules_and_variants():
 
     from attnlab.viz._page import PageShape, page_data
 
-    trace = al.SelfAttention(5, 3, seed=1).trace(np.eye(5), window=(1, 0), softcap=2.0)
+    trace = al.SelfAttention(5, 3, seed=1).trace(np.eye(5), rules=Rules(window=(1, 0), softcap=2.0))
     (data,) = page_data(trace)["layers"]
     # by hand: query i sees keys i − 1 and i (runs: unmasked first; "01111", "00111", "10011", "11001", "11100")
     assert data["masks"] == [[[1, 4], [2, 3], [0, 1, 2, 2], [0, 2, 2, 1], [0, 3, 2]]]
@@ -159,9 +160,8 @@ def test_a_windowed_pages_data_carries_its_band_rules_and_variants():
         "sliding window (1, 0): query i sees keys i − 1 … i; softcap 2: scores become 2·tanh(z/2), within ±2"
     )
     assert data["softcap"] == 2.0 and data["bias"] is None and data["sinks"] is None
-    heads = al.MultiheadAttention(4, 2, seed=0, dtype=np.float64).trace(
-        np.eye(4), alibi_slopes=[0.5, 0.25], sinks=[0.0, 1.0], mask_mod=lambda b, h, i, j: (j != 0) | (h == 0)
-    )
+    rules = Rules(alibi_slopes=[0.5, 0.25], sinks=[0.0, 1.0], mask_mod=lambda b, h, i, j: (j != 0) | (h == 0))
+    heads = al.MultiheadAttention(4, 2, seed=0, dtype=np.float64).trace(np.eye(4), rules=rules)
     (data,) = page_data(heads)["layers"]
     assert data["masks"] == [[[4]] * 4, [[0, 1, 3]] * 4]  # one mask a head where they differ: "0000", "1000"
     bias = np.frombuffer(base64.b64decode(data["bias"]), "<f8").reshape(2, 4, 4)

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 
 import attnlab as al
+from attnlab.engine.variants import Rules
 from attnlab.viz._encoding import binary, mask_runs
 from attnlab.viz._views import ALIGNMENT_RULE
 
@@ -132,7 +133,7 @@ def engine_layer(monkeypatch, given: bool, rules: dict[str, object]) -> dict[str
 
     monkeypatch.setattr(attnlab.viz._page_size, "GIVEN_SCORES_UP_TO", 2**18 if given else 0)
     X = np.random.default_rng(3).standard_normal((7, 8))
-    trace = al.MultiheadAttention(8, 2, seed=0, dtype=np.float64).trace(X, **rules)
+    trace = al.MultiheadAttention(8, 2, seed=0, dtype=np.float64).trace(X, rules=Rules.of(**rules))
     data = page_data(trace)
     weights, scores = np.asarray(trace.weights), np.asarray(trace.scores)
     return {
@@ -152,6 +153,8 @@ def test_the_page_scripts_pure_modules_pass_their_node_tests(tmp_path, monkeypat
     layers = [hand_layer(given, rules) for given in (True, False) for rules in (False, True)]
     layers += [engine_layer(monkeypatch, given, {"is_causal": True}) for given in (True, False)]
     layers.append(engine_layer(monkeypatch, False, {"window": (2, 1)}))
+    length_scaled = {"is_causal": True, "window": (3, 0), "length_scale": [0.8, 1.7]}  # m_i = s_h·log n_i
+    layers += [engine_layer(monkeypatch, given, length_scaled) for given in (True, False)]
     cases = {
         "decoding": decoding_cases(),
         "maths": {"layers": layers, "modified": [layers[1]]},

@@ -14,6 +14,7 @@ import pytest
 
 import attnlab as al
 from attnlab.cli import main
+from attnlab.engine.variants import Rules
 from attnlab.viz import _plot
 from helpers import run_cli
 from oracles import requires
@@ -276,7 +277,7 @@ def test_a_windowed_plot_draws_its_masked_cells_grey_with_a_legend(tmp_path):
 
     tokens = list("abcdef")
     x = embed_tokens(tokens, "random", 8, 42)  # the command's input and layer
-    trace = al.SelfAttention(8, 8, seed=42).trace(x, window=(2, 0), tokens=tokens)
+    trace = al.SelfAttention(8, 8, seed=42).trace(x, rules=Rules(window=(2, 0)), tokens=tokens)
     figure = al.plot(trace, png)
     ax = figure.axes[0]
     (grey,) = ax.collections  # one rectangle per run of masked keys in a row: by hand, 5 above and 3 below

@@ -17,6 +17,7 @@ from selenium.webdriver.support.ui import Select, WebDriverWait
 
 import attnlab as al
 from attnlab.cli import main
+from attnlab.engine.variants import Rules
 from helpers import open_page
 
 pytestmark = pytest.mark.browser
@@ -604,10 +605,9 @@ def test_u_a_windowed_page_shows_its_band_masked_and_says_its_rules(browser, tmp
 
 def test_v_alibi_sinks_and_a_per_head_mask_function_give_the_engines_weights(browser, tmp_path):
     x = np.random.default_rng(8).standard_normal((7, 8))
-    trace = al.MultiheadAttention(8, 2, seed=2, dtype=np.float64).trace(
-        x, alibi_slopes=[0.5, 0.125], sinks=[0.5, -1.0], is_causal=True,
-        mask_mod=lambda b, h, i, j: (h == 0) | (j != 0),
-    )  # fmt: skip
+    rules = Rules(alibi_slopes=[0.5, 0.125], sinks=[0.5, -1.0], is_causal=True,
+                  mask_mod=lambda b, h, i, j: (h == 0) | (j != 0))  # fmt: skip
+    trace = al.MultiheadAttention(8, 2, seed=2, dtype=np.float64).trace(x, rules=rules)
     page = tmp_path / "alibi.html"
     al.view(trace, page)
     browser.get(page.as_uri())

@@ -377,7 +377,9 @@ def _run_layer(X: Array, tokens: list[str] | None, args: argparse.Namespace) -> 
         raise InputError(f"--num-heads: expected a divisor of the input's width {X.shape[1]}, got {args.num_heads}")
     else:
         layer = MultiheadAttention(X.shape[1], args.num_heads, seed=args.seed, dtype=np.float64)
-    rules = Rules(args.causal, args.causal_alignment, args.window, args.softcap)  # the variants' options, whole
+    rules = Rules(  # the variants' options, whole
+        is_causal=args.causal, causal_alignment=args.causal_alignment, window=args.window, softcap=args.softcap
+    )
     trace = layer.trace(X, scale=scale, tokens=tokens, rules=rules)
     trace.random_seed = args.seed
     return trace

@@ -251,8 +251,8 @@ def settings(rules: Rules, attn_mask: Any, scale: Any, enable_gqa: Any, layout: 
         raise fail("mask_mod", "None (ring attention takes no mask function: its ranks cannot check they share one)",
                    f"a {type(given['mask_mod']).__name__}")  # fmt: skip
     if rules.extra:
-        raise fail("rules", "the built-in variants only (the ranks cannot check they share another)",
-                   f"{', '.join(rules.extra)}")  # fmt: skip
+        raise fail("rules", "the variants with a keyword of ring_attention only (the ranks cannot check they "
+                   "share another)", f"{', '.join(rules.extra)}")  # fmt: skip
     check_window(given["window"])  # raises what is wrong with it
     offset(given["causal_alignment"], (1, 1))
     parsed = {name: given[name] for name in ("window", "causal_alignment", "alibi_slopes", "sinks")}

@@ -42,7 +42,7 @@ def ring_attention(
     enable_gqa: bool = ..., group: Any = ..., layout: Layout = ..., return_lse: Literal[False] = ...,
     engine: Engine | None = ..., window: tuple[int | None, int | None] | None = ...,
     causal_alignment: Alignment = ..., softcap: float | None = ..., alibi_slopes: ArrayLike | None = ...,
-    sinks: ArrayLike | None = ..., attn_mask: None = ..., mask_mod: None = ...,
+    sinks: ArrayLike | None = ..., attn_mask: None = ..., mask_mod: None = ..., rules: Rules | None = ...,
 ) -> Array: ...  # fmt: skip
 @overload
 def ring_attention(
@@ -50,14 +50,14 @@ def ring_attention(
     enable_gqa: bool = ..., group: Any = ..., layout: Layout = ..., return_lse: Literal[True],
     engine: Engine | None = ..., window: tuple[int | None, int | None] | None = ...,
     causal_alignment: Alignment = ..., softcap: float | None = ..., alibi_slopes: ArrayLike | None = ...,
-    sinks: ArrayLike | None = ..., attn_mask: None = ..., mask_mod: None = ...,
+    sinks: ArrayLike | None = ..., attn_mask: None = ..., mask_mod: None = ..., rules: Rules | None = ...,
 ) -> tuple[Array, Array]: ...  # fmt: skip
 def ring_attention(
     query: ArrayLike, key: ArrayLike, value: ArrayLike, *, is_causal: bool = False, scale: float | None = None,
     enable_gqa: bool = False, group: Any = None, layout: Layout = "contiguous", return_lse: bool = False,
     engine: Engine | None = None, window: tuple[int | None, int | None] | None = None,
     causal_alignment: Alignment = "top_left", softcap: float | None = None, alibi_slopes: ArrayLike | None = None,
-    sinks: ArrayLike | None = None, attn_mask: None = None, mask_mod: None = None,
+    sinks: ArrayLike | None = None, attn_mask: None = None, mask_mod: None = None, rules: Rules | None = None,
 ) -> Array | tuple[Array, Array]:  # fmt: skip
     """This rank's shard of softmax(Z) · V over the whole sequence, with
     Z = softcap(scale · Q·Kᵀ) + ALiBi, −∞ where is_causal or the window rule a key out, as
@@ -93,6 +93,8 @@ def ring_attention(
         attn_mask: refused unless None (a mask over the whole sequence would undo the
             ring's memory saving): use is_causal and window.
         mask_mod: refused unless None (the ranks cannot check that they share a function).
+        rules: the variants as one ``engine.variants.Rules`` in place of their keywords
+            (not both); a mask function and variants from outside the package are refused.
 
     Returns:
         The output shard (B…, n, Ev) in the inputs' dtype, and the lse with ``return_lse``.
@@ -110,7 +112,9 @@ def ring_attention(
         MissingDependencyError: torch is not installed.
     """
     arrays = {"query": query, "key": key, "value": value}
-    rules = Rules(is_causal, causal_alignment, window, softcap, alibi_slopes, sinks, mask_mod)
+    given = Rules(is_causal=is_causal, causal_alignment=causal_alignment, window=window, softcap=softcap,
+                  alibi_slopes=alibi_slopes, sinks=sinks, mask_mod=mask_mod)  # fmt: skip
+    rules = given.unless(rules)
     ring = _agree("ring_attention", arrays, rules, scale, enable_gqa, layout, group, engine=engine,
                   attn_mask=attn_mask)  # fmt: skip
     q, k, v = (float_array(name, x) for name, x in arrays.items())
@@ -140,6 +144,7 @@ def ring_attention_backward(
     sinks: ArrayLike | None = None,
     attn_mask: None = None,
     mask_mod: None = None,
+    rules: Rules | None = None,
 ) -> Gradients:
     """dQ, dK and dV of this rank's shards, from the gradient of its output shard and the
     forward's output and lse (:func:`ring_attention` with ``return_lse=True``), and the
@@ -166,6 +171,8 @@ def ring_attention_backward(
         sinks: the forward's sinks.
         attn_mask: refused unless None, as in the forward.
         mask_mod: refused unless None, as in the forward.
+        rules: the forward's variants as one ``engine.variants.Rules``, in place of their
+            keywords (not both).
 
     Returns:
         :class:`attnlab.Gradients`: ``query``, ``key`` and ``value`` of this rank's shards;
@@ -179,7 +186,9 @@ def ring_attention_backward(
         RingError: as :func:`ring_attention`.
     """
     arrays = {"query": query, "key": key, "value": value, "grad_output": grad_output, "output": output}
-    rules = Rules(is_causal, causal_alignment, window, softcap, alibi_slopes, sinks, mask_mod)
+    given = Rules(is_causal=is_causal, causal_alignment=causal_alignment, window=window, softcap=softcap,
+                  alibi_slopes=alibi_slopes, sinks=sinks, mask_mod=mask_mod)  # fmt: skip
+    rules = given.unless(rules)
     ring = _agree("ring_attention_backward", arrays, rules, scale, enable_gqa, layout, group,
                   lambda: _check_saved(query, key, value, grad_output, output, lse, enable_gqa), engine,
                   attn_mask)  # fmt: skip

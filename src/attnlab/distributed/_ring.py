@@ -139,10 +139,10 @@ def _problem(ring: Ring, query: Array, key: Array, value: Array, piece: Piece) -
         ring.enable_gqa, None, rules,
     )  # fmt: skip
     offset = ring.offset - piece.shift  # |J − (I + offset)| = |j − (i + offset − shift)|
-    if piece.kind != "band":
-        return dataclasses.replace(pb, offset=offset)
-    band = Band(ring.band.lowest - piece.shift, ring.band.highest - piece.shift)
-    return dataclasses.replace(pb, offset=offset, band=band)
+    band = pb.rules.band
+    if piece.kind == "band":
+        band = Band(ring.band.lowest - piece.shift, ring.band.highest - piece.shift)
+    return dataclasses.replace(pb, rules=dataclasses.replace(pb.rules, offset=offset, band=band))
 
 
 def _merge(output: Array, lse: Array, part_output: Array, part_lse: Array) -> None:
@@ -208,8 +208,8 @@ def ring_forward(ring: Ring, query: Array, key: Array, value: Array, engine: Eng
     pb = _local(ring, query, key, value)
     output = np.zeros(pb.output_shape, dtype=pb.compute_dtype)
     lse = np.full(pb.output_shape[:-1], -np.inf, dtype=pb.compute_dtype)
-    if pb.sinks is not None:  # every row starts with its sink: a key of logit s_h and value 0
-        lse[...] = pb.sinks[..., None]
+    if pb.rules["sinks"] is not None:  # every row starts with its sink: a key of logit s_h and value 0
+        lse[...] = pb.rules["sinks"][..., None]
     dtypes = (key.dtype, value.dtype)
     for j in range(max(ring.blocks(s) for s in range(ring.size))):
         current: tuple[Array, ...] | None = (_block(key, j), _block(value, j)) if j < ring.blocks(ring.rank) else None
@@ -271,7 +271,7 @@ def ring_backward(
             grad_key[..., rows, :] += home[0]
             grad_value[..., rows, :] += home[1]
     dtype = pb.result_dtype
-    grad_sinks = None if pb.sinks is None else _sink_gradient(ring, pb, grad_output, exact, lse).astype(dtype)
+    grad_sinks = None if pb.rules["sinks"] is None else _sink_gradient(ring, pb, grad_output, exact, lse).astype(dtype)
     dq, dk, dv = (g.astype(dtype, copy=False) for g in (grad_query, grad_key, grad_value))
     return Gradients(dq, dk, dv, sinks=grad_sinks)
 
@@ -281,10 +281,10 @@ def _sink_gradient(ring: Ring, pb: Problem, grad_output: Array, output: Array, l
     (δ = rowsum(dO∘O), (B…, n)), summed over the ranks (the same on every rank)."""
     import torch
 
-    assert pb.sinks is not None
+    assert pb.rules["sinks"] is not None
     delta = np.einsum("...le,...le->...l", grad_output, output)  # δ, (B…, n)
     with np.errstate(over="ignore", invalid="ignore"):
-        weight = np.exp(pb.sinks[..., None] - lse)  # the sink's weight in each row, (B…, n)
+        weight = np.exp(pb.rules["sinks"][..., None] - lse)  # the sink's weight in each row, (B…, n)
     per_slice = -(weight * delta).sum(axis=-1).reshape(pb.slices // pb.heads, pb.heads)  # (B…/H, H)
     total = torch.from_numpy(np.ascontiguousarray(sum_to_shape(per_slice, (pb.heads,))))
     ring.dist.all_reduce(total, group=ring.group)

@@ -10,6 +10,7 @@ the engine that ran and what that engine's backward needs, like micrograd's
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -42,6 +43,8 @@ __all__ = [
     "backward",
     "blocked_engine",
     "choose_engine",
+    "engine_problem",
+    "row_scale_backward",
 ]
 
 
@@ -129,6 +132,7 @@ class Gradients:
         attn_mask: the gradient of a float ``attn_mask``, summed to its shape; None for a
             bool mask or none.
         sinks: the gradient of ``sinks``, (H,); None without sinks.
+        length_scale: the gradient of ``length_scale``'s s, (H,); None without it.
     """
 
     query: Array
@@ -136,6 +140,7 @@ class Gradients:
     value: Array
     attn_mask: Array | None = None
     sinks: Array | None = None
+    length_scale: Array | None = None
 
     def __iter__(self) -> Iterator[Array]:
         return iter((self.query, self.key, self.value))
@@ -182,7 +187,8 @@ class Attention:
     def backward(self, grad_output: ArrayLike, grad_lse: ArrayLike | None = None) -> Gradients:
         """The gradients of Σ grad_output∘O + Σ grad_lse∘lse, each in the shape of its
         input (broadcast dimensions summed, GQA groups summed onto their shared head) and
-        in the inputs' dtype: dQ, dK, dV, and those of a float ``attn_mask`` and of ``sinks``.
+        in the inputs' dtype: dQ, dK, dV, and those of a float ``attn_mask``, of ``sinks`` and
+        of ``length_scale``.
 
         Args:
             grad_output: dO, of the output's shape (B…, L, Ev) and dtype.
@@ -343,17 +349,47 @@ def attention(
             that does not return a bool array of the block's shape.
         TypeError: an argument of the wrong type or dtype (flags must be bools).
     """
-    rules = Rules(is_causal, causal_alignment, window, softcap, alibi_slopes, sinks, mask_mod).unless(rules)
+    given = Rules(is_causal=is_causal, causal_alignment=causal_alignment, window=window, softcap=softcap,
+                  alibi_slopes=alibi_slopes, sinks=sinks, mask_mod=mask_mod)  # fmt: skip
     pb = make_problem(
-        query, key, value, attn_mask, dropout_p, scale, enable_gqa, rng, rules, key_lengths=key_lengths
+        query, key, value, attn_mask, dropout_p, scale, enable_gqa, rng, given.unless(rules), key_lengths=key_lengths
     )  # fmt: skip
     need_weights = flag("need_weights", need_weights)
     threads = _threads(num_threads)
     chosen = choose_engine(engine, pb, need_weights)
-    output, lse, all_weights = _forward(ENGINES[chosen], pb, threads)
+    output, lse, all_weights = _forward(ENGINES[chosen], engine_problem(pb)[0], threads)
     weights = all_weights.astype(pb.result_dtype, copy=False) if need_weights and all_weights is not None else None
     output.flags.writeable = lse.flags.writeable = False  # the backward's: see Attention.output
     return Attention(pb, chosen, lse, weights, threads, exact_output=output)
+
+
+def engine_problem(pb: Problem) -> tuple[Problem, Array | None]:
+    """The problem the engines run, and m (B…, L), the multiplier of its query rows:
+    ``pb`` with Q's rows times the product of its variants' row scales
+    (``Variant.row_scale``), which every engine, compiled or not, so takes as it is;
+    (``pb``, None) without one."""
+    scales = [scale for scale in (v.row_scale(value, pb) for v, value in pb.rules.variants) if scale is not None]
+    if not scales:
+        return pb, None
+    multiplier = functools.reduce(np.multiply, scales)  # m, (B…, L)
+    L, E = pb.query.shape[-2:]
+    query = np.broadcast_to(pb.query, (*pb.batch_shape, L, E)) * multiplier[..., None]  # m_i·q_i, (B…, L, E)
+    return dataclasses.replace(pb, query=query), multiplier
+
+
+def row_scale_backward(pb: Problem, multiplier: Array | None, grad_scaled: Array) -> tuple[Array, dict[str, Array]]:
+    """dQ from dQ' (B…, L, E), the gradient of the engines' query rows Q' = m∘Q
+    (:func:`engine_problem`): m∘dQ'; and the gradients of the row-scaling variants' values
+    by name, in the inputs' dtype, from dL/dm_i = q_i·dq'_i. (dQ', {}) without a row scale."""
+    if multiplier is None:
+        return grad_scaled, {}
+    grad_scale = np.einsum("...le,...le->...l", np.broadcast_to(pb.query, grad_scaled.shape), grad_scaled)  # (B…, L)
+    of_variants = {}
+    for variant, value in pb.rules.variants:
+        grad = variant.row_scale_gradient(value, pb, grad_scale)
+        if grad is not None:
+            of_variants[variant.name] = grad.astype(pb.result_dtype, copy=False)
+    return grad_scaled * multiplier[..., None], of_variants
 
 
 def _forward(impl: EngineImpl, pb: Problem, threads: int | None) -> tuple[Array, Array, Array | None]:
@@ -377,7 +413,9 @@ def backward(
     (None: recomputed; the naive engine recomputes the weights in any case).
 
     The sinks' gradient needs no engine: with P_sink = e^{s − lse_i} the sink's weight in
-    row i, d sink = −Σ_i P_sink·δ_i, summed over the slices of each head."""
+    row i, d sink = −Σ_i P_sink·δ_i, summed over the slices of each head. Nor does a row
+    scale's (:func:`engine_problem`): the engines give dQ' of Q' = m∘Q, so dQ = m∘dQ' and
+    dL/dm_i = q_i·dq'_i, from which its variant's gradient follows (``row_scale_gradient``)."""
     threads = _threads(num_threads)
     grad_output = float_array("grad_output", grad_output)
     if grad_output.shape != pb.output_shape:
@@ -386,7 +424,8 @@ def backward(
         raise fail("grad_output", f"dtype {pb.result_dtype} as the inputs", f"dtype {grad_output.dtype}", TypeError)
     grad_output = grad_output.astype(pb.compute_dtype, copy=False)
     impl = ENGINES[engine]
-    output, lse = _forward(impl, pb, threads)[:2] if saved is None else saved
+    run, multiplier = engine_problem(pb)
+    output, lse = _forward(impl, run, threads)[:2] if saved is None else saved
     delta = np.einsum("...le,...le->...l", grad_output, output)  # rowsum(dO∘O), (B…, L)
     d_lse = None
     if grad_lse is not None:
@@ -396,18 +435,20 @@ def backward(
         delta -= d_lse
     saved_results = Saved(output, lse, delta, d_lse)
     if pb.key_lengths is None:
-        grad_query, grad_key, grad_value, grad_mask = impl.backward(pb, grad_output, saved_results, threads)
+        grad_query, grad_key, grad_value, grad_mask = impl.backward(run, grad_output, saved_results, threads)
     else:
         grad_query, grad_key, grad_value, grad_mask = _ragged.backward(
-            pb, grad_output, saved_results, lambda sequence, d_out, part: impl.backward(sequence, d_out, part, threads)
+            run, grad_output, saved_results, lambda sequence, d_out, part: impl.backward(sequence, d_out, part, threads)
         )
+    grad_query, of_variants = row_scale_backward(pb, multiplier, grad_query)
     if pb.groups > 1:  # sum each group of G query heads back onto its key/value head
         *batch, H, S, E = grad_key.shape
         grad_key = grad_key.reshape(*batch, H // pb.groups, pb.groups, S, E).sum(axis=-3)  # (B…, Hk, S, E)
         grad_value = grad_value.reshape(*batch, H // pb.groups, pb.groups, S, -1).sum(axis=-3)  # (B…, Hk, S, Ev)
     grad_sinks = None
-    if pb.sinks is not None:
-        grad_sinks = sinks_gradient(pb.sinks, lse, delta, pb.slices, pb.heads)
+    sinks = pb.rules["sinks"]
+    if sinks is not None:
+        grad_sinks = sinks_gradient(sinks, lse, delta, pb.slices, pb.heads)
     result = pb.result_dtype
     grad_query, grad_key, grad_value = (  # the engine's own arrays: summed (a copy) only where broadcast
         (grad if grad.shape == x.shape else sum_to_shape(grad, x.shape)).astype(result, copy=False)
@@ -419,4 +460,5 @@ def backward(
         grad_value,
         attn_mask=None if grad_mask is None else grad_mask.astype(result, copy=False),
         sinks=None if grad_sinks is None else grad_sinks.astype(result, copy=False),
+        **of_variants,
     )

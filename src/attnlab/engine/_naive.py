@@ -55,11 +55,11 @@ def _weights(pb: Problem, key: Array, derivative: bool = False) -> tuple[Array, 
     rows, cols = slice(0, L), slice(0, S)
     allowed = mask_mod_allows(pb, slices, rows, cols)
     cap_derivative = modify_scores_(pb, scores, pb.mask, slices, rows, cols, allowed, derivative)
-    if pb.sinks is None:
+    if pb.rules["sinks"] is None:
         weights, lse = softmax_lse_(scores)
         return weights, lse, np.isneginf(lse), cap_derivative
     empty = np.isneginf(scores.max(axis=-1, initial=-np.inf))  # (B…, L)
-    weights, lse = softmax_lse_(scores, pb.sinks[..., None])
+    weights, lse = softmax_lse_(scores, pb.rules["sinks"][..., None])
     return weights, lse, empty, cap_derivative
 
 

@@ -10,7 +10,8 @@ Shape letters, used with one meaning each throughout the package:
 And the matrices of one slice: Z = softcap(scale·Q·Kᵀ) + float mask + ALiBi, with −∞
 where a mask rules a key out (L, S), the scores; P = softmax(Z) the weights (the sink
 s_h, if any, joins every row's sum and is dropped); O = P·V (L, Ev) the output;
-lse = log(Σ_j exp(Z_ij) + exp(s_h)) (L,). The variants are described in ``variants``.
+lse = log(Σ_j exp(Z_ij) + exp(s_h)) (L,). The variants are described in ``variants``; the
+Problem holds them checked, as one :class:`variants.Checked` (``pb.rules["softcap"]``).
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from .._validation import (
 )
 from . import variants
 from ._dropout import check_rng, dropout_factor, dropout_seed
-from .variants import NO_RULES, Band, MaskMod, Rules, Variant
+from .variants import NO_RULES, Checked, Rules
 
 __all__ = ["Engine", "Problem", "Saved", "default_scale", "make_problem", "sum_to_shape"]
 
@@ -61,14 +62,9 @@ class Problem:
     key: Array  # (B…, S, E), Hk heads
     value: Array  # (B…, S, Ev), Hk heads
     mask: Array | None  # bool (True = may attend) or float (added), broadcasts to (B…, L, S)
-    is_causal: bool  # keys j > i + offset are masked for query i
     scale: float  # multiplies Q·Kᵀ
-    offset: int  # the diagonal: 0 (top-left) or S − L (bottom-right)
-    band: Band  # the j − i that is_causal and the window allow
-    softcap: float | None  # c of softcap(x) = c·tanh(x/c)
-    alibi: Array | None  # ALiBi's slopes, broadcast to B… (read-only)
-    sinks: Array | None  # the sink logits, broadcast to B… (read-only)
-    mask_mod: MaskMod | None  # FlexAttention's mask function
+    # the variants checked: the offset, the band, each one's value by name (per-head ones broadcast to B…, read-only)
+    rules: Checked
     groups: int  # G (1 without GQA)
     dropout_p: float
     dropout_seed: int | None  # Philox key of the dropout mask, None without dropout
@@ -77,9 +73,6 @@ class Problem:
     # keys per sequence, int64 of B… without the heads (read-only), or None: every sequence has S;
     # the keys from a sequence's length on do not exist for it (flash-attn's cache_seqlens)
     key_lengths: Array | None = None
-    bottom_right: bool = False  # causal_alignment="bottom_right": each sequence's diagonal is at its own length
-    rules: Rules = NO_RULES  # the variants as given, passed on whole (a trace, the ring)
-    extra: tuple[tuple[Variant, Any], ...] = ()  # variants registered from outside the package, checked
 
     @property
     def compute_dtype(self) -> np.dtype:
@@ -98,10 +91,10 @@ class Problem:
 
     @property
     def compiles_whole(self) -> bool:
-        """No attention mask, no mask function, no dropout and no variant from outside the
-        package: what the fused engine compiles whole (the band, softcap, ALiBi and sinks
-        included)."""
-        return self.mask is None and self.mask_mod is None and self.dropout_seed is None and not self.extra
+        """No attention mask, no dropout and only variants that the fused engine compiles
+        (no mask function, none from outside the package): what it compiles whole (the
+        band, softcap, ALiBi and sinks included)."""
+        return self.mask is None and self.dropout_seed is None and self.rules.compiled
 
     @property
     def heads(self) -> int:
@@ -113,8 +106,8 @@ class Problem:
         (i, j) they allow, about what the blocked engines compute (they skip whole blocks)."""
         L, S = self.lengths
         rows = np.arange(L)
-        first = np.clip(rows + self.band.lowest, 0, S)
-        stop = np.clip(rows + self.band.highest + 1, 0, S)
+        first = np.clip(rows + self.rules.band.lowest, 0, S)
+        stop = np.clip(rows + self.rules.band.highest + 1, 0, S)
         return int(np.maximum(stop - first, 0).sum())
 
     def per_slice(self, values: Array | None) -> Array | None:
@@ -142,20 +135,18 @@ def make_problem(
     scale: Any,
     enable_gqa: Any,
     rng: Any,
-    rules: Rules = NO_RULES,
+    rules: Rules | Checked = NO_RULES,
     *,
     key_lengths: Any = None,
 ) -> Problem:
     """Check every argument of an attention call and normalise it: ``rules`` are its
-    variants, each checked by its module in ``variants``."""
+    variants (or their checked form, checked again from the rules given), each checked by
+    its module in ``variants``."""
     query = float_array("query", query)
     key = float_array("key", key)
     value = float_array("value", value)
     dtype = same_dtype(query=query, key=key, value=value)
     work = compute_dtype(dtype)
-    if not isinstance(rules, Rules):
-        raise fail("rules", "an attnlab.engine.variants.Rules", type(rules).__name__, TypeError)
-    flag("is_causal", rules.is_causal)
     enable_gqa = flag("enable_gqa", enable_gqa)
     L, E = query.shape[-2:]
     S = key.shape[-2]
@@ -187,23 +178,14 @@ def make_problem(
         key=key.astype(work, copy=False),
         value=value.astype(work, copy=False),
         mask=_mask(attn_mask, (*batch, L, S), work),
-        is_causal=checked.values["is_causal"],
         scale=_scale(scale, E),
-        offset=checked.offset,
-        band=checked.band,
-        softcap=checked.values["softcap"],
-        alibi=checked.values["alibi_slopes"],
-        sinks=checked.values["sinks"],
-        mask_mod=checked.values["mask_mod"],
+        rules=checked,
         groups=groups,
         dropout_p=p,
         dropout_seed=dropout_seed(rng) if p > 0 else None,
         result_dtype=dtype,
         batch_shape=batch,
         key_lengths=lengths,
-        bottom_right=rules.causal_alignment == "bottom_right",
-        rules=rules,
-        extra=checked.extra,
     )
 
 

@@ -20,16 +20,8 @@ import numpy as np
 from .._validation import Array
 from ._problem import Problem, Saved, sum_to_shape
 from ._tiled import kv_batch_shape
-from .variants import Band, MaskMod
 
 __all__ = ["backward", "forward", "sequences"]
-
-
-def _mask_mod(mask_mod: MaskMod | None, first_slice_batch: int) -> MaskMod | None:
-    """The mask function of one sequence's problem: its batch index is 0 there."""
-    if mask_mod is None:
-        return None
-    return lambda batch, head, q_idx, kv_idx: mask_mod(batch + first_slice_batch, head, q_idx, kv_idx)
 
 
 def sequences(pb: Problem) -> Iterator[tuple[tuple[int, ...], int, Problem]]:
@@ -44,7 +36,7 @@ def sequences(pb: Problem) -> Iterator[tuple[tuple[int, ...], int, Problem]]:
     mask = None if pb.mask is None else np.broadcast_to(pb.mask, (*batch, L, S))
     for flat, index in enumerate(np.ndindex(*batch[:-1])):
         length = int(pb.key_lengths[index])
-        shift = length - S if pb.bottom_right else 0  # its own diagonal, bottom-right
+        shift = length - S if pb.rules.bottom_right else 0  # its own diagonal, bottom-right
         yield (
             index,
             length,
@@ -54,11 +46,7 @@ def sequences(pb: Problem) -> Iterator[tuple[tuple[int, ...], int, Problem]]:
                 key=key[index][..., :length, :],  # (Hk, length, E)
                 value=value[index][..., :length, :],  # (Hk, length, Ev)
                 mask=None if mask is None else mask[index][..., :length],  # (H, L, length)
-                offset=pb.offset + shift,
-                band=Band(pb.band.lowest + shift, pb.band.highest + shift),
-                alibi=None if pb.alibi is None else pb.alibi[index],  # (H,)
-                sinks=None if pb.sinks is None else pb.sinks[index],  # (H,)
-                mask_mod=_mask_mod(pb.mask_mod, flat),
+                rules=pb.rules.of_sequence(index, flat, shift),  # per-head values (H,), its own band
                 batch_shape=batch[-1:],
                 key_lengths=None,
             ),
@@ -79,7 +67,7 @@ def forward(pb: Problem, run_forward: Callable[[Problem], ForwardResults]) -> Fo
     weights: Array | None = None
     for index, length, sequence in sequences(pb):
         if length == 0:  # no key: as a row whose keys are all masked
-            lse[index] = -np.inf if sequence.sinks is None else sequence.sinks[:, None]
+            lse[index] = -np.inf if sequence.rules["sinks"] is None else sequence.rules["sinks"][:, None]
             continue
         out, row_lse, row_weights = run_forward(sequence)
         output[index], lse[index] = out, row_lse

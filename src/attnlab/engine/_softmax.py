@@ -15,21 +15,21 @@ from .._validation import Array, compute_dtype, fail, float_array, is_integer
 __all__ = ["softmax"]
 
 
-def softmax_lse_(scores: Array, sinks: Array | None = None) -> tuple[Array, Array]:
+def softmax_lse_(scores: Array, extra_logits: Array | None = None) -> tuple[Array, Array]:
     """Softmax over the last axis, written into ``scores``; also returns the rows'
-    log-sum-exp (shape ``scores.shape[:-1]``). ``sinks``, which broadcast to that shape,
-    join every row's sum as one more logit each (lse = log(Σ_j e^{Z_j} + e^{s})) and are
-    dropped from the weights."""
+    log-sum-exp (shape ``scores.shape[:-1]``). ``extra_logits`` s (the sinks), which
+    broadcast to that shape, join every row's sum as one more logit each
+    (lse = log(Σ_j e^{Z_j} + e^{s})) and are dropped from the weights."""
     row_max = scores.max(axis=-1, keepdims=True, initial=-np.inf)  # an empty row (S = 0) counts as masked
-    if sinks is not None:
-        row_max = np.maximum(row_max, sinks[..., None])
+    if extra_logits is not None:
+        row_max = np.maximum(row_max, extra_logits[..., None])
     row_max[np.isneginf(row_max)] = 0.0  # fully masked rows: exp(-inf - 0) = 0
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
         np.subtract(scores, row_max, out=scores)
         np.exp(scores, out=scores)
         row_sum = scores.sum(axis=-1, keepdims=True)
-        if sinks is not None:
-            row_sum += np.exp(sinks[..., None] - row_max)
+        if extra_logits is not None:
+            row_sum += np.exp(extra_logits[..., None] - row_max)
         np.multiply(scores, np.where(row_sum == 0, 0.0, 1.0 / row_sum), out=scores)  # all −inf rows: 0
         lse = (row_max + np.log(row_sum))[..., 0]
     return scores, lse

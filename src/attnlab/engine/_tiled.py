@@ -213,7 +213,7 @@ def _slices(pb: Problem, value: Array) -> list[_Slice]:
 def forward_block_q(pb: Problem) -> int:
     """The forward's block of queries: CAUSAL_BLOCK_Q where the band has an upper limit
     (its diagonal blocks then compute half as many scores that the mask removes), else BLOCK_Q."""
-    return CAUSAL_BLOCK_Q if pb.band.highest < pb.lengths[1] - 1 else BLOCK_Q
+    return CAUSAL_BLOCK_Q if pb.rules.band.highest < pb.lengths[1] - 1 else BLOCK_Q
 
 
 def blocks(length: int, size: int) -> list[slice]:
@@ -225,7 +225,7 @@ def _key_blocks(pb: Problem, rows: slice, skip: bool) -> list[slice]:
     """The blocks of keys that query rows ``rows`` read: with ``skip``, those that meet
     the band (the first and last cut at its edges)."""
     S = pb.lengths[1]
-    first, stop = pb.band.keys(rows, S) if skip else (0, S)
+    first, stop = pb.rules.band.keys(rows, S) if skip else (0, S)
     return [
         slice(max(c.start, first), min(c.stop, stop)) for c in blocks(S, BLOCK_K) if c.start < stop and c.stop > first
     ]
@@ -234,7 +234,7 @@ def _key_blocks(pb: Problem, rows: slice, skip: bool) -> list[slice]:
 def _query_blocks(pb: Problem, cols: slice, skip: bool) -> list[slice]:
     """The blocks of queries that read keys ``cols``: with ``skip``, those that meet the band."""
     L = pb.lengths[0]
-    first, stop = pb.band.queries(cols, L) if skip else (0, L)
+    first, stop = pb.rules.band.queries(cols, L) if skip else (0, L)
     return [r for r in blocks(L, BLOCK_Q) if r.start < stop and r.stop > first]
 
 
@@ -338,7 +338,7 @@ def _forward_block(fp: ForwardPass, s: _Slice, rows: slice, kernels: Kernels) ->
             weights *= dropout
         acc += weights @ s.v[cols]
     empty = row_sum == 0
-    sinks = pb.per_slice(pb.sinks)
+    sinks = pb.per_slice(pb.rules["sinks"])
     if sinks is not None:  # the sink joins last, as one more key of value 0
         sink = sinks[s.n]
         top = np.maximum(row_max, sink)  # m'
@@ -412,7 +412,7 @@ def _exact_rows(
     lse, delta = lse.copy(), delta.copy()
     output = saved.output.reshape(pb.slices, L, -1)  # O, (B·H, L, Ev)
     output = np.ldexp(output, -exponent) if exponent else output
-    sinks = pb.per_slice(pb.sinks)
+    sinks = pb.per_slice(pb.rules["sinks"])
     for s in _slices(pb, value):
         for rows in blocks(L, BLOCK_Q):
             keep = risky[s.n, rows]

@@ -22,7 +22,7 @@ import numpy as np
 
 from .._exceptions import UnsupportedModelError
 from .._validation import fail
-from ..engine._attention import Attention, attention
+from ..engine._attention import Attention, attention, engine_problem, row_scale_backward
 from ..engine._problem import sum_to_shape
 from ..engine.variants import Rules
 from ..engine.variants.sinks import sinks_gradient
@@ -66,12 +66,19 @@ class EngineCall:
 
     @classmethod
     def of(
-        cls, module: Any, query: Any, key: Any, value: Any, mask: Any, sinks: Any, rules: Rules, options: dict[str, Any]
-    ) -> EngineCall:
+        cls, module: Any, query: Any, key: Any, value: Any, mask: Any, per_head: tuple[Any, Any], rules: Rules,
+        options: dict[str, Any],
+    ) -> EngineCall:  # fmt: skip
         """The call of these tensors, as NumPy arrays (float16 and bfloat16 widened to float32),
-        ``sinks`` (a tensor or None) joining ``rules``."""
-        rules = rules.replace(sinks=to_numpy(sinks))
+        the per-head tensors (the sinks, the length scales: (H,) or None) joining ``rules``."""
+        rules = _with_tensors(rules, *per_head)
         return cls(module, to_numpy(query), to_numpy(key), to_numpy(value), to_numpy(mask), rules, options)
+
+
+def _with_tensors(rules: Rules, s_aux: Any, length_scale: Any) -> Rules:
+    """``rules`` with the per-head tensors the module's call gave (the sinks ``s_aux``, the length scales), as NumPy."""
+    rules = rules.replace(sinks=to_numpy(s_aux))
+    return rules if length_scale is None else rules.replace(length_scale=to_numpy(length_scale))
 
 
 # While attnlab.hf.trace runs, the function that records a call and returns its output
@@ -94,6 +101,7 @@ def attention_forward(
     s_aux: Any = None,
     position_bias: Any = None,
     output_attentions: bool = False,
+    length_scale: Any = None,
     **kwargs: Any,
 ) -> tuple[Any, Any]:
     """O = dropout(softmax(Z))·V on attnlab's engine, with Z = softcap(scaling·Q·Kᵀ) +
@@ -114,6 +122,9 @@ def attention_forward(
         position_bias: a float bias added to the scores, (1 or B, H, L, S) (T5).
         output_attentions: return the weights (B, H, L, S) too; so does transformers' output
             recorder collecting attentions, which some models never pass down.
+        length_scale: Scalable-Softmax's s, one per query head (H,) (a tensor, with a
+            gradient where it requires one): query i's dot products times s_h·log n_i
+            (``engine.variants.length_scale``), for a model whose attention passes it.
         kwargs: the cache's and outputs' bookkeeping, which does not change the result, and
             flash-attention's ``cu_seq_lens_q``/``cu_seq_lens_k`` (one row of packed
             sequences: a key of another sequence is masked).
@@ -155,17 +166,23 @@ def attention_forward(
         )
     sinks = None if s_aux is None else s_aux.reshape(H)  # (H,)
     p = float(dropout) if getattr(module, "training", False) else 0.0
-    rules = Rules(is_causal=causal, softcap=softcap)  # the sinks join it as NumPy (EngineCall.of, _forward)
+    if length_scale is not None and length_scale.numel() != H:
+        raise UnsupportedModelError(
+            f"{model_type(module)}: attnlab's attention cannot honour length_scale of shape "
+            f"{tuple(length_scale.shape)} (one s per query head, ({H},))"
+        )
+    scales = None if length_scale is None else length_scale.reshape(H)  # (H,)
+    rules = Rules(is_causal=causal, softcap=softcap)  # the sinks and length scales join it as NumPy (_with_tensors)
     options: dict[str, Any] = dict(
         scale=scaling, enable_gqa=query.shape[1] != key.shape[1], dropout_p=p, rng=_rng() if p > 0 else None,
         need_weights=_weights_wanted(output_attentions),
     )  # fmt: skip
     record = recorder.get()
     if record is not None:
-        call = EngineCall.of(module, query, key, value, mask, sinks, rules, options)
+        call = EngineCall.of(module, query, key, value, mask, (sinks, scales), rules, options)
         output = from_numpy(record(call), query)  # (B, H, L, Ev)
         return output.transpose(1, 2).contiguous(), None
-    output, weights = _run_engine(query, key, value, mask, sinks, rules, options)
+    output, weights = _run_engine(query, key, value, mask, (sinks, scales), rules, options)
     return output.transpose(1, 2).contiguous(), weights  # (B, L, H, Ev)
 
 
@@ -252,10 +269,13 @@ class _EngineFunction(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx: Any, query: Any, key: Any, value: Any, mask: Any, sinks: Any, rules: Any, options: Any) -> Any:
-        result, output, weights = _forward(query, key, value, mask, sinks, rules, options, ctx.needs_input_grad[3])
+    def forward(
+        ctx: Any, query: Any, key: Any, value: Any, mask: Any, s_aux: Any, length_scale: Any, rules: Any, options: Any
+    ) -> Any:
+        tensors = (query, key, value, mask, s_aux, length_scale)
+        result, output, weights = _forward(*tensors, rules, options, ctx.needs_input_grad[3])
         ctx.result = result
-        ctx.formats = tuple(None if x is None else (x.dtype, x.device) for x in (query, key, value, mask, sinks))
+        ctx.formats = tuple(None if x is None else (x.dtype, x.device) for x in tensors)
         ctx.options = options
         ctx.set_materialize_grads(False)  # an output the loss does not use: None, not zeros
         return output, weights
@@ -269,7 +289,7 @@ class _EngineFunction(torch.autograd.Function):
         else:
             d_out = to_numpy(grad_output, pb.result_dtype, contiguous=True)
         grads = result.backward(d_out)
-        wanted = [grads.query, grads.key, grads.value, grads.attn_mask, grads.sinks]
+        wanted = [grads.query, grads.key, grads.value, grads.attn_mask, grads.sinks, grads.length_scale]
         if grad_weights is not None:  # the weights returned to transformers are in the loss too
             extra = _weights_backward(result, to_numpy(grad_weights, pb.compute_dtype), ctx.options)
             wanted = [
@@ -287,18 +307,19 @@ class _EngineFunction(torch.autograd.Function):
 
 
 def _weights_backward(result: Attention, grad_weights: np.ndarray, options: dict[str, Any]) -> list[Any]:
-    """The gradients (dQ, dK, dV, the float mask's, the sinks') of Σ dW∘W, W the weights
-    returned (after dropout, as eager's: W = P∘M/(1 − p), P = softmax(Z)): with
-    dP = dW∘M/(1 − p), dZ = P∘(dP − rowsum(P∘dP)) = W∘dW − P·rowsum(W∘dW), the float
-    mask's gradient; then softcap's 1 − tanh² and the scale, into dQ = dZ·K and dK = dZᵀ·Q
-    (summed over each GQA group); the sinks' −Σ P_sink·rowsum(W∘dW); dV is 0 (masked
-    keys have P = 0, and so dZ = 0)."""
+    """The gradients (dQ, dK, dV, the float mask's, the sinks', the length scales') of
+    Σ dW∘W, W the weights returned (after dropout, as eager's: W = P∘M/(1 − p),
+    P = softmax(Z)): with dP = dW∘M/(1 − p), dZ = P∘(dP − rowsum(P∘dP)) = W∘dW − P·rowsum(W∘dW),
+    the float mask's gradient; then softcap's 1 − tanh² and the scale, into dQ' = dZ·K and
+    dK = dZᵀ·Q' (summed over each GQA group), Q' = m∘Q the query rows the engines ran
+    (``engine_problem``: dQ = m∘dQ' and the length scales' from dL/dm); the sinks'
+    −Σ P_sink·rowsum(W∘dW); dV is 0 (masked keys have P = 0, and so dZ = 0)."""
     pb = result.problem
     dtype = pb.compute_dtype
     weights = np.asarray(result.weights, dtype)  # W, (B…, L, S)
     if pb.dropout_p > 0:  # P before the dropout: the same forward without it
         again = dict(options, dropout_p=0.0, rng=None, need_weights=True)
-        call = EngineCall(None, pb.query, pb.key, pb.value, pb.mask, pb.rules, again)
+        call = EngineCall(None, pb.query, pb.key, pb.value, pb.mask, pb.rules.given, again)
         probabilities = np.asarray(_engine_call(call).weights, dtype)
     else:
         probabilities = weights
@@ -309,31 +330,34 @@ def _weights_backward(result: Attention, grad_weights: np.ndarray, options: dict
     if pb.mask is not None and pb.mask.dtype != bool:
         grad_mask = sum_to_shape(grad_scores, pb.mask.shape)
     key = pb.key if pb.groups == 1 else np.repeat(pb.key, pb.groups, axis=-3)  # (B…, S, E), H heads
-    if pb.softcap is not None:
-        scores = (pb.query * np.asarray(pb.scale, dtype)) @ np.swapaxes(key, -1, -2)  # scale·Q·Kᵀ
-        capped = np.tanh(scores / pb.softcap)
+    run, multiplier = engine_problem(pb)  # run.query: Q' = m∘Q with a row scale, else Q
+    softcap = pb.rules["softcap"]
+    if softcap is not None:
+        scores = (run.query * np.asarray(pb.scale, dtype)) @ np.swapaxes(key, -1, -2)  # scale·Q'·Kᵀ
+        capped = np.tanh(scores / softcap)
         grad_scores = grad_scores * (1.0 - capped * capped)
     grad_scores *= pb.scale
-    grad_query = grad_scores @ key  # (B…, L, E)
-    grad_key = np.swapaxes(grad_scores, -1, -2) @ pb.query  # (B…, S, E), H heads
+    grad_query, of_variants = row_scale_backward(pb, multiplier, grad_scores @ key)  # (B…, L, E)
+    grad_key = np.swapaxes(grad_scores, -1, -2) @ run.query  # (B…, S, E), H heads
     if pb.groups > 1:
         *batch, H, S, E = grad_key.shape
         grad_key = grad_key.reshape(*batch, H // pb.groups, pb.groups, S, E).sum(axis=-3)
-    grad_sinks = None if pb.sinks is None else sinks_gradient(pb.sinks, result.lse, row, pb.slices, pb.heads)
+    sinks = pb.rules["sinks"]
+    grad_sinks = None if sinks is None else sinks_gradient(sinks, result.lse, row, pb.slices, pb.heads)
     grad_query, grad_key = (
         grad if grad.shape == x.shape else sum_to_shape(grad, x.shape)
         for grad, x in ((grad_query, pb.query), (grad_key, pb.key))
     )
-    return [grad_query, grad_key, None, grad_mask, grad_sinks]
+    return [grad_query, grad_key, None, grad_mask, grad_sinks, of_variants.get("length_scale")]
 
 
 def _run_engine(
-    query: Any, key: Any, value: Any, mask: Any, sinks: Any, rules: Rules, options: dict[str, Any]
+    query: Any, key: Any, value: Any, mask: Any, per_head: tuple[Any, Any], rules: Rules, options: dict[str, Any]
 ) -> tuple[Any, Any]:
     """(output (B, H, L, Ev), weights or None): :class:`_EngineFunction`, or, where no
     gradient can flow (``torch.no_grad``, ``inference_mode``, no input requiring one), the
     same forward without autograd's bookkeeping (0.1 ms a call)."""
-    inputs = (query, key, value, mask, sinks)
+    inputs = (query, key, value, mask, *per_head)  # per_head: the sinks and the length scales, (H,) or None
     if torch.is_grad_enabled() and any(x is not None and x.requires_grad for x in inputs):
         return tuple(_EngineFunction.apply(*inputs, rules, options))
     _, output, weights = _forward(*inputs, rules, options, mask_needs_grad=False)
@@ -341,13 +365,14 @@ def _run_engine(
 
 
 def _forward(
-    query: Any, key: Any, value: Any, mask: Any, sinks: Any, rules: Rules, options: dict[str, Any],
+    query: Any, key: Any, value: Any, mask: Any, s_aux: Any, length_scale: Any, rules: Rules, options: dict[str, Any],
     mask_needs_grad: bool,
 ) -> tuple[Attention, Any, Any]:  # fmt: skip
-    """The engine's forward on these tensors: its result, the output (B, H, L, Ev) in
-    query's dtype and device, whose memory is (B, L, H, Ev), and the weights or None."""
+    """The engine's forward on these tensors (the sinks ``s_aux`` and the length scales
+    tensors (H,) or None): its result, the output (B, H, L, Ev) in query's dtype and
+    device, whose memory is (B, L, H, Ev), and the weights or None."""
     q, k, v = (to_numpy(x, contiguous=True) for x in (query, key, value))
-    rules = rules.replace(sinks=to_numpy(sinks))
+    rules = _with_tensors(rules, s_aux, length_scale)
     result = _engine_call(EngineCall(None, q, k, v, _engine_mask(mask, mask_needs_grad), rules, options))
     weights = None if result.weights is None else from_numpy(result.weights, query)
     return result, heads_last_copy(result.exact_output, query), weights

@@ -19,7 +19,7 @@ from .._validation import (
     positive_int,
     real_number,
 )
-from ..engine.variants import Alignment, Rules
+from ..engine.variants import Rules
 from ..functional import scaled_dot_product_attention
 from ..trace._build import build_trace
 from ..trace._trace import Trace
@@ -80,14 +80,7 @@ class SelfAttention:
         self.Wq, self.Wk, self.Wv = (w.astype(self.dtype) for w in arrays)
 
     def forward(
-        self,
-        X: ArrayLike,
-        *,
-        is_causal: bool = False,
-        scale: float | None = None,
-        window: tuple[int | None, int | None] | None = None,
-        causal_alignment: Alignment = "top_left",
-        softcap: float | None = None,
+        self, X: ArrayLike, *, is_causal: bool = False, scale: float | None = None, rules: Rules | None = None
     ) -> tuple[Array, Array]:
         """Return ``(output, weights)``: (…, L, d_k) and (…, L, L).
 
@@ -95,21 +88,16 @@ class SelfAttention:
             X: the input, (…, L, d_model).
             is_causal: token i attends to tokens 0..i only.
             scale: multiplies Q·Kᵀ; default 1/√d_k.
-            window: (left, right): token i attends to tokens i − left … i + right only
-                (None on a side: unbounded).
-            causal_alignment: "top_left" or "bottom_right" (the same in self-attention,
-                where there are as many keys as queries).
-            softcap: c > 0: the scaled scores z become c·tanh(z/c).
+            rules: the variants as one ``engine.variants.Rules`` (a window, a softcap, …),
+                as :func:`attnlab.attention` takes it; ``is_causal`` is its keyword, given
+                one way or the other.
 
         Raises:
             ValueError: X's last dimension is not d_model, or a variant that
                 :func:`attnlab.attention` refuses.
         """
         _, Q, K, V = _project(self, X)
-        return scaled_dot_product_attention(
-            Q, K, V, is_causal=is_causal, scale=scale, window=window, causal_alignment=causal_alignment,
-            softcap=softcap, need_weights=True,
-        )  # fmt: skip
+        return scaled_dot_product_attention(Q, K, V, is_causal=is_causal, scale=scale, need_weights=True, rules=rules)
 
     __call__ = forward
 
@@ -120,9 +108,6 @@ class SelfAttention:
         is_causal: bool = False,
         scale: float | None = None,
         tokens: Sequence[str] | None = None,
-        window: tuple[int | None, int | None] | None = None,
-        causal_alignment: Alignment = "top_left",
-        softcap: float | None = None,
         rules: Rules | None = None,
     ) -> Trace:
         """Every intermediate of one forward pass of a (L, d_model) input, as a Trace.
@@ -132,11 +117,7 @@ class SelfAttention:
             is_causal: token i attends to tokens 0..i only.
             scale: multiplies Q·Kᵀ; default 1/√d_k.
             tokens: L labels of the rows (None: positions).
-            window: (left, right), as :meth:`forward` takes it.
-            causal_alignment: "top_left" or "bottom_right", as :meth:`forward` takes it.
-            softcap: c > 0, as :meth:`forward` takes it.
-            rules: the variants as one ``engine.variants.Rules`` instead of the keywords
-                above (not both).
+            rules: the variants, as :meth:`forward` takes them.
 
         Returns:
             The :class:`Trace`: X, Q, K, V, scores, scaled scores (softcapped, −inf where
@@ -149,8 +130,7 @@ class SelfAttention:
         X, Q, K, V = _project(self, X)
         if X.ndim != 2:
             raise fail("X", f"one sequence of shape (L, {self.d_model}) to trace", f"shape {X.shape}")
-        rules = Rules(is_causal, causal_alignment, window, softcap).unless(rules)
-        return build_trace(X, Q, K, V, scale=scale, rules=rules, tokens=tokens)
+        return build_trace(X, Q, K, V, scale=scale, is_causal=is_causal, rules=rules, tokens=tokens)
 
 
 def _project(layer: SelfAttention, X: Any) -> tuple[Array, Array, Array, Array]:

@@ -9,10 +9,10 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from .._validation import Array, fail, real_number
-from ..engine._attention import attention
+from ..engine._attention import attention, engine_problem
 from ..engine._masks import mask_mod_allows, modify_scores_
 from ..engine._problem import Problem, default_scale, make_problem
-from ..engine.variants import Alignment, MaskMod, Rules
+from ..engine.variants import BUILTINS, Rules
 from ._trace import Trace
 from ._variants import Variants
 
@@ -29,12 +29,6 @@ def build_trace(
     tokens: Sequence[str] | None,
     is_causal: bool = False,
     attn_mask: ArrayLike | None = None,
-    causal_alignment: Alignment = "top_left",
-    window: tuple[int | None, int | None] | None = None,
-    softcap: float | None = None,
-    alibi_slopes: ArrayLike | None = None,
-    sinks: ArrayLike | None = None,
-    mask_mod: MaskMod | None = None,
     key_tokens: Sequence[str] | None = None,
     rules: Rules | None = None,
 ) -> Trace:
@@ -53,16 +47,11 @@ def build_trace(
         tokens: L labels of the rows, or None.
         is_causal: query i attends to keys j <= i only (j <= i + S − L bottom-right aligned).
         attn_mask: bool (True: may attend) or float (added), broadcasting to (…, L, S).
-        causal_alignment: "top_left" or "bottom_right" (the same when L = S).
-        window: (left, right): query i attends to keys i − left … i + right only.
-        softcap: c > 0: scale·Q·Kᵀ becomes c·tanh(scale·Q·Kᵀ / c).
-        alibi_slopes: one slope per head, (H,) ((1,) for one head): adds −slope·|j − i|.
-        sinks: one sink logit per head, (H,) ((1,) for one head).
-        mask_mod: FlexAttention's mask function, as :func:`attnlab.attention` takes it.
         key_tokens: S labels of K's and V's rows when they are not the queries' (the
             other sequence's tokens in cross-attention), or None (the same as ``tokens``).
-        rules: the variants as one ``engine.variants.Rules`` (with any registered from
-            outside the package), in place of their keywords; None: built from them.
+        rules: the variants as one ``engine.variants.Rules`` (per-head values of H, or 1
+            for one head), as :func:`attnlab.attention` takes it; ``is_causal`` is its
+            keyword, given one way or the other.
 
     Raises:
         ValueError, TypeError: tokens that are not L labels, key tokens that are not S
@@ -81,23 +70,28 @@ def build_trace(
         raise fail("key_tokens", f"{S} labels, one per row of K", "a string", TypeError)
     if key_tokens is not None and len(key_tokens) != S:
         raise fail("key_tokens", f"{S} labels, one per row of K and V", f"{len(key_tokens)} labels")
-    rules = Rules(is_causal, causal_alignment, window, softcap, alibi_slopes, sinks, mask_mod).unless(rules)
-    result = attention(Q, K, V, attn_mask=attn_mask, scale=scale, need_weights=True, rules=rules)
+    result = attention(Q, K, V, attn_mask=attn_mask, is_causal=is_causal, scale=scale, need_weights=True, rules=rules)
     pb = result.problem
+    multiplier = engine_problem(pb)[1]  # a row scale's m_i, (…, L), or None
     with np.errstate(over="ignore", invalid="ignore"):  # overflowing scores are shown as ±inf or NaN
         scores = Q @ np.swapaxes(K, -1, -2)  # (…, L, L)
         scaled = scores * scale
+        if multiplier is not None:
+            scaled *= multiplier[..., None]  # row i's dot products times m_i
         _modify(pb, scaled)  # softcap, the biases, and −inf where a rule rules key j out
     bias = None
-    if pb.alibi is not None or pb.extra or (pb.mask is not None and pb.mask.dtype != bool):
+    given = pb.rules.given
+    outside = {  # the variants from outside the package that add a bias (a score function is none)
+        variant.name: given.extra[variant.name]
+        for variant, value in pb.rules.variants
+        if variant.name not in BUILTINS and variant.score_mod(value) is None
+    }
+    if given.alibi_slopes is not None or outside or (pb.mask is not None and pb.mask.dtype != bool):
         float_mask = None if pb.mask is None or pb.mask.dtype == bool else pb.mask
-        biases = Rules.of(
-            causal_alignment=rules.causal_alignment, alibi_slopes=rules.alibi_slopes,
-            **{variant.name: rules.extra[variant.name] for variant, _ in pb.extra},
-        )  # fmt: skip
+        biases = Rules(causal_alignment=given.causal_alignment, alibi_slopes=given.alibi_slopes, extra=outside)
         additive = make_problem(Q, K, V, float_mask, 0.0, scale, False, None, biases)
         bias = np.zeros_like(scaled)
-        _modify(additive, bias)  # the float mask and ALiBi alone, (…, L, L)
+        _modify(additive, bias)  # the float mask, ALiBi and the outside variants' biases alone, (…, L, L)
     variants = Variants.of_problem(pb)
     labels = None if tokens is None else list(tokens)
     weights = result.weights

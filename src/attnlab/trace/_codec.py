@@ -213,10 +213,6 @@ def _saved_variants(data: dict[str, Any], shape: tuple[int, ...], source: str) -
         bias = _decoded(data, "bias", source)
         if bias.shape != shape:
             raise ArgumentError(f"{source}: bias: expected shape {shape} as weights, got {bias.shape}")
-    variants = None if data.get("variants") is None else Variants.from_dict(data["variants"], source)
     heads = 1 if len(shape) == 2 else shape[0]
-    for name in ("alibi_slopes", "sinks"):
-        values = None if variants is None else getattr(variants, name)
-        if values is not None and len(values) not in (1, heads):
-            raise ArgumentError(f"{source}: variants: {name}: expected one per head ({heads}), got {len(values)}")
+    variants = None if data.get("variants") is None else Variants.from_dict(data["variants"], source, heads)
     return bias, variants

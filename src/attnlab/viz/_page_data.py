@@ -13,10 +13,13 @@ from collections.abc import Callable
 import numpy as np
 
 from .._validation import MissingDependencyError, fail, is_integer
+from ..engine.variants import Band
+from ..engine.variants.length_scale import keys_seen
 from ..trace import ModelTrace
 from ..trace._display import display_text
 from ..trace._labels import LANGUAGES
 from ..trace._trace import Trace
+from ..trace._variants import Variants
 from . import _page_size
 from ._encoding import binary, mask_runs
 from ._page_size import PageShape, encoding, with_heads
@@ -171,6 +174,19 @@ def image_data(trace: ModelTrace) -> dict[str, object] | None:
     }  # fmt: skip
 
 
+def _row_multipliers(variants: Variants, lengths: tuple[int, ...], heads: int) -> list[float] | None:
+    """length_scale's m_hi = s_h·log n_i (heads·L, row by row), the multiplier of query i's
+    dot products in head h as the engine computes it (``engine.variants.length_scale``), or None."""
+    if variants.length_scale is None:
+        return None
+    L, S = lengths
+    offset = S - L if variants.causal_alignment == "bottom_right" else 0
+    band = Band.of(variants.is_causal, variants.window, offset, (L, S))
+    logs = np.log(np.maximum(keys_seen(band, (L, S), None, False), 1).astype(np.float64))  # (L,)
+    scales = np.broadcast_to(np.asarray(variants.length_scale, np.float64), (heads,))
+    return [float(x) for x in (scales[:, None] * logs[None, :]).reshape(-1)]  # (H·L,)
+
+
 def _layer_data(trace: Trace, with_scores: bool, dtype: str, lang: str = "en") -> dict[str, object]:
     """One attention layer's numbers for the page: q, k and v as ``dtype`` (the raw
     scores and a bias in its float: float24 beside fixed numbers), whether the trace's
@@ -185,6 +201,7 @@ def _layer_data(trace: Trace, with_scores: bool, dtype: str, lang: str = "en") -
     if bias is not None and np.array_equal(bias, np.broadcast_to(bias[:1], bias.shape)):
         bias = bias[:1]  # every head adds the same (a float mask)
     sinks = None if variants is None or variants.sinks is None else list(variants.sinks)
+    length_scale = None if variants is None else _row_multipliers(variants, trace.weights.shape[-2:], q.shape[0])
     floats = "float24" if dtype.startswith("fixed") else dtype
     return {
         "scale": trace.scale,
@@ -200,5 +217,6 @@ def _layer_data(trace: Trace, with_scores: bool, dtype: str, lang: str = "en") -
         "bias_heads": 0 if bias is None else bias.shape[0],
         "softcap": None if variants is None else variants.softcap,
         "sinks": None if sinks is None else sinks * (q.shape[0] if len(sinks) == 1 else 1),
+        "length_scale": length_scale,
         "rules": "" if variants is None else variants.describe(lang),
     }

@@ -69,8 +69,8 @@ def _units(pb: Problem, lengths: Array, shifts: Array, skip: bool) -> tuple[Arra
     sequence's keys."""
     L = pb.lengths[0]
     if skip:
-        first = np.clip(pb.band.lowest + shifts, 0, lengths)  # query 0's first key
-        stop = np.clip(L - 1 + pb.band.highest + shifts + 1, first, lengths)  # query L − 1's last, + 1
+        first = np.clip(pb.rules.band.lowest + shifts, 0, lengths)  # query 0's first key
+        stop = np.clip(L - 1 + pb.rules.band.highest + shifts + 1, first, lengths)  # query L − 1's last, + 1
     else:
         first, stop = np.zeros_like(lengths), lengths
     units: list[tuple[int, int, int]] = []
@@ -143,10 +143,10 @@ def _run(pb: Problem, value: Array, exponent: int, skip: bool, threads: int | No
     queries = query * np.asarray(pb.scale, dtype=dtype)  # scale·Q, a new (Nk, G·L, E) array
     cache = (*_flat(pb.key, kv_batch), *_flat(value, kv_batch))
     lengths = _head_lengths(pb)
-    shifts = lengths - S if pb.bottom_right else np.zeros_like(lengths)  # each sequence's own diagonal
+    shifts = lengths - S if pb.rules.bottom_right else np.zeros_like(lengths)  # each sequence's own diagonal
     units, head_units = _units(pb, lengths, shifts, skip)
     variant = _variant(pb)
-    modified = pb.softcap is not None or pb.alibi is not None or pb.band.limits((L, S))
+    modified = pb.rules["softcap"] is not None or pb.rules["alibi_slopes"] is not None or pb.rules.band.limits((L, S))
     partials = _partials(units, groups * L, value.shape[-1], dtype)
     options = (shifts, variant, groups, L, modified, DECODE_CHUNK, partials)
     tasks: list[Task] = [
@@ -175,7 +175,7 @@ def decode_forward(pb: Problem, threads: int | None) -> tuple[Array, Array] | No
     lengths = _head_lengths(pb)
     values: list[Array] | None = None
     skip = True
-    if pb.band.limits((L, S)):
+    if pb.rules.band.limits((L, S)):
         values = _valid_values(pb, lengths)
         skip = all(np.isfinite(v).all() for v in values)
     output, lse, finite = _run(pb, pb.value, 0, skip, threads)

@@ -214,8 +214,8 @@ def _exp(x, row):  # type: ignore[no-untyped-def]
     return _taylor(r) * _power_of_two(t)
 
 
-def _softcapped(x, softcap, row):  # type: ignore[no-untyped-def]
-    """(c·tanh(x/c), tanh(x/c)) in the row's dtype, softcap = (on, c, 1/c)."""
+def _softcapped(x, capping, row):  # type: ignore[no-untyped-def]
+    """(c·tanh(x/c), tanh(x/c)) in the row's dtype, capping = (on, c, 1/c)."""
 
 
 def _tanh_polynomial(y):  # type: ignore[no-untyped-def]
@@ -285,20 +285,20 @@ def _tanh_composite(x, row):  # type: ignore[no-untyped-def]
 
 
 @overload(_softcapped, jit_options={"fastmath": {"contract"}})
-def _softcapped_typed(x, softcap, row):  # type: ignore[no-untyped-def]
+def _softcapped_typed(x, capping, row):  # type: ignore[no-untyped-def]
     if _float32(row):  # c·tanh(x/c) = x·P(y)/Q(y) with y = (x/c)², x clamped to ±9c: two roundings fewer
 
-        def rational(x, softcap, row):  # type: ignore[no-untyped-def]
-            x = _clamped(x, softcap[1] * np.float32(TANH_CLAMP))
-            scaled = x * softcap[2]
+        def rational(x, capping, row):  # type: ignore[no-untyped-def]
+            x = _clamped(x, capping[1] * np.float32(TANH_CLAMP))
+            scaled = x * capping[2]
             ratio = _tanh_ratio(scaled * scaled)
             return x * ratio, scaled * ratio
 
         return rational
 
-    def composite(x, softcap, row):  # type: ignore[no-untyped-def]
-        t = _tanh_composite(x * softcap[2], row)
-        return softcap[1] * t, t
+    def composite(x, capping, row):  # type: ignore[no-untyped-def]
+        t = _tanh_composite(x * capping[2], row)
+        return capping[1] * t, t
 
     return composite
 
@@ -472,8 +472,8 @@ def _scaled_rows(query, n, first, scale, out):  # type: ignore[no-untyped-def]
 
 
 @compile_
-def _softcap_max_(row, softcap):  # type: ignore[no-untyped-def]
-    """Z_j ← c·tanh(Z_j/c) on one row (softcap = (on, c, 1/c)); returns its maximum (−∞
+def _softcap_max_(row, capping):  # type: ignore[no-untyped-def]
+    """Z_j ← c·tanh(Z_j/c) on one row (capping = (on, c, 1/c)); returns its maximum (−∞
     for no element), found in the same pass, which the division leaves time for. A NaN
     may lose the maximum (``_signed_key``) but still makes its row's sum, output and lse
     NaN, as ``_row_max``'s NaN would. (Its loops, as every loop here, count from 0: an
@@ -481,20 +481,20 @@ def _softcap_max_(row, softcap):  # type: ignore[no-untyped-def]
     _wide_vectors()
     top = _signed_key(_constants(row)[7])
     for j in range(row.shape[0]):
-        capped = _softcapped(row[j], softcap, row)[0]
+        capped = _softcapped(row[j], capping, row)[0]
         row[j] = capped
         top = max(top, _signed_key(capped))
     return _from_order_key(top, row)
 
 
 @compile_
-def _softcap_with_derivative_(row, softcap, derivative):  # type: ignore[no-untyped-def]
+def _softcap_with_derivative_(row, capping, derivative):  # type: ignore[no-untyped-def]
     """Z_j ← c·tanh(Z_j/c) and derivative_j ← 1 − tanh²(Z_j/c), softcap's derivative, on
     one row."""
     _wide_vectors()
     one = _in_dtype_of(1.0, row)
     for j in range(row.shape[0]):
-        row[j], t = _softcapped(row[j], softcap, row)
+        row[j], t = _softcapped(row[j], capping, row)
         derivative[j] = one - t * t
 
 

@@ -88,12 +88,12 @@ def _variant(pb: Problem) -> tuple[Any, ...]:
     sinks, sinks (n,))), n zeros for a variant that is off (one type for every call; the
     kernels read slice n's entry whether or not its variant is on)."""
     real = pb.compute_dtype.type
-    cap = real(1.0 if pb.softcap is None else pb.softcap)
-    slopes, sinks = pb.per_slice(pb.alibi), pb.per_slice(pb.sinks)
+    cap = real(1.0 if pb.rules["softcap"] is None else pb.rules["softcap"])
+    slopes, sinks = pb.per_slice(pb.rules["alibi_slopes"]), pb.per_slice(pb.rules["sinks"])
     return (
-        (int(pb.band.lowest), int(pb.band.highest)),
-        int(pb.offset),
-        (pb.softcap is not None, cap, real(1.0) / cap),
+        (int(pb.rules.band.lowest), int(pb.rules.band.highest)),
+        int(pb.rules.offset),
+        (pb.rules["softcap"] is not None, cap, real(1.0) / cap),
         *(
             (
                 values is not None,

@@ -17,13 +17,27 @@ import numpy as np
 
 from ..._validation import Array, fail
 
-__all__ = ["ALIGNMENTS", "REGISTRY", "Alignment", "Band", "Context", "MaskMod", "Variant", "offset", "register"]
+__all__ = [
+    "ALIGNMENTS",
+    "REGISTRY",
+    "Alignment",
+    "Band",
+    "Context",
+    "MaskMod",
+    "ScoreMod",
+    "Variant",
+    "offset",
+    "register",
+]
 
 Alignment = Literal["top_left", "bottom_right"]
 ALIGNMENTS: tuple[Alignment, ...] = ("top_left", "bottom_right")
 # FlexAttention's mask function: (batch, head, q_idx, kv_idx) integer arrays that broadcast
 # together -> a bool array of their broadcast shape, True where the query may attend the key
 MaskMod = Callable[[Array, Array, Array, Array], Array]
+# FlexAttention's score function: (score, batch, head, q_idx, kv_idx) -> the new score, the
+# score a float array (…, l, s) and the indices integer arrays that broadcast with it
+ScoreMod = Callable[[Array, Array, Array, Array, Array], Array]
 
 
 @dataclass(frozen=True)
@@ -58,13 +72,14 @@ class Band:
         return (distance >= self.lowest) & (distance <= self.highest)
 
     @classmethod
-    def of(cls, is_causal: bool, window: tuple[int | None, int | None] | None, diagonal: int,
+    def of(cls, is_causal: bool, sides: tuple[int | None, int | None] | None, diagonal: int,
            lengths: tuple[int, int]) -> Band:  # fmt: skip
-        """The band of a causal rule and a checked window around j − i = ``diagonal``."""
+        """The band of a causal rule and a checked window's ``sides`` (left, right) around
+        j − i = ``diagonal``."""
         L, S = lengths
         lowest, highest = -L, S  # beyond every j − i of the problem
-        if window is not None:
-            left, right = window
+        if sides is not None:
+            left, right = sides
             if left is not None:
                 lowest = max(lowest, diagonal - left)
             if right is not None:
@@ -79,12 +94,12 @@ class Band:
         return cls.of(False, None, 0, lengths)
 
 
-def offset(causal_alignment: Any, lengths: tuple[int, int]) -> int:
-    """The diagonal's offset: 0 top-left, S − L bottom-right."""
-    if not isinstance(causal_alignment, str) or causal_alignment not in ALIGNMENTS:
-        raise fail("causal_alignment", f"one of {ALIGNMENTS}", repr(causal_alignment))
+def offset(alignment: Any, lengths: tuple[int, int]) -> int:
+    """The diagonal's offset for the ``causal_alignment`` ``alignment``: 0 top-left, S − L bottom-right."""
+    if not isinstance(alignment, str) or alignment not in ALIGNMENTS:
+        raise fail("causal_alignment", f"one of {ALIGNMENTS}", repr(alignment))
     L, S = lengths
-    return S - L if causal_alignment == "bottom_right" else 0
+    return S - L if alignment == "bottom_right" else 0
 
 
 @dataclass(frozen=True)
@@ -99,13 +114,16 @@ class Context:
 
 
 class Variant:
-    """One variant: its keyword, its check, its band, its score rule and its words.
+    """One variant: its keyword, its check, its band, its score rule, its record in a
+    trace and its words.
 
     A built-in variant's score rule sits in its module and ``engine._masks`` calls it in the
-    one order (softcap, float mask, ALiBi, the masks); a variant registered from outside
-    the package adds a bias after ALiBi (``bias``) and leaves the band, the gradients of
-    Q, K and V (a bias does not depend on them) and the fused engine's compiled tasks alone:
-    a problem with one runs on the tiled engine's Python loop.
+    one order (softcap, score functions, float mask, ALiBi, biases, the masks); a variant
+    registered from outside the package gives a score function as FlexAttention's
+    ``score_mod`` (``score_mod``, with its derivative ``score_mod_derivative`` or else one
+    by complex step) and/or a bias added after ALiBi (``bias``), and leaves the band and
+    the fused engine's compiled tasks alone: a problem with one runs on the tiled engine's
+    Python loop (the fused engine's kernels doing its softmax).
     """
 
     name: str = ""  # the keyword of attention() and the field of Rules
@@ -129,9 +147,51 @@ class Variant:
         (an int n, or an array of them shaped as B…), broadcasting to (…, l, s); None: nothing."""
         return None
 
+    def score_mod(self, checked: Any) -> ScoreMod | None:
+        """FlexAttention's ``score_mod(score, batch, head, q_idx, kv_idx)``: the scores after
+        the softcap, before any bias or mask, become what it returns (NumPy arrays: ``score``
+        a block (…, l, s) in the compute dtype, the indices integer arrays that broadcast
+        with it, ``batch`` indexing the flattened dimensions before the heads); None: none."""
+        return None
+
+    def score_mod_derivative(self, checked: Any) -> ScoreMod | None:
+        """∂score_mod/∂score, called as ``score_mod`` is; None: the engines take it by
+        complex step, Im f(z + i·h)/h, exact to rounding for a ``score_mod`` that is
+        analytic NumPy code (``engine._masks.score_mod_derivative``)."""
+        return None
+
+    def row_scale(self, checked: Any, pb: Any) -> Array | None:
+        """A multiplier m_i of each query row's dot products, (B…, L) in the compute dtype,
+        for the Problem ``pb``: the engines run on Q's rows times it (``engine._attention``),
+        so every engine, compiled or not, takes it as it is; None: none."""
+        return None
+
+    def row_scale_gradient(self, checked: Any, pb: Any, grad_scale: Array) -> Array | None:
+        """The gradient of its value from dL/dm, ``grad_scale`` (B…, L), that of its row
+        multiplier (``Gradients`` holds it under the variant's name)."""
+        return None
+
+    def of_sequence(self, checked: Any, index: tuple[int, ...], batch: int) -> Any:
+        """The checked value for one sequence's problem (``engine._ragged``), whose batch
+        shape is (H,): ``index`` into B… without the heads, ``batch`` its flat index there."""
+        return checked
+
     def record(self, checked: Any) -> Any:
         """What a trace keeps of it: JSON-ready, or None when not given."""
         return None if not self.given(checked) else checked
+
+    def restore(self, recorded: Any, context: Context) -> Any:
+        """A record read back from a trace (JSON-decoded), checked by this variant's own
+        check against the traced call's ``context`` and recorded again.
+
+        Raises:
+            ArgumentError, ArgumentTypeError: what the check refuses, naming the variant.
+        """
+        return self.record(self.check(recorded, context))
+
+    def head(self, recorded: Any, h: int) -> Any:
+        """The record of head ``h`` alone (a per-head value's entry)."""
+        return recorded
 
     def describe(self, recorded: Any, lang: str) -> str | None:
         """The rule in words ("en" or "zh") from what the trace recorded, or None."""

@@ -1,4 +1,5 @@
-"""The check of a per-head parameter (ALiBi's slopes, the sinks)."""
+"""A per-head parameter (ALiBi's slopes, the sinks): its check, and what such a variant
+does with one value per head (its record, one head's record, one sequence's values)."""
 
 from __future__ import annotations
 
@@ -7,8 +8,9 @@ from typing import Any
 import numpy as np
 
 from ..._validation import Array, array_of, fail
+from ._base import Context, Variant
 
-__all__ = ["per_head"]
+__all__ = ["PerHead", "numbers", "per_head"]
 
 
 def per_head(
@@ -38,3 +40,25 @@ def per_head(
 def numbers(values: Array | None) -> list[float] | None:
     """A trace's record of one value per head: the numbers in order, or None."""
     return None if values is None else [float(x) for x in values.reshape(-1)]
+
+
+class PerHead(Variant):
+    """A variant whose value is one real number per query head, (H,) or, where ``ndims``
+    allows it, (B, H); checked by :func:`per_head`, broadcast to B…, recorded as a list."""
+
+    shapes: str = "(H,)"
+    ndims: tuple[int, ...] = (1,)
+
+    def check(self, value: Any, context: Context) -> Array | None:
+        if value is None:
+            return None
+        return per_head(self.name, value, self.shapes, self.ndims, context.batch_shape, context.dtype)
+
+    def of_sequence(self, checked: Any, index: tuple[int, ...], batch: int) -> Array | None:
+        return None if checked is None else checked[index]  # (H,)
+
+    def record(self, checked: Any) -> list[float] | None:
+        return numbers(checked)
+
+    def head(self, recorded: Any, h: int) -> Any:
+        return recorded if recorded is None or len(recorded) == 1 else recorded[h : h + 1]

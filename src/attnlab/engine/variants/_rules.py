@@ -1,8 +1,10 @@
-"""``Rules``: the variants of one attention call as one frozen object, built once from the
-public functions' keywords and passed on whole; ``check`` turns it into what a Problem holds."""
+"""``Rules``: the variants of one attention call as one frozen object, built once (by
+keyword) where the public functions take their keywords and passed on whole; ``check``
+turns it into its checked form, :class:`Checked`, which a Problem holds and the engines read."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
@@ -15,7 +17,7 @@ from ._base import REGISTRY, Alignment, Band, Context, MaskMod, Variant, offset
 __all__ = ["NO_RULES", "Checked", "Rules", "check"]
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, kw_only=True)
 class Rules:
     """The rules of an attention call besides its mask and dropout, as
     :func:`attnlab.attention` takes them as keywords (see there).
@@ -28,8 +30,10 @@ class Rules:
         alibi_slopes: (H,) or (B, H): −slope·|d| added to the scores.
         sinks: (H,): one logit per head joined to every row's softmax.
         mask_mod: FlexAttention's mask function.
-        extra: the values of variants registered from outside the package
-            (``engine.variants.register``), by name.
+        extra: the values of the variants without a keyword of their own, by name: those
+            registered from outside the package (``engine.variants.register``) and the
+            built-ins that no torch function names (``length_scale``); ``Rules.of`` puts
+            them there.
     """
 
     is_causal: bool = False
@@ -86,18 +90,47 @@ def _is_default(name: str, value: Any) -> bool:
 
 @dataclass(frozen=True)
 class Checked:
-    """A call's rules checked: the diagonal's offset, the band, and each variant's checked
-    value by name (the built-ins' as the Problem's fields hold them, the extra ones' in
-    ``extra``, with their Variant)."""
+    """A call's rules checked against its problem, as the Problem holds them: the rules as
+    given, the diagonal's offset, the band of j − i that they allow together, and each
+    registered variant's checked value by name (``checked["softcap"]``), in the registry's
+    order."""
 
+    given: Rules
     offset: int
     band: Band
-    values: dict[str, Any]
-    extra: tuple[tuple[Variant, Any], ...]
+    values: Mapping[str, Any]
+
+    def __getitem__(self, name: str) -> Any:
+        return self.values[name]
+
+    @functools.cached_property
+    def variants(self) -> tuple[tuple[Variant, Any], ...]:
+        """(variant, checked value) of each variant that changes anything, in the registry's order."""
+        return tuple((REGISTRY[name], value) for name, value in self.values.items() if REGISTRY[name].given(value))
+
+    @functools.cached_property
+    def compiled(self) -> bool:
+        """Whether the fused engine compiles every variant given (the built-ins but ``mask_mod``)."""
+        return all(variant.compiled for variant, _ in self.variants)
+
+    @property
+    def bottom_right(self) -> bool:
+        """``causal_alignment="bottom_right"``: a sequence's diagonal is at its own length."""
+        return bool(self.values["causal_alignment"] == "bottom_right")
+
+    def of_sequence(self, index: tuple[int, ...], batch: int, shift: int) -> Checked:
+        """The rules of one sequence's problem (``engine._ragged``): each value as its
+        variant narrows it, the diagonal and the band moved by ``shift``."""
+        values = {name: REGISTRY[name].of_sequence(v, index, batch) for name, v in self.values.items()}
+        band = Band(self.band.lowest + shift, self.band.highest + shift)
+        return Checked(self.given, self.offset + shift, band, values)
 
 
-def check(rules: Rules, batch_shape: tuple[int, ...], dtype: np.dtype, lengths: tuple[int, int]) -> Checked:
-    """Every variant's check, in the registry's order, and the band they allow together."""
+def check(rules: Rules | Checked, batch_shape: tuple[int, ...], dtype: np.dtype, lengths: tuple[int, int]) -> Checked:
+    """Every variant's check, in the registry's order, and the band they allow together
+    (checked rules are checked again from the rules they were given as)."""
+    if isinstance(rules, Checked):
+        rules = rules.given
     if not isinstance(rules, Rules):
         raise fail("rules", "an attnlab.engine.variants.Rules", type(rules).__name__, TypeError)
     values = rules.values()
@@ -112,6 +145,4 @@ def check(rules: Rules, batch_shape: tuple[int, ...], dtype: np.dtype, lengths: 
         low, high = variant.band(checked[name], context)
         lowest = lowest if low is None else max(lowest, low)
         highest = highest if high is None else min(highest, high)
-    builtin = {f.name for f in fields(Rules)} - {"extra"}
-    extra = tuple((v, checked[name]) for name, v in REGISTRY.items() if name not in builtin and v.given(checked[name]))
-    return Checked(context.offset, Band(lowest, highest), checked, extra)
+    return Checked(rules, context.offset, Band(lowest, highest), checked)

@@ -9,8 +9,8 @@ from typing import Any
 import numpy as np
 
 from ..._validation import Array
-from ._base import Context, Variant, register
-from ._per_head import numbers, per_head
+from ._base import register
+from ._per_head import PerHead
 
 __all__ = ["ALIBI", "alibi_", "distance"]
 
@@ -31,17 +31,11 @@ def alibi_(slope: Array, offset: int, scores: Array, slices: Any, rows: slice, c
     scores -= far * np.asarray(slope[slices])[..., None, None]
 
 
-class _Alibi(Variant):
+class _Alibi(PerHead):
     name = "alibi_slopes"
     compiled = True
-
-    def check(self, value: Any, context: Context) -> Array | None:
-        if value is None:
-            return None
-        return per_head("alibi_slopes", value, "(H,) or (B, H)", (1, 2), context.batch_shape, context.dtype)
-
-    def record(self, checked: Any) -> list[float] | None:
-        return numbers(checked)
+    shapes = "(H,) or (B, H)"
+    ndims = (1, 2)
 
     def describe(self, recorded: Any, lang: str) -> str | None:
         return None if recorded is None else _WORDS[lang].format(slopes=", ".join(f"{s:.4g}" for s in recorded))

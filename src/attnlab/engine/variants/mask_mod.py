@@ -65,8 +65,18 @@ class _MaskMod(Variant):
             raise fail("mask_mod", expected, repr(value), TypeError)
         return value
 
+    def of_sequence(self, checked: Any, index: tuple[int, ...], batch: int) -> MaskMod | None:
+        if checked is None:
+            return None
+        return lambda b, head, q_idx, kv_idx: checked(b + batch, head, q_idx, kv_idx)  # its batch index is 0 there
+
     def record(self, checked: Any) -> str | None:
         return None if checked is None else getattr(checked, "__name__", type(checked).__name__)
+
+    def restore(self, recorded: Any, context: Context) -> str | None:
+        if recorded is not None and not isinstance(recorded, str):
+            raise fail("mask_mod", "null or the mask function's name", repr(recorded), TypeError)
+        return recorded
 
     def describe(self, recorded: Any, lang: str) -> str | None:
         return None if recorded is None else _WORDS[lang].format(name=recorded)

@@ -9,8 +9,8 @@ from typing import Any
 import numpy as np
 
 from ..._validation import Array
-from ._base import Context, Variant, register
-from ._per_head import numbers, per_head
+from ._base import register
+from ._per_head import PerHead
 
 __all__ = ["SINKS", "sinks_gradient"]
 
@@ -20,24 +20,18 @@ _WORDS = {
 }
 
 
-def sinks_gradient(sinks: Array, lse: Array, delta: Array, slices: int, heads: int) -> Array:
+def sinks_gradient(logits: Array, lse: Array, delta: Array, slices: int, heads: int) -> Array:
     """dL/ds_h = −Σ_i e^(s_h − lse_i)·δ_i over every row of every slice of head h: (H,),
-    (1,) for 2-D inputs; ``sinks`` broadcast to B…, ``lse`` and ``delta`` (B…, L)."""
+    (1,) for 2-D inputs; the sink ``logits`` s broadcast to B…, ``lse`` and ``delta`` (B…, L)."""
     with np.errstate(over="ignore", invalid="ignore"):
-        sink_weight = np.exp(sinks[..., None] - lse)  # (B…, L)
+        sink_weight = np.exp(logits[..., None] - lse)  # (B…, L)
     per_slice = -(sink_weight * delta).sum(axis=-1)  # (B…)
     return per_slice.reshape(slices // max(heads, 1), heads).sum(axis=0)
 
 
-class _Sinks(Variant):
+class _Sinks(PerHead):
     name = "sinks"
     compiled = True
-
-    def check(self, value: Any, context: Context) -> Array | None:
-        return None if value is None else per_head("sinks", value, "(H,)", (1,), context.batch_shape, context.dtype)
-
-    def record(self, checked: Any) -> list[float] | None:
-        return numbers(checked)
 
     def describe(self, recorded: Any, lang: str) -> str | None:
         return None if recorded is None else _WORDS[lang].format(sinks=", ".join(f"{s:.4g}" for s in recorded))

@@ -17,19 +17,19 @@ _WORDS = {
 }
 
 
-def check_window(window: Any) -> tuple[int | None, int | None] | None:
-    """(left, right), each a non-negative int or None; None: no window."""
-    if window is None:
+def check_window(sides: Any) -> tuple[int | None, int | None] | None:
+    """A ``window``'s (left, right), each a non-negative int or None; None: no window."""
+    if sides is None:
         return None
     expected = "(left, right), each a non-negative int or None (unbounded)"
-    if not isinstance(window, (tuple, list)) or len(window) != 2:
-        raise fail("window", expected, repr(window), TypeError)
-    for side in window:
+    if not isinstance(sides, (tuple, list)) or len(sides) != 2:
+        raise fail("window", expected, repr(sides), TypeError)
+    for side in sides:
         if side is not None and not is_integer(side):
-            raise fail("window", expected, repr(tuple(window)), TypeError)
+            raise fail("window", expected, repr(tuple(sides)), TypeError)
         if side is not None and side < 0:
-            raise fail("window", expected, repr(tuple(window)))
-    left, right = (None if side is None else int(side) for side in window)
+            raise fail("window", expected, repr(tuple(sides)))
+    left, right = (None if side is None else int(side) for side in sides)
     return left, right
 
 

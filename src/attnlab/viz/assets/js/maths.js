@@ -1,6 +1,7 @@
 // attnlab view: the maths, pure. A layer's record (layerOf: the page's JSON names, its q, k, v and
 // scores decoded when first read), its raw scores q·kᵀ computed over the keys its mask leaves in,
-// the score rules as the engine applies them, z = softcap(scale · q·k) + bias, and the softmax over
+// the score rules as the engine applies them, z = softcap(m_i · scale · q·k) + bias (m_i: the row's
+// length scale, s_h·log n_i, or 1), and the softmax over
 // the unmasked keys with the sink, if any, in its sum; value norms; the scales that do not overflow.
 // Heads' scores and weights are memoized in one cache of the most recent (createCache), shared by a
 // page's layers. Tested by tests/viz/js/maths.test.js against NumPy's numbers.
@@ -49,6 +50,7 @@
       ...fields, single: layer.single ?? layer.dtype !== "float64", // float32 scores round as float32
       L: sequences[layer.rows].tokens.length, S: sequences[layer.cols].tokens.length,
       softcap: layer.softcap ?? null, sinks: layer.sinks ?? null, bias_heads: layer.bias_heads ?? 0,
+      length_scale: layer.length_scale ?? null, // m (heads·L), each query row's multiplier, or null
       maskBytes: new Map(), norms: null, largest: null, cache,
     }, {
       q: () => decode(q, layer.dtype, layer.d_k), k: () => decode(k, layer.dtype, layer.d_k),
@@ -152,11 +154,13 @@
   const scoreRow = (layer, h, i) => (layer.scores
     ? layer.scores.subarray((h * layer.L + i) * layer.S, (h * layer.L + i + 1) * layer.S)
     : scoreRows(layer, h, i, i + 1, new Float64Array(layer.S)));
-  const modified = (layer) => layer.softcap !== null || layer.bias !== null; // ② is more than × scale
-  // z_ij of head h at `scale` from its raw score x: softcap(scale · x) + bias_ij, as the engine modifies a score
+  // ② is more than × scale
+  const modified = (layer) => layer.softcap !== null || layer.bias !== null || layer.length_scale !== null;
+  // z_ij of head h at `scale` from its raw score x: softcap(m_i · scale · x) + bias_ij, as the engine modifies a score
   function modify(layer, h, x, scale, i, j) {
     const { L, S } = layer;
     let z = scale * x;
+    if (layer.length_scale !== null) z *= layer.length_scale[h * L + i];
     if (layer.softcap !== null) z = layer.softcap * Math.tanh(z / layer.softcap);
     if (layer.bias !== null) z += layer.bias[((layer.bias_heads === 1 ? 0 : h) * L + i) * S + j];
     return z;
