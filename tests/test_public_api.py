@@ -11,7 +11,7 @@ import pytest
 PUBLIC = {
     "attnlab": [
         "ArgumentError", "ArgumentTypeError", "Attention", "AttnlabError", "Gradients", "MissingDependencyError",
-        "MissingFontWarning", "MultiheadAttention", "SelfAttention", "Trace", "__version__", "attention",
+        "MissingFontWarning", "MultiheadAttention", "Rules", "SelfAttention", "Trace", "__version__", "attention",
         "distributed", "functional", "interop", "load_model", "models", "nn", "plot", "reference",
         "scaled_dot_product_attention", "scaled_dot_product_attention_backward", "serve", "show", "softmax", "view",
         "view_ablation",

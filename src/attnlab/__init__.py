@@ -13,6 +13,7 @@ import importlib.metadata as _metadata
 
 from . import distributed, functional, interop, models, nn, reference
 from ._exceptions import ArgumentError, ArgumentTypeError, AttnlabError, MissingDependencyError
+from .engine.variants import Rules
 from .functional import (
     Attention,
     Gradients,
@@ -41,6 +42,7 @@ __all__ = [
     "MissingDependencyError",
     "MissingFontWarning",
     "MultiheadAttention",
+    "Rules",
     "SelfAttention",
     "Trace",
     "__version__",
@@ -90,6 +92,7 @@ for _public in (
     MissingDependencyError,
     MissingFontWarning,
     MultiheadAttention,
+    Rules,
     SelfAttention,
     Trace,
 ):

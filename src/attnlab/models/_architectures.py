@@ -48,6 +48,19 @@ class _Reader:
             raise config_error(f"{keys[0]}: expected {expected}, got {got}")
         return value
 
+    def sizes(self, block: str, first: str) -> tuple[int, int, int, int, int, int]:
+        """Hugging Face's names for a model's sizes (BERT's, Llama's and its kin's):
+        hidden_size D, num_attention_heads H (a divisor of D, as transformers' configurations
+        refuse it, head_dim given or not), num_hidden_layers (:meth:`layers`), vocab_size,
+        max_position_embeddings and intermediate_size."""
+        D, H = self.integer("hidden_size"), self.integer("num_attention_heads")
+        layers = self.layers("num_hidden_layers", block=block, first=first)
+        vocab, max_positions = self.integer("vocab_size"), self.integer("max_position_embeddings")
+        inner = self.integer("intermediate_size")
+        if D % H:
+            raise config_error(f"num_attention_heads: expected a divisor of hidden_size {D}, got {H}")
+        return D, H, layers, vocab, max_positions, inner
+
     def layers(self, *keys: str, block: str, first: str) -> int:
         """The layer count, once the weights hold every layer it counts: ``block`` is a layer's
         name before its index ("h.", "layers."), ``first`` the first weight a layer reads.
@@ -231,15 +244,7 @@ def _bert(config: dict[str, Any], weights: WeightSource, dtype: np.dtype) -> Net
     LayerNorm, LayerNorm after each sublayer's residual sum, exact GELU; the MLM head
     (dense, act, LayerNorm, decoder tied to the word embeddings) when the checkpoint has it."""
     r = _Reader(config, weights, dtype, "embeddings.word_embeddings.weight", ["bert.", ""])
-    D, H = r.integer("hidden_size"), r.integer("num_attention_heads")
-    layers = r.layers("num_hidden_layers", block="encoder.layer.", first="attention.self.query.weight")
-    vocab, max_positions, inner = (
-        r.integer("vocab_size"),
-        r.integer("max_position_embeddings"),
-        r.integer("intermediate_size"),
-    )
-    if D % H:
-        raise config_error(f"num_attention_heads: expected a divisor of hidden_size {D}, got {H}")
+    D, H, layers, vocab, max_positions, inner = r.sizes(block="encoder.layer.", first="attention.self.query.weight")
     if config.get("position_embedding_type", "absolute") != "absolute":
         raise config_error(f"position_embedding_type: expected 'absolute', got {config['position_embedding_type']!r}")
     if config.get("is_decoder") or config.get("add_cross_attention"):
@@ -289,19 +294,11 @@ def _llama(config: dict[str, Any], weights: WeightSource, dtype: np.dtype) -> Ne
     model_type = architecture(config)
     qwen2, mistral = model_type == "qwen2", model_type == "mistral"
     r = _Reader(config, weights, dtype, "embed_tokens.weight", ["model.", ""])
-    D, H = r.integer("hidden_size"), r.integer("num_attention_heads")
-    layers = r.layers("num_hidden_layers", block="layers.", first="self_attn.q_proj.weight")
+    D, H, layers, vocab, max_positions, inner = r.sizes(block="layers.", first="self_attn.q_proj.weight")
     Hk = r.integer("num_key_value_heads", default=H)
     E = r.integer("head_dim", default=D // H)
-    vocab, max_positions, inner = (
-        r.integer("vocab_size"),
-        r.integer("max_position_embeddings"),
-        r.integer("intermediate_size"),
-    )
     if H % Hk:
         raise config_error(f"num_key_value_heads: expected a divisor of num_attention_heads {H}, got {Hk}")
-    if D % H:  # as transformers' configurations refuse it, head_dim given or not
-        raise config_error(f"num_attention_heads: expected a divisor of hidden_size {D}, got {H}")
     if E % 2:  # RoPE rotates pairs of coordinates
         raise config_error(f"head_dim: expected an even number (RoPE rotates pairs), got {E}")
     sliding_window, layer_types = r.sliding_layers(model_type, layers)

@@ -51,14 +51,25 @@ class Rules:
         return {**given, **self.extra}
 
     def replace(self, **changes: Any) -> Rules:
-        """A copy with ``changes`` (a name of ``extra`` goes into ``extra``)."""
+        """A copy with ``changes``.
+
+        Args:
+            changes: each variant's new value by its name (a name that is no field of Rules
+                goes into ``extra``).
+        """
         own = {f.name for f in fields(self)}
         extra = {**self.extra, **{k: v for k, v in changes.items() if k not in own}}
         return replace(self, **{k: v for k, v in changes.items() if k in own}, extra=extra)
 
     @classmethod
     def of(cls, **values: Any) -> Rules:
-        """From keywords, the built-ins' and the registered ones'."""
+        """The rules of ``values``: ``Rules.of(is_causal=True, length_scale=s)``.
+
+        Args:
+            values: each variant's value by its name: the keywords' fields, and the variants
+                without a keyword (``length_scale``, those registered from outside), which go
+                into ``extra``.
+        """
         return cls().replace(**values)
 
     def given(self) -> dict[str, Any]:
@@ -68,6 +79,9 @@ class Rules:
     def unless(self, rules: Rules | None) -> Rules:
         """``rules`` when given, else these (a function's keywords): the variants come one
         way or the other, never both.
+
+        Args:
+            rules: the rules a function was given as one object, or None.
 
         Raises:
             ValueError: ``rules`` given beside keywords that differ from the defaults.
@@ -132,7 +146,7 @@ def check(rules: Rules | Checked, batch_shape: tuple[int, ...], dtype: np.dtype,
     if isinstance(rules, Checked):
         rules = rules.given
     if not isinstance(rules, Rules):
-        raise fail("rules", "an attnlab.engine.variants.Rules", type(rules).__name__, TypeError)
+        raise fail("rules", "an attnlab.Rules", type(rules).__name__, TypeError)
     values = rules.values()
     unknown = sorted(set(values) - set(REGISTRY))
     if unknown:
