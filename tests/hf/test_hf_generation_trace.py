@@ -77,3 +77,25 @@ def test_an_end_token_ends_the_checks_with_the_generation() -> None:
     model.generation_config.eos_token_id = first  # the first new token ends the generation
     record = hf.trace_generation(model, {"input_ids": PROMPT}, 5, check=lambda: calls.append(0))
     assert record.generated == 1 and calls == [0]  # before the prefill only: no forward follows an end token
+
+
+def test_a_traces_check_is_called_before_each_attention_call_and_stops_the_forward_where_it_raises() -> None:
+    model, calls = tiny_model("llama", num_hidden_layers=3), []
+    hf.trace(model, {"input_ids": PROMPT}, check=lambda: calls.append(len(calls)))
+    assert calls == list(range(model.config.num_hidden_layers))
+    started = []
+    handles = [layer.register_forward_pre_hook(lambda module, args: started.append(0)) for layer in model.model.layers]
+
+    def stop_in_the_second_layer() -> None:
+        if len(started) == 2:
+            raise _StopError
+
+    try:
+        with pytest.raises(_StopError):
+            hf.trace(model, {"input_ids": PROMPT}, check=stop_in_the_second_layer)
+    finally:
+        for handle in handles:
+            handle.remove()
+    assert len(started) == 2  # stopped at the second layer's attention: no third layer began
+    with pytest.raises(TypeError, match=r"^check: expected a function or None, got int$"):
+        hf.trace(model, {"input_ids": PROMPT}, check=1)

@@ -155,7 +155,12 @@ def _stop_at(calls: int, seen: list[str], name: str = "check"):
 def test_the_session_checks_before_each_stage_and_stops_where_its_check_raises(coref, monkeypatch):
     session, seen = Session(coref), []
     tracing = session.model.trace
-    monkeypatch.setattr(session.model, "trace", lambda text, name: seen.append(f"trace {name}") or tracing(text, name))
+    # the stages only: each trace's own checks, before each layer, are the next test's
+    monkeypatch.setattr(
+        session.model,
+        "trace",
+        lambda text, name, check: seen.append(f"trace {name}") or tracing(text, name, lambda: None),
+    )
     rollout = attnlab.analysis.rollout
     monkeypatch.setattr(attnlab.analysis, "rollout", lambda trace: seen.append("rollout") or rollout(trace))
     request = Request(SENTENCE, second="小红是个画家", rollout=True)
@@ -166,6 +171,17 @@ def test_the_session_checks_before_each_stage_and_stops_where_its_check_raises(c
     with pytest.raises(StopError):
         session.answer(request, _stop_at(3, seen))
     assert seen == ["check", "trace text", "check", "trace second text", "check"]  # no rollout
+
+
+def test_the_sessions_trace_checks_before_each_layer_and_stops_inside_the_forward(coref, monkeypatch):
+    from attnlab.models._network import Block
+
+    seen: list[str] = []
+    forward = Block.forward
+    monkeypatch.setattr(Block, "forward", lambda *args, **kwargs: seen.append("layer") or forward(*args, **kwargs))
+    with pytest.raises(StopError):
+        Session(coref).answer(Request(SENTENCE), _stop_at(3, seen))
+    assert seen == ["check", "check", "layer", "check"]  # the answer's first check, then before each layer
 
 
 def test_flow_calls_its_check_before_each_position_and_stops_where_it_raises(coref):
@@ -339,10 +355,12 @@ def test_an_ablation_is_given_the_sessions_check(smollm2, monkeypatch):
         raise AssertionError("the session's check did not stop the ablation")
 
     monkeypatch.setattr(attnlab.analysis, "ablate", ablate)
-    seen = []
+    seen, session = [], Session(smollm2)
+    layers = session.model.layers  # the trace checks before each of its layers too
     with pytest.raises(StopError):
-        Session(smollm2).answer(Request("word", ablate=((0, 0), (0, 1))), _stop_at(4, seen))
-    assert given == [[(0, 0), (0, 1)]] and seen == ["check"] * 4  # the request's, the trace's, the ablation's, ablate's
+        session.answer(Request("word", ablate=((0, 0), (0, 1))), _stop_at(4 + layers, seen))
+    # the request's, one per layer of the trace, the trace's end, the ablation's, ablate's
+    assert given == [[(0, 0), (0, 1)]] and seen == ["check"] * (4 + layers)
 
 
 def test_a_generation_whose_connection_closes_stops_at_its_next_token_and_the_next_page_is_served(smollm2, monkeypatch):

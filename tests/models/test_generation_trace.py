@@ -81,3 +81,23 @@ def test_check_is_called_before_each_new_token_and_stops_the_generation_where_it
     assert len(forwards) == 2  # the prompt's and the first decode step: the third token never computed
     with pytest.raises(TypeError, match=r"^check: expected a function or None, got int$"):
         model.trace_generation(PROMPT, 2, check=1)
+
+
+def test_a_traces_check_is_called_before_each_layer_and_stops_the_forward_where_it_raises(saved, monkeypatch):
+    from attnlab.models._network import Block
+
+    model, calls = models.load(saved["llama"]), []
+    model.trace(PROMPT, check=lambda: calls.append(len(calls)))
+    assert calls == list(range(model.config.num_hidden_layers))
+    blocks, forward = [], Block.forward
+    monkeypatch.setattr(Block, "forward", lambda *args, **kwargs: blocks.append(0) or forward(*args, **kwargs))
+
+    def stop_before_the_second_layer() -> None:
+        if len(blocks) == 1:
+            raise _StopError
+
+    with pytest.raises(_StopError):
+        model.trace(PROMPT, check=stop_before_the_second_layer)
+    assert len(blocks) == 1  # the first layer ran, the second never began
+    with pytest.raises(TypeError, match=r"^check: expected a function or None, got int$"):
+        model.trace(PROMPT, check=1)

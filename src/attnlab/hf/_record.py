@@ -11,13 +11,13 @@ out projection.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from .._validation import check_finite, fail, is_integer
+from .._validation import check_finite, fail, is_integer, optional_callable
 from ..trace import ModelTrace, Trace
 from ..trace._build import build_trace
 from ._backend import EngineCall, _engine_call, recorder
@@ -47,6 +47,7 @@ class _Recording:
     names: dict[int, str]  # id(module) -> its path in the model
     chosen: frozenset[int] | None  # the entries to trace; None: all
     encoder_decoder: bool
+    check: Callable[[], object] | None = None  # called before each attention call's work
     entries: list[_Entry] = field(default_factory=list)
     inputs: dict[int, tuple[Any, bool]] = field(default_factory=dict)  # id(module) -> (hidden states, cross)
     by_module: dict[int, _Entry] = field(default_factory=dict)  # the latest entry of each module
@@ -68,7 +69,10 @@ class _Recording:
 
     def record(self, call: EngineCall) -> np.ndarray:
         """The recorder: the call's output (B, H, L, Ev), with its trace when chosen; a NaN
-        or an infinity in what enters or leaves the call refused (:func:`_check_finite`)."""
+        or an infinity in what enters or leaves the call refused (:func:`_check_finite`);
+        ``check`` called first."""
+        if self.check is not None:
+            self.check()
         states, cross = self.inputs.get(id(call.module), (None, False))
         name = self.names.get(id(call.module), type(call.module).__name__)
         entry = _Entry(name, _kind(name, cross, self.encoder_decoder))
@@ -151,7 +155,10 @@ def _recorded(model: Any, recording: _Recording) -> Iterator[None]:
             handle.remove()
 
 
-def trace(model: Any, text_or_inputs: Any, *, tokenizer: Any = None, layers: Any = None) -> ModelTrace:
+def trace(
+    model: Any, text_or_inputs: Any, *, tokenizer: Any = None, layers: Any = None,
+    check: Callable[[], object] | None = None,
+) -> ModelTrace:  # fmt: skip
     """Every attention module of one forward of a transformers model, each as an
     :class:`attnlab.Trace` (Q and K after RoPE, V, scores, weights, output) named by its
     module path: self-attention, and in an encoder-decoder model the encoder's, the
@@ -177,20 +184,25 @@ def trace(model: Any, text_or_inputs: Any, *, tokenizer: Any = None, layers: Any
             None: the inputs must be tensors, and the tokens are shown as their ids.
         layers: the entries to trace, an index or a list of them (negative: from the
             end), or None for all; the others run without being recorded.
+        check: None, or a function called before each attention call; what it raises
+            ends the forward (``attnlab serve``'s, to stop a request its page left).
 
     Raises:
         UnsupportedModelError: the model does not compute attention through the interface.
         ArgumentError, ArgumentTypeError: inputs that are not one sequence, a text without
             a tokenizer, an entry the forward does not have; a NaN or an infinity in the
             forward (a weight that is not finite, or numbers that overflow), named by the
-            first attention entry it reaches and what of it.
+            first attention entry it reaches and what of it; a ``check`` that is not
+            callable.
+        Exception: whatever ``check`` raises.
     """
     check_model(model)
+    optional_callable("check", check)
     sequences = model_inputs(model, text_or_inputs, tokenizer)
     chosen = _chosen(layers)
     names = {id(module): name for name, module in model.named_modules()}
     ahead = None if chosen is None or min(chosen) < 0 else frozenset(chosen)  # negative: known after the forward
-    recording = _Recording(names, ahead, bool(getattr(model.config, "is_encoder_decoder", False)))
+    recording = _Recording(names, ahead, bool(getattr(model.config, "is_encoder_decoder", False)), check)
     with _recorded(model, recording):
         model(**sequences.inputs)
     count = len(recording.entries)

@@ -101,7 +101,7 @@ class _Model(Protocol):
     heads: int | None  # each layer's; None: the seed's (its one layer is not ablated), or not in the config
 
     def length(self, text: str, name: str) -> int: ...
-    def trace(self, text: str, name: str) -> Trace | ModelTrace: ...
+    def trace(self, text: str, name: str, check: Callable[[], object]) -> Trace | ModelTrace: ...
     def generate(self, text: str, count: int, check: Callable[[], object]) -> tuple[ModelTrace, GenerationTrace]: ...
     def check_ablated(self, heads: tuple[tuple[int, int], ...]) -> None: ...
     def ablate(self, text: str, heads: list[tuple[int, int]], check: Callable[[], object]) -> dict[str, Any]: ...
@@ -158,8 +158,9 @@ class Session:
         two texts' weights) over the page's MAX_VIEWS_BYTES, from the texts' counts of
         tokens. ``check`` is called before each stage (the trace, the second text's,
         rollout, flow and each of its positions, the ablation, the heads' kinds, the page),
-        and inside the generation (before each new token) and the ablation (before each
-        head): the live server's raises to stop a request that its page replaced or left.
+        and inside the traces' forwards (before each layer), the generation (before each new
+        token) and the ablation (before each head): the live server's raises to stop a
+        request that its page replaced or left, or when the server is stopping.
 
         Args:
             request: the redraw asked for.
@@ -180,9 +181,9 @@ class Session:
             trace: Trace | ModelTrace
             trace, generation = self.model.generate(request.text, request.generate, check)
         else:
-            trace = self.model.trace(request.text, "text")
+            trace = self.model.trace(request.text, "text", check)
         check()
-        second = None if request.second is None else self.model.trace(request.second, "second text")
+        second = None if request.second is None else self.model.trace(request.second, "second text", check)
         if second is not None and not (isinstance(trace, ModelTrace) and isinstance(second, ModelTrace)):
             raise fail("second text", "a model to compare two texts through (serve --model)", "the seed's layer")
         rolled, flowed, notes = _rollout_and_flow(trace, request.rollout, check)
@@ -299,7 +300,7 @@ class _SeedLayer:
         except ArgumentError:
             raise fail(name, "a text of at least one token", repr(text)) from None
 
-    def trace(self, text: str, name: str) -> Trace:
+    def trace(self, text: str, name: str, check: Callable[[], object]) -> Trace:
         words = self._words(text, name)
         width = len(set(words))
         d_k = min(width, 64)
@@ -331,9 +332,9 @@ class _RunnerModel:
         """The tokens of ``text``, special ones included (refused: too long for the model)."""
         return int(_named(name, lambda: self.runner.length(text)))
 
-    def trace(self, text: str, name: str) -> ModelTrace:
+    def trace(self, text: str, name: str, check: Callable[[], object]) -> ModelTrace:
         self._check_page(self.length(text, name), name)
-        trace = _named(name, lambda: self.runner.trace(text))
+        trace = _named(name, lambda: self.runner.trace(text, check=check))
         check_page_size(trace, name)
         return trace
 

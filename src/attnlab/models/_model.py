@@ -156,8 +156,9 @@ class Model:
     __call__ = forward
 
     def trace(
-        self, text_or_ids: ArrayLike | str, layers: Any = None, *, truncation: bool = False, chat: bool = False
-    ) -> ModelTrace:
+        self, text_or_ids: ArrayLike | str, layers: Any = None, *, truncation: bool = False, chat: bool = False,
+        check: Callable[[], object] | None = None,
+    ) -> ModelTrace:  # fmt: skip
         """Every step of attention for one sequence in the chosen layers.
 
         Args:
@@ -171,6 +172,8 @@ class Model:
             chat: the text is a user's message in the model's chat template, followed by
                 the prompt for the answer (``apply_chat_template(...,
                 add_generation_prompt=True)``); the trace marks the template's tokens.
+            check: None, or a function called before each layer's forward; what it raises
+                ends the trace (``attnlab serve``'s, to stop a request its page left).
 
         Raises:
             ArgumentError: a text without a tokenizer, a text over the limit without
@@ -178,9 +181,12 @@ class Model:
                 the vocabulary, too many tokens for the positions, a layer the model does
                 not have, or an empty list of layers (a trace of nothing); a forward whose
                 numbers overflow (a NaN or an infinity in it, named by its first layer and step).
-            ArgumentTypeError: ``text_or_ids`` neither a text nor integer ids (None, bytes).
+            ArgumentTypeError: ``text_or_ids`` neither a text nor integer ids (None, bytes), a
+                ``check`` that is not callable.
+            Exception: whatever ``check`` raises.
         """
-        return _trace(self, text_or_ids, layers, truncation, chat)
+        optional_callable("check", check)
+        return _trace(self, text_or_ids, layers, truncation, chat, check)
 
     @overload
     def generate(
@@ -272,13 +278,16 @@ def _trace_generation(
     return GenerationTrace(model.name, [int(i) for i in ids], tokens, len(prompt), weights, {}, special)
 
 
-def _trace(model: Model, text_or_ids: ArrayLike | str, layers: Any, truncation: bool, chat: bool) -> ModelTrace:
+def _trace(
+    model: Model, text_or_ids: ArrayLike | str, layers: Any, truncation: bool, chat: bool,
+    check: Callable[[], object] | None = None,
+) -> ModelTrace:  # fmt: skip
     """See :meth:`Model.trace`."""
     tokenizer = model.tokenizer
     prompt = sequence_ids(model.config, tokenizer, text_or_ids, truncation=truncation, chat=chat)
     ids = prompt.ids
     chosen = layer_indices(model.config, layers)
-    record = Recorder(trace_layers=frozenset(chosen))
+    record = Recorder(trace_layers=frozenset(chosen), check=check)
     model.network.forward(ids[None], None, None, None, record, None, name="text_or_ids")  # (L,) -> (1, L)
     tokens, parts = tokenizer.pieces(ids) if tokenizer is not None else ([str(i) for i in ids], [])
     special = [tokenizer.is_special(i) for i in ids] if tokenizer is not None else []

@@ -109,13 +109,16 @@ class Recorder:
     """What a forward keeps beyond its output: each layer's weights, traces of some layers;
     ``head_outputs``, when given, is called as ``head_outputs(layer, out)`` with each layer's
     engine output (B, H, L, Ev), before the out projection, and its result goes on instead
-    (attnlab.analysis replaces heads' outputs through it)."""
+    (attnlab.analysis replaces heads' outputs through it); ``check``, when given, is called
+    before each layer, and what it raises ends the forward (the live page's, to stop a
+    request its page left or the server that is stopping)."""
 
     attentions: bool = False
     trace_layers: frozenset[int] = frozenset()
     weights: list[Array] = field(default_factory=list)
     traces: dict[int, Trace] = field(default_factory=dict)
     head_outputs: Callable[[int, Array], Array] | None = None
+    check: Callable[[], object] | None = None
 
 
 @dataclass(frozen=True)
@@ -292,6 +295,8 @@ class Network:
         if hidden is not None:
             hidden.append(x)
         for layer, block in enumerate(self.blocks):
+            if record is not None and record.check is not None:
+                record.check()
             x = block.forward(x, layer, step, self.pre_norm)
             if hidden is not None:
                 hidden.append(x)

@@ -101,8 +101,8 @@ class NumpyRunner(Runner):
 
         return len(sequence_ids(self.model.config, self.model.tokenizer, text).ids)
 
-    def trace(self, text: Any, layers: Any = None) -> ModelTrace:
-        return self.model.trace(text, layers=layers)
+    def trace(self, text: Any, layers: Any = None, check: Callable[[], object] | None = None) -> ModelTrace:
+        return self.model.trace(text, layers=layers, check=check)
 
     def generate(
         self, text: str, count: int, check: Callable[[], object] | None = None, layers: Any = None
@@ -110,9 +110,7 @@ class NumpyRunner(Runner):
         if not self.model.config.causal:
             raise fail("max_new_tokens", "a causal model", f"{self.name}, a {self.model.config.model_type} model")
         generation = self.model.trace_generation(text, count, layers=layers, check=check)
-        if check is not None:
-            check()
-        return self.model.trace(generation.ids, layers=layers), generation
+        return self.trace(generation.ids, layers, check), generation
 
     def check_head(self) -> None:
         if not self.has_head:

@@ -146,15 +146,16 @@ class Runner:
         """
         raise NotImplementedError
 
-    def trace(self, text: Any, layers: Any = None) -> ModelTrace:
-        """The trace of ``text`` (a text or ids) through ``layers`` (None: every one)."""
+    def trace(self, text: Any, layers: Any = None, check: Callable[[], object] | None = None) -> ModelTrace:
+        """The trace of ``text`` (a text or ids) through ``layers`` (None: every one);
+        ``check`` called before each layer (each attention call on transformers)."""
         raise NotImplementedError
 
     def generate(
         self, text: str, count: int, check: Callable[[], object] | None = None, layers: Any = None
     ) -> tuple[ModelTrace, GenerationTrace]:
         """``count`` new tokens after ``text``, greedy: the whole sequence's trace and the
-        generation's (``check`` called before each new token)."""
+        generation's (``check`` called before each new token and in the trace's forward)."""
         raise NotImplementedError
 
     def check_head(self) -> None:

@@ -104,10 +104,10 @@ class TransformersRunner(Runner):
 
         return int(model_inputs(self.model, text, self.processor).inputs["input_ids"].shape[-1])
 
-    def trace(self, text: Any, layers: Any = None) -> ModelTrace:
+    def trace(self, text: Any, layers: Any = None, check: Callable[[], object] | None = None) -> ModelTrace:
         ids = isinstance(text, (list, tuple, np.ndarray))  # token ids; else a text, an image or inputs
         inputs = {"input_ids": torch.tensor([[int(i) for i in text]])} if ids else text
-        return hf_trace(self.model, inputs, tokenizer=self.processor, layers=layers)
+        return hf_trace(self.model, inputs, tokenizer=self.processor, layers=layers, check=check)
 
     def generate(
         self, text: str, count: int, check: Callable[[], object] | None = None, layers: Any = None
@@ -115,9 +115,7 @@ class TransformersRunner(Runner):
         from ..hf import trace_generation
 
         generation = trace_generation(self.model, text, count, tokenizer=self.processor, layers=layers, check=check)
-        if check is not None:
-            check()
-        return self.trace(generation.ids, layers), generation
+        return self.trace(generation.ids, layers, check), generation
 
     def check_one_stack(self) -> None:
         if getattr(self.model.config, "is_encoder_decoder", False):
