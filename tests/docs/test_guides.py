@@ -18,14 +18,14 @@ def test_the_guides_examples_run(tmp_path):
 
     text = "".join((GUIDES / name).read_text(encoding="utf-8") for name in ("models.md", "engine.md"))
     blocks = re.findall(r"```python\n(.*?)```", text, re.S)  # ```python exec="on" ones run when the site is built
-    assert len(blocks) == 5
+    assert len(blocks) == 6
     # no download here: the models example runs on a tiny GPT-2 in place of the hub's, the
     # transformers example on a tiny random Gemma 2 (softcap, sliding window) in place of Gemma 2's
     checkpoint = tiny_checkpoint_with_tokenizer(tmp_path)
     assert 'models.load("gpt2")' in blocks[2]
     blocks[2] = blocks[2].replace('models.load("gpt2")', f"models.load({str(checkpoint)!r})")
-    assert blocks[3].count('"google/gemma-2-2b"') == 2
-    blocks[3] = blocks[3].replace('"google/gemma-2-2b"', repr(str(_tiny_gemma2(tmp_path, checkpoint))))
+    assert blocks[4].count('"google/gemma-2-2b"') == 2
+    blocks[4] = blocks[4].replace('"google/gemma-2-2b"', repr(str(_tiny_gemma2(tmp_path, checkpoint))))
     # the files the examples write go to tmp_path, not to the guides' /tmp
     blocks = [block.replace('"/tmp/', f'"{tmp_path}/') for block in blocks]
     results = []
@@ -33,7 +33,10 @@ def test_the_guides_examples_run(tmp_path):
         namespace: dict[str, object] = {}
         exec(compile(block, "docs/guides", "exec"), namespace)
         results.append(namespace)
-    seeing, views, model, backend, engine = results
+    seeing, views, model, opened, backend, engine = results
+    assert (opened["opened"].backend, opened["opened"].layers, opened["opened"].heads) == ("numpy", 2, 4)
+    assert opened["kinds"].scores["previous"].shape == (2, 4)
+    assert str(opened["page"]).startswith("<!DOCTYPE html>")
     assert "她" in views["she"].tokens and (tmp_path / "two.html").stat().st_size > 0
     assert (tmp_path / "ablation.html").stat().st_size > 0
     assert backend["trace"].modules[0] == "model.layers.0.self_attn"
