@@ -111,10 +111,10 @@ def ranking(values: dict[str, float], shown: Callable[[float], str], *, higher: 
     return f"{named(groups[0], 'best')} and {named(groups[-1], 'worst')}"
 
 
-def lowest_throughout(curves: dict[str, list[float]], window: int = 10) -> str | None:
-    """The label whose curve, each the mean of ``window`` steps, is strictly below every
-    other curve at every step; None when no curve is (they cross or touch)."""
-    smooth = {label: np.convolve(c, np.ones(window) / window, mode="valid") if len(c) >= window else np.asarray(c)
+def lowest_throughout(curves: dict[str, list[float]], steps: int = 10) -> str | None:
+    """The label whose curve, each point the mean of ``steps`` steps, is strictly below
+    every other curve at every step; None when no curve is (they cross or touch)."""
+    smooth = {label: np.convolve(c, np.ones(steps) / steps, mode="valid") if len(c) >= steps else np.asarray(c)
               for label, c in curves.items()}  # fmt: skip
     for label, curve in smooth.items():
         others = [c for other, c in smooth.items() if other != label]
