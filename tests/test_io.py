@@ -35,3 +35,12 @@ def test_a_file_that_grew_past_the_limit_after_its_check_is_refused(tmp_path, mo
         _io.read_bounded(path, 10)
     assert str(caught.value) == f"{path}: expected a file of at most 10 bytes, got more"
     assert _io.read_bounded(path, 11) == b"x" * 11
+
+
+def test_a_fifo_swapped_in_after_the_check_is_refused_not_read(tmp_path, monkeypatch):
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)  # as if a regular file had been there when checked, then replaced: a blocking read would hang
+    monkeypatch.setattr(_io, "_unreadable", lambda path, limit: None)
+    with pytest.raises(CheckpointError) as caught:
+        _io.read_bounded(fifo, 10)
+    assert str(caught.value) == f"{fifo}: expected a regular file, got a FIFO"

@@ -53,18 +53,26 @@ def check_file(path: Path, limit: int, refuse: Refuse | None = None) -> None:
 
 def read_bounded(path: Path, limit: int, refuse: Refuse | None = None) -> bytes:
     """The bytes of ``path``, once :func:`check_file` allows it (and no more than ``limit``
-    of them, should the file grow meanwhile).
+    of them, should the file grow meanwhile); opened without blocking and checked again by
+    its descriptor, so a FIFO or a device swapped in after the check is refused, not read.
 
     Raises:
         CheckpointError: not a regular file, larger than ``limit``, or unreadable (or what
             ``refuse`` makes of the reason).
     """
     check_file(path, limit, refuse)
-    try:
-        with path.open("rb") as file:
-            data = file.read(limit + 1)
+    try:  # opened without blocking and checked again by its descriptor: a FIFO swapped in meanwhile is refused
+        descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
     except OSError as error:
         raise _refusal(path, f"expected a readable file, got {error.strerror or error}", refuse) from None
+    with os.fdopen(descriptor, "rb") as file:
+        mode = os.fstat(descriptor).st_mode
+        if not stat.S_ISREG(mode):
+            raise _refusal(path, f"expected a regular file, got {file_kind(mode)}", refuse)
+        try:
+            data = file.read(limit + 1)
+        except OSError as error:
+            raise _refusal(path, f"expected a readable file, got {error.strerror or error}", refuse) from None
     if len(data) > limit:
         raise _refusal(path, f"expected a file of at most {limit:,} bytes, got more", refuse)
     return data

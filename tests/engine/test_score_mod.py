@@ -145,6 +145,20 @@ def test_a_score_function_that_is_not_analytic_is_refused_unless_it_gives_its_de
         np.testing.assert_allclose(got, expected, rtol=0, atol=1e-8)
 
 
+def test_a_score_function_numpy_cannot_take_complex_is_refused_in_the_backward_by_its_variant() -> None:
+    class Floored(Variant):
+        name = "toy_floored"
+
+        def score_mod(self, checked: Any) -> ScoreMod | None:
+            return None if checked is None else (lambda score, b, h, q_idx, kv_idx: np.floor(score))
+
+    register(REGISTRY.get("toy_floored") or Floored())
+    q, k, v, d_out = (x[:1, :2] for x in arrays(4, 5, seed=3))
+    result = al.attention(q, k, v, rules=Rules(extra={"toy_floored": 1}))  # np.floor of real scores: the forward runs
+    with pytest.raises(al.ArgumentError, match=r"^toy_floored: expected a score_mod analytic in the score.*TypeError"):
+        result.backward(d_out)
+
+
 def test_a_score_function_that_returns_no_scores_is_refused() -> None:
     class Bad(Variant):
         name = "toy_bad_score_mod"

@@ -139,7 +139,9 @@ def score_mod_derivative(variant: Variant, value: object, scores: Array, indices
     such a variant gives ``score_mod_derivative``.
 
     Raises:
-        ArgumentError: f returns no complex array for a complex score (it dropped the imaginary part).
+        ArgumentError: f returns no complex array for a complex score (it dropped the
+            imaginary part), or it raises a TypeError on one (np.floor, np.mod: not defined
+            on complex numbers).
     """
     given: ScoreMod | None = variant.score_mod_derivative(value)
     if given is not None:
@@ -147,12 +149,15 @@ def score_mod_derivative(variant: Variant, value: object, scores: Array, indices
     function = variant.score_mod(value)
     assert function is not None
     stepped = scores.astype(np.complex128) + 1j * COMPLEX_STEP  # z + i·h, (…, l, s)
-    with np.errstate(all="ignore"):
-        result = function(stepped, *indices)
+    expected = ("a score_mod analytic in the score (NumPy operations that keep a complex score complex), "
+                "for its derivative by complex step, or a variant that gives score_mod_derivative")  # fmt: skip
+    try:
+        with np.errstate(all="ignore"):
+            result = function(stepped, *indices)
+    except TypeError as error:  # an operation NumPy does not define on complex numbers (floor, mod, …)
+        raise fail(variant.name, expected, f"{type(error).__name__}: {error}") from None
     if not isinstance(result, np.ndarray) or result.dtype.kind != "c":
         got = f"dtype {result.dtype}" if isinstance(result, np.ndarray) else type(result).__name__
-        expected = ("a score_mod analytic in the score (NumPy operations that keep a complex score complex), "
-                    "for its derivative by complex step, or a variant that gives score_mod_derivative")  # fmt: skip
         raise fail(variant.name, expected, got)
     slope = np.broadcast_to(result.imag / COMPLEX_STEP, scores.shape)
     return slope.astype(scores.dtype)
