@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, fields
-from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -50,8 +49,11 @@ from ._problem import Problem, make_problem
 from ._threads import run
 from .variants import Alignment, MaskMod, Rules
 
-__all__ = ["AttentionStatistics", "attention_statistics", "distance_bins"]
+__all__ = ["CHUNK", "AttentionStatistics", "attention_statistics", "distance_bins"]
 
+# The second pass adds a block into the statistics this many query rows at a time: the
+# temporaries of 64 × BLOCK_K stay a few times smaller than the block itself.
+CHUNK = 64
 _NOT_SEEN = -1.0  # a top-k candidate's weight where the row may not attend the key (P >= 0 elsewhere)
 
 
@@ -203,9 +205,9 @@ def _row_softmax(job: _Pass, s: _tiled.Slice, q_scaled: Array, rows: slice, sink
 
 def _rows_task(job: _Pass, s: _tiled.Slice, rows: slice, sink: float | None) -> None:
     """Every statistic of the query rows ``rows`` of slice ``s``: the first pass for m and
-    l, the second adding each block of P into the statistics."""
+    l, the second turning each block of Z into log P and adding it into the statistics
+    CHUNK rows at a time (so that their temporaries stay a fraction of the block's)."""
     pb, out, n = job.pb, job.results, s.n
-    L, S = pb.lengths
     q_scaled = s.q[rows] * np.asarray(pb.scale, dtype=s.q.dtype)  # (l, E)
     row_max, row_sum = _row_softmax(job, s, q_scaled, rows, sink)
     out.lse[n, rows] = row_max + np.log(row_sum)
@@ -213,10 +215,6 @@ def _rows_task(job: _Pass, s: _tiled.Slice, rows: slice, sink: float | None) -> 
     low = np.log(np.where(row_sum > 0, row_sum, 1.0))  # log l, (l,)
     if sink is not None:
         out.sinks_weight[n, rows] = np.exp((sink - shift) - low)
-    query = np.arange(rows.start, rows.stop)  # i, (l,)
-    local_from = np.clip(query + pb.rules.band.highest + 1, 0, S) - job.local_keys  # stop_i − w, (l,)
-    entropy, top = out.entropy[n, rows], out.max_weight[n, rows]
-    top_weights, top_keys = out.top_weights[n, rows], out.top_keys[n, rows]
     for cols in _tiled.key_blocks(pb, rows, True):
         block = _tiled.block_scores(pb, s, q_scaled, rows, cols, True)
         if block is None:
@@ -224,20 +222,36 @@ def _rows_task(job: _Pass, s: _tiled.Slice, rows: slice, sink: float | None) -> 
         log_weights = block[0]  # Z, (l, c)
         log_weights -= shift[:, None]
         log_weights -= low[:, None]  # log P = (Z − m) − log l
-        weights = np.exp(log_weights)  # P, (l, c)
-        entropy -= np.where(weights > 0, weights * log_weights, 0.0).sum(axis=1)
-        np.maximum(top, weights.max(axis=1), out=top)
-        out.received[n, cols] += weights.sum(axis=0)
-        if cols.start < job.sink_keys:
-            out.sink_share[n, rows] += weights[:, : job.sink_keys - cols.start].sum(axis=1)
-        key = np.arange(cols.start, cols.stop)  # j, (c,)
-        if cols.stop > local_from.min():
-            out.local_share[n, rows] += np.where(key >= local_from[:, None], weights, 0.0).sum(axis=1)
-        distance = query[:, None] + pb.rules.offset - key  # d = (i + offset) − j, (l, c)
-        bins = _distance_bin(distance, job.bins)
-        out.distance[n] += np.bincount(bins.ravel(), weights.ravel(), minlength=out.distance.shape[1])
-        candidates = np.where(log_weights > -np.inf, weights, _NOT_SEEN)  # not seen (or NaN): never above a key seen
-        top_weights[...], top_keys[...] = _merge_top(top_weights, top_keys, candidates, cols)
+        for part in _tiled.blocks(rows.stop - rows.start, CHUNK):
+            chunk = slice(rows.start + part.start, rows.start + part.stop)
+            _add_chunk(job, n, chunk, cols, log_weights[part])
+
+
+def _add_chunk(job: _Pass, n: int, rows: slice, cols: slice, log_weights: Array) -> None:
+    """Add the weights of the query rows ``rows`` and keys ``cols`` of slice n, given as
+    log P (l, c) (−∞ where the key is masked; overwritten), into every statistic."""
+    out, offset = job.results, job.pb.rules.offset
+    query, key = np.arange(rows.start, rows.stop), np.arange(cols.start, cols.stop)  # i (l,), j (c,)
+    weights = np.exp(log_weights)  # P, (l, c)
+    seen = log_weights > -np.inf  # the keys the rows may attend (False for NaN too), (l, c)
+    top_weights, top_keys = out.top_weights[n, rows], out.top_keys[n, rows]
+    candidates = np.where(seen, weights, _NOT_SEEN)  # (l, c): never above a key seen
+    top_weights[...], top_keys[...] = _merge_top(top_weights, top_keys, candidates, cols)
+    np.maximum(out.max_weight[n, rows], weights.max(axis=1), out=out.max_weight[n, rows])
+    out.received[n, cols] += weights.sum(axis=0)
+    if cols.start < job.sink_keys:
+        out.sink_share[n, rows] += weights[:, : job.sink_keys - cols.start].sum(axis=1)
+    stop = np.clip(query + job.pb.rules.band.highest + 1, 0, job.pb.lengths[1])  # stop_i, (l,)
+    local_from = stop - job.local_keys  # (l,)
+    if cols.stop > local_from.min():
+        first = max(int(local_from.min()) - cols.start, 0)  # the block's first column any row counts
+        local = key[first:] >= local_from[:, None]  # (l, c − first)
+        out.local_share[n, rows] += np.where(local, weights[:, first:], 0.0).sum(axis=1)
+    bins = _distance_bin(query[:, None] + offset - key, job.bins)  # the bin of d = (i + offset) − j, (l, c)
+    out.distance[n] += np.bincount(bins.ravel(), weights.ravel(), minlength=out.distance.shape[1])
+    np.copyto(log_weights, 0.0, where=~seen)  # P·log P = 0 where P = 0 for a masked key
+    log_weights *= weights  # P·log P, (l, c)
+    out.entropy[n, rows] -= log_weights.sum(axis=1)
 
 
 def _tasks(pb: Problem, results: _Results, top_k: int, sink_keys: int, local_keys: int) -> list[_tiled.Task]:
