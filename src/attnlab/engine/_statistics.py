@@ -254,11 +254,11 @@ def _add_chunk(job: _Pass, n: int, rows: slice, cols: slice, log_weights: Array)
     out.entropy[n, rows] -= log_weights.sum(axis=1)
 
 
-def _tasks(pb: Problem, results: _Results, top_k: int, sink_keys: int, local_keys: int) -> list[_tiled.Task]:
-    """One task per slice and block of queries of ``pb`` (results at its slices' rows),
-    the last rows first (causal: they see the most keys). Different blocks of one slice
-    add into its ``received`` and ``distance``: they run one after another, in one task."""
-    job = _Pass(pb, top_k, sink_keys, local_keys, (pb.lengths[0] + pb.lengths[1]).bit_length(), results)
+def _tasks(pb: Problem, results: _Results, top_k: int, sink_keys: int, local_keys: int, bins: int) -> list[_tiled.Task]:
+    """One task per slice of ``pb``, writing its results at the slice's row of ``results``:
+    its blocks of queries one after another, since they all add into its ``received`` and
+    ``distance`` (``bins``: K, the whole problem's, whose keys a sequence's problem cuts)."""
+    job = _Pass(pb, top_k, sink_keys, local_keys, bins, results)
     sinks = pb.per_slice(pb.rules["sinks"])
     row_blocks = _tiled.blocks(pb.lengths[0], _tiled.forward_block_q(pb))
 
@@ -328,14 +328,15 @@ def attention_statistics(
     pb = engine_problem(pb)[0]  # Q's rows scaled by the row-scaling variants (length_scale)
     L, S = pb.lengths
     results = _Results.empty(pb.slices, (L, S), top_k, pb.compute_dtype)
+    bins = (L + S).bit_length()  # K
     if pb.key_lengths is None:
-        tasks = _tasks(pb, results, top_k, sink_keys, local_keys)
+        tasks = _tasks(pb, results, top_k, sink_keys, local_keys, bins)
     else:
         tasks, H = [], pb.heads
         for flat, (_, length, sequence) in enumerate(_ragged.sequences(pb)):
             part = results.part(slice(flat * H, (flat + 1) * H), length)
             if length > 0:
-                tasks += _tasks(sequence, part, top_k, sink_keys, local_keys)
+                tasks += _tasks(sequence, part, top_k, sink_keys, local_keys, bins)
             elif sequence.rules["sinks"] is not None:  # no key: the sink takes the whole row
                 part.lse[...] = sequence.rules["sinks"][:, None]
                 part.sinks_weight[...] = 1.0
