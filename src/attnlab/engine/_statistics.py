@@ -113,6 +113,15 @@ def _distance_bin(distance: Array, K: int) -> Array:
     return K + np.sign(distance) * np.frexp(np.abs(distance))[1]
 
 
+@functools.lru_cache(maxsize=8)
+def _diagonals(rows: int, cols: int) -> Array:
+    """The diagonal of each cell of a (rows, cols) chunk, (rows, cols) int64, read-only:
+    r − c + cols − 1, from 0 (the top-right cell) to rows + cols − 2 (the bottom-left)."""
+    diagonal = np.subtract.outer(np.arange(rows), np.arange(cols)) + cols - 1  # (rows, cols)
+    diagonal.flags.writeable = False
+    return diagonal
+
+
 @dataclass(frozen=True)
 class _Results:
     """The statistics being made, (n, …) over n slices (the fields of AttentionStatistics)."""
@@ -179,7 +188,9 @@ def _merge_top(weights: Array, keys: Array, candidates: Array, cols: slice) -> t
     above = values > kth[:, None]
     tied = values == kth[:, None]
     needed = top_k - above.sum(axis=1)  # >= 1: fewer than top_k are above the k-th
-    keep = above | (tied & (np.cumsum(tied, axis=1) <= needed[:, None]))  # top_k per row
+    keep = above | tied
+    if (tied.sum(axis=1) > needed).any():  # more ties at the k-th weight than places: the lower keys
+        keep = above | (tied & (np.cumsum(tied, axis=1) <= needed[:, None]))  # top_k per row
     values = values[keep].reshape(-1, top_k)  # (l, top_k), each row's in key order
     index = index[keep].reshape(-1, top_k)  # (l, top_k)
     order = np.lexsort((index, -values), axis=-1)  # weight descending, then key ascending
@@ -247,8 +258,11 @@ def _add_chunk(job: _Pass, n: int, rows: slice, cols: slice, log_weights: Array)
         first = max(int(local_from.min()) - cols.start, 0)  # the block's first column any row counts
         local = key[first:] >= local_from[:, None]  # (l, c − first)
         out.local_share[n, rows] += np.where(local, weights[:, first:], 0.0).sum(axis=1)
-    bins = _distance_bin(query[:, None] + offset - key, job.bins)  # the bin of d = (i + offset) − j, (l, c)
-    out.distance[n] += np.bincount(bins.ravel(), weights.ravel(), minlength=out.distance.shape[1])
+    diagonals = weights.shape[0] + weights.shape[1] - 1
+    by_diagonal = np.bincount(_diagonals(*weights.shape).ravel(), weights.ravel(), minlength=diagonals)  # Σ P by i − j
+    nearest = rows.start + offset - cols.stop + 1  # the least d = (i + offset) − j of the chunk, on diagonal 0
+    bins = _distance_bin(np.arange(nearest, nearest + diagonals), job.bins)  # each diagonal's bin, (diagonals,)
+    out.distance[n] += np.bincount(bins, by_diagonal, minlength=out.distance.shape[1])
     np.copyto(log_weights, 0.0, where=~seen)  # P·log P = 0 where P = 0 for a masked key
     log_weights *= weights  # P·log P, (l, c)
     out.entropy[n, rows] -= log_weights.sum(axis=1)
