@@ -188,7 +188,8 @@ CASES = [
 
 
 def run(q, k, keywords: dict, **sizes):
-    """attention_statistics with ``keywords``, length_scale given through rules."""
+    """attention_statistics with ``keywords``: the variants of a case with length_scale as
+    one Rules, the others' as keywords (both forms)."""
     keywords = dict(keywords)
     if "length_scale" in keywords:
         rules = {
@@ -289,3 +290,9 @@ def test_rules_and_keywords_together_are_refused():
     q, k, _ = inputs(np.float64)
     with pytest.raises(al.ArgumentError, match="rules"):
         attention_statistics(q, k, is_causal=True, rules=Rules(is_causal=True))
+
+
+def test_a_variant_no_rule_names_is_refused():
+    q, k, _ = inputs(np.float64)
+    with pytest.raises(al.ArgumentError, match="is_casual"):
+        attention_statistics(q, k, is_casual=True)

@@ -10,8 +10,8 @@ distance) from the tiles, never the (L, S) matrix.
 
 from ._attention import ENGINES, Attention, Engine, EngineImpl, Gradients, attention, backward, choose_engine
 from ._problem import Problem, make_problem
-from ._statistics import AttentionStatistics, attention_statistics
 from ._softmax import softmax
+from ._statistics import AttentionStatistics, attention_statistics
 
 __all__ = [
     "ENGINES",

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, fields
+from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -47,7 +48,7 @@ from . import _ragged, _tiled
 from ._attention import engine_problem
 from ._problem import Problem, make_problem
 from ._threads import run
-from .variants import Alignment, MaskMod, Rules
+from .variants import Rules
 
 __all__ = ["CHUNK", "AttentionStatistics", "attention_statistics", "distance_bins"]
 
@@ -289,13 +290,6 @@ def attention_statistics(
     key: ArrayLike,
     *,
     attn_mask: ArrayLike | None = None,
-    is_causal: bool = False,
-    causal_alignment: Alignment = "top_left",
-    window: tuple[int | None, int | None] | None = None,
-    softcap: float | None = None,
-    alibi_slopes: ArrayLike | None = None,
-    sinks: ArrayLike | None = None,
-    mask_mod: MaskMod | None = None,
     key_lengths: ArrayLike | None = None,
     scale: float | None = None,
     enable_gqa: bool = False,
@@ -304,6 +298,7 @@ def attention_statistics(
     sink_keys: int = 4,
     local_keys: int = 64,
     num_threads: int | None = None,
+    **variants: Any,
 ) -> AttentionStatistics:
     """The statistics of the weights softmax(Z) of :func:`attnlab.attention` with the same
     arguments (no values, no dropout: the weights before it), exact, from the tiles
@@ -315,30 +310,31 @@ def attention_statistics(
     Args:
         query: Q, (B…, L, E).
         key: K, (B…, S, E).
-        attn_mask, is_causal, causal_alignment, window, softcap, alibi_slopes, sinks,
-            mask_mod, key_lengths, scale, enable_gqa, rules: as :func:`attnlab.attention`'s.
+        attn_mask, key_lengths, scale, enable_gqa, rules: as :func:`attnlab.attention`'s.
         top_k: how many keys of largest weight each query keeps (>= 1).
         sink_keys: s, the first keys whose weight is ``sink_share`` (>= 1).
         local_keys: w, the last keys a query may see whose weight is ``local_share`` (>= 1).
         num_threads: threads (one task per slice); default as :func:`attnlab.attention`'s.
+        variants: the variants by keyword (``is_causal=True, window=(64, 0)``, any field of
+            :class:`attnlab.Rules` or a registered variant's name such as ``length_scale``:
+            ``Rules.of(**variants)``), or none with ``rules``.
 
     Returns:
         An :class:`AttentionStatistics`.
 
     Raises:
-        ValueError: what :func:`attnlab.attention` refuses, or a count below 1.
+        ValueError: what :func:`attnlab.attention` refuses, a count below 1, or a
+            variant no Rules field or registered variant names.
         TypeError: an argument of the wrong type or dtype.
     """
     top_k, sink_keys, local_keys = (
         positive_int(name, x) for name, x in (("top_k", top_k), ("sink_keys", sink_keys), ("local_keys", local_keys))
     )
     threads = None if num_threads is None else positive_int("num_threads", num_threads)
-    given = Rules(is_causal=is_causal, causal_alignment=causal_alignment, window=window, softcap=softcap,
-                  alibi_slopes=alibi_slopes, sinks=sinks, mask_mod=mask_mod)  # fmt: skip
     key = float_array("key", key)
     no_values = key[..., :0]  # (B…, S, 0): the problem's V, which no statistic reads
-    pb = make_problem(query, key, no_values, attn_mask, 0.0, scale, enable_gqa, None, given.unless(rules),
-                      key_lengths=key_lengths)  # fmt: skip
+    given = Rules.of(**variants).unless(rules)
+    pb = make_problem(query, key, no_values, attn_mask, 0.0, scale, enable_gqa, None, given, key_lengths=key_lengths)
     pb = engine_problem(pb)[0]  # Q's rows scaled by the row-scaling variants (length_scale)
     L, S = pb.lengths
     results = _Results.empty(pb.slices, (L, S), top_k, pb.compute_dtype)
