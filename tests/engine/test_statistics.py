@@ -296,3 +296,12 @@ def test_a_variant_no_rule_names_is_refused():
     q, k, _ = inputs(np.float64)
     with pytest.raises(al.ArgumentError, match="is_casual"):
         attention_statistics(q, k, is_casual=True)
+
+
+def test_the_same_bits_for_any_thread_count(monkeypatch):
+    use_small_blocks(monkeypatch, 32, 16, 24)
+    q, k, rng = inputs(np.float32)
+    keywords = {"is_causal": True, "window": (25, None), "sinks": rng.standard_normal(H)}
+    one, two = (attention_statistics(q, k, num_threads=threads, **keywords) for threads in (1, 2))
+    for name in ("lse", "entropy", "top_keys", "top_weights", "local_share", "received", "distance"):
+        assert np.array_equal(getattr(one, name), getattr(two, name)), name
