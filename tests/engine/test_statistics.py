@@ -165,6 +165,7 @@ def case_keywords(case: str, dtype, rng) -> dict:
         "gqa": {"enable_gqa": True, "is_causal": True},
         "sinks": {"sinks": logits, "is_causal": True},
         "softcap": {"softcap": 1.5, "scale": 1.0},
+        "large-scores": {"scale": 40.0, "is_causal": True},  # |lse| in the hundreds: one key takes most rows
         "alibi": {"alibi_slopes": slopes, "is_causal": True, "causal_alignment": "bottom_right"},
         "bool-mask": {"attn_mask": bool_mask},
         "float-mask": {"attn_mask": float_mask},
@@ -182,8 +183,8 @@ def case_keywords(case: str, dtype, rng) -> dict:
 
 CASES = [
     "plain", "causal", "causal-bottom-right", "window", "window-causal-bottom-right", "gqa", "sinks", "softcap",
-    "alibi", "bool-mask", "float-mask", "mask-mod", "key-lengths", "key-lengths-zero-sinks", "length-scale",
-    "everything",
+    "large-scores", "alibi", "bool-mask", "float-mask", "mask-mod", "key-lengths", "key-lengths-zero-sinks",
+    "length-scale", "everything",
 ]  # fmt: skip
 
 

@@ -65,7 +65,8 @@ class AttentionStatistics:
     heads last (GQA: one entry per query head).
 
     A row whose keys are all masked has lse −∞ (the sink's logit with sinks, its
-    ``sinks_weight`` then 1), entropy, weights and shares 0, and top keys −1.
+    ``sinks_weight`` then 1), entropy, weights and shares 0, and top keys −1; a row with
+    a NaN score has NaN statistics (its lse, as the engines give it) and top keys −1.
 
     Attributes:
         lse: (B…, L), the engine's log-sum-exp of each row.
