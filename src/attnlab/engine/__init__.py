@@ -4,20 +4,25 @@ registered by name in ``ENGINES``: ``naive``, ``tiled``, ``fused``) that compute
 output, the log-sum-exp and the exact gradients.
 
 :func:`attention` is the entry point; :mod:`attnlab.functional` gives it torch's shape.
+:func:`attention_statistics` gives the statistics of its weights (per query, per key, by
+distance) from the tiles, never the (L, S) matrix.
 """
 
 from ._attention import ENGINES, Attention, Engine, EngineImpl, Gradients, attention, backward, choose_engine
 from ._problem import Problem, make_problem
 from ._softmax import softmax
+from ._statistics import AttentionStatistics, attention_statistics
 
 __all__ = [
     "ENGINES",
     "Attention",
+    "AttentionStatistics",
     "Engine",
     "EngineImpl",
     "Gradients",
     "Problem",
     "attention",
+    "attention_statistics",
     "backward",
     "choose_engine",
     "make_problem",

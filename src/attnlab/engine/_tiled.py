@@ -62,12 +62,16 @@ __all__ = [
     "BlockedEngine",
     "ForwardPass",
     "Kernels",
+    "Slice",
     "Task",
     "backward",
+    "block_scores",
     "blocks",
     "forward",
     "forward_block_q",
+    "key_blocks",
     "kv_batch_shape",
+    "slice_views",
 ]
 
 # Block sizes: 512 queries × 512 keys of float32 scores is 1 MiB, which stays in a
@@ -178,7 +182,7 @@ NUMPY = Kernels(_online_softmax_numpy, _softmax_backward_numpy)
 
 
 @dataclass(frozen=True)
-class _Slice:
+class Slice:
     """Views of one (batch, head) slice n: q (L, E), k (S, E), v (S, Ev), mask (L, S) or None."""
 
     n: int
@@ -194,7 +198,7 @@ def kv_batch_shape(pb: Problem) -> tuple[int, ...]:
     return (*batch[:-1], batch[-1] // pb.groups) if pb.groups > 1 else batch
 
 
-def _slices(pb: Problem, value: Array) -> list[_Slice]:
+def slice_views(pb: Problem, value: Array) -> list[Slice]:
     """One entry per (batch, head) slice, as views (broadcast dimensions are not copied)."""
     batch, kv_batch = pb.batch_shape, kv_batch_shape(pb)
     L, S = pb.lengths
@@ -206,7 +210,7 @@ def _slices(pb: Problem, value: Array) -> list[_Slice]:
     slices = []
     for n, index in enumerate(np.ndindex(*batch)):
         kv_index = np.unravel_index(n // pb.groups, kv_batch) if kv_batch else ()
-        slices.append(_Slice(n, q[index], k[kv_index], v[kv_index], None if mask is None else mask[index]))
+        slices.append(Slice(n, q[index], k[kv_index], v[kv_index], None if mask is None else mask[index]))
     return slices
 
 
@@ -221,7 +225,7 @@ def blocks(length: int, size: int) -> list[slice]:
     return [slice(start, min(start + size, length)) for start in range(0, length, size)]
 
 
-def _key_blocks(pb: Problem, rows: slice, skip: bool) -> list[slice]:
+def key_blocks(pb: Problem, rows: slice, skip: bool) -> list[slice]:
     """The blocks of keys that query rows ``rows`` read: with ``skip``, those that meet
     the band (the first and last cut at its edges)."""
     S = pb.lengths[1]
@@ -306,8 +310,8 @@ def _gradient_exponent(value: Array, grad_output: Array, bounds: tuple[float, fl
     return from_largest(_largest_finite(value), _largest_finite(grad_output))
 
 
-def _scores(
-    pb: Problem, s: _Slice, q_scaled: Array, rows: slice, cols: slice, skip: bool, derivative: bool = False
+def block_scores(
+    pb: Problem, s: Slice, q_scaled: Array, rows: slice, cols: slice, skip: bool, derivative: bool = False
 ) -> tuple[Array, Array | None] | None:
     """Z of one block, (rows, cols), and softcap's derivative there when asked for (see
     ``_masks``); None when ``skip`` and the mask function rules out the whole block."""
@@ -319,15 +323,15 @@ def _scores(
     return scores, modify_scores_(pb, scores, mask, s.n, rows, cols, allowed, derivative)
 
 
-def _forward_block(fp: ForwardPass, s: _Slice, rows: slice, kernels: Kernels) -> None:
+def _forward_block(fp: ForwardPass, s: Slice, rows: slice, kernels: Kernels) -> None:
     """Output rows and lse of one block of queries, by online softmax."""
     pb, out, lse = fp.pb, fp.output[s.n], fp.lse[s.n]
     q_scaled = s.q[rows] * np.asarray(pb.scale, dtype=s.q.dtype)  # (block_q, E)
     row_max = np.full(q_scaled.shape[0], -np.inf, dtype=q_scaled.dtype)  # m, (block_q,)
     row_sum = np.zeros(q_scaled.shape[0], dtype=q_scaled.dtype)  # l, before dropout, (block_q,)
     acc = np.zeros((q_scaled.shape[0], s.v.shape[1]), dtype=q_scaled.dtype)  # Σ P·V, (block_q, Ev)
-    for cols in _key_blocks(pb, rows, fp.skip):
-        block = _scores(pb, s, q_scaled, rows, cols, fp.skip)
+    for cols in key_blocks(pb, rows, fp.skip):
+        block = block_scores(pb, s, q_scaled, rows, cols, fp.skip)
         if block is None:
             continue
         weights = block[0]
@@ -373,7 +377,7 @@ def forward(pb: Problem, threads: int | None = None, kernels: Kernels = NUMPY) -
     if compiled is not None:
         tasks = compiled
     else:
-        slices = _slices(pb, fp.value)
+        slices = slice_views(pb, fp.value)
         tasks = [
             functools.partial(_forward_block, fp, s, rows, kernels)
             for rows in reversed(blocks(L, forward_block_q(pb)))  # causal: the last rows see the most keys
@@ -413,7 +417,7 @@ def _exact_rows(
     output = saved.output.reshape(pb.slices, L, -1)  # O, (B·H, L, Ev)
     output = np.ldexp(output, -exponent) if exponent else output
     sinks = pb.per_slice(pb.rules["sinks"])
-    for s in _slices(pb, value):
+    for s in slice_views(pb, value):
         for rows in blocks(L, BLOCK_Q):
             keep = risky[s.n, rows]
             if keep.any():
@@ -426,22 +430,22 @@ def _exact_rows(
 
 
 def _row_sums(
-    pb: Problem, s: _Slice, rows: slice, skip: bool, grad_output: Array, sink: float | None
+    pb: Problem, s: Slice, rows: slice, skip: bool, grad_output: Array, sink: float | None
 ) -> tuple[Array, Array, Array]:
     """(m, l, Σ_j e^(Z_ij − m)·dP_ij) of the query rows ``rows`` of slice ``s`` (block_q,),
     by two passes over their blocks of keys (the first for m); ``_exact_rows``."""
     q_scaled = s.q[rows] * np.asarray(pb.scale, dtype=s.q.dtype)  # (block_q, E)
     count = rows.stop - rows.start
     top = np.full(count, -np.inf if sink is None else sink, dtype=q_scaled.dtype)  # m, (block_q,)
-    cols_list = _key_blocks(pb, rows, skip)
+    cols_list = key_blocks(pb, rows, skip)
     for cols in cols_list:
-        block = _scores(pb, s, q_scaled, rows, cols, skip)
+        block = block_scores(pb, s, q_scaled, rows, cols, skip)
         if block is not None:
             np.maximum(top, block[0].max(axis=1), out=top)
     total = np.zeros(count, dtype=q_scaled.dtype) if sink is None else np.exp(sink - top)  # l, (block_q,)
     weighted = np.zeros(count, dtype=q_scaled.dtype)  # Σ_j e^(Z_ij − m)·dP_ij, (block_q,)
     for cols in cols_list:
-        block = _scores(pb, s, q_scaled, rows, cols, skip)
+        block = block_scores(pb, s, q_scaled, rows, cols, skip)
         if block is None:
             continue
         weights = np.exp(block[0] - top[:, None])  # e^(Z_ij − m), (block_q, block_k)
@@ -455,11 +459,11 @@ def _row_sums(
 
 
 def _backward_block(
-    bp: BackwardPass, s: _Slice, rows: slice, cols: slice, kernels: Kernels
+    bp: BackwardPass, s: Slice, rows: slice, cols: slice, kernels: Kernels
 ) -> tuple[Array, Array | None, Array, Array] | None:
     """P_ij, the dropout factor, dZ_ij and dX_ij = dZ_ij∘softcap′ (dZ_ij itself without a
     softcap) of one block; None when it is skipped."""
-    block = _scores(bp.pb, s, s.q[rows] * bp.scale, rows, cols, bp.skip, derivative=True)  # Z_ij
+    block = block_scores(bp.pb, s, s.q[rows] * bp.scale, rows, cols, bp.skip, derivative=True)  # Z_ij
     if block is None:
         return None
     weights, cap_derivative = block
@@ -472,7 +476,7 @@ def _backward_block(
     return weights, dropout, grad_scores, grad_scores if cap_derivative is None else grad_scores * cap_derivative
 
 
-def _keys_task(bp: BackwardPass, s: _Slice, cols: slice, kernels: Kernels, with_queries: bool = False) -> None:
+def _keys_task(bp: BackwardPass, s: Slice, cols: slice, kernels: Kernels, with_queries: bool = False) -> None:
     """dK_j and dV_j of one block of keys. ``with_queries`` also adds dX_ij·K_j into
     dQ_i, which only a task that owns the whole slice may do."""
     grad_key = np.zeros((cols.stop - cols.start, bp.grad_key.shape[-1]), dtype=bp.grad_key.dtype)  # (block_k, E)
@@ -492,7 +496,7 @@ def _keys_task(bp: BackwardPass, s: _Slice, cols: slice, kernels: Kernels, with_
     bp.grad_value[s.n, cols] = grad_value
 
 
-def _queries_task(bp: BackwardPass, group: list[_Slice], rows: slice, kernels: Kernels, mask_slice: int) -> None:
+def _queries_task(bp: BackwardPass, group: list[Slice], rows: slice, kernels: Kernels, mask_slice: int) -> None:
     """dQ_i of one block of queries, for each slice of ``group``; with a float mask, also
     the part of its gradient over these rows that the group makes (the group is then the
     slices that share mask slice ``mask_slice``)."""
@@ -502,7 +506,7 @@ def _queries_task(bp: BackwardPass, group: list[_Slice], rows: slice, kernels: K
         part = np.zeros((rows.stop - rows.start if mask_rows > 1 else 1, mask_cols), dtype=bp.grad_query.dtype)
     for s in group:
         grad_query = np.zeros((rows.stop - rows.start, bp.grad_query.shape[-1]), dtype=bp.grad_query.dtype)
-        for cols in _key_blocks(bp.pb, rows, bp.skip):
+        for cols in key_blocks(bp.pb, rows, bp.skip):
             block = _backward_block(bp, s, rows, cols, kernels)
             if block is None:
                 continue
@@ -518,7 +522,7 @@ def _queries_task(bp: BackwardPass, group: list[_Slice], rows: slice, kernels: K
         bp.grad_mask_parts[mask_slice, rows.start] = part
 
 
-def _slice_task(bp: BackwardPass, s: _Slice, kernels: Kernels) -> None:
+def _slice_task(bp: BackwardPass, s: Slice, kernels: Kernels) -> None:
     """The whole backward of one slice in one pass over its key blocks."""
     bp.grad_query[s.n] = 0.0
     for cols in blocks(bp.pb.lengths[1], BLOCK_K):
@@ -539,7 +543,7 @@ def _backward_tasks(bp: BackwardPass, kernels: Kernels) -> list[Task]:
     and the last queries have the most work."""
     pb = bp.pb
     L, S = pb.lengths
-    slices = _slices(pb, bp.value)
+    slices = slice_views(pb, bp.value)
     float_mask = pb.mask is not None and pb.mask.dtype != bool
     if pb.slices >= ONE_PASS_BACKWARD_FROM and not float_mask:  # one task per slice: 5 products, one exp per block
         return [functools.partial(_slice_task, bp, s, kernels) for s in slices]
@@ -548,7 +552,7 @@ def _backward_tasks(bp: BackwardPass, kernels: Kernels) -> list[Task]:
         functools.partial(_keys_task, bp, s, cols, kernels) for cols in blocks(S, BLOCK_K) for s in slices
     ]
     reads = _mask_slices(pb) if float_mask else np.arange(pb.slices)  # each group: the slices of one mask slice
-    groups: dict[int, list[_Slice]] = {}
+    groups: dict[int, list[Slice]] = {}
     for s in slices:  # one pass: n slices each reading their own mask slice are n groups of one
         groups.setdefault(int(reads[s.n]), []).append(s)
     tasks += [

@@ -611,7 +611,7 @@ def _band_queries(band, skip, start, end, queries):  # type: ignore[no-untyped-d
 # value (N / groups, S, Ev), dO (N, L, Ev), lse and δ (N, L); slice n reads key and value
 # head n // groups. ``slices``, ``rows`` and ``keys`` are (first, stop) ranges; ``blocks``
 # is (block_q, block_k); ``skip``: skip the blocks of keys that the band rules out (as
-# ``_tiled._key_blocks`` and ``_query_blocks``, the first and last cut at its edges in the
+# ``_tiled.key_blocks`` and ``_query_blocks``, the first and last cut at its edges in the
 # forward and over blocks of queries). The variants, ``variant``, in the compute dtype:
 #
 #     ((lowest, highest): the band of allowed j − i, ints;  offset, the diagonal's;

@@ -1,0 +1,366 @@
+"""Statistics of the attention weights, exact, from the tiled engine's tiles: never the
+(L, S) matrix (letters as in ``_problem``).
+
+For slice n (a batch entry and query head), query i and key j, with Z_ij the engine's
+scores (the same rules in the same order, ``_masks``) and s_h the sink's logit (−∞
+without sinks):
+
+    lse_i        = log(Σ_j e^(Z_ij) + e^(s_h))                    the engine's lse
+    P_ij         = e^(Z_ij − lse_i)                               the weights of the real keys
+    entropy_i    = −Σ_j P_ij·log P_ij                             (0·log 0 = 0)
+    max_weight_i = max_j P_ij
+    top_k        the top_k keys of largest P_ij among those row i may attend (Z_ij > −∞),
+                 weights descending, ties to the lower key index; −1 (weight 0) past them
+    sink_share_i = Σ_{j < sink_keys} P_ij                         the first keys
+    local_share_i = Σ_{stop_i − local_keys <= j} P_ij             the last keys it may see
+    sinks_weight_i = e^(s_h − lse_i)                              the sink's own weight (0 without)
+    received_j   = Σ_i P_ij                                       the attention key j receives
+    distance_b   = Σ_{i, j: d_ij in bin b} P_ij,  d_ij = (i + offset) − j
+
+stop_i is one past the last key that the band (``is_causal`` and ``window`` on the
+diagonal of ``causal_alignment``) lets query i see, within its sequence's keys:
+min(S_b, i + highest + 1), S_b = key_lengths[b] (S without). The sink is a key of the
+softmax but no key of the text: its weight is ``sinks_weight``, in no other statistic
+(a row's P_ij then sum to 1 − sinks_weight_i). d_ij is key j's distance behind query i's
+diagonal (offset as in ``variants``: 0 top-left, S_b − L bottom-right), negative for a
+key ahead of it; its bins, log-spaced, are d = 0 alone, then ±[2^(k−1), 2^k − 1] for
+k = 1 … K, K = bit_length(L + S) (``distance_bins``).
+
+Each block of queries takes two passes over its blocks of keys, the forward's
+(``_tiled.forward_block_q`` × ``_tiled.BLOCK_K``, blocks outside the band skipped): the
+first is the forward's online softmax (m_i, l_i and the sink joined last, so lse is the
+tiled engine's, bit for bit), the second recomputes each block's Z and takes
+log P = (Z − m) − log l, which keeps every digit where |lse| is large, and adds the block
+into every statistic. Memory: O(L·top_k + S + K) per slice and a few blocks, never (L, S).
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, fields
+from typing import Any
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+from .._validation import Array, float_array, positive_int
+from . import _ragged, _tiled
+from ._attention import engine_problem
+from ._problem import Problem, make_problem
+from ._threads import run
+from .variants import Rules
+
+__all__ = ["CHUNK", "AttentionStatistics", "attention_statistics", "distance_bins"]
+
+# The second pass adds a block into the statistics this many query rows at a time: the
+# temporaries of 64 × BLOCK_K stay a few times smaller than the block itself.
+CHUNK = 64
+_NOT_SEEN = -1.0  # a top-k candidate's weight where the row may not attend the key (P >= 0 elsewhere)
+
+
+@dataclass(frozen=True)
+class AttentionStatistics:
+    """The statistics of one attention call's weights (formulas in the module's docstring),
+    in the compute dtype (float32 for float16 inputs); B… the broadcast batch shape, query
+    heads last (GQA: one entry per query head).
+
+    A row whose keys are all masked has lse −∞ (the sink's logit with sinks, its
+    ``sinks_weight`` then 1), entropy, weights and shares 0, and top keys −1; a row with
+    a NaN score has NaN statistics (its lse, as the engines give it) and top keys −1.
+
+    Attributes:
+        lse: (B…, L), the engine's log-sum-exp of each row.
+        entropy: (B…, L), −Σ_j P_ij·log P_ij over the real keys, in nats.
+        max_weight: (B…, L), max_j P_ij.
+        top_keys: (B…, L, top_k) int64, keys by weight descending, ties to the lower index,
+            −1 past the keys the row may attend.
+        top_weights: (B…, L, top_k), their weights (0 past them).
+        sink_share: (B…, L), the weight on keys j < sink_keys.
+        local_share: (B…, L), the weight on the last local_keys keys the query may see.
+        sinks_weight: (B…, L), the ``sinks`` logit's weight, e^(s_h − lse_i) (0 without sinks).
+        received: (B…, S), Σ_i P_ij over every query (0 for a key no query sees).
+        distance: (B…, 2K + 1), Σ P_ij by the bin of d = (i + offset) − j.
+        distance_bins: (2K + 1, 2) int64, each bin's first and last d (:func:`distance_bins`).
+        sink_keys: the s of ``sink_share``.
+        local_keys: the w of ``local_share``.
+    """
+
+    lse: Array
+    entropy: Array
+    max_weight: Array
+    top_keys: Array
+    top_weights: Array
+    sink_share: Array
+    local_share: Array
+    sinks_weight: Array
+    received: Array
+    distance: Array
+    distance_bins: Array
+    sink_keys: int
+    local_keys: int
+
+
+def distance_bins(lengths: tuple[int, int]) -> Array:
+    """The bins of d = (i + offset) − j for an (L, S) problem, (2K + 1, 2) int64 of
+    [first, last] (inclusive), K = bit_length(L + S) (|d| < L + S at any offset):
+    −[2^(K−1), 2^K − 1], …, −[1, 1], [0, 0], [1, 1], [2, 3], …, [2^(K−1), 2^K − 1]."""
+    K = (lengths[0] + lengths[1]).bit_length()
+    positive = np.array([[2 ** (k - 1), 2**k - 1] for k in range(1, K + 1)], dtype=np.int64).reshape(K, 2)
+    return np.concatenate([-positive[::-1, ::-1], np.zeros((1, 2), np.int64), positive])  # (2K + 1, 2)
+
+
+def _distance_bin(distance: Array, K: int) -> Array:
+    """The bin (index into :func:`distance_bins`) of each integer distance d: K + sign(d)·k,
+    k = bit_length(|d|) (frexp's exponent: |d| = f·2^k, f in [0.5, 1))."""
+    return K + np.sign(distance) * np.frexp(np.abs(distance))[1]
+
+
+@functools.lru_cache(maxsize=8)
+def _diagonals(rows: int, cols: int) -> Array:
+    """The diagonal of each cell of a (rows, cols) chunk, (rows, cols) int64, read-only:
+    r − c + cols − 1, from 0 (the top-right cell) to rows + cols − 2 (the bottom-left)."""
+    diagonal = np.subtract.outer(np.arange(rows), np.arange(cols)) + cols - 1  # (rows, cols)
+    diagonal.flags.writeable = False
+    return diagonal
+
+
+@dataclass(frozen=True)
+class _Results:
+    """The statistics being made, (n, …) over n slices (the fields of AttentionStatistics)."""
+
+    lse: Array  # (n, L)
+    entropy: Array  # (n, L)
+    max_weight: Array  # (n, L)
+    top_keys: Array  # (n, L, top_k)
+    top_weights: Array  # (n, L, top_k), _NOT_SEEN until the end
+    sink_share: Array  # (n, L)
+    local_share: Array  # (n, L)
+    sinks_weight: Array  # (n, L)
+    received: Array  # (n, S)
+    distance: Array  # (n, 2K + 1), float64 (np.bincount's) until the end
+
+    @classmethod
+    def empty(cls, n: int, lengths: tuple[int, int], top_k: int, dtype: np.dtype) -> _Results:
+        """Every row as one with no key: lse −∞, the rest 0, top keys −1."""
+        L, S = lengths
+        zeros = functools.partial(np.zeros, dtype=dtype)
+        return cls(
+            np.full((n, L), -np.inf, dtype),
+            zeros((n, L)),
+            zeros((n, L)),
+            np.full((n, L, top_k), -1, np.int64),
+            np.full((n, L, top_k), _NOT_SEEN, dtype),
+            zeros((n, L)),
+            zeros((n, L)),
+            zeros((n, L)),
+            zeros((n, S)),
+            np.zeros((n, len(distance_bins(lengths))), np.float64),
+        )
+
+    def part(self, slices: slice, keys: int) -> _Results:
+        """Views of the slices ``slices`` and their first ``keys`` keys (a sequence's)."""
+        views = {f.name: getattr(self, f.name)[slices] for f in fields(self)}
+        return _Results(**{**views, "received": self.received[slices, :keys]})
+
+
+@dataclass(frozen=True)
+class _Pass:
+    """What every slice's task reads: the problem (keys cut to a sequence's), the sizes
+    of the statistics, and the results it writes (slice n at row n)."""
+
+    pb: Problem
+    top_k: int
+    sink_keys: int
+    local_keys: int
+    bins: int  # K
+    results: _Results
+
+
+def _merge_top(weights: Array, keys: Array, candidates: Array, cols: slice) -> tuple[Array, Array]:
+    """The top_k of a row's kept (weights, keys) (l, top_k), sorted by weight descending
+    then key ascending, and a block's ``candidates`` (l, c) at keys ``cols`` (all after
+    the kept ones): the top_k of both, sorted so. Ties at the k-th weight go to the
+    lower keys: the kept ones and then the block's, in key order, are the order of the
+    concatenation, so a running count of the tied entries picks them."""
+    top_k = weights.shape[1]
+    values = np.concatenate([weights, candidates], axis=1)  # (l, top_k + c)
+    block_keys = np.broadcast_to(np.arange(cols.start, cols.stop), candidates.shape)  # (l, c)
+    index = np.concatenate([keys, block_keys], axis=1)  # (l, top_k + c)
+    kth = -np.partition(-values, top_k - 1, axis=1)[:, top_k - 1]  # the k-th largest, (l,)
+    above = values > kth[:, None]
+    tied = values == kth[:, None]
+    needed = top_k - above.sum(axis=1)  # >= 1: fewer than top_k are above the k-th
+    keep = above | tied
+    if (tied.sum(axis=1) > needed).any():  # more ties at the k-th weight than places: the lower keys
+        keep = above | (tied & (np.cumsum(tied, axis=1) <= needed[:, None]))  # top_k per row
+    values = values[keep].reshape(-1, top_k)  # (l, top_k), each row's in key order
+    index = index[keep].reshape(-1, top_k)  # (l, top_k)
+    order = np.lexsort((index, -values), axis=-1)  # weight descending, then key ascending
+    return np.take_along_axis(values, order, axis=1), np.take_along_axis(index, order, axis=1)
+
+
+def _row_softmax(job: _Pass, s: _tiled.Slice, q_scaled: Array, rows: slice, sink: float | None) -> tuple[Array, Array]:
+    """(m, l) of the query rows ``rows`` (l,) by the forward's online softmax, the sink
+    joined last (``_tiled._forward_block``): lse = m + log l."""
+    pb, count = job.pb, rows.stop - rows.start
+    row_max = np.full(count, -np.inf, dtype=q_scaled.dtype)  # m, (l,)
+    row_sum = np.zeros(count, dtype=q_scaled.dtype)  # l, (l,)
+    for cols in _tiled.key_blocks(pb, rows, True):
+        block = _tiled.block_scores(pb, s, q_scaled, rows, cols, True)
+        if block is not None:
+            _tiled.NUMPY.online_softmax_(block[0], row_max, row_sum)
+    if sink is not None:
+        top = np.maximum(row_max, sink)  # m'
+        row_sum = row_sum * np.exp(row_max - top) + np.exp(sink - top)
+        row_max = top
+    return row_max, row_sum
+
+
+def _rows_task(job: _Pass, s: _tiled.Slice, rows: slice, sink: float | None) -> None:
+    """Every statistic of the query rows ``rows`` of slice ``s``: the first pass for m and
+    l, the second turning each block of Z into log P and adding it into the statistics
+    CHUNK rows at a time (so that their temporaries stay a fraction of the block's)."""
+    pb, out, n = job.pb, job.results, s.n
+    q_scaled = s.q[rows] * np.asarray(pb.scale, dtype=s.q.dtype)  # (l, E)
+    row_max, row_sum = _row_softmax(job, s, q_scaled, rows, sink)
+    out.lse[n, rows] = row_max + np.log(row_sum)
+    shift = np.where(np.isneginf(row_max), 0.0, row_max)  # a row with no key: P = e^(−∞) = 0
+    low = np.log(np.where(row_sum > 0, row_sum, 1.0))  # log l, (l,)
+    if sink is not None:
+        out.sinks_weight[n, rows] = np.exp((sink - shift) - low)
+    for cols in _tiled.key_blocks(pb, rows, True):
+        block = _tiled.block_scores(pb, s, q_scaled, rows, cols, True)
+        if block is None:
+            continue
+        log_weights = block[0]  # Z, (l, c)
+        log_weights -= shift[:, None]
+        log_weights -= low[:, None]  # log P = (Z − m) − log l
+        for part in _tiled.blocks(rows.stop - rows.start, CHUNK):
+            chunk = slice(rows.start + part.start, rows.start + part.stop)
+            _add_chunk(job, n, chunk, cols, log_weights[part])
+
+
+def _add_chunk(job: _Pass, n: int, rows: slice, cols: slice, log_weights: Array) -> None:
+    """Add the weights of the query rows ``rows`` and keys ``cols`` of slice n, given as
+    log P (l, c) (−∞ where the key is masked; overwritten), into every statistic."""
+    out, offset = job.results, job.pb.rules.offset
+    query, key = np.arange(rows.start, rows.stop), np.arange(cols.start, cols.stop)  # i (l,), j (c,)
+    weights = np.exp(log_weights)  # P, (l, c)
+    seen = log_weights > -np.inf  # the keys the rows may attend (False for NaN too), (l, c)
+    top_weights, top_keys = out.top_weights[n, rows], out.top_keys[n, rows]
+    candidates = np.where(seen, weights, _NOT_SEEN)  # (l, c): never above a key seen
+    top_weights[...], top_keys[...] = _merge_top(top_weights, top_keys, candidates, cols)
+    np.maximum(out.max_weight[n, rows], weights.max(axis=1), out=out.max_weight[n, rows])
+    out.received[n, cols] += weights.sum(axis=0)
+    if cols.start < job.sink_keys:
+        out.sink_share[n, rows] += weights[:, : job.sink_keys - cols.start].sum(axis=1)
+    stop = np.clip(query + job.pb.rules.band.highest + 1, 0, job.pb.lengths[1])  # stop_i, (l,)
+    local_from = stop - job.local_keys  # (l,)
+    if cols.stop > local_from.min():
+        first = max(int(local_from.min()) - cols.start, 0)  # the block's first column any row counts
+        local = key[first:] >= local_from[:, None]  # (l, c − first)
+        out.local_share[n, rows] += np.where(local, weights[:, first:], 0.0).sum(axis=1)
+    diagonals = weights.shape[0] + weights.shape[1] - 1
+    by_diagonal = np.bincount(_diagonals(*weights.shape).ravel(), weights.ravel(), minlength=diagonals)  # Σ P by i − j
+    nearest = rows.start + offset - cols.stop + 1  # the least d = (i + offset) − j of the chunk, on diagonal 0
+    bins = _distance_bin(np.arange(nearest, nearest + diagonals), job.bins)  # each diagonal's bin, (diagonals,)
+    out.distance[n] += np.bincount(bins, by_diagonal, minlength=out.distance.shape[1])
+    np.copyto(log_weights, 0.0, where=~seen)  # P·log P = 0 where P = 0 for a masked key
+    log_weights *= weights  # P·log P, (l, c)
+    out.entropy[n, rows] -= log_weights.sum(axis=1)
+
+
+def _tasks(pb: Problem, results: _Results, top_k: int, sink_keys: int, local_keys: int, bins: int) -> list[_tiled.Task]:
+    """One task per slice of ``pb``, writing its results at the slice's row of ``results``:
+    its blocks of queries one after another, since they all add into its ``received`` and
+    ``distance`` (``bins``: K, the whole problem's, whose keys a sequence's problem cuts)."""
+    job = _Pass(pb, top_k, sink_keys, local_keys, bins, results)
+    sinks = pb.per_slice(pb.rules["sinks"])
+    row_blocks = _tiled.blocks(pb.lengths[0], _tiled.forward_block_q(pb))
+
+    def slice_task(s: _tiled.Slice) -> None:
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):  # −∞ scores; log 0 of a row with no key
+            for rows in row_blocks:
+                _rows_task(job, s, rows, None if sinks is None else float(sinks[s.n]))
+
+    return [functools.partial(slice_task, s) for s in _tiled.slice_views(pb, pb.value)]
+
+
+def attention_statistics(
+    query: ArrayLike,
+    key: ArrayLike,
+    *,
+    attn_mask: ArrayLike | None = None,
+    key_lengths: ArrayLike | None = None,
+    scale: float | None = None,
+    enable_gqa: bool = False,
+    rules: Rules | None = None,
+    top_k: int = 8,
+    sink_keys: int = 4,
+    local_keys: int = 64,
+    num_threads: int | None = None,
+    **variants: Any,
+) -> AttentionStatistics:
+    """The statistics of the weights softmax(Z) of :func:`attnlab.attention` with the same
+    arguments (no values, no dropout: the weights before it), exact, from the tiles
+    (formulas in the module's docstring): per query, its lse, entropy, largest weight, top
+    keys, sink and local shares and the sink's weight; per key, the attention it receives;
+    per slice, the weight by distance from the diagonal. Never the (L, S) weights:
+    O(L·top_k + S) memory per slice and a few blocks.
+
+    Args:
+        query: Q, (B…, L, E).
+        key: K, (B…, S, E).
+        attn_mask, key_lengths, scale, enable_gqa, rules: as :func:`attnlab.attention`'s.
+        top_k: how many keys of largest weight each query keeps (>= 1).
+        sink_keys: s, the first keys whose weight is ``sink_share`` (>= 1).
+        local_keys: w, the last keys a query may see whose weight is ``local_share`` (>= 1).
+        num_threads: threads (one task per slice); default as :func:`attnlab.attention`'s.
+        variants: the variants by keyword (``is_causal=True, window=(64, 0)``, any field of
+            :class:`attnlab.Rules` or a registered variant's name such as ``length_scale``:
+            ``Rules.of(**variants)``), or none with ``rules``.
+
+    Returns:
+        An :class:`AttentionStatistics`.
+
+    Raises:
+        ValueError: what :func:`attnlab.attention` refuses, a count below 1, or a
+            variant no Rules field or registered variant names.
+        TypeError: an argument of the wrong type or dtype.
+    """
+    top_k, sink_keys, local_keys = (
+        positive_int(name, x) for name, x in (("top_k", top_k), ("sink_keys", sink_keys), ("local_keys", local_keys))
+    )
+    threads = None if num_threads is None else positive_int("num_threads", num_threads)
+    key = float_array("key", key)
+    no_values = key[..., :0]  # (B…, S, 0): the problem's V, which no statistic reads
+    given = Rules.of(**variants).unless(rules)
+    pb = make_problem(query, key, no_values, attn_mask, 0.0, scale, enable_gqa, None, given, key_lengths=key_lengths)
+    pb = engine_problem(pb)[0]  # Q's rows scaled by the row-scaling variants (length_scale)
+    L, S = pb.lengths
+    results = _Results.empty(pb.slices, (L, S), top_k, pb.compute_dtype)
+    bins = (L + S).bit_length()  # K
+    if pb.key_lengths is None:
+        tasks = _tasks(pb, results, top_k, sink_keys, local_keys, bins)
+    else:
+        tasks, H = [], pb.heads
+        for flat, (_, length, sequence) in enumerate(_ragged.sequences(pb)):
+            part = results.part(slice(flat * H, (flat + 1) * H), length)
+            if length > 0:
+                tasks += _tasks(sequence, part, top_k, sink_keys, local_keys, bins)
+            elif sequence.rules["sinks"] is not None:  # no key: the sink takes the whole row
+                part.lse[...] = sequence.rules["sinks"][:, None]
+                part.sinks_weight[...] = 1.0
+    run(tasks, threads)
+    unseen = results.top_weights == _NOT_SEEN
+    results.top_weights[unseen] = 0.0
+    results.top_keys[unseen] = -1
+    batch = pb.batch_shape
+    made = {f.name: getattr(results, f.name) for f in fields(results)}
+    made["distance"] = made["distance"].astype(pb.compute_dtype)
+    return AttentionStatistics(
+        **{name: x.reshape(*batch, *x.shape[1:]) for name, x in made.items()},  # (n, …) -> (B…, …)
+        distance_bins=distance_bins((L, S)),
+        sink_keys=sink_keys,
+        local_keys=local_keys,
+    )
