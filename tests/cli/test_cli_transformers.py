@@ -271,6 +271,7 @@ def test_a_hostile_folder_is_refused_in_one_line_before_transformers_reads_it(ca
         directory = _broken(tmp_path, mistral_dir, name, config)
         code, _, err = run_cli(capsys, "trace", "--model", str(directory), "--text", "a b", "--backend", "transformers")
         assert code == 2 and message in err and len(err.strip().splitlines()) == 1, (name, err)
+        assert f"error: --model {directory}: " in err, err  # the option, not the library's argument
     for file, kind in (("config.json", "fifo"), ("tokenizer_config.json", "zero"), ("tokenizer.json", "fifo")):
         directory = _broken(tmp_path, mistral_dir, f"{file}-{kind}")
         (directory / file).unlink()
