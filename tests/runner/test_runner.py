@@ -8,10 +8,10 @@ from attnlab import analysis
 from attnlab.hf import UnsupportedModelError
 
 
-def _bart() -> object:
+def _bart(vocab_size: int = 64) -> object:
     T = pytest.importorskip("transformers")
     config = T.BartConfig(
-        vocab_size=64, d_model=16, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2,
+        vocab_size=vocab_size, d_model=16, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2,
         decoder_attention_heads=2, encoder_ffn_dim=32, decoder_ffn_dim=32, max_position_embeddings=32,
     )  # fmt: skip
     return T.BartForConditionalGeneration(config).eval()
@@ -60,3 +60,23 @@ def test_a_checkpoint_is_refused_on_a_backend_that_cannot_run_it_naming_backend(
         "t5",
         {"model_type": "t5"},
     )
+
+
+def test_a_pair_of_texts_is_an_encoder_decoders_input_and_ids_are_refused_on_one(tmp_path) -> None:
+    import numpy as np
+
+    from checkpoints import train_tokenizers
+
+    from attnlab.runner._transformers import TransformersRunner
+
+    T = pytest.importorskip("transformers")
+    tokenizer = T.AutoTokenizer.from_pretrained(train_tokenizers(tmp_path)["vocab.txt-tokenizer.json"])
+    runner = TransformersRunner(_bart(vocab_size=len(tokenizer)), tokenizer)
+    pair = runner.trace(("the cat sat", "the dog"))
+    assert pair.layers and all(np.isfinite(entry.weights).all() for entry in pair.layers.values())
+    message = r"^bart: attnlab runs decoder-only and encoder-only models here; this one is an encoder-decoder$"
+    for ids in ([1, 2, 3], (1, 2, 3), np.array([1, 2, 3])):
+        with pytest.raises(UnsupportedModelError, match=message):
+            runner.trace(ids)
+    with pytest.raises(UnsupportedModelError, match=message):
+        analysis.rollout(runner, text=[1, 2, 3])

@@ -105,7 +105,9 @@ class TransformersRunner(Runner):
         return int(model_inputs(self.model, text, self.processor).inputs["input_ids"].shape[-1])
 
     def trace(self, text: Any, layers: Any = None, check: Callable[[], object] | None = None) -> ModelTrace:
-        ids = isinstance(text, (list, tuple, np.ndarray))  # token ids; else a text, an image or inputs
+        ids = _is_ids(text)  # else a text, a (source, target) pair, an image or inputs
+        if ids:
+            self.check_one_stack()  # an encoder-decoder reads a source and a target, not one row of ids
         inputs = {"input_ids": torch.tensor([[int(i) for i in text]])} if ids else text
         return hf_trace(self.model, inputs, tokenizer=self.processor, layers=layers, check=check)
 
@@ -174,6 +176,14 @@ class TransformersRunner(Runner):
     def _no_head(self) -> NoReturn:
         kind = type(self.model).__name__
         raise fail("model", "a model with a language-modelling head (…ForCausalLM, …ForMaskedLM)", kind)
+
+
+def _is_ids(text: Any) -> bool:
+    """Whether ``text`` is one row of token ids: a list, tuple or 1-D array of whole numbers
+    (a tuple of texts is an encoder-decoder's (source, target) pair; an image is 2-D or 3-D)."""
+    if isinstance(text, np.ndarray):
+        return text.ndim == 1 and text.dtype.kind in "iu"
+    return isinstance(text, (list, tuple)) and all(is_integer(i) for i in text)
 
 
 @contextlib.contextmanager
