@@ -65,9 +65,8 @@ def test_a_checkpoint_is_refused_on_a_backend_that_cannot_run_it_naming_backend(
 def test_a_pair_of_texts_is_an_encoder_decoders_input_and_ids_are_refused_on_one(tmp_path) -> None:
     import numpy as np
 
-    from checkpoints import train_tokenizers
-
     from attnlab.runner._transformers import TransformersRunner
+    from checkpoints import train_tokenizers
 
     T = pytest.importorskip("transformers")
     tokenizer = T.AutoTokenizer.from_pretrained(train_tokenizers(tmp_path)["vocab.txt-tokenizer.json"])

@@ -125,6 +125,7 @@ def _check_gguf_blocks(path: Path, header: Any = None) -> None:
     held = 1 + max((int(name.split(".")[1]) for name in header.tensors if re.match(r"blk\.\d+\.", name)), default=-1)
     if held and (not isinstance(count, int) or isinstance(count, bool) or not 1 <= count <= held):
         raise ArgumentError(
-            f"model {path}: its {key}: expected a whole number in 1..{held}, the blocks its tensors hold, got {count!r}",
+            f"model {path}: its {key}: expected a whole number in 1..{held}, the blocks its tensors hold, "
+            f"got {count!r}",
             "model",
         )
