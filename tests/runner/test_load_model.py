@@ -32,3 +32,35 @@ def test_a_gguf_file_and_a_folder_open_once_and_go_to_serve_head_types_and_view(
             assert answer.status == 200
     finally:
         server.stop()
+
+
+def test_a_t5_and_a_vit_open_as_view_model_opens_them_and_the_vit_reads_a_picture(tmp_path) -> None:
+    """An architecture without a language-modelling head (T5Model, ViTModel) opens with the
+    default head, as the bare model; a vision model with its image processor, which reads
+    the picture given to its trace."""
+    import numpy as np
+
+    import attnlab
+    from checkpoints import train_tokenizers
+
+    torch = pytest.importorskip("torch")
+    T = pytest.importorskip("transformers")
+    Image = pytest.importorskip("PIL.Image")
+    torch.manual_seed(0)
+    t5 = T.T5Config(vocab_size=300, d_model=16, d_kv=8, d_ff=32, num_layers=1, num_heads=2, decoder_start_token_id=0)
+    T.T5Model(t5).save_pretrained(tmp_path / "t5")
+    T.AutoTokenizer.from_pretrained(train_tokenizers(tmp_path / "tok")["vocab.txt-tokenizer.json"]).save_pretrained(
+        tmp_path / "t5"
+    )
+    runner = attnlab.load_model(tmp_path / "t5")
+    assert (runner.backend, type(runner.model).__name__) == ("transformers", "T5Model")
+    assert runner.trace(("the cat", "the dog")).layers
+    vit = T.ViTConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=32, image_size=32,
+                      patch_size=8)  # fmt: skip
+    T.ViTModel(vit).save_pretrained(tmp_path / "vit")
+    T.ViTImageProcessorPil(size={"height": 32, "width": 32}).save_pretrained(tmp_path / "vit")
+    runner = attnlab.load_model(tmp_path / "vit")
+    assert (runner.backend, runner.tokenizer) == ("transformers", None)
+    picture = Image.fromarray(np.random.default_rng(0).integers(0, 256, (40, 40, 3), dtype=np.uint8))
+    trace = runner.trace(picture)
+    assert trace.weights.shape == (2, 2, 17, 17)  # (layers, H, L, S): the class token and 4 × 4 patches

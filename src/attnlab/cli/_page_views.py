@@ -58,7 +58,7 @@ def generation_page(args: argparse.Namespace) -> tuple[ModelTrace, GenerationTra
             raise InputError(
                 f"--generate: {args.model} is an encoder-decoder model; --generate traces decoder-only models"
             )
-        runner = loaded(checkpoint, "causal", processor=True)
+        runner = loaded(checkpoint, "causal")
         full, generation = _transformers_generation(args, runner, layers)
     else:
         runner = loaded(checkpoint)

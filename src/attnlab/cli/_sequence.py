@@ -241,7 +241,7 @@ def model_traces(
     checkpoint = checkpoint_of(args)
     if checkpoint.backend == "numpy" and args.text is None:
         raise InputError(f"--image: {args.model} runs in attnlab's NumPy models, which read text (--text)")
-    runner = loaded(checkpoint, "bare", processor=True)  # a transformers model's attention, or attnlab's model
+    runner = loaded(checkpoint, "bare")  # a transformers model's attention, or attnlab's model
     traces = []
     for text in texts:
         one = copy.copy(args)

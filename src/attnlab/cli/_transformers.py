@@ -66,9 +66,9 @@ def checkpoint_of(args: argparse.Namespace) -> Checkpoint:
     return checkpoint
 
 
-def loaded(checkpoint: Checkpoint, head: str = "any", processor: bool = False) -> Runner:
+def loaded(checkpoint: Checkpoint, head: str = "any") -> Runner:
     """The checkpoint loaded (:meth:`~attnlab.runner.Checkpoint.load`), its errors named by the options."""
-    return in_cli_words(lambda: checkpoint.load(head, processor))
+    return in_cli_words(lambda: checkpoint.load(head))
 
 
 def open_model(args: argparse.Namespace, head: str = "any", runs: str | None = None) -> Runner:

@@ -50,10 +50,10 @@ class Checkpoint:
         """Whether config.json says an encoder-decoder model (T5, BART); a GGUF file's are decoders."""
         return bool((self.config or {}).get("is_encoder_decoder"))
 
-    def load(self, head: str = "any", processor: bool = False) -> Runner:
+    def load(self, head: str = "any") -> Runner:
         """The model on its backend, as a runner. A transformers model is loaded with the
-        ``head`` of :data:`HEADS`, and its tokenizer (``processor``: its processor, for an
-        image or speech model, else its tokenizer).
+        ``head`` of :data:`HEADS`, and its processor (an image or speech model's, which reads
+        a picture or a sound), else its tokenizer.
 
         Raises:
             ArgumentError: named ``model``: transformers cannot load it, or would
@@ -77,12 +77,16 @@ class Checkpoint:
         preflight(self.path, self.config, self.header)
         with _quiet(transformers):
             model = self._transformers_model(transformers, head)
-            tokenizer = _processor(transformers, self.path) if processor else self._tokenizer(transformers)
+            processor = _processor(transformers, self.path)
+        if processor is None and model.main_input_name == "input_ids":
+            raise ArgumentError(f"model: {self.given} has no tokenizer transformers can load", "model")
         model.config.name_or_path = shown_name(self.given)  # what attnlab.hf names a model by
-        return TransformersRunner(model, tokenizer, self.description)
+        return TransformersRunner(model, processor, self.description)
 
     def _transformers_model(self, transformers: Any, head: str) -> Any:
-        """The model with ``head``: where the first choice would leave weights at random, the next."""
+        """The model with ``head``: where the first choice would leave weights at random, the
+        next; for "any", the model without a head where no language-modelling head loads (an
+        architecture without one, T5's or ViT's, or a checkpoint without its weights)."""
         if head == "bare":
             return self._refused(self._attempt(transformers.AutoModel, ""))
         if head == "causal":
@@ -94,9 +98,9 @@ class Checkpoint:
         masked = self._attempt(transformers.AutoModelForMaskedLM, failure)  # an encoder's head: a masked one
         if not isinstance(masked, Exception) and not masked[1]:
             return masked[0]
-        at_random = [not isinstance(tried, Exception) for tried in (causal, masked)]
-        if head == "any" and any(at_random):  # no head the checkpoint holds: the model without one
+        if head == "any":  # no head the checkpoint holds, or none its architecture has: the model without one
             return self._refused(self._attempt(transformers.AutoModel, ""))
+        at_random = [not isinstance(tried, Exception) for tried in (causal, masked)]
         return self._refused(masked if at_random[1] and not at_random[0] else causal)
 
     def _attempt(self, auto_class: Any, failure: str) -> tuple[Any, list[str]] | ArgumentError:
@@ -140,14 +144,6 @@ class Checkpoint:
                 "model",
             )
         return model
-
-    def _tokenizer(self, transformers: Any) -> Any:
-        """The checkpoint's tokenizer as transformers loads it (a GGUF file's by its folder)."""
-        where = {"gguf_file": self.path.name} if self.path.is_file() else {}
-        try:
-            return transformers.AutoTokenizer.from_pretrained(self.path.parent if where else self.path, **where)
-        except (OSError, ValueError, KeyError, TypeError):
-            raise ArgumentError(f"model: {self.given} has no tokenizer transformers can load", "model") from None
 
 
 def open_checkpoint(model: str | os.PathLike[str], *, backend: str | None = None, image: bool = False) -> Checkpoint:

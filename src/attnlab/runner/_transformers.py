@@ -48,6 +48,8 @@ class TransformersRunner(Runner):
         config = model.config
         self.model, self.processor = model, tokenizer  # a processor reads an image, its tokenizer a text
         self.tokenizer = getattr(tokenizer, "tokenizer", tokenizer)
+        if not hasattr(self.tokenizer, "convert_ids_to_tokens"):
+            self.tokenizer = None  # an image processor or a feature extractor: no text to read
         self.name = model_name(model)
         self.description = description or str(config.model_type)
         text = config.get_text_config()
