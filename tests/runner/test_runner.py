@@ -79,3 +79,12 @@ def test_a_pair_of_texts_is_an_encoder_decoders_input_and_ids_are_refused_on_one
             runner.trace(ids)
     with pytest.raises(UnsupportedModelError, match=message):
         analysis.rollout(runner, text=[1, 2, 3])
+
+
+def test_a_transformers_model_given_to_a_page_or_rollout_is_told_to_open_it_first() -> None:
+    import attnlab
+
+    message = r"^trace: expected .* a model from attnlab\.load_model \(a transformers model: attnlab\.load_model\("
+    for draw in (attnlab.view, analysis.rollout, analysis.flow):
+        with pytest.raises(attnlab.ArgumentTypeError, match=message + r".*\), got BartForConditionalGeneration$"):
+            draw(_bart(), text="the cat")
