@@ -65,7 +65,12 @@ class ArgumentTypeError(AttnlabError, TypeError):
 
 
 class MissingDependencyError(AttnlabError, ImportError):
-    """An optional feature's extra is not installed; the message says which to install."""
+    """An optional feature's extra is not installed; the message says which to install
+    (``argument``: the argument whose value needs it, as "backend" for transformers)."""
+
+    def __init__(self, message: str, argument: str = "") -> None:
+        super().__init__(message)
+        self.argument = argument
 
 
 class CheckpointError(ArgumentError):

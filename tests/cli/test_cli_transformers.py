@@ -117,7 +117,7 @@ def test_a_vit_directory_reads_the_picture_of_image(capsys, vit_dir, tmp_path) -
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["--backend", "numpy"], "--backend numpy: {d} is a 'vit' model; attnlab runs gpt2, bert"),
+        (["--backend", "numpy"], "--backend: expected 'transformers' for {d}, a 'vit' model (attnlab runs gpt2, bert"),
         ([], "--model: {d} is a vision model; give it a picture with --image FILE"),
     ],
 )

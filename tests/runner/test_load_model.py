@@ -64,3 +64,36 @@ def test_a_t5_and_a_vit_open_as_view_model_opens_them_and_the_vit_reads_a_pictur
     picture = Image.fromarray(np.random.default_rng(0).integers(0, 256, (40, 40, 3), dtype=np.uint8))
     trace = runner.trace(picture)
     assert trace.weights.shape == (2, 2, 17, 17)  # (layers, H, L, S): the class token and 4 × 4 patches
+
+
+def test_load_models_refusals_name_its_own_arguments_in_python_words(tmp_path) -> None:
+    """No CLI word (--backend) and no other function's argument (name_or_dir): ``model``,
+    ``backend`` and ``head``, each with what it takes."""
+    import json
+
+    import attnlab
+
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "t5"}))
+    runner = attnlab.load_model("builtin:coref")
+    cases = [
+        ((tmp_path,), {"backend": "numpy"}, "backend", r"expected 'transformers' for .*, a 't5' model \(attnlab runs "
+         r"gpt2, .* in NumPy\), got 'numpy'"),
+        (("/nonexistent/x",), {}, "model", r"expected a checkpoint folder, a \.gguf file, builtin:NAME or a hub id, "
+         r"got '/nonexistent/x' \(no such directory\)"),
+        ((42,), {}, "model", r"expected a checkpoint folder, .* or a model already made \(.*\), got int"),
+        (("builtin:coref",), {"backend": "bogus"}, "backend", r"expected 'numpy', 'transformers' or None, got 'bogus'"),
+        ((runner,), {"backend": "bogus"}, "backend", r"expected 'numpy', 'transformers' or None, got 'bogus'"),
+        ((runner,), {"head": "bare"}, "head", r"expected 'any' for a model already made .*, got 'bare'"),
+    ]  # fmt: skip
+    for args, options, argument, message in cases:
+        with pytest.raises(attnlab.AttnlabError, match=f"^{argument}: {message}$") as caught:
+            attnlab.load_model(*args, **options)
+        assert caught.value.argument == argument  # type: ignore[attr-defined]
+
+
+def test_a_missing_dependency_can_name_the_argument_that_needs_it() -> None:
+    from attnlab import MissingDependencyError
+
+    error = MissingDependencyError("backend transformers: no module named torch", "backend")
+    assert (error.argument, str(error)) == ("backend", "backend transformers: no module named torch")
+    assert MissingDependencyError("x").argument == ""

@@ -51,7 +51,9 @@ def test_a_checkpoint_is_refused_on_a_backend_that_cannot_run_it_naming_backend(
     from attnlab.runner import open_checkpoint
 
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "t5"}))
-    with pytest.raises(ArgumentError, match=r"^backend numpy: .* is a 't5' model; attnlab runs ") as caught:
+    with pytest.raises(
+        ArgumentError, match=r"^backend: expected 'transformers' for .*, a 't5' model \(attnlab runs .*\), got 'numpy'$"
+    ) as caught:
         open_checkpoint(tmp_path, backend="numpy")
     assert caught.value.argument == "backend"
     checkpoint = open_checkpoint(tmp_path)

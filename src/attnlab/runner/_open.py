@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .._exceptions import ArgumentError, CheckpointError
+from .._exceptions import ArgumentError, ArgumentTypeError, CheckpointError, renamed
 from .._validation import fail
 from ..trace._display import shown_name
 from ._preflight import key_groups, loading_error, preflight
@@ -28,6 +28,8 @@ BACKENDS = ("numpy", "transformers")
 # what a transformers model is loaded with: "any", a language-modelling head where the checkpoint
 # has one, else none; "lm", a causal or else a masked one; "causal"; "bare", none (its attention only)
 HEADS = ("any", "lm", "causal", "bare")
+# a model load_model takes as it is made
+MADE = "its runner, an attnlab.models.Model, a transformers model and its tokenizer"
 
 
 @dataclass(frozen=True)
@@ -158,11 +160,8 @@ def open_checkpoint(model: str | os.PathLike[str], *, backend: str | None = None
             or not one of :data:`BACKENDS` (named ``backend``).
         CheckpointError: no such folder, file or hub id; a GGUF file that cannot be read.
     """
-    from ..models._checkpoint import locate
-
-    if backend is not None and backend not in BACKENDS:
-        raise fail("backend", " or ".join(map(repr, BACKENDS)), repr(backend))
-    path, given = locate(model), str(model)
+    _check_backend(backend)
+    path, given = _located(model), str(model)
     if path.is_file():
         return _gguf_checkpoint(given, path, backend, image)
     from ..models._architectures import ARCHITECTURES
@@ -178,11 +177,8 @@ def open_checkpoint(model: str | os.PathLike[str], *, backend: str | None = None
     native, unread = model_type in ARCHITECTURES, model_type is None
     chosen = backend or ("numpy" if (native or unread) and not image else "transformers")
     if chosen == "numpy" and not native and not unread:
-        raise ArgumentError(
-            f"backend numpy: {given} is a {model_type!r} model; attnlab runs {', '.join(ARCHITECTURES)} "
-            "in NumPy (use --backend transformers)",
-            "backend",
-        )
+        runs = f"attnlab runs {', '.join(ARCHITECTURES)} in NumPy"
+        raise fail("backend", f"'transformers' for {given}, a {model_type!r} model ({runs})", "'numpy'")
     return Checkpoint(given, path, config, None, chosen, str(model_type))
 
 
@@ -195,11 +191,8 @@ def _gguf_checkpoint(given: str, path: Path, backend: str | None, image: bool) -
     arch = header.architecture
     chosen = backend or ("numpy" if arch in MODEL_TYPES and not image else "transformers")
     if chosen == "numpy" and arch not in MODEL_TYPES:
-        raise ArgumentError(
-            f"backend numpy: {given} is a GGUF of the architecture {arch!r}; attnlab reads "
-            f"{', '.join(MODEL_TYPES)} GGUF files in NumPy (use --backend transformers)",
-            "backend",
-        )
+        reads = f"attnlab reads {', '.join(MODEL_TYPES)} GGUF files in NumPy"
+        raise fail("backend", f"'transformers' for {given}, a GGUF of the architecture {arch!r} ({reads})", "'numpy'")
     how = "dequantized to float32" if chosen == "numpy" else "dequantized by transformers"
     return Checkpoint(given, path, None, header, chosen, f"{arch}, {header.quantization()}, {how}")
 
@@ -220,28 +213,57 @@ def load_model(model: Any, *, backend: str | None = None, tokenizer: Any = None,
         tokenizer: a transformers model's tokenizer; None otherwise.
         head: on the transformers backend, what the model is loaded with (:data:`HEADS`):
             "any" (default: a language-modelling head where the checkpoint has one, which
-            ablation and generation need, else none), "lm", "causal" or "bare".
+            ablation and generation need, else none), "lm", "causal" or "bare"; "any" for
+            a model already made.
 
     Returns:
         :class:`attnlab.runner.Runner`: ``.model``, ``.tokenizer``, ``.backend``,
         ``.name``, ``.trace(text)``, ``.generate(text, n)``.
 
     Raises:
-        ArgumentError: an architecture ``backend="numpy"`` cannot run, a checkpoint that
-            transformers cannot load or would fill with random weights (named ``model``).
-        ArgumentTypeError: a model of none of these kinds.
-        CheckpointError: no such checkpoint; one attnlab's loader refuses.
+        ArgumentError: an architecture ``backend="numpy"`` cannot run, a backend not one
+            of :data:`BACKENDS` or None (named ``backend``); a checkpoint that transformers
+            cannot load or would fill with random weights (named ``model``); a ``head``
+            for a model already made.
+        ArgumentTypeError: a model of none of these kinds (named ``model``).
+        CheckpointError: no such checkpoint, one attnlab's loader refuses (named ``model``
+            where the refusal is of the name).
         MissingDependencyError: the extra the backend needs is not installed.
         UnsupportedModelError: a transformers model attnlab's backend cannot run.
     """
+    _check_backend(backend)
     if isinstance(model, (str, os.PathLike)):
         if tokenizer is not None:
             raise fail("tokenizer", "None for a checkpoint (its own is loaded)", type(tokenizer).__name__)
         return open_checkpoint(model, backend=backend).load(head)
-    runner = as_runner(model, tokenizer, "model", "a checkpoint (str), an attnlab.models.Model or a transformers model")
+    from ..models._checkpoint import CHECKPOINT
+
+    runner = as_runner(model, tokenizer, "model", f"{CHECKPOINT} (str or Path), or a model already made ({MADE})")
     if backend is not None and backend != runner.backend:
         raise fail("backend", f"None or {runner.backend!r} for a model already made", repr(backend))
+    if head != "any":
+        raise fail("head", "'any' for a model already made (it has the head it was made with)", repr(head))
     return runner
+
+
+def _check_backend(backend: str | None) -> None:
+    """``backend`` one of :data:`BACKENDS` or None."""
+    if backend is not None and backend not in BACKENDS:
+        raise fail("backend", f"{', '.join(map(repr, BACKENDS))} or None", repr(backend))
+
+
+def _located(model: str | os.PathLike[str]) -> Path:
+    """:func:`attnlab.models._checkpoint.locate`'s path, its refusals naming ``model``
+    (this module's argument) where they name ``name_or_dir`` (its own)."""
+    from ..models._checkpoint import locate
+
+    try:
+        return locate(model)
+    except (CheckpointError, ArgumentTypeError) as error:
+        message = renamed(error, {"name_or_dir": "model"})
+        if message is None:
+            raise
+        raise type(error)(message, "model") from None
 
 
 def as_runner(model: Any, tokenizer: Any, argument: str, expected: str) -> Runner:
@@ -286,9 +308,7 @@ def _transformers() -> Any:
     except ImportError as error:
         from .._exceptions import MissingDependencyError
 
-        missing = MissingDependencyError(f"backend transformers: {error}")
-        missing.argument = "backend"  # type: ignore[attr-defined]  # renamed by the command line as --backend
-        raise missing from None
+        raise MissingDependencyError(f"backend transformers: {error}", "backend") from None
     return transformers
 
 
