@@ -86,7 +86,12 @@ class InputError(ArgumentError):
 
 class UnsupportedModelError(AttnlabError, ValueError):
     """A model, or a feature of one, that attnlab's backend cannot run exactly: the message
-    names the model type and the feature."""
+    names the model type and the feature (``argument``: the argument that gave the model,
+    where the message starts with it)."""
+
+    def __init__(self, message: str, argument: str = "") -> None:
+        super().__init__(message)
+        self.argument = argument
 
 
 class RingError(AttnlabError, RuntimeError):

@@ -160,9 +160,13 @@ def test_what_the_review_found_is_one_line_naming_the_option(
          "--image: " + str(mistral_dir) + " is not a vision model"),
         (["trace", "--model", str(mistral_dir), "--text", SENTENCE, "--layer", "1,0,1"], "expected each layer once"),
         (["ablate", "--model", str(bart_dir), "--text", "the cat sat", "--backend", "transformers"],
-         "is an encoder-decoder model; ablate runs decoder-only and encoder-only models"),
+         "--model: attnlab runs decoder-only and encoder-only models here; bart is an encoder-decoder"),
         (["view", "--model", str(bart_dir), "--text", "the cat", "--generate", "2", "-o", str(tmp_path / "g.html")],
-         "--generate: " + str(bart_dir) + " is an encoder-decoder model"),
+         "--model: attnlab runs decoder-only and encoder-only models here; bart is an encoder-decoder"),
+        (["view", "--model", str(bart_dir), "--text", "the cat", "--text", "a dog", "-o", str(tmp_path / "p.html")],
+         "--model: attnlab runs decoder-only and encoder-only models here; bart is an encoder-decoder"),
+        (["heads", "--model", str(bart_dir), "--text", "the cat sat"],
+         "--model: attnlab runs decoder-only and encoder-only models here; bart is an encoder-decoder"),
         (["trace", "--model", str(vit_dir), "--image", str(tmp_path / "p.png")], "--image: " + str(tmp_path / "p.png")
          + " is too large a picture"),
     ]  # fmt: skip

@@ -34,9 +34,7 @@ def check_texts(args: argparse.Namespace, two_allowed: bool) -> None:
 
 def pair_of_traces(args: argparse.Namespace) -> tuple[ModelTrace, ModelTrace]:
     """The traces of the two --text through the --model, the same layers, each page's size checked first."""
-    first, second = model_traces(args, list(args.texts), page=True)  # the model opened once
-    if first.source_tokens is not None:
-        raise InputError(f"--text twice: {args.model} is an encoder-decoder model; two texts compare one sequence each")
+    first, second = model_traces(args, list(args.texts), page=True, one_stack=True)  # the model opened once
     return first, second
 
 
@@ -44,20 +42,17 @@ def generation_page(args: argparse.Namespace) -> tuple[ModelTrace, GenerationTra
     """The --generate N tokens after --text, recorded with the KV cache, and the trace of
     the whole sequence (prompt and generated) for the main views; the page's size is
     checked for L + N tokens before the model runs."""
-    from ._transformers import checkpoint_of, loaded, say_backend
+    from ._transformers import checkpoint_of, in_cli_words, loaded, say_backend
 
     if args.model is None:
         raise InputError("--generate: expected --model with it (the model that generates)")
     if args.text is None:
         raise InputError("--generate: expected --text with the prompt")
     checkpoint = checkpoint_of(args)
+    in_cli_words(checkpoint.check_one_stack)  # a generation's trace is of one sequence
     layer = "all" if args.layer is None else args.layer
     layers = None if layer == "all" else layer
     if checkpoint.backend == "transformers":
-        if checkpoint.encoder_decoder:
-            raise InputError(
-                f"--generate: {args.model} is an encoder-decoder model; --generate traces decoder-only models"
-            )
         runner = loaded(checkpoint, "causal")
         full, generation = _transformers_generation(args, runner, layers)
     else:

@@ -29,7 +29,7 @@ from ._inputs import (
     split_text,
 )
 from ._options import TextsAction, at_least, positive_number, window_sides
-from ._transformers import BACKENDS, checkpoint_of, loaded, say_backend, transformers_trace
+from ._transformers import BACKENDS, checkpoint_of, in_cli_words, loaded, say_backend, transformers_trace
 
 if TYPE_CHECKING:
     from ..models import Model
@@ -227,11 +227,16 @@ def trace_from_args(
 
 
 def model_traces(
-    args: argparse.Namespace, texts: list[str | None], page: bool = False, check: ShapeCheck | None = None
+    args: argparse.Namespace,
+    texts: list[str | None],
+    page: bool = False,
+    check: ShapeCheck | None = None,
+    one_stack: bool = False,
 ) -> list[ModelTrace]:
     """Open the --model once and trace each of ``texts`` (None: --image's picture) at
     --layer (default: all for a ``page``, else the last), each once its L²·heads·layers
-    scores, for a ``page`` the page, and ``check`` fit."""
+    scores, for a ``page`` the page, and ``check`` fit; ``one_stack``: an encoder-decoder
+    model refused before it loads (two texts compared pair one sequence each)."""
     import copy
 
     _refuse(args, f"--model {args.model} fixes the weights, the embedding and the scale")
@@ -239,6 +244,8 @@ def model_traces(
     if args.input is not None:
         raise InputError("--model: expected --text with the sentence to run (or --image), got an input file")
     checkpoint = checkpoint_of(args)
+    if one_stack:
+        in_cli_words(checkpoint.check_one_stack)
     if checkpoint.backend == "numpy" and args.text is None:
         raise InputError(f"--image: {args.model} runs in attnlab's NumPy models, which read text (--text)")
     runner = loaded(checkpoint, "bare")  # a transformers model's attention, or attnlab's model

@@ -26,6 +26,7 @@ __all__ = [
     "add_model_options",
     "check_page_first",
     "checkpoint_of",
+    "in_cli_words",
     "in_option_words",
     "loaded",
     "open_model",
@@ -71,14 +72,12 @@ def loaded(checkpoint: Checkpoint, head: str = "any") -> Runner:
     return in_cli_words(lambda: checkpoint.load(head))
 
 
-def open_model(args: argparse.Namespace, head: str = "any", runs: str | None = None) -> Runner:
-    """--model opened on its backend; ``runs`` (as "ablate runs"): an encoder-decoder
-    model refused in those words."""
+def open_model(args: argparse.Namespace, head: str = "any", one_stack: bool = False) -> Runner:
+    """--model opened on its backend; ``one_stack``: an encoder-decoder model refused
+    first, as its runner refuses it (named --model)."""
     checkpoint = checkpoint_of(args)
-    if runs is not None and checkpoint.backend == "transformers" and checkpoint.encoder_decoder:
-        raise InputError(
-            f"--model: {args.model} is an encoder-decoder model; {runs} decoder-only and encoder-only models"
-        )
+    if one_stack:
+        in_cli_words(checkpoint.check_one_stack)
     return loaded(checkpoint, head)
 
 
@@ -110,17 +109,17 @@ class ModelRun(Generic[T]):
 
 
 def run_on_model(
-    args: argparse.Namespace, head: str, runs: str, work: Callable[[Runner], T], option_of: dict[str, str]
+    args: argparse.Namespace, head: str, work: Callable[[Runner], T], option_of: dict[str, str]
 ) -> ModelRun[T]:
     """-o's path checked first, --model opened on its backend (a transformers model with
-    ``head``, an encoder-decoder refused as one this command ``runs`` not), and
+    ``head``, an encoder-decoder refused before it loads: the work reads one stack), and
     ``work(runner)``, its errors about an argument of ``option_of`` (or the model's)
     renamed to that option."""
     if args.output is not None:
         from ..viz._page import check_path
 
         check_path(args.output)
-    runner = open_model(args, head, runs)
+    runner = open_model(args, head, one_stack=True)
     return ModelRun(runner, in_cli_words(lambda: work(runner), {**_MODEL_ARGUMENTS, **option_of}))
 
 

@@ -20,7 +20,7 @@ from .._exceptions import ArgumentError, ArgumentTypeError, CheckpointError, ren
 from .._validation import fail
 from ..trace._display import shown_name
 from ._preflight import key_groups, loading_error, preflight
-from ._runner import Runner
+from ._runner import Runner, encoder_decoder_refusal
 
 __all__ = ["BACKENDS", "HEADS", "Checkpoint", "as_runner", "load_model", "open_checkpoint"]
 
@@ -51,6 +51,16 @@ class Checkpoint:
     def encoder_decoder(self) -> bool:
         """Whether config.json says an encoder-decoder model (T5, BART); a GGUF file's are decoders."""
         return bool((self.config or {}).get("is_encoder_decoder"))
+
+    def check_one_stack(self) -> None:
+        """Refuse an encoder-decoder checkpoint before it loads, as its runner would
+        (:meth:`Runner.check_one_stack`, in the same words).
+
+        Raises:
+            UnsupportedModelError: named ``model``.
+        """
+        if self.encoder_decoder:
+            raise encoder_decoder_refusal(self.description)
 
     def load(self, head: str = "any") -> Runner:
         """The model on its backend, as a runner. A transformers model is loaded with the

@@ -9,25 +9,29 @@ attnlab's backend (``attnlab.hf``); :func:`attnlab.runner.as_runner` gives the o
 
 from __future__ import annotations
 
+import abc
 import re
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 
+from .._exceptions import UnsupportedModelError
 from .._validation import Array, fail, is_integer, text_ids
 from ..trace import GenerationTrace, ModelTrace
 from ..viz._page import PageShape
 
-__all__ = ["Cells", "Runner", "layer_weights", "ordinary_ids", "token_ids"]
+__all__ = ["Cells", "Runner", "encoder_decoder_refusal", "layer_weights", "ordinary_ids", "token_ids"]
 
 Cells = list[tuple[int, int, Array]]  # (layer, head, the head's output (L, Ev)) of each forward of a batch
 # vocabulary entries that are not ordinary text even when not marked special: BERT's [unused0], Llama's <0x0A>
 _RESERVED = re.compile(r"^(\[.*\]|<.*>)$")
 
 
-class Runner:
-    """A model as the library runs it (see the module). Its attributes:
+class Runner(abc.ABC):
+    """A model as the library runs it (see the module). Each refusal that both backends
+    make is written here once, in the same words, each backend supplying only the facts.
+    Its attributes:
 
     - ``model``, ``tokenizer`` (None for attnlab's model, which has its own), ``name``
       (what traces and tables call it), ``backend`` ("numpy" or "transformers") and
@@ -38,7 +42,8 @@ class Runner:
       (a transformers model's attention modules in the order a forward calls them, known
       after its first :meth:`record`; 0 and [] before);
     - ``prefix``: the first token of a sequence the model reads ([BOS], [CLS]) or none;
-    - ``has_head``: whether it has a head to the vocabulary (logits).
+    - ``has_head``: whether it has a language-modelling head (logits over the vocabulary);
+    - ``causal``: whether it generates text (a causal language model).
     """
 
     model: Any
@@ -55,6 +60,7 @@ class Runner:
     layer_labels: list[str]
     prefix: list[int]
     has_head: bool
+    causal: bool
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.name!r}, {self.description}, {self.layers} layers × {self.heads} heads)"
@@ -127,77 +133,116 @@ class Runner:
         r = rng.choice(candidates, size=n, replace=False)
         return [*self.prefix, *(int(i) for i in r), *(int(i) for i in r)]
 
-    def check_one_stack(self) -> None:
-        """Refuse an encoder-decoder model (T5, BART), which an analysis of one stack of
-        layers cannot read; the same error on either backend (attnlab's are all one stack).
+    def check_head(self) -> None:
+        """Refuse a model without a language-modelling head (before :meth:`record`).
 
         Raises:
-            UnsupportedModelError: an encoder-decoder model.
+            ArgumentError: named ``model``.
         """
-
-    # each backend's own
-    head_width: int | None  # each head's width of q, k and v (None: not in the config)
+        if not self.has_head:
+            self.refuse_no_head()
 
     def length(self, text: str) -> int:
         """The tokens of ``text``, special ones included, as :meth:`trace` reads it (no forward).
 
         Raises:
-            ArgumentError: a text the model cannot take (too long, empty).
+            ArgumentError: a text the model cannot take (too long, empty, no tokenizer),
+                named ``text``, as :meth:`ids` refuses it.
         """
-        raise NotImplementedError
-
-    def trace(self, text: Any, layers: Any = None, check: Callable[[], object] | None = None) -> ModelTrace:
-        """The trace of ``text`` (a text or ids) through ``layers`` (None: every one);
-        ``check`` called before each layer (each attention call on transformers)."""
-        raise NotImplementedError
+        return len(self.ids(text, "text"))
 
     def generate(
         self, text: str, count: int, check: Callable[[], object] | None = None, layers: Any = None
     ) -> tuple[ModelTrace, GenerationTrace]:
         """``count`` new tokens after ``text``, greedy: the whole sequence's trace and the
-        generation's (``check`` called before each new token and in the trace's forward)."""
-        raise NotImplementedError
-
-    def check_head(self) -> None:
-        """Refuse a model without a head to the vocabulary (before :meth:`record`).
+        generation's (``check`` called before each new token and in the trace's forward).
 
         Raises:
-            ArgumentError: named ``model``.
+            UnsupportedModelError: an encoder-decoder model.
+            ArgumentError: a model that does not generate (named ``model``); the
+                generation's own refusals (its text, ``max_new_tokens``).
         """
-        raise NotImplementedError
+        self.check_one_stack()
+        if not (self.causal and self.has_head):
+            raise fail(
+                "model", "a causal language model, which generates text", f"{self.name}, a {self.description} model"
+            )
+        generation = self._generation(text, count, check, layers)
+        return self.trace(generation.ids, layers, check), generation
 
+    def refuse_no_head(self) -> NoReturn:
+        """The one refusal of a model without a language-modelling head (ablation's logits)."""
+        expected = "a model with a language-modelling head (logits over the vocabulary)"
+        raise fail("model", expected, f"{self.name}, a {self.description} model without one")
+
+    def refuse_no_tokenizer(self, name: str) -> NoReturn:
+        """The one refusal of a text given to a model without a tokenizer (``name``: the
+        argument that gave it; "target" for one token)."""
+        ids = "a token id" if name == "target" else "token ids"
+        raise fail(name, f"{ids}: the model has no tokenizer to read a text", "a text")
+
+    # each backend's own
+    head_width: int | None  # each head's width of q, k and v (None: not in the config)
+
+    @abc.abstractmethod
+    def check_one_stack(self) -> None:
+        """Refuse an encoder-decoder model (T5, BART), which an analysis of one stack of
+        layers cannot read (:func:`encoder_decoder_refusal`, the one refusal of it).
+
+        Raises:
+            UnsupportedModelError: an encoder-decoder model (named ``model``).
+        """
+
+    @abc.abstractmethod
+    def trace(self, text: Any, layers: Any = None, check: Callable[[], object] | None = None) -> ModelTrace:
+        """The trace of ``text`` (a text or ids) through ``layers`` (None: every one);
+        ``check`` called before each layer (each attention call on transformers)."""
+
+    @abc.abstractmethod
+    def _generation(self, text: str, count: int, check: Callable[[], object] | None, layers: Any) -> GenerationTrace:
+        """:meth:`generate`'s generation, once the model is known to generate."""
+
+    @abc.abstractmethod
     def encode(self, text: str, name: str) -> list[int]:
         """A text's ids, special tokens added (``name``: the argument that gave it)."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def plain_ids(self, text: str) -> list[int]:
         """A text's ids without special tokens (``target``'s)."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def tokens(self, ids: Array) -> list[str]:
         """The ids' tokens, readable (byte-level pieces as characters)."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def ordinary(self) -> Array:
         """The ids an induction sequence is drawn from: every id of the vocabulary that is
         not special, the prefix or a reserved entry."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def attention(self, ids: list[int]) -> tuple[list[str], list[bool], Array]:
         """One forward of ``ids``: their tokens, which are special ([] where unknown), and
         every layer's attention weights (layers, H, L, L) float64."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def record(self, ids: Array) -> tuple[Array, list[Array]]:
         """One forward's next-token logits at the last position (vocab,) float64 and each
         layer's head outputs (H, L, Ev); the first one also finds the layers of an ablation."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def ablated(self, ids: Array, cells: Cells) -> Array:
         """The next-token logits at the last position (B, vocab) float64 of B = len(cells)
         forwards of ``ids`` at once, forward b with the head of ``cells[b] = (layer, head,
         output)`` given that output (L, Ev)."""
-        raise NotImplementedError
+
+
+def encoder_decoder_refusal(model_type: str) -> UnsupportedModelError:
+    """The one refusal of an encoder-decoder model (T5, BART) that a work of one stack of
+    layers meets (an ablation, the heads' kinds, a generation, ids), whichever backend or
+    command meets it; named ``model`` (the command line's --model)."""
+    return UnsupportedModelError(
+        f"model: attnlab runs decoder-only and encoder-only models here; {model_type} is an encoder-decoder", "model"
+    )
 
 
 def token_ids(value: Any) -> set[int]:
