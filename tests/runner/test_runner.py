@@ -145,3 +145,38 @@ def test_the_runner_is_abstract() -> None:
 
     with pytest.raises(TypeError, match="abstract"):
         Runner()  # type: ignore[abstract]
+
+
+def test_truncation_and_chat_go_to_attnlabs_models_and_are_refused_on_transformers(tmp_path) -> None:
+    import attnlab
+    from checkpoints import tiny_model
+
+    numpy_bert = attnlab.load_model("builtin:coref")
+    long = "the cat " * 100
+    assert len(numpy_bert.trace(long, truncation=True).tokens) == numpy_bert.positions
+    with pytest.raises(attnlab.ArgumentError, match=r"^text_or_ids: expected at most 64 tokens"):
+        numpy_bert.trace(long)
+    runner = attnlab.load_model(tiny_model("gpt2"), tokenizer=_tokenizer(tmp_path))
+    where = r"on attnlab's NumPy models \(GPT-2, BERT, Llama, Qwen2, Mistral, GGUF files\); .* runs in transformers$"
+    with pytest.raises(attnlab.ArgumentError, match="^truncation: " + where) as caught:
+        runner.trace("the cat", truncation=True)
+    assert caught.value.argument == "truncation"
+    with pytest.raises(attnlab.ArgumentError, match="^chat: " + where):
+        runner.generate("the cat", 2, chat=True)
+    full, generation = runner.generate("the cat", 2)
+    assert len(full.tokens) == len(generation.ids)
+
+
+def test_a_generation_in_the_chat_template_marks_its_prompts_template_tokens(tmp_path) -> None:
+    import json
+
+    import attnlab
+    from checkpoints import CHAT_TEMPLATE, tiny_checkpoint_with_tokenizer
+
+    folder = tiny_checkpoint_with_tokenizer(tmp_path)
+    (folder / "tokenizer_config.json").write_text(json.dumps({"chat_template": CHAT_TEMPLATE}))
+    runner = attnlab.load_model(folder)
+    prompt = runner.trace("hi there", chat=True)
+    full, generation = runner.generate("hi there", 3, chat=True)
+    assert full.template == prompt.template + [False] * generation.generated and any(prompt.template)
+    assert full.notes == prompt.notes

@@ -97,14 +97,41 @@ class NumpyRunner(Runner):
 
         return self._logits(np.repeat(ids[None], len(cells), axis=0), replace)  # (L,) -> (B, L)
 
-    def trace(self, text: Any, layers: Any = None, check: Callable[[], object] | None = None) -> ModelTrace:
-        return self.model.trace(text, layers=layers, check=check)
+    def trace(
+        self,
+        text: Any,
+        layers: Any = None,
+        check: Callable[[], object] | None = None,
+        *,
+        truncation: bool = False,
+        chat: bool = False,
+    ) -> ModelTrace:
+        return self.model.trace(text, layers=layers, truncation=truncation, chat=chat, check=check)
 
     def check_one_stack(self) -> None:
         """attnlab's models are one stack (decoder-only or encoder-only): nothing to refuse."""
 
-    def _generation(self, text: str, count: int, check: Callable[[], object] | None, layers: Any) -> GenerationTrace:
-        return self.model.trace_generation(text, count, layers=layers, check=check)
+    def _generation(
+        self,
+        text: str,
+        count: int,
+        check: Callable[[], object] | None,
+        layers: Any,
+        truncation: bool,
+        chat: bool,
+        progress: bool,
+    ) -> GenerationTrace:
+        return self.model.trace_generation(
+            text, count, layers=layers, truncation=truncation, chat=chat, progress=progress, check=check
+        )
+
+    def _marked(self, full: ModelTrace, text: str, generated: int, truncation: bool, chat: bool) -> ModelTrace:
+        from ..models._checks import sequence_ids
+
+        prompt = sequence_ids(self.model.config, self.model.tokenizer, text, truncation=truncation, chat=chat)
+        full.template = (prompt.template or [False] * len(prompt.ids)) + [False] * generated
+        full.notes = [*full.notes, *prompt.notes]
+        return full
 
     def _logits(self, ids: Array, hook: Callable[[int, Array], Array]) -> Array:
         """The last position's logits (B, vocab) float64 of ids (B, L), ``hook`` seeing each

@@ -16,12 +16,21 @@ from typing import Any, NoReturn
 
 import numpy as np
 
-from .._exceptions import UnsupportedModelError
-from .._validation import Array, fail, is_integer, text_ids
+from .._exceptions import ArgumentError, UnsupportedModelError
+from .._validation import Array, fail, flag, is_integer, text_ids
 from ..trace import GenerationTrace, ModelTrace
 from ..viz._page import PageShape
 
-__all__ = ["Cells", "Runner", "encoder_decoder_refusal", "layer_weights", "ordinary_ids", "token_ids"]
+__all__ = [
+    "NUMPY_ONLY",
+    "Cells",
+    "Runner",
+    "check_numpy_only",
+    "encoder_decoder_refusal",
+    "layer_weights",
+    "ordinary_ids",
+    "token_ids",
+]
 
 Cells = list[tuple[int, int, Array]]  # (layer, head, the head's output (L, Ev)) of each forward of a batch
 # vocabulary entries that are not ordinary text even when not marked special: BERT's [unused0], Llama's <0x0A>
@@ -152,23 +161,41 @@ class Runner(abc.ABC):
         return len(self.ids(text, "text"))
 
     def generate(
-        self, text: str, count: int, check: Callable[[], object] | None = None, layers: Any = None
+        self,
+        text: str,
+        count: int,
+        check: Callable[[], object] | None = None,
+        layers: Any = None,
+        *,
+        truncation: bool = False,
+        chat: bool = False,
+        progress: bool = False,
     ) -> tuple[ModelTrace, GenerationTrace]:
-        """``count`` new tokens after ``text``, greedy: the whole sequence's trace and the
-        generation's (``check`` called before each new token and in the trace's forward).
+        """``count`` new tokens after ``text``, greedy: the whole sequence's trace (its
+        prompt's chat-template tokens marked) and the generation's (``check`` called before
+        each new token and in the trace's forward); ``truncation`` and ``chat`` as
+        :meth:`trace` takes them; ``progress``: a bar on stderr, tokens generated.
 
         Raises:
             UnsupportedModelError: an encoder-decoder model.
-            ArgumentError: a model that does not generate (named ``model``); the
-                generation's own refusals (its text, ``max_new_tokens``).
+            ArgumentError: a model that does not generate (named ``model``); ``truncation``
+                or ``chat`` on transformers; the generation's own refusals (its text,
+                ``max_new_tokens``).
         """
+        check_numpy_only(self.backend, self.name, truncation, chat)
         self.check_one_stack()
         if not (self.causal and self.has_head):
             raise fail(
                 "model", "a causal language model, which generates text", f"{self.name}, a {self.description} model"
             )
-        generation = self._generation(text, count, check, layers)
-        return self.trace(generation.ids, layers, check), generation
+        generation = self._generation(text, count, check, layers, truncation, chat, progress)
+        full = self.trace(generation.ids, layers, check)
+        return self._marked(full, text, generation.generated, truncation, chat), generation
+
+    def _marked(self, full: ModelTrace, text: str, generated: int, truncation: bool, chat: bool) -> ModelTrace:
+        """A generation's whole trace with its prompt's chat-template tokens marked (and
+        the notes of how the prompt was made): the transformers backend makes none."""
+        return full
 
     def refuse_no_head(self) -> NoReturn:
         """The one refusal of a model without a language-modelling head (ablation's logits)."""
@@ -194,12 +221,32 @@ class Runner(abc.ABC):
         """
 
     @abc.abstractmethod
-    def trace(self, text: Any, layers: Any = None, check: Callable[[], object] | None = None) -> ModelTrace:
+    def trace(
+        self,
+        text: Any,
+        layers: Any = None,
+        check: Callable[[], object] | None = None,
+        *,
+        truncation: bool = False,
+        chat: bool = False,
+    ) -> ModelTrace:
         """The trace of ``text`` (a text or ids) through ``layers`` (None: every one);
-        ``check`` called before each layer (each attention call on transformers)."""
+        ``check`` called before each layer (each attention call on transformers). On
+        attnlab's models, ``truncation`` cuts a text to the model's positions and ``chat``
+        puts it in the model's chat template as a user's message; the transformers backend
+        refuses them (:func:`check_numpy_only`)."""
 
     @abc.abstractmethod
-    def _generation(self, text: str, count: int, check: Callable[[], object] | None, layers: Any) -> GenerationTrace:
+    def _generation(
+        self,
+        text: str,
+        count: int,
+        check: Callable[[], object] | None,
+        layers: Any,
+        truncation: bool,
+        chat: bool,
+        progress: bool,
+    ) -> GenerationTrace:
         """:meth:`generate`'s generation, once the model is known to generate."""
 
     @abc.abstractmethod
@@ -243,6 +290,22 @@ def encoder_decoder_refusal(model_type: str) -> UnsupportedModelError:
     return UnsupportedModelError(
         f"model: attnlab runs decoder-only and encoder-only models here; {model_type} is an encoder-decoder", "model"
     )
+
+
+# where a text is cut to the model's positions or put in its chat template
+NUMPY_ONLY = "attnlab's NumPy models (GPT-2, BERT, Llama, Qwen2, Mistral, GGUF files)"
+
+
+def check_numpy_only(backend: str, name: str, truncation: bool, chat: bool) -> None:
+    """Refuse ``truncation`` or ``chat`` for the model ``name`` on the transformers
+    ``backend``: only attnlab's NumPy models cut a text or put it in a chat template.
+
+    Raises:
+        ArgumentError: named ``chat`` or ``truncation`` (the first asked for, in that order).
+    """
+    asked = [option for option, given in (("chat", chat), ("truncation", truncation)) if flag(option, given)]
+    if backend == "transformers" and asked:
+        raise ArgumentError(f"{asked[0]}: on {NUMPY_ONLY}; {name} runs in transformers", asked[0])
 
 
 def token_ids(value: Any) -> set[int]:

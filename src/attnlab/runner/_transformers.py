@@ -19,7 +19,7 @@ from ..hf._inputs import _labelled
 from ..hf._register import on_attnlab, output_hook
 from ..hf._torch import from_numpy, model_name, to_numpy, torch
 from ..trace import GenerationTrace, ModelTrace
-from ._runner import Cells, Runner, encoder_decoder_refusal, layer_weights, ordinary_ids, token_ids
+from ._runner import Cells, Runner, check_numpy_only, encoder_decoder_refusal, layer_weights, ordinary_ids, token_ids
 
 __all__ = ["TransformersRunner"]
 
@@ -97,17 +97,37 @@ class TransformersRunner(Runner):
         traced = hf_trace(self.model, {"input_ids": torch.tensor([ids])}, tokenizer=self.tokenizer)
         return list(traced.tokens), list(traced.special), layer_weights(traced)
 
-    def trace(self, text: Any, layers: Any = None, check: Callable[[], object] | None = None) -> ModelTrace:
+    def trace(
+        self,
+        text: Any,
+        layers: Any = None,
+        check: Callable[[], object] | None = None,
+        *,
+        truncation: bool = False,
+        chat: bool = False,
+    ) -> ModelTrace:
+        check_numpy_only(self.backend, self.name, truncation, chat)
         ids = _is_ids(text)  # else a text, a (source, target) pair, an image or inputs
         if ids:
             self.check_one_stack()  # an encoder-decoder reads a source and a target, not one row of ids
         inputs = {"input_ids": torch.tensor([[int(i) for i in text]])} if ids else text
         return hf_trace(self.model, inputs, tokenizer=self.processor, layers=layers, check=check)
 
-    def _generation(self, text: str, count: int, check: Callable[[], object] | None, layers: Any) -> GenerationTrace:
+    def _generation(
+        self,
+        text: str,
+        count: int,
+        check: Callable[[], object] | None,
+        layers: Any,
+        truncation: bool,
+        chat: bool,
+        progress: bool,
+    ) -> GenerationTrace:
         from ..hf import trace_generation
 
-        return trace_generation(self.model, text, count, tokenizer=self.processor, layers=layers, check=check)
+        return trace_generation(
+            self.model, text, count, tokenizer=self.processor, layers=layers, progress=progress, check=check
+        )
 
     def check_one_stack(self) -> None:
         if getattr(self.model.config, "is_encoder_decoder", False):
