@@ -13,7 +13,7 @@ from .._validation import Array
 from ..models._model import Model
 from ..models._network import Recorder
 from ..trace import GenerationTrace, ModelTrace
-from ._runner import Cells, Runner, ordinary_ids, token_ids
+from ._runner import Cells, Check, Prompting, Runner, ordinary_ids, token_ids
 
 __all__ = ["NumpyRunner"]
 
@@ -97,38 +97,21 @@ class NumpyRunner(Runner):
 
         return self._logits(np.repeat(ids[None], len(cells), axis=0), replace)  # (L,) -> (B, L)
 
-    def trace(
-        self,
-        text: Any,
-        layers: Any = None,
-        check: Callable[[], object] | None = None,
-        *,
-        truncation: bool = False,
-        chat: bool = False,
-    ) -> ModelTrace:
-        return self.model.trace(text, layers=layers, truncation=truncation, chat=chat, check=check)
+    def _trace(self, text: Any, layers: Any, check: Check, how: Prompting) -> ModelTrace:
+        return self.model.trace(text, layers=layers, truncation=how.truncation, chat=how.chat, check=check)
 
     def check_one_stack(self) -> None:
         """attnlab's models are one stack (decoder-only or encoder-only): nothing to refuse."""
 
     def _generation(
-        self,
-        text: str,
-        count: int,
-        check: Callable[[], object] | None,
-        layers: Any,
-        truncation: bool,
-        chat: bool,
-        progress: bool,
+        self, text: str, count: int, check: Check, layers: Any, how: Prompting, progress: bool
     ) -> GenerationTrace:
-        return self.model.trace_generation(
-            text, count, layers=layers, truncation=truncation, chat=chat, progress=progress, check=check
-        )
+        return self.model.trace_generation(text, count, layers=layers, **how._asdict(), progress=progress, check=check)
 
-    def _marked(self, full: ModelTrace, text: str, generated: int, truncation: bool, chat: bool) -> ModelTrace:
+    def _marked(self, full: ModelTrace, text: str, generated: int, how: Prompting) -> ModelTrace:
         from ..models._checks import sequence_ids
 
-        prompt = sequence_ids(self.model.config, self.model.tokenizer, text, truncation=truncation, chat=chat)
+        prompt = sequence_ids(self.model.config, self.model.tokenizer, text, **how._asdict())
         full.template = (prompt.template or [False] * len(prompt.ids)) + [False] * generated
         full.notes = [*full.notes, *prompt.notes]
         return full

@@ -12,7 +12,7 @@ from __future__ import annotations
 import abc
 import re
 from collections.abc import Callable, Sequence
-from typing import Any, NoReturn
+from typing import Any, NamedTuple, NoReturn
 
 import numpy as np
 
@@ -35,6 +35,17 @@ __all__ = [
 Cells = list[tuple[int, int, Array]]  # (layer, head, the head's output (L, Ev)) of each forward of a batch
 # vocabulary entries that are not ordinary text even when not marked special: BERT's [unused0], Llama's <0x0A>
 _RESERVED = re.compile(r"^(\[.*\]|<.*>)$")
+
+
+Check = Callable[[], object] | None  # called before each layer or token; what it raises stops the work
+
+
+class Prompting(NamedTuple):
+    """How a text becomes a prompt on attnlab's models: ``truncation`` cuts it to the
+    model's positions, ``chat`` puts it in the chat template as a user's message."""
+
+    truncation: bool = False
+    chat: bool = False
 
 
 class Runner(abc.ABC):
@@ -164,7 +175,7 @@ class Runner(abc.ABC):
         self,
         text: str,
         count: int,
-        check: Callable[[], object] | None = None,
+        check: Check = None,
         layers: Any = None,
         *,
         truncation: bool = False,
@@ -188,11 +199,28 @@ class Runner(abc.ABC):
             raise fail(
                 "model", "a causal language model, which generates text", f"{self.name}, a {self.description} model"
             )
-        generation = self._generation(text, count, check, layers, truncation, chat, progress)
+        how = Prompting(truncation, chat)
+        generation = self._generation(text, count, check, layers, how, progress)
         full = self.trace(generation.ids, layers, check)
-        return self._marked(full, text, generation.generated, truncation, chat), generation
+        return self._marked(full, text, generation.generated, how), generation
 
-    def _marked(self, full: ModelTrace, text: str, generated: int, truncation: bool, chat: bool) -> ModelTrace:
+    def trace(
+        self, text: Any, layers: Any = None, check: Check = None, *, truncation: bool = False, chat: bool = False
+    ) -> ModelTrace:
+        """The trace of ``text`` (a text or ids) through ``layers`` (None: every one);
+        ``check`` called before each layer (each attention call on transformers). On
+        attnlab's models, ``truncation`` cuts a text to the model's positions and ``chat``
+        puts it in the model's chat template as a user's message; the transformers backend
+        refuses them (:func:`check_numpy_only`).
+
+        Raises:
+            ArgumentError: ``truncation`` or ``chat`` on transformers; the backend's own
+                refusals of the text or the layers.
+        """
+        check_numpy_only(self.backend, self.name, truncation, chat)
+        return self._trace(text, layers, check, Prompting(truncation, chat))
+
+    def _marked(self, full: ModelTrace, text: str, generated: int, how: Prompting) -> ModelTrace:
         """A generation's whole trace with its prompt's chat-template tokens marked (and
         the notes of how the prompt was made): the transformers backend makes none."""
         return full
@@ -221,31 +249,12 @@ class Runner(abc.ABC):
         """
 
     @abc.abstractmethod
-    def trace(
-        self,
-        text: Any,
-        layers: Any = None,
-        check: Callable[[], object] | None = None,
-        *,
-        truncation: bool = False,
-        chat: bool = False,
-    ) -> ModelTrace:
-        """The trace of ``text`` (a text or ids) through ``layers`` (None: every one);
-        ``check`` called before each layer (each attention call on transformers). On
-        attnlab's models, ``truncation`` cuts a text to the model's positions and ``chat``
-        puts it in the model's chat template as a user's message; the transformers backend
-        refuses them (:func:`check_numpy_only`)."""
+    def _trace(self, text: Any, layers: Any, check: Check, how: Prompting) -> ModelTrace:
+        """:meth:`trace`'s trace, once ``how`` is known to be one the backend takes."""
 
     @abc.abstractmethod
     def _generation(
-        self,
-        text: str,
-        count: int,
-        check: Callable[[], object] | None,
-        layers: Any,
-        truncation: bool,
-        chat: bool,
-        progress: bool,
+        self, text: str, count: int, check: Check, layers: Any, how: Prompting, progress: bool
     ) -> GenerationTrace:
         """:meth:`generate`'s generation, once the model is known to generate."""
 

@@ -19,7 +19,7 @@ from ..hf._inputs import _labelled
 from ..hf._register import on_attnlab, output_hook
 from ..hf._torch import from_numpy, model_name, to_numpy, torch
 from ..trace import GenerationTrace, ModelTrace
-from ._runner import Cells, Runner, check_numpy_only, encoder_decoder_refusal, layer_weights, ordinary_ids, token_ids
+from ._runner import Cells, Check, Prompting, Runner, encoder_decoder_refusal, layer_weights, ordinary_ids, token_ids
 
 __all__ = ["TransformersRunner"]
 
@@ -97,16 +97,7 @@ class TransformersRunner(Runner):
         traced = hf_trace(self.model, {"input_ids": torch.tensor([ids])}, tokenizer=self.tokenizer)
         return list(traced.tokens), list(traced.special), layer_weights(traced)
 
-    def trace(
-        self,
-        text: Any,
-        layers: Any = None,
-        check: Callable[[], object] | None = None,
-        *,
-        truncation: bool = False,
-        chat: bool = False,
-    ) -> ModelTrace:
-        check_numpy_only(self.backend, self.name, truncation, chat)
+    def _trace(self, text: Any, layers: Any, check: Check, how: Prompting) -> ModelTrace:
         ids = _is_ids(text)  # else a text, a (source, target) pair, an image or inputs
         if ids:
             self.check_one_stack()  # an encoder-decoder reads a source and a target, not one row of ids
@@ -114,16 +105,9 @@ class TransformersRunner(Runner):
         return hf_trace(self.model, inputs, tokenizer=self.processor, layers=layers, check=check)
 
     def _generation(
-        self,
-        text: str,
-        count: int,
-        check: Callable[[], object] | None,
-        layers: Any,
-        truncation: bool,
-        chat: bool,
-        progress: bool,
+        self, text: str, count: int, check: Check, layers: Any, how: Prompting, progress: bool
     ) -> GenerationTrace:
-        from ..hf import trace_generation
+        from ..hf import trace_generation  # how: refused by trace and generate (check_numpy_only)
 
         return trace_generation(
             self.model, text, count, tokenizer=self.processor, layers=layers, progress=progress, check=check
