@@ -84,6 +84,7 @@ def test_load_models_refusals_name_its_own_arguments_in_python_words(tmp_path) -
         (("builtin:coref",), {"backend": "bogus"}, "backend", r"expected 'numpy', 'transformers' or None, got 'bogus'"),
         ((runner,), {"backend": "bogus"}, "backend", r"expected 'numpy', 'transformers' or None, got 'bogus'"),
         ((runner,), {"head": "bare"}, "head", r"expected 'any' for a model already made .*, got 'bare'"),
+        (("builtin:coref",), {"head": "x"}, "head", r"expected 'any', 'lm', 'causal' or 'bare', got 'x'"),
     ]  # fmt: skip
     for args, options, argument, message in cases:
         with pytest.raises(attnlab.AttnlabError, match=f"^{argument}: {message}$") as caught:

@@ -74,7 +74,7 @@ class Checkpoint:
             MissingDependencyError: the models extra, or (``backend``) transformers, missing.
         """
         if head not in HEADS:
-            raise fail("head", " or ".join(map(repr, HEADS)), repr(head))
+            raise fail("head", f"{', '.join(map(repr, HEADS[:-1]))} or {HEADS[-1]!r}", repr(head))
         if self.backend == "numpy":
             import numpy as np
 
