@@ -167,18 +167,22 @@ def model_trace(args: argparse.Namespace, runner: Runner, page: bool) -> ModelTr
     layer = ("all" if page else -1) if args.layer is None else args.layer
     truncation, chat = getattr(args, "truncate", False), getattr(args, "chat", False)
     layers = None if layer == "all" else layer
-    return in_option_words(args, lambda: runner.trace(inputs, layers, truncation=truncation, chat=chat))
+
+    def traced() -> ModelTrace:
+        return runner.trace(inputs, layers, truncation=truncation, chat=chat)
+
+    return in_option_words(args, traced, runner.backend == "transformers")  # a raw error of attnlab's is a bug
 
 
-def in_option_words(args: argparse.Namespace, work: Callable[[], T]) -> T:
+def in_option_words(args: argparse.Namespace, work: Callable[[], T], transformers: bool = True) -> T:
     """``work()``, its errors as the command's one line: an input's (``text_or_inputs``)
-    named by --text or --image, and a transformers model's own refusal of its inputs (a
-    checkpoint whose parts do not fit) named by --model."""
+    named by --text or --image, and (``transformers``) a transformers model's own refusal
+    of its inputs (a checkpoint whose parts do not fit) named by --model."""
     try:
         option = "--image" if args.image is not None else "--text"
         return in_cli_words(work, {"text_or_inputs": option})
     except (ValueError, RuntimeError, IndexError) as error:
-        if isinstance(error, AttnlabError):
+        if isinstance(error, AttnlabError) or not transformers:
             raise
         first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise InputError(f"--model: transformers refused {args.model}'s inputs: {first}") from None
