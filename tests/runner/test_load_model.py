@@ -86,6 +86,8 @@ def test_load_models_refusals_name_its_own_arguments_in_python_words(tmp_path) -
         ((runner,), {"head": "bare"}, "head", r"expected 'any' for a model already made .*, got 'bare'"),
         (("builtin:coref",), {"head": "x"}, "head", r"expected 'any', 'lm', 'causal' or 'bare', got 'x'"),
     ]  # fmt: skip
+    (tmp_path / "empty").mkdir()
+    cases.append(((tmp_path / "empty",), {}, "model", r".*empty has no config\.json.*"))  # attnlab's loader's
     for args, options, argument, message in cases:
         with pytest.raises(attnlab.AttnlabError, match=f"^{argument}: {message}$") as caught:
             attnlab.load_model(*args, **options)

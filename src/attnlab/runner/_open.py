@@ -81,7 +81,8 @@ class Checkpoint:
             from ..models import load_located
             from ._numpy import NumpyRunner
 
-            model = load_located(self.path, self.given, np.dtype(np.float32), self.config, self.header)
+            with _named_model():
+                model = load_located(self.path, self.given, np.dtype(np.float32), self.config, self.header)
             return NumpyRunner(model, self.description)
         transformers = _transformers()
         from ._transformers import TransformersRunner
@@ -171,7 +172,10 @@ def open_checkpoint(model: str | os.PathLike[str], *, backend: str | None = None
         CheckpointError: no such folder, file or hub id; a GGUF file that cannot be read.
     """
     _check_backend(backend)
-    path, given = _located(model), str(model)
+    from ..models._checkpoint import locate
+
+    with _named_model():
+        path, given = locate(model), str(model)
     if path.is_file():
         return _gguf_checkpoint(given, path, backend, image)
     from ..models._architectures import ARCHITECTURES
@@ -262,18 +266,17 @@ def _check_backend(backend: str | None) -> None:
         raise fail("backend", f"{', '.join(map(repr, BACKENDS))} or None", repr(backend))
 
 
-def _located(model: str | os.PathLike[str]) -> Path:
-    """:func:`attnlab.models._checkpoint.locate`'s path, its refusals naming ``model``
-    (this module's argument) where they name ``name_or_dir`` (its own)."""
-    from ..models._checkpoint import locate
-
+@contextlib.contextmanager
+def _named_model() -> Iterator[None]:
+    """:func:`attnlab.models._checkpoint.locate`'s and attnlab's loader's refusals of the
+    checkpoint named ``model`` (this module's argument) where they name ``name_or_dir``
+    (their own), in the message where it starts with it."""
     try:
-        return locate(model)
+        yield
     except (CheckpointError, ArgumentTypeError) as error:
-        message = renamed(error, {"name_or_dir": "model"})
-        if message is None:
+        if error.argument != "name_or_dir":
             raise
-        raise type(error)(message, "model") from None
+        raise type(error)(renamed(error, {"name_or_dir": "model"}) or str(error), "model") from None
 
 
 def as_runner(model: Any, tokenizer: Any, argument: str, expected: str) -> Runner:
