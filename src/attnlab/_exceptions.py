@@ -65,7 +65,12 @@ class ArgumentTypeError(AttnlabError, TypeError):
 
 
 class MissingDependencyError(AttnlabError, ImportError):
-    """An optional feature's extra is not installed; the message says which to install."""
+    """An optional feature's extra is not installed; the message says which to install
+    (``argument``: the argument whose value needs it, as "backend" for transformers)."""
+
+    def __init__(self, message: str, argument: str = "") -> None:
+        super().__init__(message)
+        self.argument = argument
 
 
 class CheckpointError(ArgumentError):
@@ -81,7 +86,12 @@ class InputError(ArgumentError):
 
 class UnsupportedModelError(AttnlabError, ValueError):
     """A model, or a feature of one, that attnlab's backend cannot run exactly: the message
-    names the model type and the feature."""
+    names the model type and the feature (``argument``: the argument that gave the model,
+    where the message starts with it)."""
+
+    def __init__(self, message: str, argument: str = "") -> None:
+        super().__init__(message)
+        self.argument = argument
 
 
 class RingError(AttnlabError, RuntimeError):

@@ -201,7 +201,9 @@ def test_bad_input_gets_one_line_errors(gpt2: Any) -> None:
         ablate(numpy_model, TEXT, heads=[0, 1])
     with pytest.raises(ArgumentTypeError, match=r"model: expected an attnlab\.models\.Model or a transformers model"):
         ablate("gpt2", TEXT, heads="all")
-    with pytest.raises(ArgumentError, match="tokenizer: expected the model's tokenizer"):
+    with pytest.raises(
+        ArgumentError, match=r"^text: expected token ids: the model has no tokenizer to read a text, got a text$"
+    ):
         ablate(model, TEXT, heads="all")
 
 

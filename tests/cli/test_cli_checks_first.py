@@ -100,7 +100,7 @@ def test_a_gguf_name_that_is_no_file_says_so_and_advises_no_download(capsys, tmp
     view = ["--text", "a", "-o", "p.html"] if command == "view" else []
     code, _, err = run_cli(capsys, command, "--model", "SmolLM2-135M-Instruct.Q4_1.gguf", *view)
     assert code == 2 and err.count("\n") == 1
-    assert "--model: expected a checkpoint directory, a .gguf file or a hub id, got " in err
+    assert "--model: expected a checkpoint folder, a .gguf file, builtin:NAME or a hub id, got " in err
     assert err.endswith("'SmolLM2-135M-Instruct.Q4_1.gguf' (no such file)\n") and "download" not in err
 
 

@@ -117,7 +117,7 @@ def test_a_vit_directory_reads_the_picture_of_image(capsys, vit_dir, tmp_path) -
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["--backend", "numpy"], "--backend numpy: {d} is a 'vit' model; attnlab runs gpt2, bert"),
+        (["--backend", "numpy"], "--backend: expected 'transformers' for {d}, a 'vit' model (attnlab runs gpt2, bert"),
         ([], "--model: {d} is a vision model; give it a picture with --image FILE"),
     ],
 )
@@ -160,9 +160,13 @@ def test_what_the_review_found_is_one_line_naming_the_option(
          "--image: " + str(mistral_dir) + " is not a vision model"),
         (["trace", "--model", str(mistral_dir), "--text", SENTENCE, "--layer", "1,0,1"], "expected each layer once"),
         (["ablate", "--model", str(bart_dir), "--text", "the cat sat", "--backend", "transformers"],
-         "is an encoder-decoder model; ablate runs decoder-only and encoder-only models"),
+         "--model: attnlab runs decoder-only and encoder-only models here; bart is an encoder-decoder"),
         (["view", "--model", str(bart_dir), "--text", "the cat", "--generate", "2", "-o", str(tmp_path / "g.html")],
-         "--generate: " + str(bart_dir) + " is an encoder-decoder model"),
+         "--model: attnlab runs decoder-only and encoder-only models here; bart is an encoder-decoder"),
+        (["view", "--model", str(bart_dir), "--text", "the cat", "--text", "a dog", "-o", str(tmp_path / "p.html")],
+         "--model: attnlab runs decoder-only and encoder-only models here; bart is an encoder-decoder"),
+        (["heads", "--model", str(bart_dir), "--text", "the cat sat"],
+         "--model: attnlab runs decoder-only and encoder-only models here; bart is an encoder-decoder"),
         (["trace", "--model", str(vit_dir), "--image", str(tmp_path / "p.png")], "--image: " + str(tmp_path / "p.png")
          + " is too large a picture"),
     ]  # fmt: skip
@@ -271,6 +275,7 @@ def test_a_hostile_folder_is_refused_in_one_line_before_transformers_reads_it(ca
         directory = _broken(tmp_path, mistral_dir, name, config)
         code, _, err = run_cli(capsys, "trace", "--model", str(directory), "--text", "a b", "--backend", "transformers")
         assert code == 2 and message in err and len(err.strip().splitlines()) == 1, (name, err)
+        assert f"error: --model {directory}: " in err, err  # the option, not the library's argument
     for file, kind in (("config.json", "fifo"), ("tokenizer_config.json", "zero"), ("tokenizer.json", "fifo")):
         directory = _broken(tmp_path, mistral_dir, f"{file}-{kind}")
         (directory / file).unlink()

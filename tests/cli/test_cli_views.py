@@ -45,7 +45,10 @@ def gpt2(tmp_path_factory):
             "--generate: expected an integer in 1..256",
         ),
         (["view", "--model", "builtin:coref", "--text", A, "--generate", "257"], "in 1..256, got 257"),
-        (["view", "--model", "builtin:coref", "--text", A, "--generate", "3"], "a bert model, which does not generate"),
+        (
+            ["view", "--model", "builtin:coref", "--text", A, "--generate", "3"],
+            "--model: expected a causal language model, which generates text, got builtin:coref, a bert model",
+        ),
         (
             ["view", "--model", "builtin:coref", "--text", A * 3, "--text", B],
             "--text: expected at most 64 tokens, the model's positions (--truncate cuts a text to them), got 77",

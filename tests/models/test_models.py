@@ -583,7 +583,10 @@ def test_cli_plot_of_layer_all_writes_a_png(checkpoint_with_tokenizer, tmp_path)
 @pytest.mark.parametrize(
     "argv, message",
     [
-        (["--model", "/no/such/dir", "--text", "a"], "--model: expected a checkpoint directory or a hub id"),
+        (
+            ["--model", "/no/such/dir", "--text", "a"],
+            r"--model: expected a checkpoint folder, a \.gguf file, builtin:NAME or a hub id",
+        ),
         (["--model", "{tmp}", "--text", "a"], r"has no config\.json"),
         (["--model", "{ckpt}", "--text", "a", "--causal"], "--causal: --model"),
         (["--model", "{ckpt}", "--text", "a", "--layer", "5"], r"--layer: expected layer indices in -2\.\.1"),
@@ -594,7 +597,10 @@ def test_cli_plot_of_layer_all_writes_a_png(checkpoint_with_tokenizer, tmp_path)
             r"expected a layer index, a list of them \(0,5,-1\) or 'all'",
         ),
         (["--model", "{ckpt}", "--text", "a", "--layer", "0,x"], "expected a layer index, a list of them"),
-        (["--model", "{t5}", "--text", "a", "--backend", "numpy"], "--backend numpy: .* is a 't5' model; attnlab runs"),
+        (
+            ["--model", "{t5}", "--text", "a", "--backend", "numpy"],
+            "--backend: expected 'transformers' for .*, a 't5' model \\(attnlab runs .*\\), got 'numpy'",
+        ),
         (["--model", "{pickled}", "--text", "a"], r"only pytorch_model\.bin \(pickle\)"),
         (["--model", "attnlab-test/no-such-model", "--text", "a"], "attnlab-test/no-such-model"),
     ],

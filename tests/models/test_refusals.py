@@ -85,7 +85,8 @@ def test_a_path_in_an_unknown_users_home_is_an_error_and_one_cli_line(tmp_path):
     run = subprocess.run(command, capture_output=True, text=True, timeout=600, env=environment)
     assert run.returncode == 2 and run.stdout == "", run.stderr
     assert run.stderr.strip().splitlines() == [
-        "attnlab trace: error: --model: expected a checkpoint directory or a hub id, got '~nosuchuser/x' "
+        "attnlab trace: error: --model: expected a checkpoint folder, a .gguf file, builtin:NAME or a hub id, "
+        "got '~nosuchuser/x' "
         "(no such user's home directory)"
     ]
 
@@ -98,7 +99,7 @@ def test_an_empty_model_name_is_refused_not_the_working_directory(capsys):
 
     assert main(["trace", "--model", "", "--text", "a b"]) == 2
     assert capsys.readouterr().err.strip().splitlines() == [
-        "attnlab trace: error: --model: expected a checkpoint directory or a hub id, got ''"
+        "attnlab trace: error: --model: expected a checkpoint folder, a .gguf file, builtin:NAME or a hub id, got ''"
     ]
 
 

@@ -17,8 +17,24 @@ def test_view_returns_the_page_or_writes_it(tmp_path):
     page = al.view(trace)
     assert page is not None and page.startswith("<!DOCTYPE html>")
     assert al.view(trace, tmp_path / "t.html") is None and (tmp_path / "t.html").read_text() == page
-    with pytest.raises(TypeError, match=r"trace: expected an attnlab\.Trace or attnlab\.models\.ModelTrace, got dict"):
+    with pytest.raises(
+        TypeError, match=r"^trace: expected a Trace, a ModelTrace, a pair of them, or a model .*got dict$"
+    ):
         al.view({})
+
+
+def test_only_a_trace_a_pair_or_a_model_is_drawn_and_anything_else_is_named_as_the_trace() -> None:
+    """A layer has a ``trace`` too (of an array): it is not a model a text runs on; nor is
+    any object; the first argument is named, not the text."""
+    from attnlab import analysis, models
+
+    expected = r"^trace: expected a Trace, a ModelTrace, a pair of them, or a model from attnlab\.load_model, got "
+    for subject in (al.MultiheadAttention(8, 2), object()):
+        for draw in (al.view, al.show, analysis.rollout, analysis.flow):
+            with pytest.raises(al.ArgumentTypeError, match=expected + type(subject).__name__ + "$"):
+                draw(subject, text="the cat")
+    model = models.load("builtin:coref")  # an attnlab model runs a text as its runner does
+    assert al.view(model, text="the cat") == al.view(al.load_model(model), text="the cat")
 
 
 def test_the_page_is_self_contained(tmp_path):

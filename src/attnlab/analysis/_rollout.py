@@ -47,8 +47,8 @@ def residual_attention(trace: ModelTrace | Traceable, heads: Sequence[int] | Non
     Args:
         trace: a model's trace with every layer traced (``model.trace(text)``,
             ``attnlab.hf.trace(model, text)``), self-attention only; or a model with ``text``
-            (:func:`attnlab.load_model`'s, an :class:`attnlab.models.Model`: anything with
-            ``trace(text)``), whose trace of every layer is read.
+            (:func:`attnlab.load_model`'s, an :class:`attnlab.models.Model`), whose trace
+            of every layer is read.
         heads: the heads to average in every layer, indices in 0..H − 1; None: all of them.
         text: the text a model runs on; None for a trace.
 
@@ -61,7 +61,9 @@ def residual_attention(trace: ModelTrace | Traceable, heads: Sequence[int] | Non
             encoder-decoder model's entries, with weights that are not (H, L, L) or not
             finite; heads out of range, repeated or none; a model without a text, a trace
             with one.
-        ArgumentTypeError: a trace that is not a ModelTrace, heads that are not integers.
+        ArgumentTypeError: a trace that is not a ModelTrace and a subject that is neither a
+            trace nor such a model (a transformers model: opened by :func:`attnlab.load_model`
+            first), heads that are not integers.
     """
     weights = layer_weights(traced(trace, text))  # (layers, H, L, L)
     chosen = _heads(heads, weights.shape[1])

@@ -84,7 +84,7 @@ def run(args: argparse.Namespace) -> None:
             progress=sys.stderr.isatty(),
         )  # fmt: skip
 
-    ran = run_on_model(args, "lm", "ablate runs", work, _OPTION_OF)
+    ran = run_on_model(args, "lm", work, _OPTION_OF)
     if args.output is not None:
         from ..viz._page import check_page_size, view_ablation
 

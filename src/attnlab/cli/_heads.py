@@ -77,7 +77,7 @@ def run(args: argparse.Namespace) -> None:
             check_page_first(runner, args.text, "--text")  # before the scores' forwards
         return head_types(runner, args.text, repeat=args.repeat, seed=args.seed)
 
-    ran = run_on_model(args, "bare", "heads scores", work, _OPTION_OF)
+    ran = run_on_model(args, "bare", work, _OPTION_OF)
     types = ran.result.to_dict(top=args.top, threshold=args.threshold)
     if args.output is not None:
         from ..viz._page import check_page_size, opening, write_page

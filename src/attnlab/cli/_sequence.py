@@ -29,10 +29,9 @@ from ._inputs import (
     split_text,
 )
 from ._options import TextsAction, at_least, positive_number, window_sides
-from ._transformers import BACKENDS, checkpoint_of, loaded, say_backend, transformers_trace
+from ._transformers import BACKENDS, checkpoint_of, in_cli_words, known_length, loaded, model_trace, say_backend
 
 if TYPE_CHECKING:
-    from ..models import Model
     from ..runner import Runner
 
 __all__ = ["ShapeCheck", "add_input_options", "model_traces", "trace_from_args"]
@@ -227,11 +226,16 @@ def trace_from_args(
 
 
 def model_traces(
-    args: argparse.Namespace, texts: list[str | None], page: bool = False, check: ShapeCheck | None = None
+    args: argparse.Namespace,
+    texts: list[str | None],
+    page: bool = False,
+    check: ShapeCheck | None = None,
+    one_stack: bool = False,
 ) -> list[ModelTrace]:
     """Open the --model once and trace each of ``texts`` (None: --image's picture) at
     --layer (default: all for a ``page``, else the last), each once its L²·heads·layers
-    scores, for a ``page`` the page, and ``check`` fit."""
+    scores, for a ``page`` the page, and ``check`` fit; ``one_stack``: an encoder-decoder
+    model refused before it loads (two texts compared pair one sequence each)."""
     import copy
 
     _refuse(args, f"--model {args.model} fixes the weights, the embedding and the scale")
@@ -239,9 +243,11 @@ def model_traces(
     if args.input is not None:
         raise InputError("--model: expected --text with the sentence to run (or --image), got an input file")
     checkpoint = checkpoint_of(args)
+    if one_stack:
+        in_cli_words(checkpoint.check_one_stack)
     if checkpoint.backend == "numpy" and args.text is None:
         raise InputError(f"--image: {args.model} runs in attnlab's NumPy models, which read text (--text)")
-    runner = loaded(checkpoint, "bare", processor=True)  # a transformers model's attention, or attnlab's model
+    runner = loaded(checkpoint, "bare")  # a transformers model's attention, or attnlab's model
     traces = []
     for text in texts:
         one = copy.copy(args)
@@ -252,37 +258,26 @@ def model_traces(
 
 
 def _model_trace(args: argparse.Namespace, runner: Runner, page: bool, check: ShapeCheck | None) -> ModelTrace:
-    """--text (or --image) through the opened --model, as :func:`model_traces` says."""
-    if runner.backend == "numpy":
-        return _numpy_model_trace(args, runner.model, page, check)
-    trace = transformers_trace(args, runner, page)
+    """--text (or --image) through the opened --model, as :func:`model_traces` says: its
+    tokens, where known before the model runs (:func:`known_length`), checked first
+    against ``check``, a trace's most scores and the page; the trace's own after."""
+    layer = ("all" if page else -1) if args.layer is None else args.layer
+    count = runner.layers if layer == "all" else len(layer) if isinstance(layer, list) else 1
+    length = known_length(runner, args.text, args.truncate)
+    if length is not None and runner.layers is not None and runner.heads is not None and count is not None:
+        if check is not None:
+            check(runner.layers, runner.heads, length)
+        _check_trace_size(length, runner.heads * count, "--layer N" if layer == "all" else "", page)
+        shape = runner.page_shape(length, count)
+        if page and shape is not None:
+            check_page_size(shape, "--text", FEWER_LAYERS)
+    trace = model_trace(args, runner, page)
     if check is not None:
         check(trace.num_layers, trace.num_heads, len(trace.tokens))
     _check_trace_size(len(trace.tokens), trace.num_heads * len(trace.layers), "--layer N", page)
     if page:
         check_page_size(trace, "--text", FEWER_LAYERS)
     return trace
-
-
-def _numpy_model_trace(args: argparse.Namespace, model: Model, page: bool, check: ShapeCheck | None) -> ModelTrace:
-    """--model on attnlab's NumPy ``model``, ``check`` run on its config and the text's
-    tokens before it runs."""
-    from ..models._checks import sequence_ids
-
-    if model.tokenizer is None:
-        raise InputError(f"--model: {args.model} has no tokenizer (tokenizer.json, vocab.txt or vocab.json)")
-    ids = sequence_ids(model.config, model.tokenizer, args.text, truncation=args.truncate, chat=args.chat).ids
-    if check is not None:
-        check(model.config.num_hidden_layers, model.config.num_attention_heads, len(ids))
-    layer = ("all" if page else -1) if args.layer is None else args.layer
-    layers = None if layer == "all" else layer
-    c = model.config
-    heads = c.num_attention_heads
-    count = c.num_hidden_layers if layers is None else len(layers) if isinstance(layers, list) else 1
-    _check_trace_size(len(ids), heads * count, "--layer N" if layers is None else "", page)
-    if page:
-        check_page_size(PageShape(len(ids), heads, count, (c.head_dim, c.head_dim), model=True), "--text", FEWER_LAYERS)
-    return model.trace(args.text, layers=layers, truncation=args.truncate, chat=args.chat)
 
 
 def _refuse(args: argparse.Namespace, reason: str) -> None:

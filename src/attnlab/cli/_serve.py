@@ -61,9 +61,8 @@ def run(args: argparse.Namespace) -> None:
 
     runner = None
     if args.model is not None:
-        runner = open_model(
-            args, "any", "serve runs"
-        )  # with its language-modelling head where it has one: ablation and generation
+        # with its language-modelling head where it has one: ablation and generation
+        runner = open_model(args, "any", one_stack=True)
         say_backend(args, runner)
     elif args.backend is not None:
         raise InputError("--backend: expected --model with it (the checkpoint it runs)")

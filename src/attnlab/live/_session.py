@@ -342,7 +342,7 @@ class _RunnerModel:
         self._check_page(self.length(text, "text") + count, "generate")
 
         def generated() -> tuple[ModelTrace, GenerationTrace]:  # a model that does not generate: named "generate"
-            return _named("generate", lambda: self.runner.generate(text, count, check), ("max_new_tokens",))
+            return _named("generate", lambda: self.runner.generate(text, count, check), ("max_new_tokens", "model"))
 
         full, generation = _named("text", generated)
         check_page_size(full, "generate")

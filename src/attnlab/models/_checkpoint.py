@@ -94,19 +94,22 @@ def config_error(text: str) -> CheckpointError:
     return CheckpointError(f"{CONFIG}: {text}", CONFIG)
 
 
+# what names a checkpoint, as a refusal of one says
+CHECKPOINT = "a checkpoint folder, a .gguf file, builtin:NAME or a hub id"
+
+
 def locate(name_or_dir: str | os.PathLike[str]) -> Path:
     """The directory of a checkpoint: ``name_or_dir`` itself when it is a directory or a
     GGUF file, else a hub id found in the local cache or downloaded."""
     if not isinstance(name_or_dir, (str, os.PathLike)):
-        raise fail("name_or_dir", "a directory or a Hugging Face hub id (str)", type(name_or_dir).__name__, TypeError)
+        raise fail("name_or_dir", f"{CHECKPOINT} (str)", type(name_or_dir).__name__, TypeError)
     if not str(name_or_dir).strip():  # Path("") is ".": the working directory, silently
-        raise CheckpointError(f"name_or_dir: expected a checkpoint directory or a hub id, got {str(name_or_dir)!r}")
+        raise CheckpointError(f"name_or_dir: expected {CHECKPOINT}, got {str(name_or_dir)!r}")
     try:
         path = Path(name_or_dir).expanduser()
     except RuntimeError:  # ~nosuchuser: a home that cannot be found
         raise CheckpointError(
-            f"name_or_dir: expected a checkpoint directory or a hub id, got {str(name_or_dir)!r} "
-            "(no such user's home directory)"
+            f"name_or_dir: expected {CHECKPOINT}, got {str(name_or_dir)!r} (no such user's home directory)"
         ) from None
     if path.is_dir():
         return path
@@ -114,20 +117,15 @@ def locate(name_or_dir: str | os.PathLike[str]) -> Path:
         return _single_file(path)
     if exists(path) and path.resolve().exists():  # there, but neither: a FIFO, a device, a socket
         raise CheckpointError(
-            f"name_or_dir: expected a checkpoint directory, a .gguf file or a hub id, got {str(path)!r} "
-            f"({file_kind(path.resolve().stat().st_mode)})"
+            f"name_or_dir: expected {CHECKPOINT}, got {str(path)!r} ({file_kind(path.resolve().stat().st_mode)})"
         )
     name = str(name_or_dir)
     if name.startswith(BUILTIN):
         return _builtin(name[len(BUILTIN) :])
     if path.suffix.lower() == ".gguf":  # a file's name, never a hub id: not one to download
-        raise CheckpointError(
-            f"name_or_dir: expected a checkpoint directory, a .gguf file or a hub id, got {name!r} (no such file)"
-        )
+        raise CheckpointError(f"name_or_dir: expected {CHECKPOINT}, got {name!r} (no such file)")
     if path.exists() or name.startswith((".", "/", "~")) or name.count("/") > 1 or not name.strip():
-        raise CheckpointError(
-            f"name_or_dir: expected a checkpoint directory or a hub id, got {name!r} (no such directory)"
-        )
+        raise CheckpointError(f"name_or_dir: expected {CHECKPOINT}, got {name!r} (no such directory)")
     return _from_hub(name)
 
 
@@ -145,9 +143,7 @@ def _single_file(path: Path) -> Path:
         what = f"a file of a checkpoint; pass its directory, {path.parent}"
     else:
         what = "a file that is not GGUF"
-    raise CheckpointError(
-        f"name_or_dir: expected a checkpoint directory, a .gguf file or a hub id, got {str(path)!r} ({what})"
-    )
+    raise CheckpointError(f"name_or_dir: expected {CHECKPOINT}, got {str(path)!r} ({what})")
 
 
 def _builtin(name: str) -> Path:

@@ -101,6 +101,8 @@ class Model:
             file's "Q4_1, dequantized to float32"; None for a safetensors checkpoint.
     """
 
+    backend = "numpy"  # what it runs on, as a runner names it: a page draws a model that names one
+
     def __init__(
         self, network: Network, tokenizer: Tokenizer | None, name: str, *, weights_note: str | None = None
     ) -> None:

@@ -9,11 +9,11 @@ from typing import Any
 
 import numpy as np
 
-from .._validation import Array, fail
+from .._validation import Array
 from ..models._model import Model
 from ..models._network import Recorder
 from ..trace import GenerationTrace, ModelTrace
-from ._runner import Cells, Runner, ordinary_ids, token_ids
+from ._runner import Cells, Check, Prompting, Runner, ordinary_ids, token_ids
 
 __all__ = ["NumpyRunner"]
 
@@ -33,6 +33,7 @@ class NumpyRunner(Runner):
         self.heads = self.num_heads = config.num_attention_heads
         self.layer_labels = [f"layer {i}" for i in range(self.num_layers)]
         self.has_head = model.network.head is not None
+        self.causal = config.causal
         self.head_width = config.head_dim
         bos = sorted(i for i in token_ids(config.raw.get("bos_token_id")) if i < self.vocab_size)[:1]
         tokenizer = model.tokenizer
@@ -41,12 +42,12 @@ class NumpyRunner(Runner):
 
     def encode(self, text: str, name: str) -> list[int]:
         if self.model.tokenizer is None:
-            raise fail(name, "token ids: this checkpoint has no tokenizer", "a text")
+            self.refuse_no_tokenizer(name)
         return [int(i) for i in self.model.tokenizer.encode(text)]
 
     def plain_ids(self, text: str) -> list[int]:
         if self.model.tokenizer is None:
-            raise fail("target", "a token id: this checkpoint has no tokenizer", repr(text))
+            self.refuse_no_tokenizer("target")
         return [int(i) for i in self.model.tokenizer.encode(text, add_special_tokens=False)]
 
     def tokens(self, ids: Array) -> list[str]:
@@ -96,25 +97,24 @@ class NumpyRunner(Runner):
 
         return self._logits(np.repeat(ids[None], len(cells), axis=0), replace)  # (L,) -> (B, L)
 
-    def length(self, text: str) -> int:
+    def _trace(self, text: Any, layers: Any, check: Check, how: Prompting) -> ModelTrace:
+        return self.model.trace(text, layers=layers, truncation=how.truncation, chat=how.chat, check=check)
+
+    def check_one_stack(self) -> None:
+        """attnlab's models are one stack (decoder-only or encoder-only): nothing to refuse."""
+
+    def _generation(
+        self, text: str, count: int, check: Check, layers: Any, how: Prompting, progress: bool
+    ) -> GenerationTrace:
+        return self.model.trace_generation(text, count, layers=layers, **how._asdict(), progress=progress, check=check)
+
+    def _marked(self, full: ModelTrace, text: str, generated: int, how: Prompting) -> ModelTrace:
         from ..models._checks import sequence_ids
 
-        return len(sequence_ids(self.model.config, self.model.tokenizer, text).ids)
-
-    def trace(self, text: Any, layers: Any = None, check: Callable[[], object] | None = None) -> ModelTrace:
-        return self.model.trace(text, layers=layers, check=check)
-
-    def generate(
-        self, text: str, count: int, check: Callable[[], object] | None = None, layers: Any = None
-    ) -> tuple[ModelTrace, GenerationTrace]:
-        if not self.model.config.causal:
-            raise fail("max_new_tokens", "a causal model", f"{self.name}, a {self.model.config.model_type} model")
-        generation = self.model.trace_generation(text, count, layers=layers, check=check)
-        return self.trace(generation.ids, layers, check), generation
-
-    def check_head(self) -> None:
-        if not self.has_head:
-            raise fail("model", "a model with a head to the vocabulary (logits)", f"{self.name}, which has none")
+        prompt = sequence_ids(self.model.config, self.model.tokenizer, text, **how._asdict())
+        full.template = (prompt.template or [False] * len(prompt.ids)) + [False] * generated
+        full.notes = [*full.notes, *prompt.notes]
+        return full
 
     def _logits(self, ids: Array, hook: Callable[[int, Array], Array]) -> Array:
         """The last position's logits (B, vocab) float64 of ids (B, L), ``hook`` seeing each

@@ -16,11 +16,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .._exceptions import ArgumentError, CheckpointError
+from .._exceptions import ArgumentError, ArgumentTypeError, CheckpointError, renamed
 from .._validation import fail
 from ..trace._display import shown_name
 from ._preflight import key_groups, loading_error, preflight
-from ._runner import Runner
+from ._runner import Runner, encoder_decoder_refusal
 
 __all__ = ["BACKENDS", "HEADS", "Checkpoint", "as_runner", "load_model", "open_checkpoint"]
 
@@ -28,6 +28,8 @@ BACKENDS = ("numpy", "transformers")
 # what a transformers model is loaded with: "any", a language-modelling head where the checkpoint
 # has one, else none; "lm", a causal or else a masked one; "causal"; "bare", none (its attention only)
 HEADS = ("any", "lm", "causal", "bare")
+# a model load_model takes as it is made
+MADE = "its runner, an attnlab.models.Model, a transformers model and its tokenizer"
 
 
 @dataclass(frozen=True)
@@ -50,10 +52,20 @@ class Checkpoint:
         """Whether config.json says an encoder-decoder model (T5, BART); a GGUF file's are decoders."""
         return bool((self.config or {}).get("is_encoder_decoder"))
 
-    def load(self, head: str = "any", processor: bool = False) -> Runner:
+    def check_one_stack(self) -> None:
+        """Refuse an encoder-decoder checkpoint before it loads, as its runner would
+        (:meth:`Runner.check_one_stack`, in the same words).
+
+        Raises:
+            UnsupportedModelError: named ``model``.
+        """
+        if self.encoder_decoder:
+            raise encoder_decoder_refusal(self.description)
+
+    def load(self, head: str = "any") -> Runner:
         """The model on its backend, as a runner. A transformers model is loaded with the
-        ``head`` of :data:`HEADS`, and its tokenizer (``processor``: its processor, for an
-        image or speech model, else its tokenizer).
+        ``head`` of :data:`HEADS`, and its processor (an image or speech model's, which reads
+        a picture or a sound), else its tokenizer.
 
         Raises:
             ArgumentError: named ``model``: transformers cannot load it, or would
@@ -62,14 +74,15 @@ class Checkpoint:
             MissingDependencyError: the models extra, or (``backend``) transformers, missing.
         """
         if head not in HEADS:
-            raise fail("head", " or ".join(map(repr, HEADS)), repr(head))
+            raise fail("head", f"{', '.join(map(repr, HEADS[:-1]))} or {HEADS[-1]!r}", repr(head))
         if self.backend == "numpy":
             import numpy as np
 
             from ..models import load_located
             from ._numpy import NumpyRunner
 
-            model = load_located(self.path, self.given, np.dtype(np.float32), self.config, self.header)
+            with _named_model():
+                model = load_located(self.path, self.given, np.dtype(np.float32), self.config, self.header)
             return NumpyRunner(model, self.description)
         transformers = _transformers()
         from ._transformers import TransformersRunner
@@ -77,12 +90,16 @@ class Checkpoint:
         preflight(self.path, self.config, self.header)
         with _quiet(transformers):
             model = self._transformers_model(transformers, head)
-            tokenizer = _processor(transformers, self.path) if processor else self._tokenizer(transformers)
+            processor = _processor(transformers, self.path)
+        if processor is None and model.main_input_name == "input_ids":
+            raise ArgumentError(f"model: {self.given} has no tokenizer transformers can load", "model")
         model.config.name_or_path = shown_name(self.given)  # what attnlab.hf names a model by
-        return TransformersRunner(model, tokenizer, self.description)
+        return TransformersRunner(model, processor, self.description)
 
     def _transformers_model(self, transformers: Any, head: str) -> Any:
-        """The model with ``head``: where the first choice would leave weights at random, the next."""
+        """The model with ``head``: where the first choice would leave weights at random, the
+        next; for "any", the model without a head where no language-modelling head loads (an
+        architecture without one, T5's or ViT's, or a checkpoint without its weights)."""
         if head == "bare":
             return self._refused(self._attempt(transformers.AutoModel, ""))
         if head == "causal":
@@ -94,9 +111,9 @@ class Checkpoint:
         masked = self._attempt(transformers.AutoModelForMaskedLM, failure)  # an encoder's head: a masked one
         if not isinstance(masked, Exception) and not masked[1]:
             return masked[0]
-        at_random = [not isinstance(tried, Exception) for tried in (causal, masked)]
-        if head == "any" and any(at_random):  # no head the checkpoint holds: the model without one
+        if head == "any":  # no head the checkpoint holds, or none its architecture has: the model without one
             return self._refused(self._attempt(transformers.AutoModel, ""))
+        at_random = [not isinstance(tried, Exception) for tried in (causal, masked)]
         return self._refused(masked if at_random[1] and not at_random[0] else causal)
 
     def _attempt(self, auto_class: Any, failure: str) -> tuple[Any, list[str]] | ArgumentError:
@@ -141,14 +158,6 @@ class Checkpoint:
             )
         return model
 
-    def _tokenizer(self, transformers: Any) -> Any:
-        """The checkpoint's tokenizer as transformers loads it (a GGUF file's by its folder)."""
-        where = {"gguf_file": self.path.name} if self.path.is_file() else {}
-        try:
-            return transformers.AutoTokenizer.from_pretrained(self.path.parent if where else self.path, **where)
-        except (OSError, ValueError, KeyError, TypeError):
-            raise ArgumentError(f"model: {self.given} has no tokenizer transformers can load", "model") from None
-
 
 def open_checkpoint(model: str | os.PathLike[str], *, backend: str | None = None, image: bool = False) -> Checkpoint:
     """The checkpoint ``model`` names (a folder, a GGUF file, ``builtin:…`` or a hub id,
@@ -162,11 +171,11 @@ def open_checkpoint(model: str | os.PathLike[str], *, backend: str | None = None
             or not one of :data:`BACKENDS` (named ``backend``).
         CheckpointError: no such folder, file or hub id; a GGUF file that cannot be read.
     """
+    _check_backend(backend)
     from ..models._checkpoint import locate
 
-    if backend is not None and backend not in BACKENDS:
-        raise fail("backend", " or ".join(map(repr, BACKENDS)), repr(backend))
-    path, given = locate(model), str(model)
+    with _named_model():
+        path, given = locate(model), str(model)
     if path.is_file():
         return _gguf_checkpoint(given, path, backend, image)
     from ..models._architectures import ARCHITECTURES
@@ -182,11 +191,8 @@ def open_checkpoint(model: str | os.PathLike[str], *, backend: str | None = None
     native, unread = model_type in ARCHITECTURES, model_type is None
     chosen = backend or ("numpy" if (native or unread) and not image else "transformers")
     if chosen == "numpy" and not native and not unread:
-        raise ArgumentError(
-            f"backend numpy: {given} is a {model_type!r} model; attnlab runs {', '.join(ARCHITECTURES)} "
-            "in NumPy (use --backend transformers)",
-            "backend",
-        )
+        runs = f"attnlab runs {', '.join(ARCHITECTURES)} in NumPy"
+        raise fail("backend", f"'transformers' for {given}, a {model_type!r} model ({runs})", "'numpy'")
     return Checkpoint(given, path, config, None, chosen, str(model_type))
 
 
@@ -199,11 +205,8 @@ def _gguf_checkpoint(given: str, path: Path, backend: str | None, image: bool) -
     arch = header.architecture
     chosen = backend or ("numpy" if arch in MODEL_TYPES and not image else "transformers")
     if chosen == "numpy" and arch not in MODEL_TYPES:
-        raise ArgumentError(
-            f"backend numpy: {given} is a GGUF of the architecture {arch!r}; attnlab reads "
-            f"{', '.join(MODEL_TYPES)} GGUF files in NumPy (use --backend transformers)",
-            "backend",
-        )
+        reads = f"attnlab reads {', '.join(MODEL_TYPES)} GGUF files in NumPy"
+        raise fail("backend", f"'transformers' for {given}, a GGUF of the architecture {arch!r} ({reads})", "'numpy'")
     how = "dequantized to float32" if chosen == "numpy" else "dequantized by transformers"
     return Checkpoint(given, path, None, header, chosen, f"{arch}, {header.quantization()}, {how}")
 
@@ -224,28 +227,56 @@ def load_model(model: Any, *, backend: str | None = None, tokenizer: Any = None,
         tokenizer: a transformers model's tokenizer; None otherwise.
         head: on the transformers backend, what the model is loaded with (:data:`HEADS`):
             "any" (default: a language-modelling head where the checkpoint has one, which
-            ablation and generation need, else none), "lm", "causal" or "bare".
+            ablation and generation need, else none), "lm", "causal" or "bare"; "any" for
+            a model already made.
 
     Returns:
         :class:`attnlab.runner.Runner`: ``.model``, ``.tokenizer``, ``.backend``,
         ``.name``, ``.trace(text)``, ``.generate(text, n)``.
 
     Raises:
-        ArgumentError: an architecture ``backend="numpy"`` cannot run, a checkpoint that
-            transformers cannot load or would fill with random weights (named ``model``).
-        ArgumentTypeError: a model of none of these kinds.
-        CheckpointError: no such checkpoint; one attnlab's loader refuses.
+        ArgumentError: an architecture ``backend="numpy"`` cannot run, a backend not one
+            of :data:`BACKENDS` or None (named ``backend``); a checkpoint that transformers
+            cannot load or would fill with random weights (named ``model``); a ``head``
+            for a model already made.
+        ArgumentTypeError: a model of none of these kinds (named ``model``).
+        CheckpointError: no such checkpoint, one attnlab's loader refuses (named ``model``
+            where the refusal is of the name).
         MissingDependencyError: the extra the backend needs is not installed.
         UnsupportedModelError: a transformers model attnlab's backend cannot run.
     """
+    _check_backend(backend)
     if isinstance(model, (str, os.PathLike)):
         if tokenizer is not None:
             raise fail("tokenizer", "None for a checkpoint (its own is loaded)", type(tokenizer).__name__)
         return open_checkpoint(model, backend=backend).load(head)
-    runner = as_runner(model, tokenizer, "model", "a checkpoint (str), an attnlab.models.Model or a transformers model")
+    from ..models._checkpoint import CHECKPOINT
+
+    runner = as_runner(model, tokenizer, "model", f"{CHECKPOINT} (str or Path), or a model already made ({MADE})")
     if backend is not None and backend != runner.backend:
         raise fail("backend", f"None or {runner.backend!r} for a model already made", repr(backend))
+    if head != "any":
+        raise fail("head", "'any' for a model already made (it has the head it was made with)", repr(head))
     return runner
+
+
+def _check_backend(backend: str | None) -> None:
+    """``backend`` one of :data:`BACKENDS` or None."""
+    if backend is not None and backend not in BACKENDS:
+        raise fail("backend", f"{', '.join(map(repr, BACKENDS))} or None", repr(backend))
+
+
+@contextlib.contextmanager
+def _named_model() -> Iterator[None]:
+    """:func:`attnlab.models._checkpoint.locate`'s and attnlab's loader's refusals of the
+    checkpoint named ``model`` (this module's argument) where they name ``name_or_dir``
+    (their own), in the message where it starts with it."""
+    try:
+        yield
+    except (CheckpointError, ArgumentTypeError) as error:
+        if error.argument != "name_or_dir":
+            raise
+        raise type(error)(renamed(error, {"name_or_dir": "model"}) or str(error), "model") from None
 
 
 def as_runner(model: Any, tokenizer: Any, argument: str, expected: str) -> Runner:
@@ -290,9 +321,7 @@ def _transformers() -> Any:
     except ImportError as error:
         from .._exceptions import MissingDependencyError
 
-        missing = MissingDependencyError(f"backend transformers: {error}")
-        missing.argument = "backend"  # type: ignore[attr-defined]  # renamed by the command line as --backend
-        raise missing from None
+        raise MissingDependencyError(f"backend transformers: {error}", "backend") from None
     return transformers
 
 

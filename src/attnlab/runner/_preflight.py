@@ -83,7 +83,8 @@ def preflight(directory: Path, config: dict[str, Any] | None = None, header: Any
     config = read_config(directory) if config is None else config
     if "model_type" in config and not isinstance(config["model_type"], str):
         raise ArgumentError(
-            f"model {directory}: config.json's model_type: expected a text, got {config['model_type']!r}"
+            f"model {directory}: config.json's model_type: expected a text, got {config['model_type']!r}",
+            "model",
         )
     sections = [
         (config, ""),
@@ -95,7 +96,8 @@ def preflight(directory: Path, config: dict[str, Any] | None = None, header: Any
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
                 raise ArgumentError(
                     f"model {directory}: config.json's {prefix}{key}: expected a positive whole number"
-                    f"{' (or null)' if key == 'sliding_window' else ''}, got {value!r}"
+                    f"{' (or null)' if key == 'sliding_window' else ''}, got {value!r}",
+                    "model",
                 )
     if not (exists(directory / _checkpoint.SINGLE) or exists(directory / _checkpoint.INDEX)):
         return  # pickle weights: transformers reads them with torch's weights_only load, or names why not
@@ -106,7 +108,8 @@ def preflight(directory: Path, config: dict[str, Any] | None = None, header: Any
         if held and layers is not None and layers > held:
             raise ArgumentError(
                 f"model {directory}: config.json's {prefix}num_hidden_layers: expected at most {held}, the layers "
-                f"its weights hold, got {layers}"
+                f"its weights hold, got {layers}",
+                "model",
             )
 
 
@@ -122,5 +125,7 @@ def _check_gguf_blocks(path: Path, header: Any = None) -> None:
     held = 1 + max((int(name.split(".")[1]) for name in header.tensors if re.match(r"blk\.\d+\.", name)), default=-1)
     if held and (not isinstance(count, int) or isinstance(count, bool) or not 1 <= count <= held):
         raise ArgumentError(
-            f"model {path}: its {key}: expected a whole number in 1..{held}, the blocks its tensors hold, got {count!r}"
+            f"model {path}: its {key}: expected a whole number in 1..{held}, the blocks its tensors hold, "
+            f"got {count!r}",
+            "model",
         )

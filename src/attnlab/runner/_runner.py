@@ -9,25 +9,49 @@ attnlab's backend (``attnlab.hf``); :func:`attnlab.runner.as_runner` gives the o
 
 from __future__ import annotations
 
+import abc
 import re
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NamedTuple, NoReturn
 
 import numpy as np
 
-from .._validation import Array, fail, is_integer, text_ids
+from .._exceptions import ArgumentError, UnsupportedModelError
+from .._validation import Array, fail, flag, is_integer, text_ids
 from ..trace import GenerationTrace, ModelTrace
 from ..viz._page import PageShape
 
-__all__ = ["Cells", "Runner", "layer_weights", "ordinary_ids", "token_ids"]
+__all__ = [
+    "NUMPY_ONLY",
+    "Cells",
+    "Runner",
+    "check_numpy_only",
+    "encoder_decoder_refusal",
+    "layer_weights",
+    "ordinary_ids",
+    "token_ids",
+]
 
 Cells = list[tuple[int, int, Array]]  # (layer, head, the head's output (L, Ev)) of each forward of a batch
 # vocabulary entries that are not ordinary text even when not marked special: BERT's [unused0], Llama's <0x0A>
 _RESERVED = re.compile(r"^(\[.*\]|<.*>)$")
 
 
-class Runner:
-    """A model as the library runs it (see the module). Its attributes:
+Check = Callable[[], object] | None  # called before each layer or token; what it raises stops the work
+
+
+class Prompting(NamedTuple):
+    """How a text becomes a prompt on attnlab's models: ``truncation`` cuts it to the
+    model's positions, ``chat`` puts it in the chat template as a user's message."""
+
+    truncation: bool = False
+    chat: bool = False
+
+
+class Runner(abc.ABC):
+    """A model as the library runs it (see the module). Each refusal that both backends
+    make is written here once, in the same words, each backend supplying only the facts.
+    Its attributes:
 
     - ``model``, ``tokenizer`` (None for attnlab's model, which has its own), ``name``
       (what traces and tables call it), ``backend`` ("numpy" or "transformers") and
@@ -38,7 +62,8 @@ class Runner:
       (a transformers model's attention modules in the order a forward calls them, known
       after its first :meth:`record`; 0 and [] before);
     - ``prefix``: the first token of a sequence the model reads ([BOS], [CLS]) or none;
-    - ``has_head``: whether it has a head to the vocabulary (logits).
+    - ``has_head``: whether it has a language-modelling head (logits over the vocabulary);
+    - ``causal``: whether it generates text (a causal language model).
     """
 
     model: Any
@@ -55,6 +80,7 @@ class Runner:
     layer_labels: list[str]
     prefix: list[int]
     has_head: bool
+    causal: bool
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.name!r}, {self.description}, {self.layers} layers × {self.heads} heads)"
@@ -127,77 +153,168 @@ class Runner:
         r = rng.choice(candidates, size=n, replace=False)
         return [*self.prefix, *(int(i) for i in r), *(int(i) for i in r)]
 
-    def check_one_stack(self) -> None:
-        """Refuse an encoder-decoder model (T5, BART), which an analysis of one stack of
-        layers cannot read; the same error on either backend (attnlab's are all one stack).
+    def check_head(self) -> None:
+        """Refuse a model without a language-modelling head (before :meth:`record`).
 
         Raises:
-            UnsupportedModelError: an encoder-decoder model.
+            ArgumentError: named ``model``.
         """
-
-    # each backend's own
-    head_width: int | None  # each head's width of q, k and v (None: not in the config)
+        if not self.has_head:
+            self.refuse_no_head()
 
     def length(self, text: str) -> int:
         """The tokens of ``text``, special ones included, as :meth:`trace` reads it (no forward).
 
         Raises:
-            ArgumentError: a text the model cannot take (too long, empty).
+            ArgumentError: a text the model cannot take (too long, empty, no tokenizer),
+                named ``text``, as :meth:`ids` refuses it.
         """
-        raise NotImplementedError
-
-    def trace(self, text: Any, layers: Any = None, check: Callable[[], object] | None = None) -> ModelTrace:
-        """The trace of ``text`` (a text or ids) through ``layers`` (None: every one);
-        ``check`` called before each layer (each attention call on transformers)."""
-        raise NotImplementedError
+        return len(self.ids(text, "text"))
 
     def generate(
-        self, text: str, count: int, check: Callable[[], object] | None = None, layers: Any = None
+        self,
+        text: str,
+        count: int,
+        check: Check = None,
+        layers: Any = None,
+        *,
+        truncation: bool = False,
+        chat: bool = False,
+        progress: bool = False,
     ) -> tuple[ModelTrace, GenerationTrace]:
-        """``count`` new tokens after ``text``, greedy: the whole sequence's trace and the
-        generation's (``check`` called before each new token and in the trace's forward)."""
-        raise NotImplementedError
-
-    def check_head(self) -> None:
-        """Refuse a model without a head to the vocabulary (before :meth:`record`).
+        """``count`` new tokens after ``text``, greedy: the whole sequence's trace (its
+        prompt's chat-template tokens marked) and the generation's (``check`` called before
+        each new token and in the trace's forward); ``truncation`` and ``chat`` as
+        :meth:`trace` takes them; ``progress``: a bar on stderr, tokens generated.
 
         Raises:
-            ArgumentError: named ``model``.
+            UnsupportedModelError: an encoder-decoder model.
+            ArgumentError: a model that does not generate (named ``model``); ``truncation``
+                or ``chat`` on transformers; the generation's own refusals (its text,
+                ``max_new_tokens``).
         """
-        raise NotImplementedError
+        check_numpy_only(self.backend, self.name, truncation, chat)
+        self.check_one_stack()
+        if not (self.causal and self.has_head):
+            raise fail(
+                "model", "a causal language model, which generates text", f"{self.name}, a {self.description} model"
+            )
+        how = Prompting(truncation, chat)
+        generation = self._generation(text, count, check, layers, how, progress)
+        full = self.trace(generation.ids, layers, check)
+        return self._marked(full, text, generation.generated, how), generation
 
+    def trace(
+        self, text: Any, layers: Any = None, check: Check = None, *, truncation: bool = False, chat: bool = False
+    ) -> ModelTrace:
+        """The trace of ``text`` (a text or ids) through ``layers`` (None: every one);
+        ``check`` called before each layer (each attention call on transformers). On
+        attnlab's models, ``truncation`` cuts a text to the model's positions and ``chat``
+        puts it in the model's chat template as a user's message; the transformers backend
+        refuses them (:func:`check_numpy_only`).
+
+        Raises:
+            ArgumentError: ``truncation`` or ``chat`` on transformers; the backend's own
+                refusals of the text or the layers.
+        """
+        check_numpy_only(self.backend, self.name, truncation, chat)
+        return self._trace(text, layers, check, Prompting(truncation, chat))
+
+    def _marked(self, full: ModelTrace, text: str, generated: int, how: Prompting) -> ModelTrace:
+        """A generation's whole trace with its prompt's chat-template tokens marked (and
+        the notes of how the prompt was made): the transformers backend makes none."""
+        return full
+
+    def refuse_no_head(self) -> NoReturn:
+        """The one refusal of a model without a language-modelling head (ablation's logits)."""
+        expected = "a model with a language-modelling head (logits over the vocabulary)"
+        raise fail("model", expected, f"{self.name}, a {self.description} model without one")
+
+    def refuse_no_tokenizer(self, name: str) -> NoReturn:
+        """The one refusal of a text given to a model without a tokenizer (``name``: the
+        argument that gave it; "target" for one token)."""
+        ids = "a token id" if name == "target" else "token ids"
+        raise fail(name, f"{ids}: the model has no tokenizer to read a text", "a text")
+
+    # each backend's own
+    head_width: int | None  # each head's width of q, k and v (None: not in the config)
+
+    @abc.abstractmethod
+    def check_one_stack(self) -> None:
+        """Refuse an encoder-decoder model (T5, BART), which an analysis of one stack of
+        layers cannot read (:func:`encoder_decoder_refusal`, the one refusal of it).
+
+        Raises:
+            UnsupportedModelError: an encoder-decoder model (named ``model``).
+        """
+
+    @abc.abstractmethod
+    def _trace(self, text: Any, layers: Any, check: Check, how: Prompting) -> ModelTrace:
+        """:meth:`trace`'s trace, once ``how`` is known to be one the backend takes."""
+
+    @abc.abstractmethod
+    def _generation(
+        self, text: str, count: int, check: Check, layers: Any, how: Prompting, progress: bool
+    ) -> GenerationTrace:
+        """:meth:`generate`'s generation, once the model is known to generate."""
+
+    @abc.abstractmethod
     def encode(self, text: str, name: str) -> list[int]:
         """A text's ids, special tokens added (``name``: the argument that gave it)."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def plain_ids(self, text: str) -> list[int]:
         """A text's ids without special tokens (``target``'s)."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def tokens(self, ids: Array) -> list[str]:
         """The ids' tokens, readable (byte-level pieces as characters)."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def ordinary(self) -> Array:
         """The ids an induction sequence is drawn from: every id of the vocabulary that is
         not special, the prefix or a reserved entry."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def attention(self, ids: list[int]) -> tuple[list[str], list[bool], Array]:
         """One forward of ``ids``: their tokens, which are special ([] where unknown), and
         every layer's attention weights (layers, H, L, L) float64."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def record(self, ids: Array) -> tuple[Array, list[Array]]:
         """One forward's next-token logits at the last position (vocab,) float64 and each
         layer's head outputs (H, L, Ev); the first one also finds the layers of an ablation."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def ablated(self, ids: Array, cells: Cells) -> Array:
         """The next-token logits at the last position (B, vocab) float64 of B = len(cells)
         forwards of ``ids`` at once, forward b with the head of ``cells[b] = (layer, head,
         output)`` given that output (L, Ev)."""
-        raise NotImplementedError
+
+
+def encoder_decoder_refusal(model_type: str) -> UnsupportedModelError:
+    """The one refusal of an encoder-decoder model (T5, BART) that a work of one stack of
+    layers meets (an ablation, the heads' kinds, a generation, ids), whichever backend or
+    command meets it; named ``model`` (the command line's --model)."""
+    return UnsupportedModelError(
+        f"model: attnlab runs decoder-only and encoder-only models here; {model_type} is an encoder-decoder", "model"
+    )
+
+
+# where a text is cut to the model's positions or put in its chat template
+NUMPY_ONLY = "attnlab's NumPy models (GPT-2, BERT, Llama, Qwen2, Mistral, GGUF files)"
+
+
+def check_numpy_only(backend: str, name: str, truncation: bool, chat: bool) -> None:
+    """Refuse ``truncation`` or ``chat`` for the model ``name`` on the transformers
+    ``backend``: only attnlab's NumPy models cut a text or put it in a chat template.
+
+    Raises:
+        ArgumentError: named ``chat`` or ``truncation`` (the first asked for, in that order).
+    """
+    asked = [option for option, given in (("chat", chat), ("truncation", truncation)) if flag(option, given)]
+    if backend == "transformers" and asked:
+        raise ArgumentError(f"{asked[0]}: on {NUMPY_ONLY}; {name} runs in transformers", asked[0])
 
 
 def token_ids(value: Any) -> set[int]:

@@ -8,29 +8,22 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator
-from typing import Any, NoReturn
+from typing import Any
 
 import numpy as np
 
-from .._validation import Array, fail, is_integer, unicode_text
+from .._validation import Array, is_integer, unicode_text
 from ..hf import UnsupportedModelError, check_model
 from ..hf import trace as hf_trace
 from ..hf._inputs import _labelled
 from ..hf._register import on_attnlab, output_hook
 from ..hf._torch import from_numpy, model_name, to_numpy, torch
 from ..trace import GenerationTrace, ModelTrace
-from ._runner import Cells, Runner, layer_weights, ordinary_ids, token_ids
+from ._runner import Cells, Check, Prompting, Runner, encoder_decoder_refusal, layer_weights, ordinary_ids, token_ids
 
-__all__ = ["TransformersRunner", "encoder_decoder_refusal"]
+__all__ = ["TransformersRunner"]
 
 Hook = Callable[[Any, Any], Any]  # (module, output (B, L, H, Ev)) -> the output that goes on
-
-
-def encoder_decoder_refusal(model_type: str) -> UnsupportedModelError:
-    """The one refusal of an encoder-decoder model (T5, BART), whichever backend meets it."""
-    return UnsupportedModelError(
-        f"{model_type}: attnlab runs decoder-only and encoder-only models here; this one is an encoder-decoder"
-    )
 
 
 class TransformersRunner(Runner):
@@ -48,6 +41,8 @@ class TransformersRunner(Runner):
         config = model.config
         self.model, self.processor = model, tokenizer  # a processor reads an image, its tokenizer a text
         self.tokenizer = getattr(tokenizer, "tokenizer", tokenizer)
+        if not hasattr(self.tokenizer, "convert_ids_to_tokens"):
+            self.tokenizer = None  # an image processor or a feature extractor: no text to read
         self.name = model_name(model)
         self.description = description or str(config.model_type)
         text = config.get_text_config()
@@ -59,6 +54,7 @@ class TransformersRunner(Runner):
         self.heads = int(heads) if is_integer(heads) else None
         self.positions = int(positions) if is_integer(positions) else None
         self.has_head = getattr(model, "get_output_embeddings", lambda: None)() is not None
+        self.causal = callable(getattr(model, "generate", None))  # with has_head: a causal language model
         width = getattr(text, "head_dim", None) or (getattr(text, "hidden_size", 0) // self.heads if self.heads else 0)
         self.head_width = int(width) if is_integer(width) and width > 0 else None
         self.names = {id(module): name for name, module in model.named_modules()}
@@ -71,13 +67,15 @@ class TransformersRunner(Runner):
 
     def encode(self, text: str, name: str) -> list[int]:
         if self.tokenizer is None:
-            raise fail("tokenizer", "the model's tokenizer, to read a text", "None")
-        return [int(i) for i in self.tokenizer(unicode_text(name, text))["input_ids"]]
+            self.refuse_no_tokenizer(name)
+        # verbose=False: a text past the positions is refused by ids(), not warned of on stderr
+        return [int(i) for i in self.tokenizer(unicode_text(name, text), verbose=False)["input_ids"]]
 
     def plain_ids(self, text: str) -> list[int]:
         if self.tokenizer is None:
-            raise fail("target", "a token id: no tokenizer was given", repr(text))
-        return [int(i) for i in self.tokenizer(unicode_text("target", text), add_special_tokens=False)["input_ids"]]
+            self.refuse_no_tokenizer("target")
+        ids = self.tokenizer(unicode_text("target", text), add_special_tokens=False, verbose=False)["input_ids"]
+        return [int(i) for i in ids]
 
     def tokens(self, ids: Array) -> list[str]:
         if self.tokenizer is None:
@@ -99,31 +97,25 @@ class TransformersRunner(Runner):
         traced = hf_trace(self.model, {"input_ids": torch.tensor([ids])}, tokenizer=self.tokenizer)
         return list(traced.tokens), list(traced.special), layer_weights(traced)
 
-    def length(self, text: str) -> int:
-        from ..hf._inputs import model_inputs
-
-        return int(model_inputs(self.model, text, self.processor).inputs["input_ids"].shape[-1])
-
-    def trace(self, text: Any, layers: Any = None, check: Callable[[], object] | None = None) -> ModelTrace:
-        ids = isinstance(text, (list, tuple, np.ndarray))  # token ids; else a text, an image or inputs
+    def _trace(self, text: Any, layers: Any, check: Check, how: Prompting) -> ModelTrace:
+        ids = _is_ids(text)  # else a text, a (source, target) pair, an image or inputs
+        if ids:
+            self.check_one_stack()  # an encoder-decoder reads a source and a target, not one row of ids
         inputs = {"input_ids": torch.tensor([[int(i) for i in text]])} if ids else text
         return hf_trace(self.model, inputs, tokenizer=self.processor, layers=layers, check=check)
 
-    def generate(
-        self, text: str, count: int, check: Callable[[], object] | None = None, layers: Any = None
-    ) -> tuple[ModelTrace, GenerationTrace]:
-        from ..hf import trace_generation
+    def _generation(
+        self, text: str, count: int, check: Check, layers: Any, how: Prompting, progress: bool
+    ) -> GenerationTrace:
+        from ..hf import trace_generation  # how: refused by trace and generate (check_numpy_only)
 
-        generation = trace_generation(self.model, text, count, tokenizer=self.processor, layers=layers, check=check)
-        return self.trace(generation.ids, layers, check), generation
+        return trace_generation(
+            self.model, text, count, tokenizer=self.processor, layers=layers, progress=progress, check=check
+        )
 
     def check_one_stack(self) -> None:
         if getattr(self.model.config, "is_encoder_decoder", False):
             raise encoder_decoder_refusal(self.model.config.model_type)
-
-    def check_head(self) -> None:
-        if not self.has_head:
-            self._no_head()
 
     def record(self, ids: Array) -> tuple[Array, list[Array]]:
         order: list[int] = []
@@ -168,12 +160,16 @@ class TransformersRunner(Runner):
             result = self.model(input_ids=torch.from_numpy(ids))
         logits = getattr(result, "logits", None)
         if logits is None:
-            self._no_head()
+            self.refuse_no_head()
         return to_numpy(logits[:, -1]).astype(np.float64)  # (B, L, vocab) -> (B, vocab)
 
-    def _no_head(self) -> NoReturn:
-        kind = type(self.model).__name__
-        raise fail("model", "a model with a language-modelling head (…ForCausalLM, …ForMaskedLM)", kind)
+
+def _is_ids(text: Any) -> bool:
+    """Whether ``text`` is one row of token ids: a list, tuple or 1-D array of whole numbers
+    (a tuple of texts is an encoder-decoder's (source, target) pair; an image is 2-D or 3-D)."""
+    if isinstance(text, np.ndarray):
+        return text.ndim == 1 and text.dtype.kind in "iu"
+    return isinstance(text, (list, tuple)) and all(is_integer(i) for i in text)
 
 
 @contextlib.contextmanager

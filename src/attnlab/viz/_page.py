@@ -147,28 +147,40 @@ def write_page(
 
 @runtime_checkable
 class Traceable(Protocol):
-    """A model the page can run: anything whose ``trace(text)`` gives its trace
-    (:func:`attnlab.load_model`'s, an :class:`attnlab.models.Model`)."""
+    """A model the page can run: one that names the ``backend`` it runs on and gives its
+    trace of a text, ``trace(text)`` (:func:`attnlab.load_model`'s runner, an
+    :class:`attnlab.models.Model`); a layer's ``trace`` (of an array) is not one."""
+
+    backend: str
 
     def trace(self, text: Any) -> Trace | ModelTrace: ...
+
+
+# what a page, rollout and flow draw from: said when they are given something else
+DRAWN = "a Trace, a ModelTrace, a pair of them, or a model from attnlab.load_model"
 
 
 def traced(
     subject: Trace | ModelTrace | tuple[ModelTrace, ModelTrace] | Traceable, text: Any
 ) -> Trace | ModelTrace | tuple[ModelTrace, ModelTrace]:
-    """The trace a page draws: ``subject`` itself, or a model's trace of ``text``.
+    """The trace a page draws: ``subject`` itself (a trace, a pair), or a model's trace of ``text``.
 
     Raises:
         ArgumentError: a model without a text, or a text with a trace.
+        ArgumentTypeError: ``subject`` none of these (named ``trace``; a transformers
+            model: opened by :func:`attnlab.load_model` first).
     """
-    is_model = isinstance(subject, Traceable) and not isinstance(subject, (Trace, ModelTrace, tuple))
+    if isinstance(subject, (Trace, ModelTrace, tuple)):
+        if text is not None:
+            raise fail("text", "None for a trace (it is drawn as it is); a text with a model", "a text")
+        return subject
+    if not isinstance(subject, Traceable):
+        transformers = type(subject).__module__.startswith("transformers.")
+        hint = " (a transformers model: attnlab.load_model(model, tokenizer=…) first)" if transformers else ""
+        raise fail("trace", DRAWN + hint, type(subject).__name__, TypeError)
     if text is None:
-        if is_model:
-            raise fail("text", "the text to run the model on", "None")
-        return subject  # type: ignore[return-value]  # a trace or a pair, checked by the caller
-    if not is_model:
-        raise fail("text", "None for a trace (it is drawn as it is); a text with a model", "a text")
-    return subject.trace(text)  # type: ignore[union-attr]  # a Traceable
+        raise fail("text", "the text to run the model on", "None")
+    return subject.trace(text)
 
 
 def view(
@@ -192,8 +204,8 @@ def view(
             layers): A in the main views, and A and B side by side under the same layer
             and head with their difference where the tokens align (a longest common
             subsequence of the tokens, gaps of one length paired position by position).
-            Or a model (:func:`attnlab.load_model`'s, an :class:`attnlab.models.Model`:
-            anything with ``trace(text)``) with ``text``: the page of its trace.
+            Or a model (:func:`attnlab.load_model`'s, an :class:`attnlab.models.Model`)
+            with ``text``: the page of its trace.
         path: the .html file to write; None returns the page as HTML text.
         text: the text a model runs on (every layer); None for a trace.
         layer: the layer it opens on (a model's layer number, among the traced ones).
