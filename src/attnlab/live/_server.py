@@ -459,8 +459,9 @@ def serve(
     ablated by a click. Prints the address, with its token.
 
     Args:
-        model: None (the seed's layer on the typed tokens), an :class:`attnlab.models.Model`
-            (``attnlab.models.load("builtin:coref")``), or a transformers model.
+        model: None (the seed's layer on the typed tokens), a model from
+            :func:`attnlab.load_model` (``attnlab.load_model("builtin:coref")``), an
+            :class:`attnlab.models.Model`, or a transformers model.
         tokenizer: a transformers model's tokenizer.
         text: the text the page opens on (default: the article's sentence).
         host: the address to listen on; another than the loopback serves the network, and
