@@ -288,7 +288,10 @@ def test_not_a_gguf_file_is_refused(tmp_path):
         models.load(path)
     other = tmp_path / "notes.txt"
     other.write_text("hello")
-    with pytest.raises(models.CheckpointError, match=r"a \.gguf file or a hub id.*not GGUF"):
+    with pytest.raises(
+        models.CheckpointError,
+        match=r"a \.gguf file, builtin:NAME or a hub id, got .*notes\.txt.* \(a file that is not GGUF\)",
+    ):
         models.load(other)
 
 
