@@ -63,21 +63,32 @@ class _StopError(Exception):
     pass
 
 
+def _counted(monkeypatch, owner: type) -> list[int]:
+    """The calls of ``owner.forward`` from now on, each appended to the list returned."""
+    calls, forward = [], owner.forward
+    monkeypatch.setattr(owner, "forward", lambda *args, **kwargs: calls.append(0) or forward(*args, **kwargs))
+    return calls
+
+
+def _stop_at(calls: list[int], count: int):
+    """A check that raises _StopError once ``calls`` holds ``count`` calls."""
+
+    def check() -> None:
+        if len(calls) == count:
+            raise _StopError
+
+    return check
+
+
 def test_check_is_called_before_each_new_token_and_stops_the_generation_where_it_raises(saved, monkeypatch):
     from attnlab.models._network import Network
 
     model, calls = models.load(saved["gpt2"]), []
     record = model.trace_generation(PROMPT, 5, check=lambda: calls.append(len(calls)))
     assert record.generated == 5 and calls == [0, 1, 2, 3, 4]
-    forwards, forward = [], Network.forward
-    monkeypatch.setattr(Network, "forward", lambda *args, **kwargs: forwards.append(0) or forward(*args, **kwargs))
-
-    def stop_before_the_third() -> None:
-        if len(forwards) == 2:
-            raise _StopError
-
+    forwards = _counted(monkeypatch, Network)
     with pytest.raises(_StopError):
-        model.trace_generation(PROMPT, 5, check=stop_before_the_third)
+        model.trace_generation(PROMPT, 5, check=_stop_at(forwards, 2))
     assert len(forwards) == 2  # the prompt's and the first decode step: the third token never computed
     with pytest.raises(TypeError, match=r"^check: expected a function or None, got int$"):
         model.trace_generation(PROMPT, 2, check=1)
@@ -89,15 +100,9 @@ def test_a_traces_check_is_called_before_each_layer_and_stops_the_forward_where_
     model, calls = models.load(saved["llama"]), []
     model.trace(PROMPT, check=lambda: calls.append(len(calls)))
     assert calls == list(range(model.config.num_hidden_layers))
-    blocks, forward = [], Block.forward
-    monkeypatch.setattr(Block, "forward", lambda *args, **kwargs: blocks.append(0) or forward(*args, **kwargs))
-
-    def stop_before_the_second_layer() -> None:
-        if len(blocks) == 1:
-            raise _StopError
-
+    blocks = _counted(monkeypatch, Block)
     with pytest.raises(_StopError):
-        model.trace(PROMPT, check=stop_before_the_second_layer)
+        model.trace(PROMPT, check=_stop_at(blocks, 1))
     assert len(blocks) == 1  # the first layer ran, the second never began
     with pytest.raises(TypeError, match=r"^check: expected a function or None, got int$"):
         model.trace(PROMPT, check=1)
