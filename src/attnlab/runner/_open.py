@@ -188,12 +188,10 @@ def open_checkpoint(model: str | os.PathLike[str], *, backend: str | None = None
     model_type = None if config is None else config.get("model_type")
     if model_type is not None and not isinstance(model_type, str):  # refused by attnlab's loader by name
         model_type = None
-    native, unread = model_type in ARCHITECTURES, model_type is None
-    chosen = backend or ("numpy" if (native or unread) and not image else "transformers")
-    if chosen == "numpy" and not native and not unread:
-        runs = f"attnlab runs {', '.join(ARCHITECTURES)} in NumPy"
-        raise fail("backend", f"'transformers' for {given}, a {model_type!r} model ({runs})", "'numpy'")
-    return Checkpoint(given, path, config, None, chosen, str(model_type))
+    runs = f"attnlab runs {', '.join(ARCHITECTURES)} in NumPy"
+    refusal = f"'transformers' for {given}, a {model_type!r} model ({runs})"
+    in_numpy = model_type is None or model_type in ARCHITECTURES  # None: attnlab's loader names what is missing
+    return Checkpoint(given, path, config, None, _chosen(backend, in_numpy, image, refusal), str(model_type))
 
 
 def _gguf_checkpoint(given: str, path: Path, backend: str | None, image: bool) -> Checkpoint:
@@ -203,12 +201,25 @@ def _gguf_checkpoint(given: str, path: Path, backend: str | None, image: bool) -
 
     header = read_gguf(path)
     arch = header.architecture
-    chosen = backend or ("numpy" if arch in MODEL_TYPES and not image else "transformers")
-    if chosen == "numpy" and arch not in MODEL_TYPES:
-        reads = f"attnlab reads {', '.join(MODEL_TYPES)} GGUF files in NumPy"
-        raise fail("backend", f"'transformers' for {given}, a GGUF of the architecture {arch!r} ({reads})", "'numpy'")
+    reads = f"attnlab reads {', '.join(MODEL_TYPES)} GGUF files in NumPy"
+    refusal = f"'transformers' for {given}, a GGUF of the architecture {arch!r} ({reads})"
+    chosen = _chosen(backend, arch in MODEL_TYPES, image, refusal)
     how = "dequantized to float32" if chosen == "numpy" else "dequantized by transformers"
     return Checkpoint(given, path, None, header, chosen, f"{arch}, {header.quantization()}, {how}")
+
+
+def _chosen(backend: str | None, in_numpy: bool, image: bool, refusal: str) -> str:
+    """The backend: ``backend`` where given, else "numpy" where attnlab runs the
+    architecture (``in_numpy``) and no ``image`` is read, else "transformers".
+
+    Raises:
+        ArgumentError: "numpy" asked for an architecture attnlab does not run (``refusal``
+            is what ``backend`` should have been).
+    """
+    chosen = backend or ("numpy" if in_numpy and not image else "transformers")
+    if chosen == "numpy" and not in_numpy:
+        raise fail("backend", refusal, "'numpy'")
+    return chosen
 
 
 def load_model(model: Any, *, backend: str | None = None, tokenizer: Any = None, head: str = "any") -> Runner:
@@ -226,8 +237,8 @@ def load_model(model: Any, *, backend: str | None = None, tokenizer: Any = None,
             rest), "numpy" or "transformers" to force one.
         tokenizer: a transformers model's tokenizer; None otherwise.
         head: on the transformers backend, what the model is loaded with (:data:`HEADS`):
-            "any" (default: a language-modelling head where the checkpoint has one, which
-            ablation and generation need, else none), "lm", "causal" or "bare"; "any" for
+            "any" (default: a language-modelling head where one loads, which ablation and
+            generation need, else the bare model), "lm", "causal" or "bare"; "any" for
             a model already made.
 
     Returns:
