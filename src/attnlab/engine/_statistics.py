@@ -210,9 +210,7 @@ def _row_softmax(job: _Pass, s: _tiled.Slice, q_scaled: Array, rows: slice, sink
         if block is not None:
             _tiled.NUMPY.online_softmax_(block[0], row_max, row_sum)
     if sink is not None:
-        top = np.maximum(row_max, sink)  # m'
-        row_sum = row_sum * np.exp(row_max - top) + np.exp(sink - top)
-        row_max = top
+        row_max, row_sum, _ = _tiled.join_sink(row_max, row_sum, sink)
     return row_max, row_sum
 
 

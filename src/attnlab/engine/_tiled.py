@@ -69,6 +69,7 @@ __all__ = [
     "blocks",
     "forward",
     "forward_block_q",
+    "join_sink",
     "key_blocks",
     "kv_batch_shape",
     "slice_views",
@@ -323,6 +324,15 @@ def block_scores(
     return scores, modify_scores_(pb, scores, mask, s.n, rows, cols, allowed, derivative)
 
 
+def join_sink(row_max: Array, row_sum: Array, sink: float | Array) -> tuple[Array, Array, Array]:
+    """An online softmax's (m, l) of some rows (l,) with the sink s joined last, as one more
+    key: m' = max(m, s), l' = e^(m − m')·l + e^(s − m'); and e^(m − m') (0 for a row with no
+    key), which rescales what was accumulated with the old m."""
+    top = np.maximum(row_max, sink)  # m'
+    kept = np.exp(row_max - top)  # e^(m − m')
+    return top, row_sum * kept + np.exp(sink - top), kept
+
+
 def _forward_block(fp: ForwardPass, s: Slice, rows: slice, kernels: Kernels) -> None:
     """Output rows and lse of one block of queries, by online softmax."""
     pb, out, lse = fp.pb, fp.output[s.n], fp.lse[s.n]
@@ -344,12 +354,8 @@ def _forward_block(fp: ForwardPass, s: Slice, rows: slice, kernels: Kernels) -> 
     empty = row_sum == 0
     sinks = pb.per_slice(pb.rules["sinks"])
     if sinks is not None:  # the sink joins last, as one more key of value 0
-        sink = sinks[s.n]
-        top = np.maximum(row_max, sink)  # m'
-        kept = np.exp(row_max - top)  # e^(m − m'), 0 for a row with no key
-        row_sum = row_sum * kept + np.exp(sink - top)
+        row_max, row_sum, kept = join_sink(row_max, row_sum, sinks[s.n])
         acc *= kept[:, None]
-        row_max = top
     np.ldexp(acc / row_sum[:, None], fp.exponent, out=out[rows])  # undo the values' 2⁻ᵏ
     out[rows][empty] = 0.0  # a row whose keys are all masked is 0, whatever the values
     lse[rows] = row_max + np.log(row_sum)
