@@ -6,8 +6,8 @@ is given between stages, which raises :class:`~concurrent.futures.CancelledError
 
 Stopping drops the jobs that wait (``shutdown(cancel_futures=True)``) and makes the running
 one's next check raise: the executor's thread, which the interpreter joins at exit, ends
-at the running job's next stage, so Ctrl-C waits for at most one stage (one text's forward,
-one generated token, one ablated head, one position's flow). ``attnlab serve`` waits for it
+at the running job's next stage, so Ctrl-C waits for at most one stage (one layer of a
+trace's forward, one generated token, one ablated head, one position's flow). ``attnlab serve`` waits for it
 with :meth:`Worker.join`, where a second Ctrl-C exits at once."""
 
 from __future__ import annotations
