@@ -108,3 +108,22 @@ def test_counts_below_one_are_refused_before_any_forward(keywords, message):
 def test_a_row_out_of_range_is_refused_naming_it(cell, message):
     with pytest.raises(ArgumentError, match=message):
         attnlab.load_model("builtin:coref").row(SENTENCE, *cell)
+
+
+def test_truncation_cuts_a_long_text_and_says_so_and_check_stops_the_forward():
+    runner = attnlab.load_model("builtin:coref")
+    long = SENTENCE * 10  # past coref's positions
+    with pytest.raises(ArgumentError, match=r"truncation=True"):
+        runner.statistics(long)
+    stats = runner.statistics(long, truncation=True)
+    assert len(stats.tokens) == runner.positions and any("cut" in note for note in stats.notes)
+    calls = []
+
+    def check():
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        runner.statistics(SENTENCE, check=check)
+    assert len(calls) == 2  # before layer 0, then before layer 1: stopped there
