@@ -234,6 +234,7 @@ class Runner(abc.ABC):
         Args:
             text_or_ids: a text or ids (L,).
             top_k, sink_keys, local_keys: as :func:`attnlab.engine.attention_statistics`'s.
+            check, truncation, chat: as :meth:`trace` takes them.
 
         Raises:
             ArgumentError, ArgumentTypeError: a count that is not a whole number ≥ 1;
@@ -252,6 +253,13 @@ class Runner(abc.ABC):
         to 1 − the sink's): computed for that one row (:func:`attnlab.engine.attention_row`),
         never the (L, L) weights; ``check`` called before each layer (each attention call on
         transformers), as :meth:`trace` calls it.
+
+        Args:
+            text_or_ids: a text or ids (L,).
+            layer: the layer (on transformers, the attention call in the forward's order).
+            head: the head of that layer.
+            query: the query's index in 0..L − 1.
+            check: None, or a function called before each layer; what it raises ends the work.
 
         Raises:
             ArgumentError: a layer, head or query out of range (named), or what :meth:`ids`
