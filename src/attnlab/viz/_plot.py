@@ -29,6 +29,7 @@ from .._exceptions import MissingFontWarning
 from .._validation import MissingDependencyError, fail, flag, is_integer, output_path
 from ..trace import ModelTrace
 from ..trace._display import display_text
+from ..trace._opening import telling_view
 from ..trace._trace import Trace
 
 __all__ = [
@@ -391,7 +392,7 @@ def plot(
         size = min(size, max(2.2, 30 / max(rows, columns)))  # a 12 × 12 grid stays a few thousand pixels
         small = size < 4.5
         own_keys = not small or trace.source_tokens is not None  # two sequences: each panel labels its own keys
-        query = (trace.opens or {}).get("query", len(trace.tokens) - 1)  # the page's query, or the last token's
+        query = (trace.opens or telling_view(trace)).get("query", len(trace.tokens) - 1)  # the page's query
         panels = [
             _Panel(
                 t,
