@@ -3,6 +3,7 @@ answering head; else, causal, the last token of the text on the strongest previo
 head; else the first layer, head 0, query 0."""
 
 import numpy as np
+
 import attnlab as al
 from attnlab.trace import ModelTrace
 from attnlab.viz._page import opening
@@ -46,9 +47,8 @@ def test_smollm2_opens_on_its_last_token_on_a_previous_token_head():
     import sys
 
     sys.path.insert(0, "tests")
-    from checkpoints import smollm2_gguf
-
     from attnlab import analysis, runner
+    from checkpoints import smollm2_gguf
 
     model = runner.load_model(str(smollm2_gguf()))
     trace = model.trace("The cat sat on the mat.", chat=True)  # the template's tokens after it
