@@ -28,6 +28,9 @@
     "hover or click a token": "把指针移到一个词元上，或点击它",
     "step by step for query": "逐步计算：查询",
     "output": "输出",
+    "the query's strongest key in this head": "这个头里，查询权重最大的键",
+    "+ {0} more layers": "还有 {0} 层（展开）",
+    "fold to {0} layers": "收起，只显示 {0} 层",
     // the words between the parts of a line, and the names of the page's data
     ", ": "，",
     "; ": "；",

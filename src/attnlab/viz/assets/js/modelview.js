@@ -83,6 +83,7 @@
           const layer = layers[l], tr = grid.insertRow(), th = document.createElement("th");
           th.textContent = layerName(layer.name);
           tr.dataset.kind = kind;
+          tr.dataset.layer = String(l);
           tr.appendChild(th);
           for (let h = 0; h < layer.heads; h++) tr.insertCell().appendChild(thumbnail(layer, l, h, size));
         }
@@ -118,6 +119,7 @@
     if (app.page.model) {
       $("model-view").hidden = false;
       drawGrid();
+      AL.mountFold(app); // many layers: folded to a few (fold.js)
     }
     app.store.register(["layer", "head"], markGrid);
     return { drawThumbnails };
