@@ -131,6 +131,8 @@
     "blue: the target loses probability, red: it gains": "蓝色：目标的概率下降，红色：上升",
     "{0} layers × {1} heads; colour −{2} (blue) → {2} (red), the largest |effect|; outlined: the head on show (layer {3}, head {4})":
       "{0} 层 × {1} 个头；颜色 −{2}（蓝）→ {2}（红），即最大的 |效应|；描边的：当前显示的头（第 {3} 层，头 {4}）",
+    "{0} layers × {1} heads; colour 0 (white) → {2} (red), the largest KL; outlined: the head on show (layer {3}, head {4})":
+      "{0} 层 × {1} 个头；颜色 0（白）→ {2}（红），即最大的 KL；描边的：当前显示的头（第 {3} 层，头 {4}）",
     "layer {0} is not traced on this page": "第 {0} 层没有在这个页面里追踪",
     "layer {0}, head {1}: {2}{3} = {4}": "第 {0} 层，头 {1}：{3}{2} = {4}",
     // views/flows
