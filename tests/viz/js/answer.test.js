@@ -1,5 +1,5 @@
 // The answer line (answer.js): the query, its strongest key and the word that key is a piece of, the
-// weight, the layer and head; and the folded model view's window of layers (fold.js).
+// weight, the layer and head; the folded model view's window of layers (fold.js); a model's notes (notes.js).
 const test = require("node:test");
 const assert = require("node:assert/strict");
 const { attnlab } = require("./load.js");
@@ -33,4 +33,19 @@ test("a folded model view shows the layer on show and two either side, inside th
   assert.deepEqual(attnlab.foldedLayers(30, 0), [0, 1, 2, 3, 4]);
   assert.deepEqual(attnlab.foldedLayers(30, 29), [25, 26, 27, 28, 29]);
   assert.deepEqual(attnlab.foldedLayers(3, 1), [0, 1, 2]);
+});
+
+test("a model's notes read in the page's language: their numbers and names kept, another note as it is", () => {
+  const { noteText, useLanguage } = attnlab;
+  useLanguage("zh");
+  try {
+    assert.equal(noteText("Q4_1, dequantized to float32"), "Q4_1，反量化为 float32");
+    assert.equal(noteText("cut to its first 512 of 600 tokens (the model's positions)"),
+      "截取了 600 个词元中的前 512 个（模型的位置数）");
+    assert.equal(noteText("the text as a user's message in the model's chat template"), "文本作为用户的一条消息，放进模型的聊天模板");
+    assert.equal(noteText("something else"), "something else");
+  } finally {
+    useLanguage("en");
+  }
+  assert.equal(noteText("Q4_1, dequantized to float32"), "Q4_1, dequantized to float32");
 });

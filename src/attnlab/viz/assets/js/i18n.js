@@ -29,6 +29,15 @@
     "step by step for query": "逐步计算：查询",
     "output": "输出",
     "the query's strongest key in this head": "这个头里，查询权重最大的键",
+    // a model's notes (notes.js)
+    "{0}, dequantized to {1}": "{0}，反量化为 {1}",
+    "{0}, dequantized by transformers": "{0}，由 transformers 反量化",
+    "cut to its first {0} of {1} tokens (the model's positions)": "截取了 {1} 个词元中的前 {0} 个（模型的位置数）",
+    "cut to its first {0} of {1} tokens (the tokenizer's model_max_length)":
+      "截取了 {1} 个词元中的前 {0} 个（分词器的 model_max_length）",
+    "the text as a user's message in the model's chat template": "文本作为用户的一条消息，放进模型的聊天模板",
+    "the text as a user's message in the model's chat template; the template changes the text, so its own tokens are not marked":
+      "文本作为用户的一条消息，放进模型的聊天模板；模板改动了文本，所以它自己的词元没有标出",
     "+ {0} more layers": "还有 {0} 层（展开）",
     "fold to {0} layers": "收起，只显示 {0} 层",
     // the words between the parts of a line, and the names of the page's data
