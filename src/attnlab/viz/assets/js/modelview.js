@@ -63,7 +63,9 @@
     }
     function drawGrid() {
       const grid = $("grid"), heads = Math.max(...layers.map((x) => x.heads));
-      const size = Math.max(36, Math.min(96, Math.floor(1100 / heads)));
+      // every head in the page's width (an 820 px frame holds MiniLM's 12), past the layer names' column
+      const room = ($("grid-box").clientWidth || 1100) - 64;
+      const size = Math.max(20, Math.min(96, Math.floor(room / heads) - 2));
       const header = grid.insertRow();
       header.appendChild(document.createElement("th"));
       for (let h = 0; h < heads; h++) {
