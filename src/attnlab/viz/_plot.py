@@ -418,7 +418,8 @@ def plot(
                 raise fail("heads", "one head of one layer to draw into an Axes", repr(heads))
             _draw(target, panels[0], stage, low, high, font)
             if note:
-                target.set_title(f"{target.get_title()}\n{note}")
+                wide = max(30, int(target.figure.get_figwidth() * 8))
+                target.set_title(f"{target.get_title()}\n{textwrap.fill(note, wide)}")
             masked = bool(_masked_cells(panels[0], stage).any())
             _masked_legend(target, _rules(trace), 3.0, masked, hatch=L <= LABELS_UP_TO)
             return target
@@ -431,7 +432,8 @@ def plot(
         for ax in axes[len(panels) :]:
             ax.set_visible(False)
         figure.colorbar(images[0], ax=list(axes[: len(panels)]), shrink=0.8)
-        heading = "\n".join(line for line in (_model_line(trace), note) if line)
+        wide = max(30, int(figure.get_figwidth() * 8))  # characters a line of the title holds, its edges kept
+        heading = "\n".join(textwrap.fill(line, wide) for line in (_model_line(trace), note) if line)
         if heading:
             figure.suptitle(heading, color="#8a4b00" if note else None)
         masked = any(_masked_cells(panel, stage).any() for panel in panels)
