@@ -363,3 +363,23 @@ def test_the_python_apis_plot_and_page_of_drawn_weights_say_they_are_random_with
     figure.canvas.draw()
     box = title.get_window_extent()
     assert box.x0 >= 0 and box.x1 <= figure.bbox.width and box.y1 <= figure.bbox.height
+
+
+@requires("matplotlib")
+def test_a_chinese_figure_draws_without_matplotlibs_findfont_chatter(tmp_path, caplog):
+    """font_families gives a CJK family that matplotlib finds at weight normal (WenQuanYi Zen Hei is 500):
+    the site's build log has no "findfont: Failed to find font weight normal" lines."""
+    import logging
+
+    from matplotlib.figure import Figure
+
+    from attnlab.viz import font_families
+    from attnlab.viz._plot import find_cjk_font
+
+    if find_cjk_font() is None:
+        pytest.skip("no CJK font installed")
+    figure = Figure()
+    figure.subplots().set_title("中文", family=font_families(["中"]))
+    with caplog.at_level(logging.INFO, logger="matplotlib.font_manager"):
+        figure.savefig(tmp_path / "zh.png")
+    assert not [r for r in caplog.records if "Failed to find font" in r.getMessage()]

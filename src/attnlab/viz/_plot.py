@@ -79,24 +79,39 @@ def needs_cjk(texts: list[str]) -> bool:
 
 def find_cjk_font() -> str | None:
     """The family name of an installed font with Chinese glyphs, or None. Fonts
-    installed after matplotlib built its cache are found and added too."""
+    installed after matplotlib built its cache are found and added too, and a family
+    whose only weight is another than normal (WenQuanYi Zen Hei's 500) is registered at
+    normal too, so that matplotlib finds it as asked ("findfont: Failed to find font
+    weight normal" no more)."""
     from matplotlib import font_manager
     from matplotlib.ft2font import FT2Font
 
     known = {font.name for font in font_manager.fontManager.ttflist}
     for name in _CJK_FONTS:
         if name in known:
-            return name
+            return _at_normal_weight(name)
     for path in font_manager.findSystemFonts():
         if not any(hint in Path(path).name.lower() for hint in _CJK_FILE_HINTS):
             continue
         try:
             if FT2Font(path).get_char_index(ord("中")):
                 font_manager.fontManager.addfont(path)
-                return str(font_manager.FontProperties(fname=path).get_name())
+                return _at_normal_weight(str(font_manager.FontProperties(fname=path).get_name()))
         except (OSError, RuntimeError):
             continue
     return None
+
+
+def _at_normal_weight(family: str) -> str:
+    """``family``, with an entry at weight normal (400) in matplotlib's font list where it has none."""
+    import dataclasses
+
+    from matplotlib import font_manager
+
+    entries = [f for f in font_manager.fontManager.ttflist if f.name == family and f.style == "normal"]
+    if entries and not any(f.weight in (400, "normal", "regular") for f in entries):
+        font_manager.fontManager.ttflist.append(dataclasses.replace(entries[0], weight=400))
+    return family
 
 
 def select_heads(spec: Any, num_heads: int) -> list[int]:
