@@ -46,12 +46,13 @@ def test_each_row_gives_its_rate_against_the_limit_of_its_rounds(monkeypatch):
 def test_a_rows_share_is_of_the_fastest_limit_of_its_kind_in_the_run_never_a_slow_spells():
     """A limit timed during a neighbour's spell (100 GFLOP/s where the run saw 300) would put attnlab at
     120 %: the share is of the run's fastest GEMM of the row's dtype (GEMV for decode rows)."""
+    row = {"chosen": "fused", "ms": {"attnlab": 1.0}}
     rows = [
-        {"case": "a", "chosen": "fused", "ms": {"attnlab": 1.0}, "flops": 120e6, "limit_rate": 100.0, "dtype": "float32"},
-        {"case": "b", "chosen": "fused", "ms": {"attnlab": 1.0}, "flops": 150e6, "limit_rate": 300.0, "dtype": "float32"},
-        {"case": "c", "chosen": "fused", "ms": {"attnlab": 1.0}, "flops": 80e6, "limit_rate": 160.0, "dtype": "float64"},
-        {"case": "d", "chosen": "fused", "ms": {"attnlab": 1.0}, "bytes": 20e6, "limit_rate": 16.0},
-        {"case": "e", "chosen": "fused", "ms": {"attnlab": 2.0}, "bytes": 20e6, "limit_rate": 25.0},
+        {**row, "case": "a", "flops": 120e6, "limit_rate": 100.0, "dtype": "float32"},
+        {**row, "case": "b", "flops": 150e6, "limit_rate": 300.0, "dtype": "float32"},
+        {**row, "case": "c", "flops": 80e6, "limit_rate": 160.0, "dtype": "float64"},
+        {**row, "case": "d", "bytes": 20e6, "limit_rate": 16.0},
+        {**row, "case": "e", "bytes": 20e6, "limit_rate": 25.0, "ms": {"attnlab": 2.0}},
     ]
     cells = [line.split(" | ")[-2:] for line in _classes.format_classes(rows).splitlines()[2:]]
     assert cells == [
