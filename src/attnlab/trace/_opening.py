@@ -62,9 +62,9 @@ def telling_view(trace: Any) -> dict[str, int]:
     scores = np.full((len(indices), heads), -1.0)  # (layers, H): a layer of fewer heads left at −1
     for n, i in enumerate(indices):
         scores[n, : square[i].shape[0]] = previous_token_scores(square[i][None])[0]  # (1, H, L, L) -> (H,)
-    n, head = np.unravel_index(int(np.argmax(scores)), scores.shape)  # the first largest, layer by layer
+    best, head = np.unravel_index(int(np.argmax(scores)), scores.shape)  # the first largest, layer by layer
     L = square[indices[0]].shape[-1]
     special = list(getattr(trace, "special", None) or [False] * L)
     template = list(getattr(trace, "template", None) or [False] * L)
     text = [i for i in range(L) if not (special[i] or template[i])]
-    return {"layer": int(indices[n]), "head": int(head), "query": text[-1] if text else L - 1}
+    return {"layer": int(indices[best]), "head": int(head), "query": text[-1] if text else L - 1}

@@ -433,7 +433,8 @@ def plot(
                 raise fail("heads", "one head of one layer to draw into an Axes", repr(heads))
             _draw(target, panels[0], stage, low, high, font)
             if note:
-                wide = max(30, int(target.figure.get_figwidth() * 8))
+                inches = target.get_figure(root=True).get_figwidth()  # type: ignore[union-attr]  # an Axes' figure
+                wide = max(30, int(inches * 8))
                 target.set_title(f"{target.get_title()}\n{textwrap.fill(note, wide)}")
             masked = bool(_masked_cells(panels[0], stage).any())
             _masked_legend(target, _rules(trace), 3.0, masked, hatch=L <= LABELS_UP_TO)
