@@ -40,4 +40,31 @@ def test_each_row_gives_its_rate_against_the_limit_of_its_rounds(monkeypatch):
     assert "limit" not in rows[0]["ms"]
     table = _classes.format_classes(rows)
     assert "GFLOP/s" in table.splitlines()[2] and "GB/s" in table.splitlines()[3]
-    assert table.splitlines()[0].endswith("| attnlab rate | limit | of it |")
+    assert table.splitlines()[0].endswith("| attnlab rate | limit (run's best) | share of the limit |")
+
+
+def test_a_rows_share_is_of_the_fastest_limit_of_its_kind_in_the_run_never_a_slow_spells():
+    """A limit timed during a neighbour's spell (100 GFLOP/s where the run saw 300) would put attnlab at
+    120 %: the share is of the run's fastest GEMM of the row's dtype (GEMV for decode rows)."""
+    row = {"chosen": "fused", "ms": {"attnlab": 1.0}}
+    rows = [
+        {**row, "case": "a", "flops": 120e6, "limit_rate": 100.0, "dtype": "float32"},
+        {**row, "case": "b", "flops": 150e6, "limit_rate": 300.0, "dtype": "float32"},
+        {**row, "case": "c", "flops": 80e6, "limit_rate": 160.0, "dtype": "float64"},
+        {**row, "case": "d", "bytes": 20e6, "limit_rate": 16.0},
+        {**row, "case": "e", "bytes": 20e6, "limit_rate": 25.0, "ms": {"attnlab": 2.0}},
+    ]
+    cells = [line.split(" | ")[-2:] for line in _classes.format_classes(rows).splitlines()[2:]]
+    assert cells == [
+        ["300.0 GFLOP/s", "40% |"],  # 120 / 300, not 120 / 100
+        ["300.0 GFLOP/s", "50% |"],
+        ["160.0 GFLOP/s", "50% |"],  # a float64 row against the DGEMM only
+        ["25.0 GB/s", "80% |"],  # 20 GB/s against the run's best GEMV read, 25
+        ["25.0 GB/s", "40% |"],
+    ]
+
+
+def test_the_reference_against_the_seed_says_slower_below_1():
+    from attnlab.bench._report import _faster
+
+    assert (_faster(1.3), _faster(1 / 1.1), _faster(1.0)) == ("1.3× faster", "1.1× slower", "1.0× faster")

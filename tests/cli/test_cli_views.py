@@ -156,3 +156,17 @@ def test_view_lang_zh_writes_the_page_in_chinese_and_en_is_the_default(capsys, t
         assert data["layers"][0]["rules"] == rules
     code, _, err = run_cli(capsys, "view", "--text", "a b", "--lang", "fr", "-o", str(tmp_path / "fr.html"))
     assert code == 2 and "--lang: invalid choice: 'fr'" in err and not (tmp_path / "fr.html").exists()
+
+
+def test_view_says_it_wrote_its_page_and_where_truncate_cut_the_text(tmp_path, monkeypatch, capsys):
+    """As plot does: one line naming the file; with --truncate, one more saying how the text was cut."""
+    pytest.importorskip("tokenizers")
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run_cli(capsys, "view", "--text", "a b", "-o", "x.html")
+    size = (tmp_path / "x.html").stat().st_size
+    assert code == 0 and out == "" and err == f"attnlab view: wrote x.html ({size / 1e6:.1f} MB)\n"
+    text = "小明是个运动达人，" * 8  # 72 characters, [CLS] and [SEP]: 74 tokens; builtin:coref has 64 positions
+    code, _, err = run_cli(capsys, "view", "--model", "builtin:coref", "--text", text, "--truncate", "-o", "c.html")
+    assert code == 0
+    assert "attnlab view: the text was cut to its first 64 of 74 tokens (the model's positions)\n" in err
+    assert err.endswith(f"attnlab view: wrote c.html ({(tmp_path / 'c.html').stat().st_size / 1e6:.1f} MB)\n")

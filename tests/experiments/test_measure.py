@@ -153,7 +153,10 @@ def test_each_experiments_figures_and_report_come_from_its_measure(name, request
 
 
 @pytest.mark.slow
-def test_training_shows_its_progress_to_the_end(capsys):
+def test_training_shows_its_progress_to_the_end_in_a_terminal(capsys, monkeypatch):
+    import sys
+
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)  # captured, as a terminal would show it
     _coref_experiment.measure(True, 0, steps=3, batch=8)
     err = capsys.readouterr().err
     assert "coref: 100%" in err and "3/3" in err  # the progress bar, to its end

@@ -105,3 +105,13 @@ def test_the_quick_value_and_normalization_runs_show_what_their_reports_say():
     normalization = _normalization.measure(True, 0)
     spread = max(normalization.accuracy.values()) - min(normalization.accuracy.values())
     assert spread < 0.05 and f"within {spread:.1%} of each other" in _normalization.report(normalization)
+
+
+def test_an_experiments_progress_bar_draws_nothing_where_stderr_is_not_a_terminal(capsys):
+    """A site's build (stderr a pipe) gets no bar; the CLI in a terminal still does (tqdm's own)."""
+    from attnlab.experiments._common import progress_bar
+
+    show = progress_bar("coref", 3)
+    for step in range(3):
+        show(step, 0.5)
+    assert capsys.readouterr().err == ""

@@ -134,7 +134,7 @@ def test_a_text_the_model_cannot_take_is_a_message_in_the_page(server, browser):
 
 
 @pytest.mark.slow
-def test_a_click_on_a_head_ablates_it_and_the_page_shows_its_effect(tmp_path, browser):
+def test_a_click_on_a_head_ablates_it_and_the_page_shows_its_effect_where_the_reader_was(tmp_path, browser):
     from selenium.webdriver.common.by import By
 
     from attnlab.analysis import ablate
@@ -148,9 +148,12 @@ def test_a_click_on_a_head_ablates_it_and_the_page_shows_its_effect(tmp_path, br
         browser.switch_to.frame("page")
         cell = browser.find_element(By.CSS_SELECTOR, "#grid canvas[data-layer='1'][data-head='3']")
         cell.click()
+        place = browser.execute_script("return window.scrollY")  # the page scrolled to the head it opened
+        assert place > 0
         browser.switch_to.default_content()
         _wait(browser, "window.attnlabServe.answers >= 2 && !window.attnlabServe.busy")
         note = browser.find_element(By.ID, "answer-note").text
+        _wait(browser, f"document.getElementById('page').contentWindow.scrollY === {place}", 10)  # not at its top
     expected = ablate(model, text, heads=[(1, 3)]).effect[1, 3]
     assert "ablated (zero) heads, KL" in note and f"1.3: {expected:.4f}" in note
 

@@ -95,7 +95,7 @@ def test_a_tampered_model_trace_names_the_token_that_differs():
         ("plain 小明 👩\u200d💻", "plain 小明 👩\u200d💻"),  # printable, joiner kept
         ("a\x1b[31m", "a\\x1b[31m"),
         ("b\udcff", "b\\udcff"),
-        ("tab\tnew\nline\x7f\x85", "tab\\x09new\\x0aline\\x7f\\x85"),  # C0, DEL and C1 controls
+        ("tab\tnew\nline\r\x7f\x85\x00", "tab⇥new↵line␍\\x7f\\x85\\x00"),  # whitespace as signs; C0, DEL, C1
         ("e\u0301", "e\u0301"),  # a combining accent is text
     ],
 )

@@ -163,7 +163,8 @@ def test_the_page_scripts_pure_modules_pass_their_node_tests(tmp_path, monkeypat
     path = tmp_path / "cases.json"
     path.write_text(json.dumps(cases, allow_nan=False), encoding="utf-8")
     files = sorted(str(p) for p in JS_TESTS.glob("*.test.js"))
-    assert len(files) == 4
+    names = {Path(f).name for f in files}
+    assert names >= {f"{n}.test.js" for n in ("answer", "decoding", "i18n", "maths", "state")}, names
     run = subprocess.run(
         [node, "--test", *files], env={**os.environ, "ATTNLAB_JS_CASES": str(path)},
         capture_output=True, text=True, timeout=300,

@@ -253,14 +253,14 @@ def test_no_title_falls_outside_the_figure_at_any_number_of_layers(tmp_path, lay
 def test_a_plot_of_random_weights_says_so_in_its_title(tmp_path):
     from matplotlib.figure import Figure
 
-    trace = al.SelfAttention(3, 2, seed=5).trace(np.eye(3))
-    assert al.plot(trace, tmp_path / "trained.png").get_suptitle() == ""  # not known to be random
-    trace.random_seed = 5
+    given = al.SelfAttention(3, 2, weights=[np.eye(3, 2)] * 3).trace(np.eye(3))
+    assert al.plot(given, tmp_path / "trained.png").get_suptitle() == ""  # not known to be random
+    trace = al.SelfAttention(3, 2, seed=5).trace(np.eye(3))  # drawn from seed 5: random, said so
     figure = al.plot(trace, tmp_path / "random.png")
     assert figure.get_suptitle().startswith("random weights (seed 5), not trained")
     ax = Figure().subplots()
     al.plot(trace, ax)
-    assert ax.get_title().endswith("random weights (seed 5), not trained: the pattern is chance")
+    assert ax.get_title().replace("\n", " ").endswith("random weights (seed 5), not trained: the pattern is chance")
     assert main(["plot", "--text", "a b", "-o", str(tmp_path / "cli.svg")]) == 0
     assert "random weights (seed 42)" in (tmp_path / "cli.svg").read_text()
 
@@ -348,3 +348,38 @@ def test_a_models_heads_wrap_into_a_grid_that_names_the_model_and_labels_what_ma
     labelled_keys = [int(t.get_position()[0]) for t in ax.get_xticklabels() if t.get_text()]
     assert bold_rows == [89] and bold_keys == strongest, (bold_rows, bold_keys, strongest)
     assert len(labelled_keys) < 90 and set(strongest) <= set(labelled_keys)
+
+
+def test_the_python_apis_plot_and_page_of_drawn_weights_say_they_are_random_within_the_picture(tmp_path):
+    """SelfAttention's drawn weights (seed 42) are random: the trace carries the seed, the page and the
+    plot say so, and the plot's title is wrapped inside the figure (it was cut at both edges)."""
+    trace = al.SelfAttention(4, 3).trace(np.eye(4), tokens=list("我爱打球"))
+    assert trace.random_seed == 42
+    assert al.SelfAttention(4, 3, weights=[np.eye(4, 3)] * 3).trace(np.eye(4)).random_seed is None  # given: not said
+    assert '"random_seed": 42' in al.view(trace)
+    figure = al.plot(trace, tmp_path / "p.png")
+    title = figure._suptitle
+    assert "random weights (seed 42), not trained: the pattern is chance" in title.get_text().replace("\n", " ")
+    figure.canvas.draw()
+    box = title.get_window_extent()
+    assert box.x0 >= 0 and box.x1 <= figure.bbox.width and box.y1 <= figure.bbox.height
+
+
+@requires("matplotlib")
+def test_a_chinese_figure_draws_without_matplotlibs_findfont_chatter(tmp_path, caplog):
+    """font_families gives a CJK family that matplotlib finds at weight normal (WenQuanYi Zen Hei is 500):
+    the site's build log has no "findfont: Failed to find font weight normal" lines."""
+    import logging
+
+    from matplotlib.figure import Figure
+
+    from attnlab.viz import font_families
+    from attnlab.viz._plot import find_cjk_font
+
+    if find_cjk_font() is None:
+        pytest.skip("no CJK font installed")
+    figure = Figure()
+    figure.subplots().set_title("中文", family=font_families(["中"]))
+    with caplog.at_level(logging.INFO, logger="matplotlib.font_manager"):
+        figure.savefig(tmp_path / "zh.png")
+    assert not [r for r in caplog.records if "Failed to find font" in r.getMessage()]

@@ -139,6 +139,18 @@ def test_the_ablation_heatmap_shows_each_effect_and_a_cell_opens_its_head(browse
 
 
 @pytest.mark.slow
+def test_a_kl_ablation_heatmap_runs_from_white_at_0_never_from_blue(browser, tmp_path, coref):
+    """KL is never negative: its scale is 0 (white) → the largest KL (red), said so; Δ log p keeps −top..top."""
+    trace = coref.trace("小明很高兴")
+    page = tmp_path / "kl.html"
+    al.view_ablation(trace, {"effect": [[0.5, 0.0, None, 0.25], [0.125, 1.0, 0.0, 0.0625]], "metric": "KL",
+                             "target": None, "mode": "zero"}, page)  # fmt: skip
+    open_page(browser, page, READY)
+    title = browser.find_element(By.ID, "ablation-view-title").text
+    assert "colour 0 (white) → 1.00 (red), the largest KL" in title and "blue" not in title
+
+
+@pytest.mark.slow
 def test_a_heads_page_labels_each_head_of_the_model_view_by_its_kind(browser, tmp_path):
     """attnlab heads -o on all-MiniLM-L6-v2: each thumbnail of a head with a kind carries a
     label of that kind and its outline, the others none; the legend lists every kind scored."""

@@ -25,6 +25,7 @@ from ..runner import Runner
 from ..runner._open import as_runner
 from ..runner._runner import layer_weights
 from ..trace import ModelTrace
+from ..trace._opening import is_causal, previous_token_scores
 from ._head_table import KINDS, HeadTypes
 
 __all__ = [
@@ -74,19 +75,7 @@ class _Sequence:
 def _first_query(weights: Array) -> int:
     """q0: 1 where every weight above the diagonal is 0 (causal: the first query sees only
     itself and has no choice), else 0."""
-    return 1 if not np.triu(weights, 1).any() else 0
-
-
-def previous_token_scores(weights: Array) -> Array:
-    """prev[l, h] = mean over i = 1..L − 1 of A[l, h, i, i − 1].
-
-    Args:
-        weights: A, (layers, H, L, L), rows summing to 1 (L ≥ 2).
-
-    Returns:
-        (layers, H) float64.
-    """
-    return np.diagonal(weights, offset=-1, axis1=-2, axis2=-1).mean(axis=-1)  # (layers, H, L − 1) -> (layers, H)
+    return 1 if is_causal(weights) else 0
 
 
 def self_scores(weights: Array) -> Array:

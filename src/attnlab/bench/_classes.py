@@ -76,18 +76,25 @@ def shape_classes(repeat: int, every_engine: bool = True) -> list[dict[str, Any]
                 "ms": ms,
                 **({"bytes": case.cache_bytes} if case.decoding else {"flops": case.flops}),
                 "limit_rate": limit_rate,
+                "dtype": case.dtype,
             }
         )
     return rows
 
 
-def _rate(row: dict[str, Any]) -> tuple[str, str, str]:
-    """attnlab's rate on ``row``, the machine's limit measured in the same rounds and the
-    fraction: GB/s of the cache read against the GEMV's (decode rows), else GFLOP/s of
-    the products against the GEMM's of its dtype."""
+def _kind(row: dict[str, Any]) -> tuple[str, str]:
+    """What limits a row: (unit, dtype): a decode's GEMV read (GB/s), else the GEMM of its dtype (GFLOP/s)."""
+    dtype = row.get("dtype") or ("float64" if row["case"].startswith("float64") else "float32")  # older runs' rows
+    return ("GB/s", "") if "bytes" in row else ("GFLOP/s", dtype)
+
+
+def _rate(row: dict[str, Any], best: dict[tuple[str, str], float]) -> tuple[str, str, str]:
+    """attnlab's rate on ``row``, the machine's limit for its kind (``best``: the fastest of
+    the run's rounds) and the share of it: GB/s of the cache read against the GEMV's (decode
+    rows), else GFLOP/s of the products against the GEMM's of its dtype."""
     ms = row["ms"]["attnlab"]
-    work, unit = (row["bytes"], "GB/s") if "bytes" in row else (row.get("flops", 0.0), "GFLOP/s")
-    rate, limit = work / ms / 1e6, row.get("limit_rate")
+    unit = _kind(row)[0]
+    rate, limit = (row["bytes"] if "bytes" in row else row.get("flops", 0.0)) / ms / 1e6, best.get(_kind(row))
     if not limit:
         return f"{rate:.1f} {unit}", "—", "—"
     return f"{rate:.1f} {unit}", f"{limit:.1f} {unit}", f"{rate / limit:.0%}"
@@ -95,22 +102,28 @@ def _rate(row: dict[str, Any]) -> tuple[str, str, str]:
 
 def format_classes(rows: list[dict[str, Any]]) -> str:
     """Markdown: ms per implementation, torch ÷ attnlab (above 1: attnlab is faster),
-    attnlab's rate, the machine's limit measured in the same rounds (the GFLOP/s of a GEMM
-    in the row's dtype for forward and backward rows, the GEMV's read GB/s for decode rows)
-    and the fraction.
+    attnlab's rate, the machine's limit (the GFLOP/s of a GEMM in the row's dtype for
+    forward and backward rows, the GEMV's read GB/s for decode rows: each row times it in
+    its own rounds, and the table gives the fastest of the run's, since a slower one was a
+    neighbour's spell, not the machine's limit) and attnlab's share of that limit.
 
     Args:
         rows: :func:`shape_classes`'s rows.
     """
     names = list(rows[0]["ms"])
-    header = ["case", "engine", *(f"{n} ms" for n in names), "torch ÷ attnlab", "attnlab rate", "limit", "of it"]
+    header = ["case", "engine", *(f"{n} ms" for n in names), "torch ÷ attnlab", "attnlab rate", "limit (run's best)",
+              "share of the limit"]  # fmt: skip
+    best: dict[tuple[str, str], float] = {}
+    for r in rows:
+        if r.get("limit_rate"):
+            best[_kind(r)] = max(best.get(_kind(r), 0.0), r["limit_rate"])
     body = [
         [
             r["case"],
             r["chosen"],
             *(cell(r["ms"][n]) for n in names),
             cell(ratio(r["ms"].get("torch"), r["ms"]["attnlab"]), 2, "×"),
-            *_rate(r),
+            *_rate(r, best),
         ]
         for r in rows
     ]

@@ -20,6 +20,8 @@ Examples::
 from __future__ import annotations
 
 import argparse
+import sys
+from pathlib import Path
 
 from ..trace import ModelTrace
 from ..trace._trace import Trace
@@ -55,7 +57,8 @@ OPTIONS = (add_input_options, add_options)  # the option groups, in --help's ord
 def run(args: argparse.Namespace) -> None:
     """Write the page of the trace the input options name (a model's: every layer unless
     --layer) to -o, once the page's size is known to fit; with two --text, both texts'
-    traces; with --generate, the generation's and the whole sequence's."""
+    traces; with --generate, the generation's and the whole sequence's. Say on stderr that
+    it wrote the file (and its size), and where --truncate cut the text, how."""
     from ..viz._page import check_path, opening, write_page
     from ..viz._views import Views
 
@@ -90,3 +93,8 @@ def run(args: argparse.Namespace) -> None:
         rollout, flow = rollout_and_flow(trace)
         views = Views(views.second, views.generation, rollout, flow)
     write_page(trace, args.output, opening(trace), views, lang=args.lang)
+    for note in trace.notes if isinstance(trace, ModelTrace) else []:
+        if note.startswith("cut to"):  # --truncate's cut, said where the reader is, not only on the page
+            print(f"attnlab view: the text was {note}", file=sys.stderr)
+    size = Path(args.output).stat().st_size
+    print(f"attnlab view: wrote {args.output} ({size / 1e6:.1f} MB)", file=sys.stderr)

@@ -3,6 +3,7 @@ progress bar, matplotlib figures (imported only when a figure is drawn) and mark
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,8 +43,9 @@ class Experiment(Generic[MeasuredT]):
 
 def progress_bar(name: str, total: int) -> Callable[[int, float], None]:
     """A progress bar on standard error: the step, the loss, the time so far and an estimate
-    of the time left (tqdm's); called with each step and its loss."""
-    bar = shared_progress_bar(total, name, "step", enabled=True)
+    of the time left (tqdm's); called with each step and its loss. Drawn only where standard
+    error is a terminal (a site's build or a log gets no bar)."""
+    bar = shared_progress_bar(total, name, "step", enabled=sys.stderr.isatty())
 
     def show(step: int, loss: float) -> None:
         bar.set_postfix(loss=f"{loss:.3f}", refresh=False)

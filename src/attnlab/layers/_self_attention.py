@@ -44,6 +44,9 @@ class SelfAttention:
         weights: explicit ``(Wq, Wk, Wv)``, each (d_model, d_k), instead of drawing.
         dtype: float64 (default) or float32.
 
+    ``random_seed`` is ``seed`` where the weights were drawn (None where given): its traces
+    carry it, and their pages and plots say the weights are random, not trained.
+
     Inputs X are (L, d_model) or (B, L, d_model); outputs (…, L, d_k). The forward and the
     trace take the variants that one head has, as :func:`attnlab.attention` does: a
     sliding ``window``, ``causal_alignment`` and ``softcap``.
@@ -62,6 +65,7 @@ class SelfAttention:
         self.d_model = positive_int("d_model", d_model)
         self.d_k = positive_int("d_k", d_k)
         self.dtype = layer_dtype(dtype)
+        self.random_seed = int_seed("seed", seed) if weights is None else None  # drawn: its pages and plots say so
         if weights is None:  # drawn in pure Python, as the seed draws them: refused first where they cannot fit
             numbers, per_number = 3 * self.d_model * self.d_k, PYTHON_FLOAT + 8 + self.dtype.itemsize
             how = f"3 × {self.d_model:,} × {self.d_k:,} numbers drawn in Python, about {per_number} bytes each"
@@ -130,7 +134,9 @@ class SelfAttention:
         X, Q, K, V = _project(self, X)
         if X.ndim != 2:
             raise fail("X", f"one sequence of shape (L, {self.d_model}) to trace", f"shape {X.shape}")
-        return build_trace(X, Q, K, V, scale=scale, is_causal=is_causal, rules=rules, tokens=tokens)
+        made = build_trace(X, Q, K, V, scale=scale, is_causal=is_causal, rules=rules, tokens=tokens)
+        made.random_seed = self.random_seed  # random (untrained) weights: the page and plot say so
+        return made
 
 
 def _project(layer: SelfAttention, X: Any) -> tuple[Array, Array, Array, Array]:

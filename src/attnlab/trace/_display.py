@@ -39,11 +39,13 @@ def notebook_html(trace: Any) -> str | None:
 
 
 def display_text(text: str) -> str:
-    """``text`` as it may be shown on a terminal, a plot or a page: each control character
-    (Unicode category Cc: an escape sequence's ESC, a newline, DEL) and each lone surrogate
-    (Cs: a Linux argument's undecodable byte) replaced by its Python escape, ``\\x1b`` or
-    ``\\udcff``; everything else, joiners and combining marks included, kept. Only for
-    display: a trace keeps its tokens as given, and its JSON holds them exactly.
+    """``text`` as it may be shown on a terminal, a plot or a page: a newline as ↵, a tab
+    as ⇥ and a carriage return as ␍ (a tokenizer's whitespace tokens, visible: SmolLM2's
+    "\\n"), each other control character (Unicode category Cc: an escape sequence's ESC,
+    DEL) and each lone surrogate (Cs: a Linux argument's undecodable byte) replaced by its
+    Python escape, ``\\x1b`` or ``\\udcff``; everything else, joiners and combining marks
+    included, kept. Only for display: a trace keeps its tokens as given, and its JSON holds
+    them exactly.
 
     Args:
         text: a token, a title or a label.
@@ -53,7 +55,12 @@ def display_text(text: str) -> str:
     return "".join(_escape(c) if unicodedata.category(c) in ("Cc", "Cs") else c for c in text)
 
 
+_WHITESPACE = {"\n": "↵", "\t": "⇥", "\r": "␍"}  # shown as a sign, not an escape
+
+
 def _escape(character: str) -> str:
+    if character in _WHITESPACE:
+        return _WHITESPACE[character]
     code = ord(character)
     return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 

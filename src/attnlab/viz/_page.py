@@ -91,7 +91,7 @@ def _escaped(payload: str) -> str:
 # offers to the one namespace object, globalThis.attnlab), then the views' (assets/js/views/) into another
 PAGE_SCRIPTS = (
     "core", "i18n", "decoding", "maths", "colours", "state", "app", "heatmap", "headview", "steps", "image",
-    "modelview", "controls", "exports", "main",
+    "notes", "fold", "modelview", "controls", "exports", "answer", "main",
 )  # fmt: skip
 VIEWS_SCRIPTS = ("matrix", "pair", "generation", "flows", "ablation", "head_types", "main")
 _STYLE_SLOTS = {"__ATTNLAB_STYLE__": "page.css", "__ATTNLAB_VIEWS_STYLE__": "views.css"}  # in page.html: its file

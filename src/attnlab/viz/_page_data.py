@@ -18,6 +18,7 @@ from ..engine.variants.length_scale import keys_seen
 from ..trace import ModelTrace
 from ..trace._display import display_text
 from ..trace._labels import LANGUAGES
+from ..trace._opening import telling_view
 from ..trace._trace import Trace
 from ..trace._variants import Variants
 from . import _page_size
@@ -32,14 +33,16 @@ def opening(
 ) -> dict[str, int]:
     """The view the page opens on (a link's #layer=…&head=…&query=… still wins): the
     given layer (the model's layer number), head and query, else the trace's own
-    (:attr:`ModelTrace.opens`: a model's answering head), else the first layer, head 0,
-    query 0.
+    (:attr:`ModelTrace.opens`: a model's answering head), else, where the attention is
+    causal, the last token of the text on the strongest previous-token head, else the
+    first layer, head 0, query 0 (the rule: :mod:`attnlab.trace._opening`).
 
     Raises:
         ArgumentError: ``layer``: not a traced layer (a single layer's trace has only
             0); ``head``: not in 0..H−1; ``query``: not in 0..L−1.
     """
     opens = dict(trace.opens or {}) if isinstance(trace, ModelTrace) else {}
+    opens = opens or telling_view(trace)
     indices = list(trace.layers) if isinstance(trace, ModelTrace) else [0]
     if layer is not None:
         if not is_integer(layer) or int(layer) not in indices:

@@ -29,6 +29,7 @@ from .._exceptions import MissingFontWarning
 from .._validation import MissingDependencyError, fail, flag, is_integer, output_path
 from ..trace import ModelTrace
 from ..trace._display import display_text
+from ..trace._opening import telling_view
 from ..trace._trace import Trace
 
 __all__ = [
@@ -78,24 +79,39 @@ def needs_cjk(texts: list[str]) -> bool:
 
 def find_cjk_font() -> str | None:
     """The family name of an installed font with Chinese glyphs, or None. Fonts
-    installed after matplotlib built its cache are found and added too."""
+    installed after matplotlib built its cache are found and added too, and a family
+    whose only weight is another than normal (WenQuanYi Zen Hei's 500) is registered at
+    normal too, so that matplotlib finds it as asked ("findfont: Failed to find font
+    weight normal" no more)."""
     from matplotlib import font_manager
     from matplotlib.ft2font import FT2Font
 
     known = {font.name for font in font_manager.fontManager.ttflist}
     for name in _CJK_FONTS:
         if name in known:
-            return name
+            return _at_normal_weight(name)
     for path in font_manager.findSystemFonts():
         if not any(hint in Path(path).name.lower() for hint in _CJK_FILE_HINTS):
             continue
         try:
             if FT2Font(path).get_char_index(ord("中")):
                 font_manager.fontManager.addfont(path)
-                return str(font_manager.FontProperties(fname=path).get_name())
+                return _at_normal_weight(str(font_manager.FontProperties(fname=path).get_name()))
         except (OSError, RuntimeError):
             continue
     return None
+
+
+def _at_normal_weight(family: str) -> str:
+    """``family``, with an entry at weight normal (400) in matplotlib's font list where it has none."""
+    import dataclasses
+
+    from matplotlib import font_manager
+
+    entries = [f for f in font_manager.fontManager.ttflist if f.name == family and f.style == "normal"]
+    if entries and not any(f.weight in (400, "normal", "regular") for f in entries):
+        font_manager.fontManager.ttflist.append(dataclasses.replace(entries[0], weight=400))
+    return family
 
 
 def select_heads(spec: Any, num_heads: int) -> list[int]:
@@ -391,7 +407,7 @@ def plot(
         size = min(size, max(2.2, 30 / max(rows, columns)))  # a 12 × 12 grid stays a few thousand pixels
         small = size < 4.5
         own_keys = not small or trace.source_tokens is not None  # two sequences: each panel labels its own keys
-        query = (trace.opens or {}).get("query", len(trace.tokens) - 1)  # the page's query, or the last token's
+        query = (trace.opens or telling_view(trace)).get("query", len(trace.tokens) - 1)  # the page's query
         panels = [
             _Panel(
                 t,
@@ -417,7 +433,9 @@ def plot(
                 raise fail("heads", "one head of one layer to draw into an Axes", repr(heads))
             _draw(target, panels[0], stage, low, high, font)
             if note:
-                target.set_title(f"{target.get_title()}\n{note}")
+                inches = target.get_figure(root=True).get_figwidth()  # type: ignore[union-attr]  # an Axes' figure
+                wide = max(30, int(inches * 8))
+                target.set_title(f"{target.get_title()}\n{textwrap.fill(note, wide)}")
             masked = bool(_masked_cells(panels[0], stage).any())
             _masked_legend(target, _rules(trace), 3.0, masked, hatch=L <= LABELS_UP_TO)
             return target
@@ -430,7 +448,8 @@ def plot(
         for ax in axes[len(panels) :]:
             ax.set_visible(False)
         figure.colorbar(images[0], ax=list(axes[: len(panels)]), shrink=0.8)
-        heading = "\n".join(line for line in (_model_line(trace), note) if line)
+        wide = max(30, int(figure.get_figwidth() * 8))  # characters a line of the title holds, its edges kept
+        heading = "\n".join(textwrap.fill(line, wide) for line in (_model_line(trace), note) if line)
         if heading:
             figure.suptitle(heading, color="#8a4b00" if note else None)
         masked = any(_masked_cells(panel, stage).any() for panel in panels)

@@ -4,7 +4,7 @@ const path = require("node:path");
 const fs = require("node:fs");
 
 const JS = path.join(__dirname, "..", "..", "..", "src", "attnlab", "viz", "assets", "js");
-for (const name of ["core", "i18n", "decoding", "maths", "colours", "state"]) require(path.join(JS, `${name}.js`));
+for (const name of ["core", "i18n", "decoding", "maths", "colours", "state", "answer", "fold", "notes"]) require(path.join(JS, `${name}.js`));
 
 function cases() {
   const file = process.env.ATTNLAB_JS_CASES;

@@ -1,7 +1,8 @@
 // attnlab serve, the live page: a text box over the page attnlab view writes. On Enter the text
 // (with the second text, generated tokens, rollout, ablated heads) goes to the server, which traces
 // it with its model and answers with the new page; the page is shown in the frame below, opening
-// on the layer, head and query the reader had. Only the newest request's answer is shown: an
+// on the layer, head and query the reader had, scrolled where the reader was, its model view unfolded if
+// it was (an ablation's click does not send the reader back to the top). Only the newest request's answer is shown: an
 // older one is aborted here and dropped by the server if it has not run.
 (function () {
   "use strict";
@@ -11,6 +12,7 @@
   const client = `${Date.now().toString(36)}-${Math.random().toString(36).slice(2)}`; // this page, for the server
   const frame = $("page"), status = $("status"), note = $("answer-note");
   let number = 0, controller = null, ablated = [], shown = { text: null, ablated: [] }, opened = {}; // opened: the trace's own view
+  let place = null; // where the reader was in the last page: its scroll and whether its model view was unfolded
   $("model").textContent = `· ${settings.model}`;
   $("text").value = settings.text;
   $("generate").max = settings.maxGenerate;
@@ -68,6 +70,8 @@
     }
     shown = { text: body.text, ablated };
     opened = answer.own;
+    const before = frame.contentWindow, fold = frame.contentDocument?.getElementById("fold");
+    place = before ? { x: before.scrollX, y: before.scrollY, unfolded: fold?.getAttribute("aria-expanded") === "true" } : null;
     frame.srcdoc = answer.page;
     say("");
     note.textContent = describe(answer);
@@ -89,6 +93,8 @@
   }
   // a click on a head of the model view (which opens it) also ablates it, when the box says so
   frame.addEventListener("load", () => {
+    if (place?.unfolded) frame.contentDocument.getElementById("fold")?.click();
+    if (place) frame.contentWindow.scrollTo(place.x, place.y);
     const grid = frame.contentDocument?.getElementById("grid");
     grid?.addEventListener("click", () => {
       if (!$("ablate-mode").checked) return;

@@ -24,7 +24,7 @@
   const randomNote = (page) => [...(page.random_seed === null ? []
     : [t("random weights (seed {0}), not trained: what a head shows here is chance, not something learned",
       page.random_seed)]),
-    ...(page.notes || []),
+    ...(page.notes || []).map(AL.noteText), // in the page's language (notes.js)
     ...(page.sequences.some((seq) => seq.template?.some(Boolean)) ? [t("blue tokens: the chat template's, not the user's")]
       : []),
   ].join(" · ");

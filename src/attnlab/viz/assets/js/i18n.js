@@ -28,6 +28,18 @@
     "hover or click a token": "把指针移到一个词元上，或点击它",
     "step by step for query": "逐步计算：查询",
     "output": "输出",
+    "the query's strongest key in this head": "这个头里，查询权重最大的键",
+    // a model's notes (notes.js)
+    "{0}, dequantized to {1}": "{0}，反量化为 {1}",
+    "{0}, dequantized by transformers": "{0}，由 transformers 反量化",
+    "cut to its first {0} of {1} tokens (the model's positions)": "截取了 {1} 个词元中的前 {0} 个（模型的位置数）",
+    "cut to its first {0} of {1} tokens (the tokenizer's model_max_length)":
+      "截取了 {1} 个词元中的前 {0} 个（分词器的 model_max_length）",
+    "the text as a user's message in the model's chat template": "文本作为用户的一条消息，放进模型的聊天模板",
+    "the text as a user's message in the model's chat template; the template changes the text, so its own tokens are not marked":
+      "文本作为用户的一条消息，放进模型的聊天模板；模板改动了文本，所以它自己的词元没有标出",
+    "+ {0} more layers": "还有 {0} 层（展开）",
+    "fold to {0} layers": "收起，只显示 {0} 层",
     // the words between the parts of a line, and the names of the page's data
     ", ": "，",
     "; ": "；",
@@ -128,6 +140,8 @@
     "blue: the target loses probability, red: it gains": "蓝色：目标的概率下降，红色：上升",
     "{0} layers × {1} heads; colour −{2} (blue) → {2} (red), the largest |effect|; outlined: the head on show (layer {3}, head {4})":
       "{0} 层 × {1} 个头；颜色 −{2}（蓝）→ {2}（红），即最大的 |效应|；描边的：当前显示的头（第 {3} 层，头 {4}）",
+    "{0} layers × {1} heads; colour 0 (white) → {2} (red), the largest KL; outlined: the head on show (layer {3}, head {4})":
+      "{0} 层 × {1} 个头；颜色 0（白）→ {2}（红），即最大的 KL；描边的：当前显示的头（第 {3} 层，头 {4}）",
     "layer {0} is not traced on this page": "第 {0} 层没有在这个页面里追踪",
     "layer {0}, head {1}: {2}{3} = {4}": "第 {0} 层，头 {1}：{3}{2} = {4}",
     // views/flows

@@ -5,7 +5,7 @@
 (function (AL) {
   "use strict";
   const { $, useLanguage, translatePage, createApp, actions, mountHeatmap, mountHeadView, mountSteps, mountImage,
-    mountModelView, mountControls, mountExports, colour } = AL;
+    mountModelView, mountControls, mountExports, mountAnswer, colour } = AL;
   const page = JSON.parse($("attnlab-data").textContent);
   useLanguage(page.lang);
   translatePage(page.lang);
@@ -15,6 +15,7 @@
   mountControls(app, (state) => { const { cell, rowCell } = heatmap.layoutOf(state); return Math.min(cell, rowCell); });
   mountHeadView(app);
   mountSteps(app);
+  mountAnswer(app);
   const image = mountImage(app);
   const modelView = mountModelView(app);
   const exports = mountExports(app, heatmap);

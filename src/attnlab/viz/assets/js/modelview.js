@@ -63,7 +63,9 @@
     }
     function drawGrid() {
       const grid = $("grid"), heads = Math.max(...layers.map((x) => x.heads));
-      const size = Math.max(36, Math.min(96, Math.floor(1100 / heads)));
+      // every head in the page's width (an 820 px frame holds MiniLM's 12), past the layer names' column
+      const room = ($("grid-box").clientWidth || 1100) - 64;
+      const size = Math.max(20, Math.min(96, Math.floor(room / heads) - 2));
       const header = grid.insertRow();
       header.appendChild(document.createElement("th"));
       for (let h = 0; h < heads; h++) {
@@ -83,6 +85,7 @@
           const layer = layers[l], tr = grid.insertRow(), th = document.createElement("th");
           th.textContent = layerName(layer.name);
           tr.dataset.kind = kind;
+          tr.dataset.layer = String(l);
           tr.appendChild(th);
           for (let h = 0; h < layer.heads; h++) tr.insertCell().appendChild(thumbnail(layer, l, h, size));
         }
@@ -118,6 +121,7 @@
     if (app.page.model) {
       $("model-view").hidden = false;
       drawGrid();
+      AL.mountFold(app); // many layers: folded to a few (fold.js)
     }
     app.store.register(["layer", "head"], markGrid);
     return { drawThumbnails };

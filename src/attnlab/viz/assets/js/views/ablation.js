@@ -1,5 +1,5 @@
-// attnlab view: head ablation, the layers × heads effect, blue to red around 0, grey where a head
-// was not ablated, the head on show outlined; a click opens that head.
+// attnlab view: head ablation, the layers × heads effect, blue to red around 0 (KL, never negative: white
+// at 0 to red), grey where a head was not ablated, the head on show outlined; a click opens that head.
 (function (AL) {
   "use strict";
   const { $, t, element, panel, drawMatrix, readout, fixed, short, diverging, shownIndex } = AL;
@@ -17,8 +17,11 @@
     const top = Math.max(0, ...effect.flat().filter((x) => x !== null).map(Math.abs));
     function draw(state) {
       const index = shownIndex(views, state);
-      $("ablation-view-title").textContent = t("{0} layers × {1} heads; colour −{2} (blue) → {2} (red), the largest " +
-        "|effect|; outlined: the head on show (layer {3}, head {4})", layers, heads, short(top), index, state.head);
+      $("ablation-view-title").textContent = ablation.metric === "KL"
+        ? t("{0} layers × {1} heads; colour 0 (white) → {2} (red), the largest KL; outlined: the head on show " +
+          "(layer {3}, head {4})", layers, heads, short(top), index, state.head)
+        : t("{0} layers × {1} heads; colour −{2} (blue) → {2} (red), the largest |effect|; outlined: the head on " +
+          "show (layer {3}, head {4})", layers, heads, short(top), index, state.head);
       drawMatrix(canvas, {
         rows: effect.map((_, l) => t("layer {0}", l)), cols: effect[0].map((_, h) => t("head {0}", h)),
         value: (l, h) => effect[l][h],

@@ -1,0 +1,58 @@
+"""The view a page opens on when nobody chose one (attnlab.trace._opening): a config's
+answering head; else, causal, the last token of the text on the strongest previous-token
+head; else the first layer, head 0, query 0."""
+
+import numpy as np
+
+import attnlab as al
+from attnlab.trace import ModelTrace
+from attnlab.viz._page import opening
+
+
+def _causal_trace(heads: int = 3, length: int = 6):
+    return al.MultiheadAttention(6, heads, seed=1, dtype=np.float64).trace(np.eye(length, 6), is_causal=True)
+
+
+def test_a_causal_head_opens_on_the_last_token_of_the_strongest_previous_token_head():
+    trace = _causal_trace()
+    A = trace.weights  # (H, L, L)
+    previous = [np.mean([A[h, i, i - 1] for i in range(1, A.shape[-1])]) for h in range(A.shape[0])]  # by hand
+    assert opening(trace) == {"layer": 0, "head": int(np.argmax(previous)), "query": A.shape[-1] - 1}
+
+
+def test_a_model_trace_opens_on_the_layer_and_head_of_the_largest_score_never_on_query_0():
+    layers = {0: _causal_trace(), 1: _causal_trace()}
+    A = np.stack([layers[i].weights for i in (0, 1)])  # (layers, H, L, L)
+    A[1, 2] = np.tril(np.ones((6, 6))) / np.arange(1, 7)[:, None]  # layer 1, head 2: uniform over the past
+    A[1, 2, 1:] = 0.0
+    A[1, 2, np.arange(1, 6), np.arange(0, 5)] = 1.0  # ... then all on the previous token: score 1
+    A[1, 2, 0, 0] = 1.0
+    layers[1].weights = A[1]
+    tokens = ["<s>", "a", "b", "c", "d", "</s>"]
+    trace = ModelTrace("m", list(range(6)), tokens, layers, 2, 3, special=[True, False, False, False, False, True])
+    assert opening(trace) == {"layer": 1, "head": 2, "query": 4}  # the last token neither special nor template
+    trace.template = [False, False, False, True, True, False]  # a chat template's tokens do not count either
+    assert opening(trace)["query"] == 2
+    trace.opens = {"layer": 0, "head": 1, "query": 3}  # a config's answering head wins
+    assert opening(trace) == {"layer": 0, "head": 1, "query": 3}
+
+
+def test_an_encoders_head_still_opens_on_the_first_layer_head_0_query_0():
+    trace = al.MultiheadAttention(6, 3, seed=1, dtype=np.float64).trace(np.eye(6))
+    assert opening(trace) == {"layer": 0, "head": 0, "query": 0}
+
+
+def test_smollm2_opens_on_its_last_token_on_a_previous_token_head():
+    """The real causal model: never query 0, the head the head detector ranks first as previous-token."""
+    import sys
+
+    sys.path.insert(0, "tests")
+    from attnlab import analysis, runner
+    from checkpoints import smollm2_gguf
+
+    model = runner.load_model(str(smollm2_gguf()))
+    trace = model.trace("The cat sat on the mat.", chat=True)  # the template's tokens after it
+    opens = opening(trace)
+    previous = analysis.head_types(trace).scores["previous"]  # (layers, H)
+    assert (opens["layer"], opens["head"]) == np.unravel_index(int(np.argmax(previous)), previous.shape)
+    assert trace.tokens[opens["query"]].strip() == "." and opens["query"] > 0
