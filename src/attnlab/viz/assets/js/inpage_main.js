@@ -61,6 +61,10 @@
     const { page: skeleton, text: firstText, lang } = JSON.parse($("attnlab-skeleton").textContent);
     useLanguage(lang);
     translatePage(lang);
+    $("inpage-title").textContent = t("the model runs in this page");
+    $("inpage-text-label").textContent = t("text");
+    $("inpage-scale-label").textContent = t("scale of every layer's scores, in the forward");
+    $("inpage-heads-label").textContent = t("click a head to ablate it (its output zero); click again to restore it:");
     const config = spec.config, tokenizer = createTokenizer(spec.tokenizer), model = createModel(spec);
     const state = { text: firstText, position: 0, ablated: new Set(), place: null, drawnText: null };
     const frame = $("inpage-view"), input = $("inpage-text"), slider = $("inpage-scale");
