@@ -23,11 +23,11 @@ import pytest
 from attnlab import models
 from attnlab.models._network import Recorder
 from attnlab.trace._display import display_text
-from attnlab.viz._inpage import in_browser_page, model_spec
+from attnlab.viz._inpage import model_spec
 from attnlab.viz._page_data import page_data
 
 sys.path.insert(0, str(Path(__file__).parents[1]))
-from checkpoints import minilm_dir  # noqa: E402
+from checkpoints import minilm_dir
 
 NODE_TEST = Path(__file__).parent / "js" / "inpage" / "inpage.test.js"
 COREF_DIR = Path(models.__file__).parents[1] / "builtin" / "coref"
@@ -52,17 +52,38 @@ def strings() -> list[str]:
     """Texts for the tokenizers: Chinese, punctuation (ASCII, full-width, Unicode), accents, case, spaces and
     controls, special tokens typed, long words, other scripts, and random mixtures of them."""
     fixed = [
-        *SENTENCES, "Hello, world! It's 3.14... (really?)", "Café Über naïve résumé ÀÉÎÕÜ", "小明likes打篮球!!",
-        "\t a\nb\u00a0c\u3000d\u2028e", "a\u0000b\u200bc\ufeffd\ufffde\x7f", "[MASK] is [CLS] and [mask] [SEP]x",
-        "x" * 101, "y" * 100, "😀👍 emoji", "こんにちは、世界。", "안녕하세요", "ΣΑΣ ΟΔΥΣΣΕΥΣ σοφός", "İstanbul",
-        "नमस्ते दुनिया", "مرحبا بالعالم", "ＡＢＣ１２３！", "unaffable playing played", "2026-12-05 $100 & 50% ~ ^_^",
-        "e.g. U.S.A. don't can't won't", '"quoted" «guillemets» „low“', "𠀀𪜀 ﬁ Ⅻ ㈱", "", "   ", "。，、；：？！",
-        "他她它 他们", "HELLO World hElLo", "a\u0301 o\u0308 e\u0300\u0301 n\u0303",
+        *SENTENCES,
+        "Hello, world! It's 3.14... (really?)",
+        "Café Über naïve résumé ÀÉÎÕÜ",
+        "小明likes打篮球!!",
+        "\t a\nb\u00a0c\u3000d\u2028e",
+        "a\u0000b\u200bc\ufeffd\ufffde\x7f",
+        "[MASK] is [CLS] and [mask] [SEP]x",
+        "x" * 101,
+        "y" * 100,
+        "😀👍 emoji",
+        "こんにちは、世界。",
+        "안녕하세요",
+        "ΣΑΣ ΟΔΥΣΣΕΥΣ σοφός",
+        "İstanbul",
+        "नमस्ते दुनिया",
+        "مرحبا بالعالم",
+        "ＡＢＣ１２３！",
+        "unaffable playing played",
+        "2026-12-05 $100 & 50% ~ ^_^",
+        "e.g. U.S.A. don't can't won't",
+        '"quoted" «guillemets» „low“',
+        "𠀀𪜀 ﬁ Ⅻ ㈱",
+        "",
+        "   ",
+        "。，、；：？！",
+        "他她它 他们",
+        "HELLO World hElLo",
+        "a\u0301 o\u0308 e\u0300\u0301 n\u0303",
     ]
     rng = np.random.default_rng(0)
-    pool = list("小明红他她是个运动达人画家，。！？、：；“”（）abcXYZéüÅß 1234567890-_'\"!?.,\t\n\u00a0ㄱ😀ﬁ[]") + [
-        "[MASK]", "[CLS]", "play", "##ing", "un", "the",
-    ]
+    pool = [*"小明红他她是个运动达人画家，。！？、：；“”（）abcXYZéüÅß 1234567890-_'\"!?.,\t\n\u00a0ㄱ😀ﬁ[]"]
+    pool += ["[MASK]", "[CLS]", "play", "##ing", "un", "the"]
     mixed = ["".join(rng.choice(pool, size=int(rng.integers(1, 25)))) for _ in range(150)]
     return fixed + mixed
 
@@ -112,9 +133,9 @@ def forward_case(model: models.Model, text: str, multiplier: float, ablated: lis
 
     def zeroed(layer: int, out: np.ndarray) -> np.ndarray:  # out (B, H, L, E)
         out = out.copy()
-        for l, h in ablated:
-            if l == layer:
-                out[:, h] = 0.0
+        for at, head in ablated:
+            if at == layer:
+                out[:, head] = 0.0
         return out
 
     ids = model.tokenizer.encode(text)
@@ -123,10 +144,12 @@ def forward_case(model: models.Model, text: str, multiplier: float, ablated: lis
     hidden: list[np.ndarray] = []
     network.forward(ids[None], None, None, None, record, hidden)  # (L,) -> (1, L)
     return {
-        "text": text, "ids": [int(i) for i in ids], "multiplier": multiplier, "ablated": [f"{l},{h}" for l, h in ablated],
+        "text": text, "ids": [int(i) for i in ids], "multiplier": multiplier,
+        "ablated": [f"{at},{head}" for at, head in ablated],
         "hidden": [listed(x[0]) for x in hidden],
         "layers": [
-            {name: listed(getattr(record.traces[i], name)) for name in ("Q", "K", "V", "weights")} for i in range(layers)
+            {name: listed(getattr(record.traces[i], name)) for name in ("Q", "K", "V", "weights")}
+            for i in range(layers)
         ],
     }  # fmt: skip
 
@@ -194,7 +217,11 @@ def test_the_pages_forward_is_attnlabs_for_minilm_in_float16(tmp_path):
     oracle = reloaded(spec, Path(minilm_dir()), tmp_path / "minilm")
     text = "The cat sat on the mat because it was tired."
     forwards = [forward_case(oracle, text, 1.0, []), forward_case(oracle, text, 0.5, [(5, 3), (2, 0)])]
-    cases = {"models": [{"name": "all-MiniLM-L6-v2", "spec": spec, "forwards": forwards}], "tokenizers": [], "page": None}
+    cases = {
+        "models": [{"name": "all-MiniLM-L6-v2", "spec": spec, "forwards": forwards}],
+        "tokenizers": [],
+        "page": None,
+    }
     assert "# pass 1" in run_node(tmp_path, cases)
 
 
@@ -207,7 +234,9 @@ def test_a_model_the_page_cannot_run_is_refused_in_one_line():
         network = None
         config = models.ModelConfig("llama", 10, 8, 1, 2, 2, 4, 16, True)
 
-    with pytest.raises(ArgumentError, match=r"^model: expected a BERT encoder .*got SmolLM2: a causal model of type 'llama'"):
+    with pytest.raises(
+        ArgumentError, match=r"^model: expected a BERT encoder .*got SmolLM2: a causal model of type 'llama'"
+    ):
         model_spec(Llama())
     with pytest.raises(ArgumentError, match="model: expected a model attnlab runs in NumPy"):
-        in_browser_page(object(), "text")
+        model_spec(object())

@@ -22,18 +22,18 @@ import json
 import math
 import re
 from importlib.resources import files
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from .._json import json_text
 from .._validation import fail
 from ..trace._display import display_text
-from ._page import _escaped, _escaped_json, _filled_page, check_path
+from ._encoding import script_safe
 from ._page_data import check_lang, page_data
 from ._page_size import PAGE_LIMITS
 
-__all__ = ["in_browser_page", "model_spec", "stored_weights", "write_in_browser"]
+__all__ = ["DATA_SLOT", "check_model_type", "in_browser_page", "model_spec", "stored_weights"]
 
 DATA_SLOT = "__ATTNLAB_INPAGE_TRACE__"  # in the frame's page: where the page's script puts the trace's JSON
 INPAGE_SCRIPTS = ("core", "i18n", "inpage_tokenizer", "inpage_model", "inpage_main")
@@ -49,9 +49,23 @@ def _numpy_model(model: Any) -> Any:
     return inner
 
 
-def _refusal(model: Any, why: str) -> Exception:
+def _refusal(name: str, why: str) -> Exception:
     return fail("model", "a BERT encoder with a WordPiece tokenizer whose page fits (builtin:coref, all-MiniLM-L6-v2)",
-                f"{model.name}: {why}")  # fmt: skip
+                f"{name}: {why}")  # fmt: skip
+
+
+def check_model_type(name: str, model_type: str | None, causal: bool) -> None:
+    """Refuse a model the page cannot run, from its config alone (before its weights load): one
+    whose ``model_type`` is not "bert" (None: a GGUF file's decoder), named ``name``; ``causal``: it
+    is a decoder (said in the refusal).
+
+    Raises:
+        ArgumentError: named ``model``, with the model's name and kind.
+    """
+    if model_type != "bert":
+        kind = "a GGUF file's causal decoder" if model_type is None else (
+            f"{'a causal model' if causal else 'a model'} of type {model_type!r}")  # fmt: skip
+        raise _refusal(name, f"{kind}; the page runs BERT encoders only")
 
 
 def stored_weights(model: Any) -> dict[str, np.ndarray]:
@@ -75,15 +89,14 @@ def stored_weights(model: Any) -> dict[str, np.ndarray]:
 
 def _tokenizer_spec(model: Any) -> dict[str, Any]:
     """What assets/js/inpage_tokenizer.js needs of a tokenizers BERT WordPiece tokenizer, or a refusal."""
-    tokenizer = model.tokenizer
-    backend = getattr(tokenizer, "backend", None)
-    if tokenizer is None or not hasattr(backend, "to_str"):
-        raise _refusal(model, "no tokenizer the page can run (it runs a tokenizer.json's BERT WordPiece)")
+    backend: Any = getattr(model.tokenizer, "backend", None)
+    if not hasattr(backend, "to_str"):
+        raise _refusal(model.name, "no tokenizer the page can run (it runs a tokenizer.json's BERT WordPiece)")
     spec = json.loads(backend.to_str())
     normalizer, pre, wordpiece = spec.get("normalizer") or {}, spec.get("pre_tokenizer") or {}, spec["model"]
     kinds = (normalizer.get("type"), pre.get("type"), wordpiece.get("type"))
     if kinds != ("BertNormalizer", "BertPreTokenizer", "WordPiece"):
-        raise _refusal(model, f"its tokenizer is {'/'.join(map(str, kinds))}, not BERT's WordPiece")
+        raise _refusal(model.name, f"its tokenizer is {'/'.join(map(str, kinds))}, not BERT's WordPiece")
     vocab = [""] * backend.get_vocab_size()
     for token, i in backend.get_vocab().items():
         vocab[i] = token
@@ -95,9 +108,15 @@ def _tokenizer_spec(model: Any) -> dict[str, Any]:
         "prefix": wordpiece.get("continuing_subword_prefix", "##"),
         "max_chars": int(wordpiece.get("max_input_chars_per_word", 100)), "lowercase": lowercase,
         "strip_accents": lowercase if strip is None else bool(strip),
-        "chinese": bool(normalizer.get("handle_chinese_chars", True)), "clean": bool(normalizer.get("clean_text", True)),
+        "chinese": bool(normalizer.get("handle_chinese_chars", True)),
+        "clean": bool(normalizer.get("clean_text", True)),
         "cls": vocab.index("[CLS]"), "sep": vocab.index("[SEP]"), "specials": specials,
     }  # fmt: skip
+
+
+def _base64(x: np.ndarray, dtype: str) -> str:
+    """``x`` as base64 of little-endian ``dtype`` ("float32" or "float16"), row major."""
+    return base64.b64encode(np.ascontiguousarray(x, dtype="<f4" if dtype == "float32" else "<f2").tobytes()).decode()
 
 
 def model_spec(model: Any) -> dict[str, Any]:
@@ -111,16 +130,14 @@ def model_spec(model: Any) -> dict[str, Any]:
     """
     model = _numpy_model(model)
     config = model.config
-    if config.model_type != "bert":
-        kind = "a causal model" if config.causal else "an encoder"
-        raise _refusal(model, f"{kind} of type {config.model_type!r}; the page runs BERT's forward only")
+    check_model_type(model.name, config.model_type, config.causal)
     weights = stored_weights(model)
     numbers = sum(x.size for x in weights.values())
     dtype = "float32" if 4 * numbers <= PAGE_LIMITS["exact"] else "float16"
     page = math.ceil(numbers * (4 if dtype == "float32" else 2) / 3) * 4  # the base64 characters
     if page > PAGE_LIMITS["page"]:
         raise _refusal(
-            model, f"its {numbers / 1e6:.1f} M weights take {page / 1e6:.0f} MB in 16 bits, past the page's "
+            model.name, f"its {numbers / 1e6:.1f} M weights take {page / 1e6:.0f} MB in 16 bits, past the page's "
             f"{PAGE_LIMITS['page'] / 1e6:g} MB",
         )  # fmt: skip
     raw = config.raw
@@ -135,18 +152,16 @@ def model_spec(model: Any) -> dict[str, Any]:
         },
         "tokenizer": _tokenizer_spec(model),
         "weights": {
-            name: {"dtype": dtype, "shape": list(x.shape),
-                   "data": base64.b64encode(np.ascontiguousarray(x, dtype="<f4" if dtype == "float32" else "<f2").tobytes()).decode()}
-            for name, x in weights.items()
+            name: {"dtype": dtype, "shape": list(x.shape), "data": _base64(x, dtype)} for name, x in weights.items()
         },
     }  # fmt: skip
 
 
-def in_browser_page(model: Any, text: str, *, lang: str = "en") -> str:
+def in_browser_page(model: Any, text: str, frame: str, *, lang: str = "en") -> str:
     """The HTML text of the page that runs ``model`` (see the module's docstring), opening on
-    ``text``: assets/inpage.html with the model, the frame's page (page.html, its data slot empty),
-    the skeleton of the trace's page data (its layers' names and rules; the numbers the page
-    computes) and the script (assets/js/, INPAGE_SCRIPTS), in ``lang`` ("en" or "zh").
+    ``text``: assets/inpage.html with the model, ``frame`` (page.html filled but for its data, whose
+    slot reads DATA_SLOT), the skeleton of the trace's page data (its layers' names and rules; the
+    numbers the page computes) and the script (assets/js/, INPAGE_SCRIPTS), in ``lang`` ("en" or "zh").
 
     Raises:
         ArgumentError: what :func:`model_spec` refuses, a ``lang`` other than "en" or "zh", a
@@ -156,23 +171,17 @@ def in_browser_page(model: Any, text: str, *, lang: str = "en") -> str:
     spec = model_spec(model)  # first: a model the page cannot run is refused before any work
     inner = _numpy_model(model)
     skeleton = page_data(inner.trace(text, truncation=True), None, lang)
-    for layer in skeleton["layers"]:  # type: ignore[union-attr]
+    layers: list[dict[str, object]] = skeleton["layers"]  # type: ignore[assignment]  # page_data's list
+    for layer in layers:
         for key in ("q", "k", "v", "scores"):
             layer[key] = None  # the page computes them
-    frame = _filled_page(DATA_SLOT, "null")
     assets = files("attnlab.viz") / "assets"
     script = "".join((assets / "js" / f"{name}.js").read_text(encoding="utf-8") for name in INPAGE_SCRIPTS)
     filling = {
-        "__ATTNLAB_MODEL__": _escaped_json(spec), "__ATTNLAB_FRAME__": _escaped(json.dumps(frame)),
-        "__ATTNLAB_SKELETON__": _escaped_json({"page": skeleton, "text": text, "lang": lang}),
+        "__ATTNLAB_MODEL__": script_safe(json_text(spec)), "__ATTNLAB_FRAME__": script_safe(json.dumps(frame)),
+        "__ATTNLAB_SKELETON__": script_safe(json_text({"page": skeleton, "text": text, "lang": lang})),
         "__ATTNLAB_INPAGE_SCRIPT__": script,
     }  # fmt: skip
     page = (assets / "inpage.html").read_text(encoding="utf-8")
     slots = re.compile("|".join(map(re.escape, filling)))
     return slots.sub(lambda slot: filling[slot[0]], page)  # one pass: nothing filled in is searched again
-
-
-def write_in_browser(model: Any, text: str, path: str | Path, *, lang: str = "en") -> None:
-    """Write :func:`in_browser_page` of ``model`` and ``text`` to ``path`` (.html)."""
-    target = check_path(path)
-    target.write_text(in_browser_page(model, text, lang=lang), encoding="utf-8")
