@@ -211,8 +211,6 @@ def test_the_tutorial_embeds_builtin_coref_running_in_the_page_where_a_reader_ty
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
 
-    from attnlab import models
-
     coref = models.load("builtin:coref", dtype=np.float64)
     typed = "小明是个运动达人，小红是个画家，她平时很爱画画"
     trace = coref.trace(typed)
@@ -224,6 +222,7 @@ def test_the_tutorial_embeds_builtin_coref_running_in_the_page_where_a_reader_ty
     options.binary_location = chromium
     for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run", "--window-size=1300,1000"):
         options.add_argument(flag)
+    drawn = "return window.attnlabInPage ? window.attnlabInPage.timing.redraws : 0"
     browser = webdriver.Chrome(service=Service(driver), options=options)
     try:
         for language in ("", "zh/"):
@@ -231,7 +230,6 @@ def test_the_tutorial_embeds_builtin_coref_running_in_the_page_where_a_reader_ty
             (frame,) = browser.find_elements(By.CSS_SELECTOR, "iframe.attnlab-inpage")
             assert frame.get_attribute("src") == (built_site / f"{language}tutorial/coref-typed.html").as_uri()
             browser.switch_to.frame(frame)
-            drawn = "return window.attnlabInPage ? window.attnlabInPage.timing.redraws : 0"
             WebDriverWait(browser, 120).until(lambda b: b.execute_script(drawn) >= 1)  # a hang, not a pace
             browser.execute_script(f"window.attnlabInPage.type({typed!r})")
             WebDriverWait(browser, 120).until(lambda b: b.execute_script(drawn) >= 2)

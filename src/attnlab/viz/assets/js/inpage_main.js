@@ -68,7 +68,9 @@
     const config = spec.config, tokenizer = createTokenizer(spec.tokenizer), model = createModel(spec);
     const state = { text: firstText, position: 0, ablated: new Set(), place: null, drawnText: null };
     const frame = $("inpage-view"), input = $("inpage-text"), slider = $("inpage-scale");
-    const timing = { started: null, forward: null, built: null, drawn: null, redraws: 0 };
+    // the last redraw's ms from the keystroke (or click) to its tokens and forward, its page built, its frame
+    // loaded; `usableAt`: ms from the page's start to its first frame loaded
+    const timing = { started: null, forward: null, built: null, drawn: null, redraws: 0, usableAt: null };
     $("inpage-summary").textContent = t("{0}: {1} layers × {2} heads, hidden {3}, weights in {4} — tokenized and run here, no server",
       config.name, config.layers, config.heads, config.hidden, Object.values(spec.weights)[0].dtype);
     input.value = firstText;
@@ -128,6 +130,7 @@
       if (timing.started !== null) {
         timing.drawn = performance.now() - timing.started;
         timing.redraws += 1;
+        timing.usableAt ??= performance.now();
         $("inpage-note").textContent = t("recomputed in this page in {0} ms (tokens and forward {1} ms)",
           Math.round(timing.drawn), Math.round(timing.forward));
       }
