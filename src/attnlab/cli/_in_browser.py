@@ -29,6 +29,7 @@ def write_in_browser_page(args: argparse.Namespace) -> None:
         InputError: no --model or --text, two texts, an option of :data:`_NOT_WITH`, --backend
             transformers, or a model the page cannot run (one line naming it and why).
     """
+    from ..trace._display import shown_name
     from ..viz._inpage import check_model_type
     from ..viz._page import view
 
@@ -51,4 +52,6 @@ def write_in_browser_page(args: argparse.Namespace) -> None:
     runner = loaded(checkpoint)
     in_cli_words(lambda: view(runner, args.output, text=args.text, lang=args.lang, in_browser=True), options)
     size = os.path.getsize(args.output)
-    print(f"wrote {args.output} ({size / 1e6:.1f} MB): {args.model} runs in the page; open it in a browser, no server")
+    print(
+        f"wrote {args.output} ({size / 1e6:.1f} MB): {shown_name(args.model)} runs in the page; open it in a browser, no server"
+    )

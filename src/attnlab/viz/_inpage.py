@@ -28,7 +28,7 @@ import numpy as np
 
 from .._json import json_text
 from .._validation import fail
-from ..trace._display import display_text
+from ..trace._display import display_text, shown_name
 from ._encoding import script_safe
 from ._page_data import check_lang, page_data
 from ._page_size import PAGE_LIMITS
@@ -145,7 +145,7 @@ def model_spec(model: Any) -> dict[str, Any]:
     answer = block.get("answer_head") if isinstance(block.get("answer_head"), dict) else None
     return {
         "config": {
-            "name": display_text(model.name), "hidden": config.hidden_size, "heads": config.num_attention_heads,
+            "name": display_text(shown_name(model.name)), "hidden": config.hidden_size, "heads": config.num_attention_heads,
             "layers": config.num_hidden_layers, "eps": float(raw.get("layer_norm_eps", 1e-12)),
             "activation": raw.get("hidden_act", "gelu"), "max_positions": config.max_position_embeddings,
             "answer": answer, "asks": ASKED_ABOUT.get(str(block.get("task")), []),
