@@ -52,6 +52,5 @@ def write_in_browser_page(args: argparse.Namespace) -> None:
     runner = loaded(checkpoint)
     in_cli_words(lambda: view(runner, args.output, text=args.text, lang=args.lang, in_browser=True), options)
     size = os.path.getsize(args.output)
-    print(
-        f"wrote {args.output} ({size / 1e6:.1f} MB): {shown_name(args.model)} runs in the page; open it in a browser, no server"
-    )
+    name = shown_name(args.model)
+    print(f"wrote {args.output} ({size / 1e6:.1f} MB): {name} runs in the page; open it in a browser, no server")
