@@ -147,7 +147,7 @@ def model_spec(model: Any) -> dict[str, Any]:
         "config": {
             "name": display_text(shown_name(model.name)), "hidden": config.hidden_size,
             "heads": config.num_attention_heads, "layers": config.num_hidden_layers,
-            "eps": float(raw.get("layer_norm_eps", 1e-12)),
+            "eps": float(model.network.embed_norm.eps),
             "activation": raw.get("hidden_act", "gelu"), "max_positions": config.max_position_embeddings,
             "answer": answer, "asks": ASKED_ABOUT.get(str(block.get("task")), []),
         },
