@@ -11,6 +11,7 @@ import base64
 import copy
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -240,3 +241,20 @@ def test_a_model_the_page_cannot_run_is_refused_in_one_line():
         model_spec(Llama())
     with pytest.raises(ArgumentError, match="model: expected a model attnlab runs in NumPy"):
         model_spec(object())
+
+
+def test_a_model_past_the_pages_budget_is_refused_with_its_size(monkeypatch):
+    from attnlab import ArgumentError
+    from attnlab.viz import _page_size
+
+    coref = models.load("builtin:coref")
+    monkeypatch.setitem(_page_size.PAGE_LIMITS, "exact", 0)  # float16, then 2 bytes a weight
+    monkeypatch.setitem(_page_size.PAGE_LIMITS, "page", 100_000)
+    weights = 64 * 101 + 64 * 64 + 64 + 2 * 64 + 2 * (4 * (64 * 64 + 64) + 2 * 64 * 128 + 128 + 64 + 4 * 64)
+    size = -(-weights * 2 // 3) * 4  # base64 characters of 2 bytes a weight
+    refusal = (
+        f"got builtin:coref: its {weights / 1e6:.1f} M weights take {size / 1e6:.0f} MB in 16 bits, "
+        "past the page's 0.1 MB"
+    )
+    with pytest.raises(ArgumentError, match=re.escape(refusal)):
+        model_spec(coref)
