@@ -51,13 +51,24 @@
     gelu: (x) => 0.5 * x * (1 + erf(x / Math.SQRT2)),
     gelu_new: (x) => 0.5 * x * (1 + Math.tanh(Math.sqrt(2 / Math.PI) * (x + 0.044715 * x * x * x))),
   };
-  // y (rows, out) = x (rows, in)·Wᵀ + b, W (out, in)
+  // y (rows, out) = x (rows, in)·Wᵀ + b, W (out, in); four outputs at a time, each its own sum over e in order
   function linear(x, rows, w, b, n) {
     const m = b.length, y = new Float64Array(rows * m);
     for (let i = 0; i < rows; i++) {
-      for (let o = 0; o < m; o++) {
+      const xi = i * n;
+      let o = 0;
+      for (; o + 4 <= m; o += 4) {
+        const w0 = o * n, w1 = w0 + n, w2 = w1 + n, w3 = w2 + n;
+        let s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+        for (let e = 0; e < n; e++) {
+          const v = x[xi + e];
+          s0 += v * w[w0 + e]; s1 += v * w[w1 + e]; s2 += v * w[w2 + e]; s3 += v * w[w3 + e];
+        }
+        y[i * m + o] = s0 + b[o]; y[i * m + o + 1] = s1 + b[o + 1]; y[i * m + o + 2] = s2 + b[o + 2]; y[i * m + o + 3] = s3 + b[o + 3];
+      }
+      for (; o < m; o++) {
         let sum = 0;
-        for (let e = 0, xi = i * n, wo = o * n; e < n; e++) sum += x[xi + e] * w[wo + e];
+        for (let e = 0, wo = o * n; e < n; e++) sum += x[xi + e] * w[wo + e];
         y[i * m + o] = sum + b[o];
       }
     }
