@@ -199,3 +199,45 @@ def test_no_code_block_scrolls_sideways_and_the_reference_is_every_commands_help
                 assert wide == 0, f"{language}{page}: {wide} code blocks scroll sideways"
     finally:
         browser.quit()
+
+
+@pytest.mark.browser
+def test_the_tutorial_embeds_builtin_coref_running_in_the_page_where_a_reader_types(built_site):
+    """The 他 → 小明 section's second frame runs builtin:coref itself: typing 她 and 画画 moves the
+    answer to 小红's 红, in both languages (numbers: attnlab's NumPy forward of the same weights)."""
+    pytest.importorskip("selenium")
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    coref = models.load("builtin:coref", dtype=np.float64)
+    typed = "小明是个运动达人，小红是个画家，她平时很爱画画"
+    trace = coref.trace(typed)
+    she = trace.tokens.index("她")
+    row = trace[1].weights[0, she]  # the answering head, layer 1 head 0
+    chromium, driver = shutil.which("chromium"), shutil.which("chromedriver")
+    assert chromium and driver, "the browser tests need Debian's chromium and chromium-driver (see README)"
+    options = webdriver.ChromeOptions()
+    options.binary_location = chromium
+    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run", "--window-size=1300,1000"):
+        options.add_argument(flag)
+    drawn = "return window.attnlabInPage ? window.attnlabInPage.timing.redraws : 0"
+    browser = webdriver.Chrome(service=Service(driver), options=options)
+    try:
+        for language in ("", "zh/"):
+            browser.get((built_site / f"{language}tutorial/self-attention.html").as_uri())
+            (frame,) = browser.find_elements(By.CSS_SELECTOR, "iframe.attnlab-inpage")
+            assert frame.get_attribute("src") == (built_site / f"{language}tutorial/coref-typed.html").as_uri()
+            browser.switch_to.frame(frame)
+            WebDriverWait(browser, 120).until(lambda b: b.execute_script(drawn) >= 1)  # a hang, not a pace
+            browser.execute_script(f"window.attnlabInPage.type({typed!r})")
+            WebDriverWait(browser, 120).until(lambda b: b.execute_script(drawn) >= 2)
+            answer = browser.execute_script("return window.attnlabInPage.answer")
+            assert trace.tokens[int(answer["key"])] == "红" and int(answer["key"]) == int(np.argmax(row))
+            assert float(answer["weight"]) == pytest.approx(float(row.max()), abs=1e-9)
+            title = browser.find_element(By.ID, "inpage-title").text  # the page speaks its tutorial's language
+            assert title == ("模型就在这个页面里运行" if language else "the model runs in this page")
+            browser.switch_to.default_content()
+    finally:
+        browser.quit()

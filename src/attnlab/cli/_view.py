@@ -5,7 +5,9 @@ table for one query, a live scale slider and PNG/SVG export. With --model, --tex
 twice shows both texts under the same layer and head, side by side, and their difference
 where the tokens align; --generate N shows each generated token's attention over
 everything before it, as the decode steps with the KV cache computed it; --rollout adds
-attention rollout and flow (attnlab.analysis); --lang zh writes the page's interface in Chinese.
+attention rollout and flow (attnlab.analysis); --lang zh writes the page's interface in Chinese;
+--in-browser puts a BERT encoder's weights and tokenizer in the page, which runs it on what the
+reader types (no server: ``attnlab serve`` is the live page that a Python process computes).
 
 Examples::
 
@@ -15,6 +17,7 @@ Examples::
   attnlab view --model builtin:coref --text "小明是个运动达人，小红是个音乐迷，他平时很爱打篮球" \\
       --text "小明是个运动达人，小红是个音乐迷，她平时很爱弹钢琴" -o two.html
   attnlab view --model gpt2 --text "The cat sat on the" --generate 8 -o generated.html
+  attnlab view --model builtin:coref --text "小明喜欢打球，小红喜欢唱歌，她" --in-browser -o typed.html
 """
 
 from __future__ import annotations
@@ -48,6 +51,12 @@ def add_options(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="with --model: add attention rollout and flow (Abnar & Zuidema 2020) over every layer",
     )
+    parser.add_argument(
+        "--in-browser",
+        action="store_true",
+        help="with --model of a BERT encoder (builtin:coref, all-MiniLM-L6-v2): the page carries the model and runs "
+        "it, so that a reader types a sentence and every view is recomputed in the browser, offline, with no server",
+    )
     add_lang_option(parser, "en", "the page's interface (headings, labels, notes): en (default) or zh")
 
 
@@ -63,6 +72,11 @@ def run(args: argparse.Namespace) -> None:
     from ..viz._views import Views
 
     check_path(args.output)
+    if args.in_browser:
+        from ._in_browser import write_in_browser_page
+
+        write_in_browser_page(args)
+        return
     check_texts(args, two_allowed=True)
     if args.rollout:
         from ._rollout import require_analysis

@@ -28,7 +28,8 @@ from .._json import json_text
 from .._validation import MissingDependencyError, fail, output_path
 from ..trace import GenerationTrace, ModelTrace
 from ..trace._trace import Trace
-from ._page_data import check_lang, opening, page_data
+from ._encoding import script_safe
+from ._page_data import opening, page_data
 from ._page_size import GIVEN_SCORES_UP_TO, PAGE_LIMITS, PageShape, check_page_size, encoding, page_bytes
 from ._views import Views, split_pair, views_data
 
@@ -75,16 +76,11 @@ def render_page(
             f"a page of {len(payload) / 1e6:.1f} MB, at most {PAGE_LIMITS['page'] / 1e6:g} MB: masks of many runs "
             f"a row; use fewer tokens" + (" or fewer layers" if shape.layers > 1 else ""),
         )  # fmt: skip
-    return _filled_page(_escaped(payload), _escaped_json(views_data(trace, views)))
+    return _filled_page(script_safe(payload), _escaped_json(views_data(trace, views)))
 
 
 def _escaped_json(data: object) -> str:
-    return _escaped(json_text(data))
-
-
-def _escaped(payload: str) -> str:
-    """JSON that cannot close its <script> block."""
-    return payload.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+    return script_safe(json_text(data))
 
 
 # the page's script: its modules (assets/js/), inlined in this order into one <script> (each adds what it
@@ -195,6 +191,7 @@ def view(
     rollout: ArrayLike | None = None,
     flow: ArrayLike | None = None,
     lang: str = "en",
+    in_browser: bool = False,
 ) -> str | None:
     """The interactive page of ``trace``, self-contained: scripts, styles and data inline.
 
@@ -219,6 +216,11 @@ def view(
         flow: attention flow, (layers, L, L) (``attnlab.analysis.flow``), beside the rollout.
         lang: the language of the page's interface (headings, labels, buttons, notes):
             "en" (default) or "zh" (Simplified Chinese); the numbers and tokens are the same.
+        in_browser: with a model (a BERT encoder: builtin:coref, all-MiniLM-L6-v2) and
+            ``text``: the page carries the model's weights and tokenizer and runs it, opening
+            on ``text``: its reader types a sentence and every view is recomputed in the
+            browser, with a scale for every layer and heads to ablate (see
+            :mod:`attnlab.viz._inpage`); no layer, head, query or other view with it.
 
     Each of layer, head and query left None is the trace's own (a model's answering head
     where its config names one, such as builtin:coref's layer 1, head 0 on the pronoun),
@@ -231,7 +233,11 @@ def view(
             does not fit the trace (see :func:`._views.views_data`), or a ``lang`` other
             than "en" or "zh"; a model without a ``text``, a trace with one.
         ArgumentTypeError: a trace, pair or generation of another type.
+        ArgumentError: ``in_browser`` without a model and a text, with another view, or
+            with a model the page cannot run (not a BERT encoder, or past the page's size).
     """
+    if in_browser:
+        return _in_browser(trace, path, text, lang, (layer, head, query, generation, rollout, flow))
     first, second = split_pair(traced(trace, text))
     _check_trace(first)
     if generation is not None and not isinstance(generation, GenerationTrace):
@@ -241,6 +247,24 @@ def view(
     if path is None:
         return render_page(first, opens, views, lang=lang)
     write_page(first, path, opens, views, lang=lang)
+    return None
+
+
+def _in_browser(model: Any, path: str | Path | None, text: Any, lang: str, others: tuple[object, ...]) -> str | None:
+    """:func:`view`'s page that runs ``model`` (:mod:`._inpage`), once nothing else is asked of it."""
+    from ._inpage import DATA_SLOT, in_browser_page
+
+    if not isinstance(model, Traceable) or not isinstance(text, str):
+        raise fail("in_browser", "a model and a text (the page runs the model on what its reader types)",
+                   f"{type(model).__name__} and text={text!r}")  # fmt: skip
+    if any(x is not None for x in others):
+        raise fail("in_browser", "no layer, head, query, generation, rollout or flow (the page runs every layer)",
+                   "one of them")  # fmt: skip
+    target = None if path is None else check_path(path)
+    page = in_browser_page(model, text, _filled_page(DATA_SLOT), lang=lang)
+    if target is None:
+        return page
+    target.write_text(page, encoding="utf-8")
     return None
 
 
@@ -299,7 +323,13 @@ def notebook_html(
     """The page in a sandboxed iframe, for Jupyter, opening on ``opens``, with ``views``, in
     ``lang`` (see :func:`render_page`): its scripts run in an opaque origin that can reach
     neither the notebook nor the network."""
-    page = html.escape(render_page(trace, opens, views, lang=lang), quote=True)
+    return framed(render_page(trace, opens, views, lang=lang), height)
+
+
+def framed(page: str, height: int = 900) -> str:
+    """A page's HTML text in a sandboxed iframe ``height`` px high, for Jupyter: its scripts run in an
+    opaque origin that can reach neither the notebook nor the network."""
+    page = html.escape(page, quote=True)
     return (  # in a div: IPython warns about HTML that starts with <iframe
         f'<div><iframe sandbox="allow-scripts allow-downloads" srcdoc="{page}" title="attnlab view" '
         f'style="width: 100%; height: {height}px; border: 1px solid #ddd"></iframe></div>'
@@ -314,6 +344,7 @@ def show(
     head: int | None = None,
     query: int | None = None,
     lang: str = "en",
+    in_browser: bool = False,
 ) -> None:
     """Display the page of ``trace`` in a Jupyter notebook (IPython's display).
 
@@ -325,18 +356,21 @@ def show(
         head: the head it opens on.
         query: the query it opens on.
         lang: the language of its interface, "en" (default) or "zh", as :func:`view` takes it.
+        in_browser: the page that runs the model on what its reader types, as :func:`view` takes it.
 
     Raises:
         ArgumentError: a layer, head or query out of range, or another ``lang``, a model
-            without a ``text`` (see :func:`view`).
+            without a ``text``, ``in_browser`` with a model it cannot run (see :func:`view`).
         MissingDependencyError: IPython is not installed.
     """
-    first, second = split_pair(traced(trace, text))
-    _check_trace(first)
-    opens = opening(first, layer, head, query)
-    check_lang(lang)
+    if in_browser:
+        shown = framed(_in_browser(trace, None, text, lang, (layer, head, query)) or "", 1200)
+    else:
+        first, second = split_pair(traced(trace, text))
+        _check_trace(first)
+        shown = notebook_html(first, opens=opening(first, layer, head, query), views=Views(second), lang=lang)
     try:
         from IPython.display import HTML, display
     except ImportError:
         raise MissingDependencyError("attnlab.show needs IPython (Jupyter): pip install ipython") from None
-    display(HTML(notebook_html(first, opens=opens, views=Views(second), lang=lang)))
+    display(HTML(shown))

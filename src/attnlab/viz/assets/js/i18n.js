@@ -190,6 +190,18 @@
     "this layer or head is not in both traces": "这一层或这个头不同时在两条轨迹里",
     "B − A: query {0} → key {1}: {2} − {3} = {4}": "B − A：查询 {0} → 键 {1}：{2} − {3} = {4}",
     "{0}: query {1} ({2}) → key {3} ({4}): {5}": "{0}：查询 {1}（{2}）→ 键 {3}（{4}）：{5}",
+    // inpage_main (attnlab view --in-browser: the page that runs its model)
+    "the model runs in this page": "模型就在这个页面里运行",
+    "text": "文本",
+    "scale of every layer's scores, in the forward": "每一层分数的缩放系数（在前向计算里）",
+    "click a head to ablate it (its output zero); click again to restore it:": "点击一个头把它消融（输出置零）；再点击一次恢复：",
+    "{0}: {1} layers × {2} heads, hidden {3}, weights in {4} — tokenized and run here, no server":
+      "{0}：{1} 层 × {2} 个头，隐藏维度 {3}，权重为 {4}——分词和前向计算都在这里完成，不需要服务器",
+    "layer {0}, head {1}: click to ablate it": "第 {0} 层，头 {1}：点击把它消融",
+    "the text was cut to the model's {0} positions": "文本被截断到模型的 {0} 个位置",
+    "{0} → {1}: ": "{0} → {1}：",
+    "(layer {0}, head {1})": "（第 {0} 层，头 {1}）",
+    "recomputed in this page in {0} ms (tokens and forward {1} ms)": "在这个页面里重新计算用了 {0} 毫秒（分词和前向计算 {1} 毫秒）",
   };
   const DICTIONARIES = { en: {}, zh: ZH };
   let words = DICTIONARIES.en; // the language's dictionary: set once, by useLanguage, before the page is drawn
