@@ -1,0 +1,140 @@
+"""What the statistics page carries, as JSON: a model's statistics at length
+(``attnlab.trace.ModelStatistics``: every layer and head, no weights) packed to fit a page
+of at most PAGE_LIMITS["page"] bytes. The keys are the names the page's script
+(assets/js/length_state.js, ``statisticsOf``) reads.
+
+Per head (layers × heads, row-major, each L or S numbers), base64 of little-endian bytes:
+
+    received      float16   Σ_i P_ij, the attention key j receives (2⁻¹¹ relative)
+    entropy       uint8     round(255 · entropy_i / log L) (log L / 510 nats at most off)
+    sink_share    uint8     round(255 · sink_share_i) (1/510 at most off)
+    top_keys      uint16    query i's k keys of largest weight, 65535 past the keys it sees
+    top_weights   uint8     round(255 · their weights)
+
+k is the statistics' top_k, or fewer where the page would pass its size (:func:`page_top_k`).
+Per head too, as JSON numbers: the distance profile (each bin's share of the head's
+weight, 4 digits) and the role (:mod:`._head_roles`) with its shares.
+"""
+
+from __future__ import annotations
+
+import base64
+from typing import Any, Protocol
+
+import numpy as np
+
+from .._validation import Array, fail
+from ..engine import AttentionStatistics
+from ..trace._display import display_text
+from ._head_roles import ROLES, head_roles
+from ._page_data import _sequence, check_lang
+from ._page_size import PAGE_LIMITS
+
+__all__ = ["NO_KEY", "ModelStatisticsLike", "page_top_k", "statistics_bytes", "statistics_data"]
+
+NO_KEY = 0xFFFF  # a top key past the keys a query sees (the statistics' −1)
+_BYTES_A_POSITION = 2 + 1 + 1  # received (float16), entropy and sink share (uint8)
+_BYTES_A_TOP_KEY = 2 + 1  # its index (uint16) and weight (uint8)
+_FLOAT16_MAX = 65504.0  # a key that receives more (past 65,504 queries) reads as this
+
+
+class ModelStatisticsLike(Protocol):
+    """What the page reads of a model's statistics (``attnlab.trace.ModelStatistics``)."""
+
+    model: str
+    tokens: list[str]
+    special: list[bool]
+    template: list[bool] | None
+    notes: list[str]
+    architecture: str
+    num_key_value_heads: int
+    statistics: AttentionStatistics
+
+
+def statistics_bytes(heads: int, length: int, top_k: int) -> int:
+    """About the bytes of a statistics page's data for ``heads`` heads in all (layers × heads)
+    over ``length`` tokens with ``top_k`` top keys a query, in base64 (the distance profiles
+    and tokens are a few hundred kB more at most)."""
+    return heads * length * (_BYTES_A_POSITION + _BYTES_A_TOP_KEY * top_k) * 4 // 3
+
+
+def page_top_k(heads: int, length: int, top_k: int) -> int:
+    """The most top keys a query (at most ``top_k``) whose page fits PAGE_LIMITS["page"].
+
+    Raises:
+        ArgumentError: not even the per-position statistics fit (no top keys).
+    """
+    for k in range(top_k, -1, -1):
+        if statistics_bytes(heads, length, k) <= PAGE_LIMITS["page"]:
+            return k
+    size = statistics_bytes(heads, length, 0) / 1e6
+    raise fail(
+        "statistics", "a page that a browser opens in a few seconds",
+        f"{heads} heads × {length} tokens: about {size:.0f} MB, at most {PAGE_LIMITS['page'] / 1e6:g} MB",
+    )  # fmt: skip
+
+
+def _packed(x: Array, dtype: str) -> str:
+    return base64.b64encode(np.ascontiguousarray(x, dtype=dtype).tobytes()).decode()
+
+
+def _unit(x: Array) -> Array:
+    """x in [0, 1] as round(255·x), uint8 (NaN as 0)."""
+    return np.rint(np.clip(np.nan_to_num(x), 0.0, 1.0) * 255).astype(np.uint8)
+
+
+def statistics_data(
+    stats: ModelStatisticsLike, lang: str = "en", opens: dict[str, int] | None = None, headline: str = ""
+) -> dict[str, Any]:
+    """The statistics page's data (the module's docstring): the tokens and their marks, the
+    counts (layers, heads, L, k), the packed arrays, each head's distance profile and role,
+    the role rule, the model's name and notes, ``headline`` (a line at the top of the page:
+    why it shows statistics), the view it opens on (``opens``: layer, head, token; default
+    layer 0, head 0, token 0) and the language ``lang``.
+
+    Raises:
+        ArgumentError: ``lang`` is neither "en" nor "zh"; a page past its size.
+    """
+    check_lang(lang)
+    s = stats.statistics
+    layers, heads, length = s.entropy.shape  # (layers, heads, L)
+    k = page_top_k(layers * heads, length, s.top_keys.shape[-1])
+    roles = head_roles(s)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        distance = s.distance / s.distance.sum(axis=-1, keepdims=True)  # (layers, heads, bins): shares
+    top_keys = np.where(s.top_keys[..., :k] >= 0, s.top_keys[..., :k], NO_KEY)  # (layers, heads, L, k)
+    log_length = float(np.log(max(length, 2)))
+    tokens = [display_text(t) for t in stats.tokens]
+    return {  # fmt: skip
+        "kind": "statistics",
+        "model": display_text(stats.model),
+        "architecture": display_text(stats.architecture),
+        "kv_heads": stats.num_key_value_heads,
+        "lang": lang,
+        "headline": headline,
+        "notes": [display_text(n) for n in stats.notes],
+        "sequence": _sequence("tokens", tokens, list(stats.special), [""] * length, stats.template),
+        "layers": layers,
+        "heads": heads,
+        "length": length,
+        "keys": s.received.shape[-1],
+        "top_k": k,
+        "sink_keys": s.sink_keys,
+        "local_keys": s.local_keys,
+        "log_length": log_length,
+        "received": _packed(np.minimum(s.received, _FLOAT16_MAX), "<f2"),
+        "entropy": _packed(_unit(s.entropy / log_length), "u1"),
+        "sink_share": _packed(_unit(s.sink_share), "u1"),
+        "top_keys": _packed(top_keys, "<u2"),
+        "top_weights": _packed(_unit(s.top_weights[..., :k]), "u1"),
+        "distance_bins": s.distance_bins.tolist(),
+        "distance": np.round(np.nan_to_num(distance), 4).reshape(layers * heads, -1).tolist(),
+        "roles": {
+            "names": list(ROLES),
+            "role": roles.role.reshape(-1).tolist(),
+            "sink": np.round(roles.sink, 4).reshape(-1).tolist(),
+            "local": np.round(roles.local, 4).reshape(-1).tolist(),
+            "far": np.round(roles.far, 4).reshape(-1).tolist(),
+        },
+        "opens": {"layer": 0, "head": 0, "token": 0, **(opens or {})},
+    }
