@@ -105,7 +105,7 @@ def statistics_data(
     top_keys = np.where(s.top_keys[..., :k] >= 0, s.top_keys[..., :k], NO_KEY)  # (layers, heads, L, k)
     log_length = float(np.log(max(length, 2)))
     tokens = [display_text(t) for t in stats.tokens]
-    return {  # fmt: skip
+    return {
         "kind": "statistics",
         "model": display_text(stats.model),
         "architecture": display_text(stats.architecture),
