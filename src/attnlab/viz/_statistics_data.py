@@ -5,7 +5,7 @@ of at most PAGE_LIMITS["page"] bytes. The keys are the names the page's script
 
 Per head (layers × heads, row-major, each L or S numbers), base64 of little-endian bytes:
 
-    received      float16   Σ_i P_ij, the attention key j receives (2⁻¹¹ relative)
+    received      float16   Σ_i P_ij, the attention key j receives (2⁻¹¹ relative, 2⁻²⁵ absolute)
     entropy       uint8     round(255 · entropy_i / log L) (log L / 510 nats at most off)
     sink_share    uint8     round(255 · sink_share_i) (1/510 at most off)
     top_keys      uint16    query i's k keys of largest weight, 65535 past the keys it sees
@@ -19,36 +19,23 @@ weight, 4 digits) and the role (:mod:`._head_roles`) with its shares.
 from __future__ import annotations
 
 import base64
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
 from .._validation import Array, fail
-from ..engine import AttentionStatistics
+from ..trace import ModelStatistics
 from ..trace._display import display_text
 from ._head_roles import ROLES, head_roles
 from ._page_data import _sequence, check_lang
 from ._page_size import PAGE_LIMITS
 
-__all__ = ["NO_KEY", "ModelStatisticsLike", "page_top_k", "statistics_bytes", "statistics_data"]
+__all__ = ["NO_KEY", "page_top_k", "statistics_bytes", "statistics_data"]
 
 NO_KEY = 0xFFFF  # a top key past the keys a query sees (the statistics' −1)
 _BYTES_A_POSITION = 2 + 1 + 1  # received (float16), entropy and sink share (uint8)
 _BYTES_A_TOP_KEY = 2 + 1  # its index (uint16) and weight (uint8)
 _FLOAT16_MAX = 65504.0  # a key that receives more (past 65,504 queries) reads as this
-
-
-class ModelStatisticsLike(Protocol):
-    """What the page reads of a model's statistics (``attnlab.trace.ModelStatistics``)."""
-
-    model: str
-    tokens: list[str]
-    special: list[bool]
-    template: list[bool] | None
-    notes: list[str]
-    architecture: str
-    num_key_value_heads: int
-    statistics: AttentionStatistics
 
 
 def statistics_bytes(heads: int, length: int, top_k: int) -> int:
@@ -84,11 +71,11 @@ def _unit(x: Array) -> Array:
 
 
 def statistics_data(
-    stats: ModelStatisticsLike, lang: str = "en", opens: dict[str, int] | None = None, headline: str = ""
+    stats: ModelStatistics, lang: str = "en", opens: dict[str, int] | None = None, headline: str = ""
 ) -> dict[str, Any]:
     """The statistics page's data (the module's docstring): the tokens and their marks, the
     counts (layers, heads, L, k), the packed arrays, each head's distance profile and role,
-    the role rule, the model's name and notes, ``headline`` (a line at the top of the page:
+    the model's name and notes, ``headline`` (a line at the top of the page:
     why it shows statistics), the view it opens on (``opens``: layer, head, token; default
     layer 0, head 0, token 0) and the language ``lang``.
 
@@ -113,7 +100,7 @@ def statistics_data(
         "lang": lang,
         "headline": headline,
         "notes": [display_text(n) for n in stats.notes],
-        "sequence": _sequence("tokens", tokens, list(stats.special), [""] * length, stats.template),
+        "sequence": _sequence("tokens", tokens, list(stats.special), list(stats.parts), stats.template),
         "layers": layers,
         "heads": heads,
         "length": length,

@@ -18,7 +18,8 @@ from pathlib import Path
 
 from .._json import json_text
 from ._page import _escaped, check_path
-from ._statistics_data import ModelStatisticsLike, statistics_data
+from ..trace import ModelStatistics
+from ._statistics_data import statistics_data
 
 __all__ = ["STATISTICS_SCRIPTS", "past_the_page", "render_statistics_page", "write_statistics_page"]
 
@@ -37,7 +38,7 @@ def past_the_page(length: int, cap: int) -> str:
 
 
 def render_statistics_page(
-    stats: ModelStatisticsLike, *, lang: str = "en", opens: dict[str, int] | None = None, headline: str = ""
+    stats: ModelStatistics, *, lang: str = "en", opens: dict[str, int] | None = None, headline: str = ""
 ) -> str:
     """The statistics page of ``stats`` as HTML text, its interface in ``lang`` ("en" or "zh"),
     opening on ``opens`` (layer, head, token), with ``headline`` at its top (see
@@ -48,7 +49,7 @@ def render_statistics_page(
     filling = {
         "__ATTNLAB_STYLE__": assets.joinpath("length.css").read_text(encoding="utf-8"),
         "__ATTNLAB_SCRIPT__": "".join(
-            assets.joinpath("js", f"{name}.js").read_text(encoding="utf-8") for name in STATISTICS_SCRIPTS
+            assets.joinpath("js").joinpath(f"{name}.js").read_text(encoding="utf-8") for name in STATISTICS_SCRIPTS
         ),
         "__ATTNLAB_DATA__": payload,
     }
@@ -57,7 +58,7 @@ def render_statistics_page(
 
 
 def write_statistics_page(
-    stats: ModelStatisticsLike,
+    stats: ModelStatistics,
     path: str | Path,
     *,
     lang: str = "en",
