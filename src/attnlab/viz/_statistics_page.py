@@ -17,8 +17,8 @@ from importlib.resources import files
 from pathlib import Path
 
 from .._json import json_text
-from ._page import _escaped, check_path
 from ..trace import ModelStatistics
+from ._page import _escaped, check_path
 from ._statistics_data import statistics_data
 
 __all__ = ["STATISTICS_SCRIPTS", "past_the_page", "render_statistics_page", "write_statistics_page"]
