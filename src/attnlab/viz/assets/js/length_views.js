@@ -213,7 +213,8 @@
     const { stats } = app;
     app.goTo = (token) => {
       const i = Math.min(app.L - 1, Math.max(0, token));
-      app.store.setState({ token: i, ...rangeShowing(app.store.state, i, app.L) });
+      const { from, to } = rangeShowing(app.store.state, i, app.L);
+      app.store.setState({ token: i, from, to });
     };
     const profiles = mountProfiles(app);
     mountControls(app);
