@@ -56,9 +56,9 @@ def test_the_positions_are_the_entropy_and_sink_share_lines(stats, tmp_path):
 def test_a_bad_view_layer_or_head_is_refused_by_name(stats, tmp_path):
     with pytest.raises(ValueError, match="view: expected one of profiles, received, positions"):
         plot_statistics(stats, tmp_path / "x.png", view="weights")
-    with pytest.raises(ValueError, match="layers: expected layer indices in 0..1"):
+    with pytest.raises(ValueError, match=r"layers: expected layer indices in 0\.\.1"):
         plot_statistics(stats, tmp_path / "x.png", view="received", layers=[2])
     with pytest.raises(ValueError, match="heads"):
         plot_statistics(stats, tmp_path / "x.png", view="received", heads="5")
-    with pytest.raises(TypeError, match="stats: expected an attnlab.trace.ModelStatistics"):
+    with pytest.raises(TypeError, match=r"stats: expected an attnlab\.trace\.ModelStatistics"):
         plot_statistics(stats.statistics, tmp_path / "x.png")  # type: ignore[arg-type]
