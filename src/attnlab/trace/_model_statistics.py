@@ -19,16 +19,16 @@ import numpy as np
 from .._json import json_text
 from .._validation import ArgumentError, AttnlabError, fail
 from ..engine import AttentionStatistics
+from ..engine._statistics import BATCHED
 from ._display import shown_name
 from ._packed import packed, unpacked
 
 __all__ = ["ModelStatistics"]
 
-# AttentionStatistics' arrays over (layers, heads, …): per query (…, L), per query and
-# rank (…, L, top_k), per key (…, S), per distance bin (…, 2K + 1)
+# AttentionStatistics' arrays (BATCHED) over (layers, heads, …): per query (…, L), per
+# query and rank (…, L, top_k), per key (…, S), per distance bin (…, 2K + 1)
 _PER_QUERY = ("lse", "entropy", "max_weight", "sink_share", "local_share", "sinks_weight")
 _PER_RANK = ("top_keys", "top_weights")
-_ARRAYS = (*_PER_QUERY, *_PER_RANK, "received", "distance")
 
 
 @dataclass(frozen=True)
@@ -112,10 +112,10 @@ class ModelStatistics:
                 layer.distance_bins, first.distance_bins
             ):
                 raise fail("layers", "the same sink_keys, local_keys and bins in every layer", f"others in layer {i}")
-            shapes = [getattr(layer, name).shape for name in _ARRAYS]
-            if shapes != [getattr(first, name).shape for name in _ARRAYS]:
+            shapes = [getattr(layer, name).shape for name in BATCHED]
+            if shapes != [getattr(first, name).shape for name in BATCHED]:
                 raise fail("layers", "statistics of one shape in every layer", f"another in layer {i}")
-        stacked = {name: np.stack([getattr(layer, name) for layer in layers]) for name in _ARRAYS}  # (layers, …)
+        stacked = {name: np.stack([getattr(layer, name) for layer in layers]) for name in BATCHED}  # (layers, …)
         statistics = AttentionStatistics(
             **stacked, distance_bins=first.distance_bins, sink_keys=first.sink_keys, local_keys=first.local_keys
         )
@@ -124,7 +124,7 @@ class ModelStatistics:
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready: the fields, each array of the statistics as its bytes (:func:`._packed.packed`)."""
         s = self.statistics
-        arrays = {name: packed(getattr(s, name)) for name in (*_ARRAYS, "distance_bins")}
+        arrays = {name: packed(getattr(s, name)) for name in (*BATCHED, "distance_bins")}
         return {
             "model": self.model, "architecture": self.architecture, "num_key_value_heads": self.num_key_value_heads,
             "num_layers": self.num_layers, "num_heads": self.num_heads, "ids": self.ids, "tokens": self.tokens,
