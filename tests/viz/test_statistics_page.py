@@ -34,16 +34,23 @@ def test_head_roles_shares_are_those_of_the_dense_weights():
     q = rng.standard_normal((3, L, 8)) * [[[0.5]], [[2.0]], [[4.0]]]
     keys = rng.standard_normal((3, L, 8))
     q[2, 300:] = keys[2, :-300] * 3  # head 2: queries past 300 look 300 back
+    common = rng.standard_normal(8)
+    q[1] += common
+    keys[1, 40] = common * 3  # head 1: key 40 a sink past the first keys
     P = dense_causal_weights(q, keys)
     roles = head_roles(attention_statistics(q, keys, is_causal=True, top_k=k, sink_keys=s))
     i, j = np.indices((L, L))
     total = P.sum(axis=(1, 2))
-    np.testing.assert_allclose(roles.sink, P[:, :, :s].sum(axis=(1, 2)) / total, rtol=1e-9)
+    received = P.sum(axis=1)  # (3, L)
+    sinks = [sorted(range(L), key=lambda key, h=h: (-received[h, key], key))[:s] for h in range(3)]
+    np.testing.assert_array_equal(roles.sinks, sinks)
+    assert 40 in sinks[1]
+    np.testing.assert_allclose(roles.sink, [received[h, sinks[h]].sum() / total[h] for h in range(3)], rtol=1e-9)
     np.testing.assert_allclose(roles.local, (P * ((i - j >= 0) & (i - j <= 15))).sum(axis=(1, 2)) / total, rtol=1e-9)
     far = []
-    for h in range(3):  # each query's top k by weight (ties: the lower key), those >= s and 256 or more behind it
-        rows = [sum(P[h, a, b] for b in np.lexsort((np.arange(L), -P[h, a]))[:k] if b >= s and a - b >= 256)
-                for a in range(256 + s, L)]  # fmt: skip
+    for h in range(3):  # each query's top k by weight (ties: the lower key), not a sink key, 256 or more behind it
+        rows = [sum(P[h, a, b] for b in np.lexsort((np.arange(L), -P[h, a]))[:k] if b not in sinks[h] and a - b >= 256)
+                for a in range(256, L)]  # fmt: skip
         far.append(np.mean(rows))
     np.testing.assert_allclose(roles.far, far, rtol=1e-9)
     assert roles.far[2] > 0.2 and ROLES[roles.role[2]] == "long-range"

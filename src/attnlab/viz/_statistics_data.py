@@ -13,7 +13,7 @@ Per head (layers × heads, row-major, each L or S numbers), base64 of little-end
 
 k is the statistics' top_k, or fewer where the page would pass its size (:func:`page_top_k`).
 Per head too, as JSON numbers: the distance profile (each bin's share of the head's
-weight, 4 digits) and the role (:mod:`._head_roles`) with its shares.
+weight, 4 digits) and the role (:mod:`._head_roles`) with its shares and sink keys.
 """
 
 from __future__ import annotations
@@ -119,6 +119,7 @@ def statistics_data(
         "roles": {
             "names": list(ROLES),
             "role": roles.role.reshape(-1).tolist(),
+            "sinks": roles.sinks.reshape(layers * heads, -1).tolist(),
             "sink": np.round(roles.sink, 4).reshape(-1).tolist(),
             "local": np.round(roles.local, 4).reshape(-1).tolist(),
             "far": np.round(roles.far, 4).reshape(-1).tolist(),

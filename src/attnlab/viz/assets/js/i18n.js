@@ -188,15 +188,16 @@
     "positions": "位置",
     "whole text": "整段文本",
     "{0}: {1} tokens, {2} layers × {3} heads, statistics from the tiles": "{0}：{1} 个词元，{2} 层 × {3} 个头，由分块计算的统计量",
-    "roles: a head is a sink head when at least half its weight is on the first {0} keys; else local when at least half is within 15 keys behind the query; else long-range when a query's top keys 256 or more behind it (the first {0} aside) take a fifth of its weight or more, on average; else mixed":
-      "角色：一个头至少一半的权重落在最前面 {0} 个键上，是汇聚头；否则至少一半落在查询之前 15 个键以内，是局部头；" +
-      "否则查询在 256 个或更远之前的最大权重的键（最前面 {0} 个除外）平均占它权重的五分之一或更多，是远程头；否则是混合头",
+    "roles: a head is a sink head when at least half its weight is on the {0} keys it gives the most; else local when at least half is within 15 keys behind the query; else long-range when a query's top keys 256 or more behind it (those {0} aside) take a fifth of its weight or more, on average; else mixed":
+      "角色：一个头至少一半的权重落在它给得最多的 {0} 个键上，是汇聚头；否则至少一半落在查询之前 15 个键以内，是局部头；" +
+      "否则查询在 256 个或更远之前的最大权重的键（那 {0} 个除外）平均占它权重的五分之一或更多，是远程头；否则是混合头",
     "shown as carried: received attention in float16, entropy and shares in steps of 1/255, the top {0} keys of each query":
       "按所携带的精度显示：收到的注意力为 float16，熵与份额以 1/255 为步长，每个查询最大权重的前 {0} 个键",
     "local": "局部",
     "long-range": "远程",
     "mixed": "混合",
     "layer {0}, head {1}: {2} (sink {3}, local {4}, long-range {5})": "第 {0} 层，头 {1}：{2}（汇聚 {3}，局部 {4}，远程 {5}）",
+    "the keys it gives the most: {0}": "它给得最多的键：{0}",
     "query {0} «{1}»: its top keys {2}": "查询 {0}「{1}」：最大权重的键 {2}",
   };
   const DICTIONARIES = { en: {}, zh: ZH };

@@ -21,9 +21,10 @@
     page.layers, page.heads);
   $("headline").textContent = page.headline;
   $("headline").hidden = !page.headline;
-  $("role-rule").textContent = t("roles: a head is a sink head when at least half its weight is on the first {0} keys; " +
-    "else local when at least half is within 15 keys behind the query; else long-range when a query's top keys 256 or " +
-    "more behind it (the first {0} aside) take a fifth of its weight or more, on average; else mixed", page.sink_keys);
+  $("role-rule").textContent = t("roles: a head is a sink head when at least half its weight is on the {0} keys it " +
+    "gives the most; else local when at least half is within 15 keys behind the query; else long-range when a " +
+    "query's top keys 256 or more behind it (those {0} aside) take a fifth of its weight or more, on average; " +
+    "else mixed", page.sink_keys);
   $("precision").textContent = t("shown as carried: received attention in float16, entropy and shares in steps of 1/255, " +
     "the top {0} keys of each query", page.top_k);
   for (const note of page.notes) $("notes").append(AL.element("div", { class: "note" }, note));

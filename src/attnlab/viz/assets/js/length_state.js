@@ -60,7 +60,7 @@
     const role = (layer, head) => page.roles.names[page.roles.role[index(layer, head)]];
     const shares = (layer, head) => {
       const n = index(layer, head);
-      return { sink: page.roles.sink[n], local: page.roles.local[n], far: page.roles.far[n] };
+      return { sink: page.roles.sink[n], local: page.roles.local[n], far: page.roles.far[n], sinks: page.roles.sinks[n] };
     };
     const profile = (layer, head) => page.distance[index(layer, head)];
     return { layers, heads, L, S, k, received, entropy, sinkShare, topKeys, role, shares, profile, index };

@@ -206,6 +206,9 @@
       from.value = String(state.from); to.value = String(state.to - 1);
       $("head-title").textContent = describeHead(app, state.layer, state.head);
       $("head-title").style.color = ROLE_COLOURS[stats.role(state.layer, state.head)];
+      const seq = app.page.sequence, sinks = stats.shares(state.layer, state.head).sinks;
+      $("sink-keys").textContent = t("the keys it gives the most: {0}",
+        sinks.map((j) => `${j} «${AL.shorten(seq.tokens[j], 12)}»`).join(t(", ")));
     });
   }
 
