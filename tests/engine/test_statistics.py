@@ -321,7 +321,9 @@ def test_one_rows_weights_match_the_dense_oracles_row(case, dtype, monkeypatch):
     P = oracle(q, k, **keywords)[1]  # (B, H, L, S)
     tolerance = 1e-12 if dtype == np.float64 else 1e-6
     if "length_scale" in keywords:
-        rules = {name: keywords.pop(name) for name in list(keywords) if name in Rules().values() or name == "length_scale"}
+        rules = {
+            name: keywords.pop(name) for name in list(keywords) if name in Rules().values() or name == "length_scale"
+        }
         keywords["rules"] = Rules.of(**rules)
     for row in (0, 11, 37, L - 1):
         got = attention_row(q, k, row, **keywords)
