@@ -70,10 +70,16 @@ def _unit(x: Array) -> Array:
     return np.rint(np.clip(np.nan_to_num(x), 0.0, 1.0) * 255).astype(np.uint8)
 
 
+def _as_text(token: str) -> str:
+    """A token as the text panel writes it: :func:`display_text`'s, its newlines and tabs kept (the text's lines)."""
+    return "\n".join("\t".join(display_text(piece) for piece in line.split("\t")) for line in token.split("\n"))
+
+
 def statistics_data(
     stats: ModelStatistics, lang: str = "en", opens: dict[str, int] | None = None, headline: str = ""
 ) -> dict[str, Any]:
-    """The statistics page's data (the module's docstring): the tokens and their marks, the
+    """The statistics page's data (the module's docstring): the tokens and their marks (and
+    as the text panel writes them: newlines and tabs kept), the
     counts (layers, heads, L, k), the packed arrays, each head's distance profile and role,
     the model's name and notes, ``headline`` (a line at the top of the page:
     why it shows statistics), the view it opens on (``opens``: layer, head, token; default
@@ -100,6 +106,7 @@ def statistics_data(
         "lang": lang,
         "headline": headline,
         "notes": [display_text(n) for n in stats.notes],
+        "text": [_as_text(t) for t in stats.tokens],
         "sequence": _sequence("tokens", tokens, list(stats.special), list(stats.parts), stats.template),
         "layers": layers,
         "heads": heads,

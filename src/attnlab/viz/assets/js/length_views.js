@@ -11,7 +11,7 @@
   const ROLE_TINTS = { sink: "#fbe3e0", local: "#e1ecfa", "long-range": "#e2f4e6", mixed: "#f2f2f2" };
   const roleName = (role) => ({ sink: t("sink"), local: t("local"), "long-range": t("long-range"), mixed: t("mixed") })[role];
   const WIDTH = 1000; // the charts' width in pixels
-  const GRID = { left: 64, top: 18, cellW: 72, cellH: 40 };
+  const GRID = { left: 64, top: 18, cellW: 64, cellH: 28 };
 
   // a canvas sized for the screen's pixels, its context scaled to CSS pixels
   function sized(canvas, width, height) {
@@ -159,7 +159,7 @@
   function mountText(app) {
     const box = $("text"), seq = app.page.sequence, spans = [];
     const fragment = document.createDocumentFragment();
-    seq.tokens.forEach((token, i) => {
+    app.page.text.forEach((token, i) => {
       const span = element("span", { class: `token ${AL.tokenClass(seq, i)}`.trim(), "data-i": String(i) }, token);
       spans.push(span);
       fragment.append(span);
