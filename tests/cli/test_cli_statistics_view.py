@@ -31,7 +31,7 @@ def cap_of_8(monkeypatch):
 
 def test_view_past_the_cap_writes_the_statistics_page_and_says_so(tmp_path, monkeypatch, capsys, cap_of_8):
     monkeypatch.chdir(tmp_path)
-    code, out, err = run_cli(capsys, "view", "--model", "builtin:coref", "--text", TEXT, "-o", "x.html")
+    code, _, err = run_cli(capsys, "view", "--model", "builtin:coref", "--text", TEXT, "-o", "x.html")
     line = "27 tokens: past the 8-token page of weights, this page shows statistics computed exactly from the tiles"
     assert code == 0 and f"attnlab view: {line}: wrote x.html" in err.splitlines()
     data = page_data(tmp_path / "x.html")
@@ -70,3 +70,33 @@ def test_the_api_view_of_a_model_past_the_cap_and_of_statistics(tmp_path, cap_of
         al.view(stats, text=TEXT)
     with pytest.raises(al.ArgumentError, match="rollout: expected None with a model's statistics"):
         al.view(stats, rollout=np.zeros((2, 27, 27)))
+
+
+def test_plot_draws_the_statistics_views_of_a_model_or_a_saved_file(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    for stage in ("profiles", "received", "positions"):
+        code, _, err = run_cli(
+            capsys, "plot", "--model", "builtin:coref", "--text", TEXT, "--stage", stage, "-o", f"{stage}.png"
+        )
+        assert code == 0 and (tmp_path / f"{stage}.png").stat().st_size > 10_000, err
+    stats = al.load_model("builtin:coref").statistics(TEXT)
+    (tmp_path / "stats.json").write_text(stats.to_json())
+    code, _, _ = run_cli(
+        capsys, "plot", "stats.json", "--stage", "received", "--layer", "1", "--heads", "0", "-o", "r.svg"
+    )
+    assert code == 0 and (tmp_path / "r.svg").read_text().startswith("<?xml")
+
+
+def test_plot_refuses_a_layer_or_head_the_model_lacks_before_it_runs(tmp_path, monkeypatch, capsys):
+    import attnlab.runner
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(attnlab.runner.Runner, "statistics", lambda *a, **k: pytest.fail("the model ran"))
+    code, _, err = run_cli(capsys, "plot", "--model", "builtin:coref", "--text", TEXT, "--stage", "received",
+                           "--layer", "5", "-o", "x.png")  # fmt: skip
+    assert code == 2 and "attnlab plot: error: --layer: expected layer indices in 0..1, got 5" in err
+    code, _, err = run_cli(capsys, "plot", "--model", "builtin:coref", "--text", TEXT, "--stage", "profiles",
+                           "--heads", "4", "-o", "x.png")  # fmt: skip
+    assert code == 2 and "--heads: expected indices in 0..3, got '4'" in err
+    code, _, err = run_cli(capsys, "plot", "--stage", "profiles", "--text", TEXT, "-o", "x.png")
+    assert code == 2 and "--stage profiles: expected --model and --text, or a statistics JSON file" in err

@@ -23,7 +23,7 @@ from ..trace import ModelStatistics
 from ._head_roles import ROLE_RULE, ROLES, head_roles
 from ._plot import check_path, select_heads
 
-__all__ = ["ROLE_COLOURS", "STATISTICS_VIEWS", "plot_statistics"]
+__all__ = ["ROLE_COLOURS", "STATISTICS_VIEWS", "chosen_layers", "plot_statistics"]
 
 STATISTICS_VIEWS = ("profiles", "received", "positions")
 ROLE_COLOURS = {"sink": "#c0392b", "local": "#2e6fbd", "long-range": "#2e9a4b", "mixed": "#8a8a8a"}  # the page's
@@ -68,14 +68,14 @@ def plot_statistics(
         raise fail("view", f"one of {', '.join(STATISTICS_VIEWS)}", repr(view))
     target = check_path(path)
     chosen_heads = select_heads(heads, stats.num_heads)
-    chosen_layers = _layers(layers, stats.num_layers, [0] if view == "positions" else None)
+    drawn_layers = chosen_layers(layers, stats.num_layers, [0] if view == "positions" else None)
     draw = {"profiles": _profiles, "received": _received, "positions": _positions}[view]
-    figure = draw(Figure, stats, chosen_layers, chosen_heads)
+    figure = draw(Figure, stats, drawn_layers, chosen_heads)
     figure.savefig(target)
     return figure
 
 
-def _layers(given: int | Sequence[int] | None, count: int, default: list[int] | None) -> list[int]:
+def chosen_layers(given: int | Sequence[int] | None, count: int, default: list[int] | None) -> list[int]:
     """The layers chosen: ``given`` (one index or several, each in 0..count−1), else ``default``, else all."""
     if given is None:
         return default if default is not None else list(range(count))
