@@ -53,6 +53,15 @@ def test_the_positions_are_the_entropy_and_sink_share_lines(stats, tmp_path):
     np.testing.assert_array_equal(sink[0].get_ydata(), stats.statistics.sink_share[0, 0])
 
 
+def test_attnlab_plot_draws_a_models_statistics_by_stage(stats, tmp_path):
+    import attnlab as al
+
+    figure = al.plot(stats, tmp_path / "profiles.png")  # the default stage of statistics: their profiles
+    assert figure.axes[0].get_xlabel() == "head" and (tmp_path / "profiles.png").exists()
+    figure = al.plot(stats, tmp_path / "received.png", stage="received", heads=[2])
+    assert [t.get_text() for t in figure.axes[0].get_yticklabels()] == ["0.2", "1.2"]
+
+
 def test_a_bad_view_layer_or_head_is_refused_by_name(stats, tmp_path):
     with pytest.raises(ValueError, match="view: expected one of profiles, received, positions"):
         plot_statistics(stats, tmp_path / "x.png", view="weights")
