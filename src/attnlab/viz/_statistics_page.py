@@ -1,6 +1,6 @@
 """The statistics page: a model's attention at any length, from its statistics
 (``attnlab.trace.ModelStatistics``, exact from the tiles) instead of its weights, one
-self-contained HTML file (assets/length.html, length.css, and the script's modules in
+self-contained HTML file (assets/length.html, page.css and length.css, and the script's modules in
 STATISTICS_SCRIPTS inline; the data as :mod:`._statistics_data` packs it).
 
 Its views: the grid of every head's distance profile, tinted by its role (sink, local,
@@ -36,6 +36,7 @@ __all__ = [
 
 # the statistics page's script: these modules of assets/js, inlined in this order into one <script>
 STATISTICS_SCRIPTS = ("core", "i18n", "colours", "state", "length_state", "length_views", "length_main")
+STYLES = ("page.css", "length.css")  # the page of weights' styles, then the statistics page's own
 _SLOTS = re.compile("__ATTNLAB_STYLE__|__ATTNLAB_SCRIPT__|__ATTNLAB_DATA__")
 
 
@@ -58,7 +59,7 @@ def render_statistics_page(
     payload = _escaped(json_text(statistics_data(stats, lang, opens, headline)))
     assets = files("attnlab.viz") / "assets"
     filling = {
-        "__ATTNLAB_STYLE__": assets.joinpath("length.css").read_text(encoding="utf-8"),
+        "__ATTNLAB_STYLE__": "".join(assets.joinpath(name).read_text(encoding="utf-8") for name in STYLES),
         "__ATTNLAB_SCRIPT__": "".join(
             assets.joinpath("js").joinpath(f"{name}.js").read_text(encoding="utf-8") for name in STATISTICS_SCRIPTS
         ),
