@@ -79,13 +79,17 @@ def test_the_pages_data_is_the_statistics_packed():
     stats = model_statistics(600, [["sink", "local"]])
     data = statistics_data(stats, opens={"head": 1, "token": 5})
     s = stats.statistics
-    received = np.frombuffer(base64.b64decode(data["received"]), "<f2").reshape(1, 2, 600)
+
+    def unpacked(name: str, dtype: str) -> np.ndarray:  # each head's own base64
+        return np.stack([np.frombuffer(base64.b64decode(text), dtype) for text in data[name]])
+
+    received = unpacked("received", "<f2").reshape(1, 2, 600)
     np.testing.assert_allclose(received, s.received, rtol=2**-11, atol=2**-25)  # float16: subnormal below 2⁻¹⁴
-    keys = np.frombuffer(base64.b64decode(data["top_keys"]), "<u2").reshape(1, 2, 600, data["top_k"])
+    keys = unpacked("top_keys", "<u2").reshape(1, 2, 600, data["top_k"])
     np.testing.assert_array_equal(np.where(keys == 0xFFFF, -1, keys.astype(np.int64)), s.top_keys)
-    sink = np.frombuffer(base64.b64decode(data["sink_share"]), "u1").reshape(1, 2, 600) / 255
+    sink = unpacked("sink_share", "u1").reshape(1, 2, 600) / 255
     np.testing.assert_allclose(sink, s.sink_share, atol=1 / 510 + 1e-12)
-    entropy = np.frombuffer(base64.b64decode(data["entropy"]), "u1").reshape(1, 2, 600) / 255 * np.log(600)
+    entropy = unpacked("entropy", "u1").reshape(1, 2, 600) / 255 * np.log(600)
     np.testing.assert_allclose(entropy, s.entropy, atol=np.log(600) / 510 + 1e-12)
     np.testing.assert_allclose(np.array(data["distance"]).sum(axis=1), 1, atol=1e-3)  # each head's shares
     assert data["opens"] == {"layer": 0, "head": 1, "token": 5}

@@ -3,7 +3,8 @@
 of at most PAGE_LIMITS["page"] bytes. The keys are the names the page's script
 (assets/js/length_state.js, ``statisticsOf``) reads.
 
-Per head (layers × heads, row-major, each L or S numbers), base64 of little-endian bytes:
+Per head (a list of layers × heads strings, row-major: each head's own, so that the page
+decodes a head when it first draws it), base64 of little-endian bytes:
 
     received      float16   Σ_i P_ij, the attention key j receives (2⁻¹¹ relative, 2⁻²⁵ absolute)
     entropy       uint8     round(255 · entropy_i / log L) (log L / 510 nats at most off)
@@ -61,8 +62,10 @@ def page_top_k(heads: int, length: int, top_k: int) -> int:
     )  # fmt: skip
 
 
-def _packed(x: Array, dtype: str) -> str:
-    return base64.b64encode(np.ascontiguousarray(x, dtype=dtype).tobytes()).decode()
+def _packed(x: Array, dtype: str) -> list[str]:
+    """Each head's numbers of ``x`` (layers, heads, …) as ``dtype``'s bytes in base64, head by head."""
+    heads = np.ascontiguousarray(x, dtype=dtype).reshape(x.shape[0] * x.shape[1], -1)  # (layers·heads, …)
+    return [base64.b64encode(head.tobytes()).decode() for head in heads]
 
 
 def _unit(x: Array) -> Array:

@@ -4,7 +4,9 @@
 (function (AL) {
   "use strict";
   const { $, useLanguage, createStore, statisticsOf, initialLengthState, mountLengthViews, t } = AL;
+  const phases = { start: performance.now() };
   const page = JSON.parse($("attnlab-data").textContent);
+  phases.parsed = performance.now();
   useLanguage(page.lang);
   document.documentElement.lang = page.lang === "zh" ? "zh-CN" : "en";
   // the page's own words: each element's id and its text
@@ -35,9 +37,11 @@
     legend.append(swatch, AL.element("span", {}, AL.roleName(role) + "  "));
   }
   const stats = statisticsOf(page);
+  phases.decoded = performance.now();
   const store = createStore(initialLengthState(page));
   const app = { page, stats, store, L };
   const views = mountLengthViews(app);
+  phases.mounted = performance.now();
   store.render();
   const usableAt = performance.now();
   AL.lengthApp = app;
@@ -47,6 +51,6 @@
     select: (layer, head) => store.setState({ layer, head }), goTo: (token) => app.goTo(token),
     setRange: (from, to) => store.setState(AL.clampRange(from, to, L)),
     topKeys: () => stats.topKeys(store.state.layer, store.state.head, store.state.token),
-    grid: views.profiles.grid, usableAt, ready: true,
+    grid: views.profiles.grid, usableAt, phases, ready: true,
   };
 })(globalThis.attnlab ??= {});

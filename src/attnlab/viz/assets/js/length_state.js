@@ -33,28 +33,30 @@
   }
   const uint16s = (bytes) => new Uint16Array(bytes.buffer, bytes.byteOffset, bytes.length >> 1); // little-endian
 
-  // the page's statistics: its counts, and per head (layer, head) its arrays as numbers, decoded when first read
+  // the page's statistics: its counts, and per head (layer, head) its arrays as numbers, each head's decoded
+  // from its base64 when first read
   function statisticsOf(page) {
     const { layers, heads, length: L, keys: S, top_k: k } = page;
-    const raw = {
-      received: bytesOf(page.received), entropy: bytesOf(page.entropy), sink: bytesOf(page.sink_share),
-      topKeys: uint16s(bytesOf(page.top_keys)), topWeights: bytesOf(page.top_weights),
-    };
     const index = (layer, head) => layer * heads + head;
     const decoded = new Map();
-    function received(layer, head) {
+    function arraysOf(layer, head) {
       const n = index(layer, head);
-      if (!decoded.has(n)) decoded.set(n, float16s(raw.received.subarray(2 * n * S, 2 * (n + 1) * S)));
+      if (!decoded.has(n)) {
+        decoded.set(n, {
+          received: float16s(bytesOf(page.received[n])), entropy: bytesOf(page.entropy[n]),
+          sink: bytesOf(page.sink_share[n]), topKeys: uint16s(bytesOf(page.top_keys[n])),
+          topWeights: bytesOf(page.top_weights[n]),
+        });
+      }
       return decoded.get(n);
     }
-    const entropy = (layer, head, i) => (raw.entropy[index(layer, head) * L + i] / 255) * page.log_length;
-    const sinkShare = (layer, head, i) => raw.sink[index(layer, head) * L + i] / 255;
+    const received = (layer, head) => arraysOf(layer, head).received;
+    const entropy = (layer, head, i) => (arraysOf(layer, head).entropy[i] / 255) * page.log_length;
+    const sinkShare = (layer, head, i) => arraysOf(layer, head).sink[i] / 255;
     // query i's top keys: [key, weight] by weight descending, the keys it sees only
     function topKeys(layer, head, i) {
-      const at = (index(layer, head) * L + i) * k, out = [];
-      for (let r = 0; r < k; r++) {
-        if (raw.topKeys[at + r] !== NO_KEY) out.push([raw.topKeys[at + r], raw.topWeights[at + r] / 255]);
-      }
+      const { topKeys: keys, topWeights: weights } = arraysOf(layer, head), out = [];
+      for (let r = i * k; r < (i + 1) * k; r++) if (keys[r] !== NO_KEY) out.push([keys[r], weights[r] / 255]);
       return out;
     }
     const role = (layer, head) => page.roles.names[page.roles.role[index(layer, head)]];
