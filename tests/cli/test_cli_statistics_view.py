@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import json
 import re
+import zlib
 
 import numpy as np
 import pytest
@@ -38,7 +39,8 @@ def test_view_past_the_cap_writes_the_statistics_page_and_says_so(tmp_path, monk
     assert data["kind"] == "statistics" and data["headline"] == line
     trace = al.load_model("builtin:coref").trace(TEXT)  # the weights, dense: the oracle
     layers, heads, L = data["layers"], data["heads"], data["length"]
-    received = np.stack([np.frombuffer(base64.b64decode(h), "<f2") for h in data["received"]]).reshape(layers, heads, L)
+    heads_data = [zlib.decompress(base64.b64decode(text)) for text in data["head_data"]]  # each head's received first
+    received = np.stack([np.frombuffer(h[: 2 * L], "<f2") for h in heads_data]).reshape(layers, heads, L)
     for i, layer in enumerate(trace.layers.values()):
         np.testing.assert_allclose(received[i], layer.weights.sum(axis=-2), rtol=2**-10, atol=2**-24)
 

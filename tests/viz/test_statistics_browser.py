@@ -11,6 +11,7 @@ pytest.importorskip("selenium")
 from selenium.webdriver.common.action_chains import ActionChains
 from selenium.webdriver.common.actions.wheel_input import ScrollOrigin
 from selenium.webdriver.common.by import By
+from selenium.webdriver.support.ui import WebDriverWait
 
 from attnlab.viz._statistics_page import past_the_page, write_statistics_page
 from helpers import open_page
@@ -18,7 +19,12 @@ from statistics_cases import model_statistics
 
 pytestmark = pytest.mark.browser
 
-READY = "window.attnlabStatistics && window.attnlabStatistics.ready"
+READY = "window.attnlabStatistics && window.attnlabStatistics.ready"  # its opened head decoded and drawn
+
+
+def wait_for(browser, expression: str) -> None:
+    """Until the JavaScript ``expression`` is true (a head is drawn once its numbers are inflated: a promise)."""
+    WebDriverWait(browser, 10).until(lambda b: b.execute_script(f"return !!({expression})"))
 
 
 @pytest.fixture(scope="module")
@@ -29,7 +35,7 @@ def stats():
 def test_the_page_opens_and_a_click_on_a_profile_selects_its_head(browser, tmp_path, stats):
     path = tmp_path / "stats.html"
     write_statistics_page(stats, path, headline=past_the_page(700, 4096))
-    open_page(browser, path, READY)
+    open_page(browser, path, READY, timeout=10)
     assert browser.get_log("browser") == []  # no error in the console
     assert browser.find_element(By.ID, "headline").text.startswith("700 tokens: past the 4,096-token page")
     grid = browser.execute_script("return window.attnlabStatistics.grid")
@@ -37,7 +43,7 @@ def test_the_page_opens_and_a_click_on_a_profile_selects_its_head(browser, tmp_p
     x = grid["left"] + 2.5 * grid["cellW"] - canvas.size["width"] / 2  # head 2, layer 1
     y = grid["top"] + 1.5 * grid["cellH"] - canvas.size["height"] / 2
     ActionChains(browser).move_to_element_with_offset(canvas, int(x), int(y)).click().perform()
-    assert browser.execute_script("return [window.attnlabStatistics.layer, window.attnlabStatistics.head]") == [1, 2]
+    wait_for(browser, "window.attnlabStatistics.layer === 1 && window.attnlabStatistics.head === 2")
     assert browser.find_element(By.ID, "head-title").text.startswith("layer 1, head 2: sink")
     assert browser.get_log("browser") == []
 
@@ -45,7 +51,7 @@ def test_the_page_opens_and_a_click_on_a_profile_selects_its_head(browser, tmp_p
 def test_a_click_on_the_text_goes_to_the_token_and_draws_its_top_keys(browser, tmp_path, stats):
     path = tmp_path / "stats.html"
     write_statistics_page(stats, path, opens={"layer": 0, "head": 2})
-    open_page(browser, path, READY)
+    open_page(browser, path, READY, timeout=10)
     token = browser.find_element(By.CSS_SELECTOR, '#text span[data-i="650"]')
     browser.execute_script("arguments[0].scrollIntoView({block: 'nearest'})", token)
     token.click()
@@ -64,7 +70,7 @@ def test_a_click_on_the_text_goes_to_the_token_and_draws_its_top_keys(browser, t
 def test_the_wheel_zooms_the_charts_about_the_pointer(browser, tmp_path, stats):
     path = tmp_path / "stats.html"
     write_statistics_page(stats, path)
-    open_page(browser, path, READY)
+    open_page(browser, path, READY, timeout=10)
     assert browser.execute_script("return window.attnlabStatistics.range") == [0, 700]
     canvas = browser.find_element(By.ID, "received")
     browser.execute_script("arguments[0].scrollIntoView({block: 'center'})", canvas)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import json
 import re
+import zlib
 
 import numpy as np
 import pytest
@@ -80,16 +81,22 @@ def test_the_pages_data_is_the_statistics_packed():
     data = statistics_data(stats, opens={"head": 1, "token": 5})
     s = stats.statistics
 
-    def unpacked(name: str, dtype: str) -> np.ndarray:  # each head's own base64
-        return np.stack([np.frombuffer(base64.b64decode(text), dtype) for text in data[name]])
+    L, k = 600, data["top_k"]
+    heads = [zlib.decompress(base64.b64decode(text)) for text in data["head_data"]]  # layer 0's heads 0 and 1
+    ends = np.cumsum([2 * L, L, L, 2 * L * k, L * k])  # received f16, entropy, sink share, top keys u16, weights
+    assert [len(h) for h in heads] == [ends[-1]] * 2
 
-    received = unpacked("received", "<f2").reshape(1, 2, 600)
+    def unpacked(part: int, dtype: str) -> np.ndarray:
+        start = ends[part - 1] if part else 0
+        return np.stack([np.frombuffer(h[start : ends[part]], dtype) for h in heads])[None]  # (1, 2, …)
+
+    received = unpacked(0, "<f2")
     np.testing.assert_allclose(received, s.received, rtol=2**-11, atol=2**-25)  # float16: subnormal below 2⁻¹⁴
-    keys = unpacked("top_keys", "<u2").reshape(1, 2, 600, data["top_k"])
+    keys = unpacked(3, "<u2").reshape(1, 2, L, k)
     np.testing.assert_array_equal(np.where(keys == 0xFFFF, -1, keys.astype(np.int64)), s.top_keys)
-    sink = unpacked("sink_share", "u1").reshape(1, 2, 600) / 255
+    sink = unpacked(2, "u1") / 255
     np.testing.assert_allclose(sink, s.sink_share, atol=1 / 510 + 1e-12)
-    entropy = unpacked("entropy", "u1").reshape(1, 2, 600) / 255 * np.log(600)
+    entropy = unpacked(1, "u1") / 255 * np.log(600)
     np.testing.assert_allclose(entropy, s.entropy, atol=np.log(600) / 510 + 1e-12)
     np.testing.assert_allclose(np.array(data["distance"]).sum(axis=1), 1, atol=1e-3)  # each head's shares
     assert data["opens"] == {"layer": 0, "head": 1, "token": 5}

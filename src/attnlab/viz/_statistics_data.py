@@ -3,16 +3,19 @@
 of at most PAGE_LIMITS["page"] bytes. The keys are the names the page's script
 (assets/js/length_state.js, ``statisticsOf``) reads.
 
-Per head (a list of layers × heads strings, row-major: each head's own, so that the page
-decodes a head when it first draws it), base64 of little-endian bytes:
+Per head (a list of layers × heads strings, row-major), one zlib stream (``deflate``, as the
+page's DecompressionStream reads it) in base64 of these little-endian arrays one after
+another, so that the page decodes a head when it first shows it:
 
-    received      float16   Σ_i P_ij, the attention key j receives (2⁻¹¹ relative, 2⁻²⁵ absolute)
-    entropy       uint8     round(255 · entropy_i / log L) (log L / 510 nats at most off)
-    sink_share    uint8     round(255 · sink_share_i) (1/510 at most off)
-    top_keys      uint16    query i's k keys of largest weight, 65535 past the keys it sees
-    top_weights   uint8     round(255 · their weights)
+    received      float16   (S,)     Σ_i P_ij, the attention key j receives (2⁻¹¹ relative,
+                                     2⁻²⁵ absolute; 65,504 at most)
+    entropy       uint8     (L,)     round(255 · entropy_i / log L) (log L / 510 nats at most off)
+    sink_share    uint8     (L,)     round(255 · sink_share_i) (1/510 at most off)
+    top_keys      uint16    (L, k)   query i's k keys of largest weight, 65535 past the keys it sees
+    top_weights   uint8     (L, k)   round(255 · their weights)
 
-k is the statistics' top_k, or fewer where the page would pass its size (:func:`page_top_k`).
+k is the statistics' top_k, or fewer where the page would pass PAGE_LIMITS["page"] (then the
+most whose page fits uncompressed, :func:`page_top_k`).
 Per head too, as JSON numbers: the distance profile (each bin's share of the head's
 weight, 4 digits) and the role (:mod:`._head_roles`) with its shares and sink keys.
 """
@@ -20,11 +23,13 @@ weight, 4 digits) and the role (:mod:`._head_roles`) with its shares and sink ke
 from __future__ import annotations
 
 import base64
+import zlib
 from typing import Any
 
 import numpy as np
 
 from .._validation import Array, fail
+from ..engine import AttentionStatistics
 from ..trace import ModelStatistics
 from ..trace._display import display_text
 from ._head_roles import ROLES, head_roles
@@ -41,13 +46,14 @@ _FLOAT16_MAX = 65504.0  # a key that receives more (past 65,504 queries) reads a
 
 def statistics_bytes(heads: int, length: int, top_k: int) -> int:
     """About the bytes of a statistics page's data for ``heads`` heads in all (layers × heads)
-    over ``length`` tokens with ``top_k`` top keys a query, in base64 (the distance profiles
-    and tokens are a few hundred kB more at most)."""
+    over ``length`` tokens with ``top_k`` top keys a query, in base64, uncompressed (the most
+    it takes; the distance profiles and tokens are a few hundred kB more at most)."""
     return heads * length * (_BYTES_A_POSITION + _BYTES_A_TOP_KEY * top_k) * 4 // 3
 
 
 def page_top_k(heads: int, length: int, top_k: int) -> int:
-    """The most top keys a query (at most ``top_k``) whose page fits PAGE_LIMITS["page"].
+    """The most top keys a query (at most ``top_k``) whose page fits PAGE_LIMITS["page"]
+    uncompressed (so before the statistics are known).
 
     Raises:
         ArgumentError: not even the per-position statistics fit (no top keys).
@@ -62,10 +68,23 @@ def page_top_k(heads: int, length: int, top_k: int) -> int:
     )  # fmt: skip
 
 
-def _packed(x: Array, dtype: str) -> list[str]:
-    """Each head's numbers of ``x`` (layers, heads, …) as ``dtype``'s bytes in base64, head by head."""
-    heads = np.ascontiguousarray(x, dtype=dtype).reshape(x.shape[0] * x.shape[1], -1)  # (layers·heads, …)
-    return [base64.b64encode(head.tobytes()).decode() for head in heads]
+def _packed_heads(arrays: list[tuple[Array, str]]) -> list[str]:
+    """Each head's numbers of ``arrays`` ((layers, heads, …) each, as its dtype), one after
+    another, zlib-compressed and in base64, head by head."""
+    heads = [np.ascontiguousarray(x, dtype=dtype).reshape(x.shape[0] * x.shape[1], -1) for x, dtype in arrays]
+    return [
+        base64.b64encode(zlib.compress(b"".join(part[n].tobytes() for part in heads))).decode()
+        for n in range(len(heads[0]))
+    ]
+
+
+def _head_arrays(s: AttentionStatistics, k: int, log_length: float) -> list[str]:
+    """The page's heads (the module's docstring) with ``k`` top keys a query."""
+    top_keys = np.where(s.top_keys[..., :k] >= 0, s.top_keys[..., :k], NO_KEY)  # (layers, heads, L, k)
+    return _packed_heads([
+        (np.minimum(s.received, _FLOAT16_MAX), "<f2"), (_unit(s.entropy / log_length), "u1"),
+        (_unit(s.sink_share), "u1"), (top_keys, "<u2"), (_unit(s.top_weights[..., :k]), "u1"),
+    ])  # fmt: skip
 
 
 def _unit(x: Array) -> Array:
@@ -94,12 +113,15 @@ def statistics_data(
     check_lang(lang)
     s = stats.statistics
     layers, heads, length = s.entropy.shape  # (layers, heads, L)
-    k = page_top_k(layers * heads, length, s.top_keys.shape[-1])
+    log_length = float(np.log(max(length, 2)))
+    k = s.top_keys.shape[-1]
+    packed = _head_arrays(s, k, log_length)
+    if sum(map(len, packed)) > PAGE_LIMITS["page"]:  # compressed, still too large: what fits uncompressed
+        k = page_top_k(layers * heads, length, k)
+        packed = _head_arrays(s, k, log_length)
     roles = head_roles(s)
     with np.errstate(invalid="ignore", divide="ignore"):
         distance = s.distance / s.distance.sum(axis=-1, keepdims=True)  # (layers, heads, bins): shares
-    top_keys = np.where(s.top_keys[..., :k] >= 0, s.top_keys[..., :k], NO_KEY)  # (layers, heads, L, k)
-    log_length = float(np.log(max(length, 2)))
     tokens = [display_text(t) for t in stats.tokens]
     return {
         "kind": "statistics",
@@ -119,11 +141,7 @@ def statistics_data(
         "sink_keys": s.sink_keys,
         "local_keys": s.local_keys,
         "log_length": log_length,
-        "received": _packed(np.minimum(s.received, _FLOAT16_MAX), "<f2"),
-        "entropy": _packed(_unit(s.entropy / log_length), "u1"),
-        "sink_share": _packed(_unit(s.sink_share), "u1"),
-        "top_keys": _packed(top_keys, "<u2"),
-        "top_weights": _packed(_unit(s.top_weights[..., :k]), "u1"),
+        "head_data": packed,
         "distance_bins": s.distance_bins.tolist(),
         "distance": np.round(np.nan_to_num(distance), 4).reshape(layers * heads, -1).tolist(),
         "roles": {

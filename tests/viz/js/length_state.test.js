@@ -7,11 +7,15 @@ const path = require("node:path");
 const { attnlab, JS, cases } = require("./load.js");
 require(path.join(JS, "length_state.js"));
 
-test("the page's statistics decode to the engine's, within the precision they are carried in", () => {
+test("the page's statistics decode to the engine's, within the precision they are carried in", async () => {
   const { page, expected } = cases().length;
   const stats = attnlab.statisticsOf(page);
   assert.deepEqual([stats.layers, stats.heads, stats.L, stats.k], [page.layers, page.heads, page.length, page.top_k]);
+  assert.throws(() => stats.received(0, 0), /read before load/); // each head is inflated first, when it is shown
   for (const [n, [layer, head]] of expected.heads.entries()) {
+    assert.equal(stats.loaded(layer, head), false);
+    await stats.load(layer, head);
+    assert.equal(stats.loaded(layer, head), true);
     const received = stats.received(layer, head);
     expected.received[n].forEach((r, j) => assert.ok(Math.abs(received[j] - r) <= r * 2 ** -11 + 1e-7, `received ${j}`));
     for (let i = 0; i < page.length; i++) {

@@ -37,20 +37,21 @@
     legend.append(swatch, AL.element("span", {}, AL.roleName(role) + "  "));
   }
   const stats = statisticsOf(page);
-  phases.decoded = performance.now();
   const store = createStore(initialLengthState(page));
   const app = { page, stats, store, L };
   const views = mountLengthViews(app);
-  phases.mounted = performance.now();
-  store.render();
-  const usableAt = performance.now();
   AL.lengthApp = app;
-  window.attnlabStatistics = {
-    get layer() { return store.state.layer; }, get head() { return store.state.head; },
-    get token() { return store.state.token; }, get range() { return [store.state.from, store.state.to]; },
-    select: (layer, head) => store.setState({ layer, head }), goTo: (token) => app.goTo(token),
-    setRange: (from, to) => store.setState(AL.clampRange(from, to, L)),
-    topKeys: () => stats.topKeys(store.state.layer, store.state.head, store.state.token),
-    grid: views.profiles.grid, usableAt, phases, ready: true,
-  };
+  stats.load(store.state.layer, store.state.head).then(() => { // the opened head decoded: everything drawn
+    phases.decoded = performance.now();
+    store.render();
+    const usableAt = performance.now();
+    window.attnlabStatistics = {
+      get layer() { return store.state.layer; }, get head() { return store.state.head; },
+      get token() { return store.state.token; }, get range() { return [store.state.from, store.state.to]; },
+      select: (layer, head) => app.select(layer, head), goTo: (token) => app.goTo(token),
+      setRange: (from, to) => store.setState(AL.clampRange(from, to, L)),
+      topKeys: () => stats.topKeys(store.state.layer, store.state.head, store.state.token),
+      grid: views.profiles.grid, usableAt, phases, ready: true,
+    };
+  });
 })(globalThis.attnlab ??= {});

@@ -33,22 +33,34 @@
   }
   const uint16s = (bytes) => new Uint16Array(bytes.buffer, bytes.byteOffset, bytes.length >> 1); // little-endian
 
-  // the page's statistics: its counts, and per head (layer, head) its arrays as numbers, each head's decoded
-  // from its base64 when first read
+  // a zlib stream (viz._statistics_data's, in base64) inflated: a promise of its bytes
+  async function inflated(text) {
+    const stream = new Blob([bytesOf(text)]).stream().pipeThrough(new DecompressionStream("deflate"));
+    return new Uint8Array(await new Response(stream).arrayBuffer());
+  }
+  // the page's statistics: its counts, and per head (layer, head) its arrays as numbers, once load(layer, head)
+  // has inflated the head's stream (received S float16, entropy L, sink share L, top keys L·k uint16, their
+  // weights L·k, one after another)
   function statisticsOf(page) {
     const { layers, heads, length: L, keys: S, top_k: k } = page;
     const index = (layer, head) => layer * heads + head;
-    const decoded = new Map();
-    function arraysOf(layer, head) {
+    const decoded = new Map(), pending = new Map();
+    function split(bytes) {
+      const at = [0, 2 * S, 2 * S + L, 2 * S + 2 * L, 2 * S + 2 * L + 2 * L * k, 2 * S + 2 * L + 3 * L * k];
+      const part = (n) => bytes.slice(at[n], at[n + 1]); // its own buffer: a Uint16Array's offset 0
+      return { received: float16s(part(0)), entropy: part(1), sink: part(2), topKeys: uint16s(part(3)), topWeights: part(4) };
+    }
+    // a promise that the head is decoded (at once when it is)
+    function load(layer, head) {
       const n = index(layer, head);
-      if (!decoded.has(n)) {
-        decoded.set(n, {
-          received: float16s(bytesOf(page.received[n])), entropy: bytesOf(page.entropy[n]),
-          sink: bytesOf(page.sink_share[n]), topKeys: uint16s(bytesOf(page.top_keys[n])),
-          topWeights: bytesOf(page.top_weights[n]),
-        });
-      }
-      return decoded.get(n);
+      if (!pending.has(n)) pending.set(n, inflated(page.head_data[n]).then((bytes) => { decoded.set(n, split(bytes)); }));
+      return pending.get(n);
+    }
+    const loaded = (layer, head) => decoded.has(index(layer, head));
+    function arraysOf(layer, head) {
+      const arrays = decoded.get(index(layer, head));
+      if (arrays === undefined) throw new Error(`head ${layer}.${head} read before load(layer, head)`);
+      return arrays;
     }
     const received = (layer, head) => arraysOf(layer, head).received;
     const entropy = (layer, head, i) => (arraysOf(layer, head).entropy[i] / 255) * page.log_length;
@@ -65,7 +77,7 @@
       return { sink: page.roles.sink[n], local: page.roles.local[n], far: page.roles.far[n], sinks: page.roles.sinks[n] };
     };
     const profile = (layer, head) => page.distance[index(layer, head)];
-    return { layers, heads, L, S, k, received, entropy, sinkShare, topKeys, role, shares, profile, index };
+    return { layers, heads, L, S, k, load, loaded, received, entropy, sinkShare, topKeys, role, shares, profile, index };
   }
 
   // ---- the view state ----
@@ -120,7 +132,7 @@
     return { layer, head };
   }
   Object.assign(AL, {
-    NO_KEY, LEAST_SPAN, bytesOf, float16s, statisticsOf, initialLengthState, clampRange, zoomRange, panRange,
+    NO_KEY, LEAST_SPAN, bytesOf, float16s, inflated, statisticsOf, initialLengthState, clampRange, zoomRange, panRange,
     rangeShowing, positionAt, columns, profileAt,
   });
 })(globalThis.attnlab ??= {});

@@ -62,7 +62,7 @@
     };
     canvas.addEventListener("click", (event) => {
       const at = headAt(event);
-      if (at) store.setState(at);
+      if (at) app.select(at.layer, at.head);
     });
     canvas.addEventListener("mousemove", (event) => {
       const at = headAt(event);
@@ -195,8 +195,8 @@
     const { store, stats, L } = app, layer = $("length-layer"), head = $("length-head"), from = $("from"), to = $("to");
     for (let l = 0; l < stats.layers; l++) layer.append(element("option", { value: String(l) }, String(l)));
     for (let h = 0; h < stats.heads; h++) head.append(element("option", { value: String(h) }, String(h)));
-    layer.addEventListener("change", () => store.setState({ layer: Number(layer.value) }));
-    head.addEventListener("change", () => store.setState({ head: Number(head.value) }));
+    layer.addEventListener("change", () => app.select(Number(layer.value), store.state.head));
+    head.addEventListener("change", () => app.select(store.state.layer, Number(head.value)));
     const typed = () => store.setState(clampRange(Number(from.value), Number(to.value) + 1, L));
     from.addEventListener("change", typed); to.addEventListener("change", typed);
     from.max = to.max = String(L - 1);
@@ -214,6 +214,8 @@
 
   function mountLengthViews(app) {
     const { stats } = app;
+    // another head: drawn once its numbers are decoded (a promise of it)
+    app.select = (layer, head) => stats.load(layer, head).then(() => { app.store.setState({ layer, head }); });
     app.goTo = (token) => {
       const i = Math.min(app.L - 1, Math.max(0, token));
       const { from, to } = rangeShowing(app.store.state, i, app.L);
