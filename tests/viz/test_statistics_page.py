@@ -121,3 +121,15 @@ def test_the_page_holds_its_data_in_a_block_no_token_can_close(tmp_path):
     path = tmp_path / "stats.html"
     write_statistics_page(stats, path, lang="zh")
     assert '"lang":"zh"' in path.read_text(encoding="utf-8").replace(" ", "")
+
+
+def test_a_page_past_its_size_carries_fewer_top_keys_down_to_what_fits_uncompressed(monkeypatch):
+    stats = model_statistics(600, [["random", "local"]])  # 4 top keys a query
+    full = statistics_data(stats)
+    assert full["top_k"] == 4
+    size = sum(map(len, full["head_data"]))
+    monkeypatch.setitem(PAGE_LIMITS, "page", size - 1)  # the compressed page of 4 keys is one byte too many
+    fewer = statistics_data(stats)
+    assert fewer["top_k"] == 3 and sum(map(len, fewer["head_data"])) <= size - 1
+    monkeypatch.setitem(PAGE_LIMITS, "page", statistics_bytes(2, 600, 1))  # 1 key fits uncompressed
+    assert statistics_data(stats)["top_k"] >= 1
