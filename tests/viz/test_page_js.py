@@ -17,6 +17,7 @@ import numpy as np
 import attnlab as al
 from attnlab.engine.variants import Rules
 from attnlab.viz._encoding import binary, mask_runs
+from attnlab.viz._statistics_data import statistics_data
 from attnlab.viz._views import ALIGNMENT_RULE
 
 JS_TESTS = Path(__file__).parent / "js"
@@ -147,6 +148,29 @@ def engine_layer(monkeypatch, given: bool, rules: dict[str, object]) -> dict[str
     }
 
 
+def length_cases() -> dict[str, object]:
+    """A statistics page's data (viz._statistics_data) and, for three of its heads, the engine's statistics
+    themselves: the top keys without the −1 past the keys a query sees."""
+    from statistics_cases import model_statistics
+
+    stats = model_statistics(600, [["sink", "local"], ["long-range", "random"]])
+    page = statistics_data(stats)
+    heads = [(0, 0), (0, 1), (1, 0)]
+    s, k = stats.statistics, page["top_k"]
+    top = [[[int(j) for j in row[:k] if j >= 0] for row in s.top_keys[layer, head]] for layer, head in heads]
+    return {
+        "page": page,
+        "expected": {
+            "heads": heads,
+            "received": [s.received[layer, head].tolist() for layer, head in heads],
+            "entropy": [s.entropy[layer, head].tolist() for layer, head in heads],
+            "sink_share": [s.sink_share[layer, head].tolist() for layer, head in heads],
+            "top_keys": top,
+            "top_weights": [s.top_weights[layer, head, :, :k].tolist() for layer, head in heads],
+        },
+    }
+
+
 def test_the_page_scripts_pure_modules_pass_their_node_tests(tmp_path, monkeypatch):
     node = shutil.which("node")
     assert node, "the page's script's tests need node (Debian's nodejs, as the README's test command installs it)"
@@ -159,12 +183,13 @@ def test_the_page_scripts_pure_modules_pass_their_node_tests(tmp_path, monkeypat
         "decoding": decoding_cases(),
         "maths": {"layers": layers, "modified": [layers[1]]},
         "i18n": {"alignment_rule": ALIGNMENT_RULE},  # the page's data, which i18n.js translates too
+        "length": length_cases(),
     }
     path = tmp_path / "cases.json"
     path.write_text(json.dumps(cases, allow_nan=False), encoding="utf-8")
     files = sorted(str(p) for p in JS_TESTS.glob("*.test.js"))
     names = {Path(f).name for f in files}
-    assert names >= {f"{n}.test.js" for n in ("answer", "decoding", "i18n", "maths", "state")}, names
+    assert names >= {f"{n}.test.js" for n in ("answer", "decoding", "i18n", "length_state", "maths", "state")}, names
     run = subprocess.run(
         [node, "--test", *files], env={**os.environ, "ATTNLAB_JS_CASES": str(path)},
         capture_output=True, text=True, timeout=300,

@@ -7,6 +7,7 @@ Examples::
 
   attnlab plot --text "小明是个运动达人，他平时很爱打篮球" -o weights.png
   attnlab plot trace.json --stage scaled --heads 0,2 -o scaled.svg
+  attnlab plot --model SmolLM2-135M-Instruct.Q4_1.gguf --text "$(cat long.txt)" --stage profiles -o heads.png
 """
 
 from __future__ import annotations
@@ -27,10 +28,12 @@ def add_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-o", "--output", required=True, help="the picture to write: .png, .svg or .pdf")
     parser.add_argument(
         "--stage",
-        choices=("weights", "scaled", "scores", "rollout"),
+        choices=("weights", "scaled", "scores", "rollout", "profiles", "received", "positions"),
         default="weights",
         help="what to draw; rollout (with --model, every layer): attention rollout and flow after --layer "
-        "(default the last), computed by attnlab.analysis",
+        "(default the last), computed by attnlab.analysis; profiles, received, positions (with --model, at any "
+        "length, or a statistics JSON): from the model's statistics, every head's distance profile and role, the "
+        "attention each token receives, entropy and sink share across positions",
     )
     parser.add_argument("--heads", default="all", help="'all' (default) or head indices such as 0,2,5")
     parser.add_argument("--relative", action="store_true", help="colour weights from 0 to the largest, not from 0 to 1")
@@ -47,6 +50,11 @@ def run(args: argparse.Namespace) -> None:
     check_path(args.output)
     if args.stage == "rollout":
         _plot_rollout(args)
+        return
+    if args.stage in ("profiles", "received", "positions"):
+        from ._plot_statistics import plot_statistics_from_args
+
+        plot_statistics_from_args(args)
         return
 
     def heads_there(_layers: int, heads: int, _tokens: int) -> None:

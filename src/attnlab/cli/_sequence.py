@@ -43,7 +43,7 @@ from ._transformers import (
 if TYPE_CHECKING:
     from ..runner import Runner
 
-__all__ = ["ShapeCheck", "add_input_options", "model_statistics", "model_traces", "trace_from_args"]
+__all__ = ["ShapeCheck", "add_input_options", "model_statistics", "model_traces", "refuse_for_model", "trace_from_args"]
 
 # What a trace can hold: its (L, L) matrices are kept whole, several per head, so L²·H
 # is capped before any work (2²⁴ float64 scores are 128 MiB an array); widths likewise. A
@@ -200,7 +200,7 @@ def add_input_options(parser: argparse.ArgumentParser) -> None:
 
 
 def trace_from_args(
-    args: argparse.Namespace, page: bool = False, check: ShapeCheck | None = None
+    args: argparse.Namespace, page: bool = False, check: ShapeCheck | None = None, runner: Runner | None = None
 ) -> Trace | ModelTrace:
     """The trace the options name: the --model run on --text, the layer run on the
     sequence, or a saved trace (a JSON object from ``attnlab trace --format json``). What
@@ -208,12 +208,12 @@ def trace_from_args(
     (:func:`~attnlab.viz._page.check_page_size`), is checked before the work; so is
     ``check(layers, heads, tokens)``, the command's own options against the model's: attnlab's
     model is checked before it runs, a transformers model once its one forward has found
-    its attention entries."""
+    its attention entries. ``runner``: the --model opened already."""
     texts = getattr(args, "texts", None) or []
     if len(texts) > 1:
         raise InputError(f"--text: given {len(texts)} times; only 'attnlab view --model …' takes two texts")
     if args.model is not None:
-        return model_traces(args, [args.text], page, check)[0]
+        return model_traces(args, [args.text], page, check, runner=runner)[0]
     for option, given in (("--image", args.image), ("--backend", args.backend)):
         if given is not None:
             raise InputError(f"{option}: expected --model with it (the checkpoint that reads it)")
@@ -240,23 +240,23 @@ def model_traces(
     page: bool = False,
     check: ShapeCheck | None = None,
     one_stack: bool = False,
+    runner: Runner | None = None,
 ) -> list[ModelTrace]:
     """Open the --model once and trace each of ``texts`` (None: --image's picture) at
     --layer (default: all for a ``page``, else the last), each once its L²·heads·layers
     scores, for a ``page`` the page, and ``check`` fit; ``one_stack``: an encoder-decoder
-    model refused before it loads (two texts compared pair one sequence each)."""
+    model refused before it loads (two texts compared pair one sequence each); ``runner``: the
+    --model opened already (for one --text)."""
     import copy
 
-    _refuse(args, f"--model {args.model} fixes the weights, the embedding and the scale")
-    _refuse_variants(args, f"--model {args.model} attends as its config says (its causal mask, its own window)")
-    if args.input is not None:
-        raise InputError("--model: expected --text with the sentence to run (or --image), got an input file")
-    checkpoint = checkpoint_of(args)
-    if one_stack:
-        in_cli_words(checkpoint.check_one_stack)
-    if checkpoint.backend == "numpy" and args.text is None:
-        raise InputError(f"--image: {args.model} runs in attnlab's NumPy models, which read text (--text)")
-    runner = loaded(checkpoint, "bare")  # a transformers model's attention, or attnlab's model
+    refuse_for_model(args)
+    if runner is None:
+        checkpoint = checkpoint_of(args)
+        if one_stack:
+            in_cli_words(checkpoint.check_one_stack)
+        if checkpoint.backend == "numpy" and args.text is None:
+            raise InputError(f"--image: {args.model} runs in attnlab's NumPy models, which read text (--text)")
+        runner = loaded(checkpoint, "bare")  # a transformers model's attention, or attnlab's model
     traces = []
     for text in texts:
         one = copy.copy(args)
@@ -311,6 +311,14 @@ def _model_trace(args: argparse.Namespace, runner: Runner, page: bool, check: Sh
     if page:
         check_page_size(trace, "--text", FEWER_LAYERS)
     return trace
+
+
+def refuse_for_model(args: argparse.Namespace) -> None:
+    """The options that --model's fixed weights and attention rule out, and an input file beside it."""
+    _refuse(args, f"--model {args.model} fixes the weights, the embedding and the scale")
+    _refuse_variants(args, f"--model {args.model} attends as its config says (its causal mask, its own window)")
+    if args.input is not None:
+        raise InputError("--model: expected --text with the sentence to run (or --image), got an input file")
 
 
 def _refuse(args: argparse.Namespace, reason: str) -> None:

@@ -96,11 +96,17 @@ def run(args: argparse.Namespace) -> None:
         views = Views(second=second)
     else:
         from ._rollout import check_rollout_size
+        from ._statistics_view import opened_for_statistics, statistics_page_if_long
+
+        runner = opened_for_statistics(args)  # --model and one --text: past the page's cap, its statistics
+        if runner is not None and statistics_page_if_long(args, runner):
+            return
 
         def rollout_fits(layers: int, _heads: int, tokens: int) -> None:
             check_rollout_size(layers, tokens, "--rollout")
 
-        trace, views = trace_from_args(args, page=True, check=rollout_fits if args.rollout else None), Views()
+        check = rollout_fits if args.rollout else None
+        trace, views = trace_from_args(args, page=True, check=check, runner=runner), Views()
     if args.rollout:
         from ._rollout import rollout_and_flow
 

@@ -202,12 +202,19 @@ def view(
             and head with their difference where the tokens align (a longest common
             subsequence of the tokens, gaps of one length paired position by position).
             Or a model (:func:`attnlab.load_model`'s, an :class:`attnlab.models.Model`)
-            with ``text``: the page of its trace.
+            with ``text``: the page of its trace; past the page of weights' cap (a head of
+            at most PAGE_LIMITS["head_cells"] cells: 4,096 tokens), the statistics page of
+            its :meth:`~attnlab.runner.Runner.statistics` instead, saying so at its top. Or
+            an :class:`attnlab.trace.ModelStatistics`: its statistics page (every layer's
+            and head's received attention, entropy, sink share, distance profile and role,
+            a query's top keys).
         path: the .html file to write; None returns the page as HTML text.
         text: the text a model runs on (every layer); None for a trace.
-        layer: the layer it opens on (a model's layer number, among the traced ones).
+        layer: the layer it opens on (a model's layer number, among the traced ones;
+            the statistics page's: an index in 0..layers − 1).
         head: the head it opens on.
-        query: the query it opens on (a token's position, 0..L−1).
+        query: the query it opens on (a token's position, 0..L−1; the statistics page's
+            token, its top keys drawn and the text scrolled to it).
         generation: a :class:`attnlab.models.GenerationTrace` (``Model.trace_generation``,
             ``attnlab.hf.trace_generation``) of the tokens the trace is over: a view of
             each generated token's attention over everything before it.
@@ -238,6 +245,23 @@ def view(
     """
     if in_browser:
         return _in_browser(trace, path, text, lang, (layer, head, query, generation, rollout, flow))
+    from ._statistics_page import (  # here: that module reads this one's helpers
+        headline_of,
+        render_statistics_page,
+        statistics_of,
+        statistics_opening,
+        write_statistics_page,
+    )  # fmt: skip
+
+    if (stats := statistics_of(trace, text)) is not None:  # past the page of weights: the statistics page
+        for name, given in (("generation", generation), ("rollout", rollout), ("flow", flow)):
+            if given is not None:
+                raise fail(name, "None with a model's statistics (a page of weights' view)", type(given).__name__)
+        opens, headline = statistics_opening(stats, layer, head, query), headline_of(stats)
+        if path is None:
+            return render_statistics_page(stats, lang=lang, opens=opens, headline=headline)
+        write_statistics_page(stats, path, lang=lang, opens=opens, headline=headline)
+        return None
     first, second = split_pair(traced(trace, text))
     _check_trace(first)
     if generation is not None and not isinstance(generation, GenerationTrace):

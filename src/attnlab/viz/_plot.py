@@ -27,7 +27,7 @@ import numpy as np
 
 from .._exceptions import MissingFontWarning
 from .._validation import MissingDependencyError, fail, flag, is_integer, output_path
-from ..trace import ModelTrace
+from ..trace import ModelStatistics, ModelTrace
 from ..trace._display import display_text
 from ..trace._opening import telling_view
 from ..trace._trace import Trace
@@ -360,7 +360,11 @@ def plot(
     the tokens, so choose fewer layers or heads to zoom in.
 
     Args:
-        trace: an :class:`attnlab.Trace` or a model's :class:`attnlab.models.ModelTrace`.
+        trace: an :class:`attnlab.Trace` or a model's :class:`attnlab.models.ModelTrace`;
+            or a model's statistics at any length (:class:`attnlab.models.ModelStatistics`),
+            drawn by ``stage`` "profiles" (the default for it: every head's distance profile,
+            coloured by its role), "received" or "positions" into a file
+            (``attnlab.viz._plot_statistics``).
         target: a file (.png, .svg or .pdf), written with one panel per head and a colour
             bar, or a matplotlib ``Axes``, into which one head is drawn (``heads`` must name
             one).
@@ -379,6 +383,10 @@ def plot(
     Warns:
         MissingFontWarning: Chinese tokens and no font to draw them.
     """
+    if isinstance(trace, ModelStatistics):  # a model's statistics at length: their views
+        from ._plot_statistics import plot_statistics  # here: that module reads this one's helpers
+
+        return plot_statistics(trace, target, view="profiles" if stage == "weights" else stage, heads=heads)
     try:
         from matplotlib.axes import Axes
         from matplotlib.figure import Figure

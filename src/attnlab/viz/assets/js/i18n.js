@@ -202,6 +202,29 @@
     "{0} → {1}: ": "{0} → {1}：",
     "(layer {0}, head {1})": "（第 {0} 层，头 {1}）",
     "recomputed in this page in {0} ms (tokens and forward {1} ms)": "在这个页面里重新计算用了 {0} 毫秒（分词和前向计算 {1} 毫秒）",
+    // the statistics page (length_*.js)
+    "every head's weight by distance behind the query (log-spaced bins: 0, 1, 2–3, 4–7, …); click one to open it":
+      "每个头的权重按与查询的距离分布（对数分箱：0、1、2–3、4–7……）；点击一个打开它",
+    "the attention each token receives (Σ over the queries, log scale); wheel: zoom, drag: pan, click: go to the token":
+      "每个词元收到的注意力（对所有查询求和，对数刻度）；滚轮：缩放，拖动：平移，点击：跳到该词元",
+    "entropy of each query's weights (nats)": "每个查询的权重的熵（奈特）",
+    "each query's weight on the first keys (sink share)": "每个查询落在最前面几个键上的权重（汇聚份额）",
+    "the clicked query's top keys": "所点击查询的最大权重的键",
+    "the text (click a token)": "文本（点击一个词元）",
+    "positions": "位置",
+    "whole text": "整段文本",
+    "{0}: {1} tokens, {2} layers × {3} heads, statistics from the tiles": "{0}：{1} 个词元，{2} 层 × {3} 个头，由分块计算的统计量",
+    "roles: a head is a sink head when at least half its weight is on the {0} keys it gives the most; else local when at least half is within 15 keys behind the query; else long-range when a query's top keys 256 or more behind it (those {0} aside) take a fifth of its weight or more, on average; else mixed":
+      "角色：一个头至少一半的权重落在它给得最多的 {0} 个键上，是汇聚头；否则至少一半落在查询之前 15 个键以内，是局部头；" +
+      "否则查询在 256 个或更远之前的最大权重的键（那 {0} 个除外）平均占它权重的五分之一或更多，是远程头；否则是混合头",
+    "shown as carried: received attention in float16, entropy and shares in steps of 1/255, the top {0} keys of each query":
+      "按所携带的精度显示：收到的注意力为 float16，熵与份额以 1/255 为步长，每个查询最大权重的前 {0} 个键",
+    "local": "局部",
+    "long-range": "远程",
+    "mixed": "混合",
+    "layer {0}, head {1}: {2} (sink {3}, local {4}, long-range {5})": "第 {0} 层，头 {1}：{2}（汇聚 {3}，局部 {4}，远程 {5}）",
+    "the keys it gives the most: {0}": "它给得最多的键：{0}",
+    "query {0} «{1}»: its top keys {2}": "查询 {0}「{1}」：最大权重的键 {2}",
   };
   const DICTIONARIES = { en: {}, zh: ZH };
   let words = DICTIONARIES.en; // the language's dictionary: set once, by useLanguage, before the page is drawn
