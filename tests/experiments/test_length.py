@@ -96,4 +96,9 @@ def test_the_report_and_figure_come_from_the_measured_numbers(tmp_path):
     figures = _length.EXPERIMENT.figures(measured, tmp_path)
     assert figures == ["length.png"] and (tmp_path / "length.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "](length.png)" in report
-    assert set(measured.metrics()) == {"length", "last_bin", "score_variance"}
+    metrics = measured.metrics()
+    assert set(metrics) == {"length", "heads", "bins", "score_variance", "last_bin", "curves"}  # no model
+    assert (
+        metrics["curves"]["q·k"]["entropy"] == raw["entropy"]
+        and metrics["last_bin"]["q·k"]["entropy"] == raw["entropy"][-1]
+    )

@@ -54,11 +54,13 @@ class Length:
     model: dict[str, Any] | None  # MODEL's: length, source, curves, sink_heads (per head: last bin's sink share)
 
     def metrics(self) -> dict[str, Any]:
-        last = {label: {name: curve[-1] for name, curve in curves.items()} for label, curves in self.layers.items()}
-        metrics: dict[str, Any] = {"length": self.length, "last_bin": last, "score_variance": self.score_variance}
+        """The curves in full (for the tutorial's recorded figures) and each scoring's last bin."""
+        curves = {**self.layers, **({} if self.model is None else {MODEL: self.model["curves"]})}
+        last = {label: {name: curve[-1] for name, curve in c.items()} for label, c in curves.items()}
+        metrics = {"length": self.length, "heads": self.heads, "bins": self.bins, "score_variance": self.score_variance,
+                   "last_bin": last, "curves": curves}  # fmt: skip
         if self.model is not None:
-            curves = self.model["curves"]
-            metrics["model"] = {"length": self.model["length"], **{name: curve[-1] for name, curve in curves.items()}}
+            metrics["model"] = {key: self.model[key] for key in ("length", "source", "sink_heads")}
         return metrics
 
 
