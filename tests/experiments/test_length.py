@@ -72,7 +72,7 @@ def test_the_plain_layers_long_rows_have_the_entropy_of_unit_variance_gaussian_s
 
 def test_the_report_and_figure_come_from_the_measured_numbers(tmp_path):
     pytest.importorskip("matplotlib")
-    measured = _length.measure(True, 0, length=256, heads=2, model_length=0)
+    measured = _length.measure(True, 0, length=256, heads=2, with_model=False)
     assert [first for first, _ in measured.bins] == [1, 2, 4, 8, 16, 32, 64, 128]
     plain, scaled, raw = (measured.layers[label] for label, _, _ in _length.LAYERS)
     # the article's claim at every length: ÷√d_k gives unit-variance scores (q, k: unit-variance entries,

