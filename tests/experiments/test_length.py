@@ -77,8 +77,13 @@ def test_the_report_and_figure_come_from_the_measured_numbers(tmp_path):
     plain, scaled, raw = (measured.layers[label] for label, _, _ in _length.LAYERS)
     # the article's claim at every length: ÷√d_k gives unit-variance scores (q, k: unit-variance entries,
     # so Var(q·k) = d_k = 64 before it); the sample's Wq, Wk make it 1 ± about 15 %
-    assert measured.score_variance["q·k/√d_k"] == pytest.approx(1, abs=0.2)
-    assert measured.score_variance["q·k"] == pytest.approx(_length.D_K, rel=0.2)
+    assert measured.score_variance["q·k/√d_k"] == pytest.approx([1, 1], abs=0.2)  # at n = 16–31 and 128–256
+    assert measured.score_variance["q·k"] == pytest.approx([_length.D_K] * 2, rel=0.2)
+    # × s·log n: the variance times (s·log n)², log n about 3.1 and 5.2 in those bins
+    low, high = measured.score_variance["q·k/√d_k × s·log n"]
+    assert low == pytest.approx((3.1 / math.log(64)) ** 2, rel=0.3) and high == pytest.approx(
+        (5.2 / math.log(64)) ** 2, rel=0.3
+    )
     # at n = 64 the length-scaled scores are the plain ones: s·log 64 = 1
     assert _length.LAYERS[1][2] * math.log(64) == pytest.approx(1)
     assert raw["max_weight"][-1] > scaled["max_weight"][-1] > plain["max_weight"][-1]

@@ -55,7 +55,7 @@ class Length:
     heads: int  # its heads
     bins: list[list[int]]  # per bin: the first and the last n it holds
     layers: dict[str, Curves]  # per scoring of the random layer (LAYERS' labels)
-    score_variance: dict[str, float]  # per scoring: Var of the scores s·q·k over the causal pairs of a sample
+    score_variance: dict[str, list[float]]  # per scoring: the scores' variance in bins _start and the last
     model: dict[str, Any] | None  # MODEL's (model_curves): length, source, curves, sink_heads
 
     def metrics(self) -> dict[str, Any]:
@@ -106,12 +106,14 @@ def row_statistics(
     return {name: getattr(stats, name) for name in STATISTICS}
 
 
-def _score_variance(query: Array, key: Array, scale: float | None, length_scale: float | None, seed: int) -> float:
-    """The variance of the scores multiplier·q_i·k_j over 100,000 random causal pairs j <= i:
-    multiplier 1/√E without ``scale``, times s·log(i + 1) with ``length_scale`` s."""
+def _score_variance(query: Array, key: Array, scale: float | None, length_scale: float | None,
+                    keys: list[int], seed: int) -> float:  # fmt: skip
+    """The variance of the scores multiplier·q_i·k_j over 100,000 random causal pairs j <= i,
+    the rows i those whose n = i + 1 lies in ``keys`` [first, last]: multiplier 1/√E without
+    ``scale``, times s·log(i + 1) with ``length_scale`` s."""
     rng = np.random.default_rng(seed)
-    heads, length, width = query.shape
-    h, i = rng.integers(0, heads, 100_000), rng.integers(0, length, 100_000)
+    heads, _, width = query.shape
+    h, i = rng.integers(0, heads, 100_000), rng.integers(keys[0] - 1, keys[1], 100_000)
     j = (rng.random(100_000) * (i + 1)).astype(np.int64)  # uniform in 0 … i
     scores = (query[h, i] * key[h, j]).sum(axis=-1) * (1 / math.sqrt(width) if scale is None else scale)
     if length_scale is not None:
@@ -134,7 +136,7 @@ def measure(quick: bool, seed: int, *, length: int | None = None, heads: int = 8
     for label, scale, s in LAYERS:
         stats = row_statistics(query, key, scale, s)
         layers[label] = {name: binned(values, bins) for name, values in stats.items()}
-        variance[label] = _score_variance(query, key, scale, s, seed)
+        variance[label] = [_score_variance(query, key, scale, s, bins[b], seed) for b in (_start(bins), -1)]
     model = model_curves(_smollm2(), length) if with_model else None
     return Length(length, heads, bins, layers, variance, model)
 
@@ -221,6 +223,11 @@ def figures(measured: Length, out: Path) -> list[str]:
     return ["length.png"]
 
 
+def _start(bins: list[list[int]]) -> int:
+    """The bin the verdicts start from: n = 16–31 (the first of 16 keys or more), or the last."""
+    return min(4, len(bins) - 1)
+
+
 def _change(curves: Curves, first: int) -> tuple[float, float, float, float]:
     """From bin ``first`` to the last: the entropy's rise, and the largest weight then and now."""
     entropy, largest = curves["entropy"], curves["max_weight"]
@@ -231,7 +238,7 @@ def _verdict(measured: Length) -> tuple[str, str]:
     """What the numbers show, in English and Chinese: each scoring's entropy rise from the
     bin n = 16–31 (the first with 16 or more keys) to the last, beside log n's, and its
     largest weight's fall."""
-    first = min(4, len(measured.bins) - 1)  # [16, 31]
+    first = _start(measured.bins)
     uniform = uniform_curves(measured.bins)["entropy"]
     rise = uniform[-1] - uniform[first]
     (a, b), (c, d) = measured.bins[first], measured.bins[-1]
@@ -243,23 +250,26 @@ def _verdict(measured: Length) -> tuple[str, str]:
     )
     for label, curves in measured.layers.items():
         grown, before, after, fall = _change(curves, first)
-        variance = measured.score_variance[label]
+        v_first, v_last = measured.score_variance[label]
         english.append(
-            f"With scores {label} (their variance {variance:.2f}), the entropy rises by {grown:.2f} "
+            f"With scores {label} (their variance {v_first:.2f}, then {v_last:.2f}), the entropy rises by {grown:.2f} "
             f"({grown / rise:.0%} of log n's rise) and the largest weight goes from {before:.3g} to {after:.3g} "
             f"({_times(fall)})."
         )
         chinese.append(
-            f"分数 {label}（方差 {variance:.2f}）时，熵上升 {grown:.2f}（log n 上升量的 {grown / rise:.0%}），"
-            f"最大权重从 {before:.3g} 变为 {after:.3g}（{_times(fall, 'zh')}）。"
+            f"分数 {label}（方差 {v_first:.2f}，后为 {v_last:.2f}）时，熵上升 {grown:.2f}"
+            f"（log n 上升量的 {grown / rise:.0%}），最大权重从 {before:.3g} 变为 {after:.3g}（{_times(fall, 'zh')}）。"
         )
     plain_rise = _change(measured.layers[LAYERS[0][0]], first)[0] / rise
     plain_fall = _change(measured.layers[LAYERS[0][0]], first)[3]
+    v_first, v_last = measured.score_variance[LAYERS[0][0]]
     if plain_rise >= 0.8 and plain_fall >= 4:
-        english.append("So ÷√d_k keeps the scores' variance near 1 at every length, yet the weights dilute: the "
-                       "entropy follows log n and the largest weight falls with n.")  # fmt: skip
+        english.append(f"So ÷√d_k holds the scores' variance ({v_first:.2f} among few keys, {v_last:.2f} among "
+                       "the most), yet the weights dilute: the entropy follows log n and the largest weight "
+                       "falls with n.")  # fmt: skip
         chinese.append(
-            "所以 ÷√d_k 让分数的方差在任何长度都接近 1，但权重仍然被稀释：熵随 log n 增长，最大权重随 n 下降。"
+            f"所以 ÷√d_k 稳住了分数的方差（键少时 {v_first:.2f}，键最多时 {v_last:.2f}），但权重仍然被稀释："
+            "熵随 log n 增长，最大权重随 n 下降。"
         )
     else:
         english.append(f"The ÷√d_k scores' entropy rises by {plain_rise:.0%} of log n's rise: they do not dilute as "
