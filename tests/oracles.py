@@ -162,3 +162,95 @@ def torch_bert_self_attention(x: torch.Tensor, layer: Any, mask: np.ndarray | No
     attn_mask = None if mask is None else torch.tensor(mask)[:, None, None, :]
     o = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask)
     return linear(o.transpose(1, 2).reshape(B, L, D), wo, bo), params
+
+
+# Runner.statistics against a model's own dense weights (tests/runner, tests/hf): the sizes of
+# the statistics, and their tolerance in float32 (of each statistic's scale: log L for an
+# entropy, 1 for a weight or a share, L for the attention a key receives and a head's weight
+# by distance, max(1, |lse|) for an lse)
+TOP_K, SINK_KEYS, LOCAL_KEYS = 3, 2, 3
+STATISTICS_TOLERANCE = 2e-6
+
+
+def dense_statistics(trace: Any, causal: bool) -> dict[str, np.ndarray]:
+    """Every statistic of every layer (layers, H, …) in float64 from the trace's dense weights
+    P (H, L, L) and scaled scores Z (−∞ where a key is ruled out), as the engine's docstring
+    defines them (a sink's weight: what the row's P leave of 1): ties in the top-k to the
+    lower key; the local keys the last LOCAL_KEYS a query sees (j <= i when causal, else
+    every key); d = i − j in bins 0, ±[2^(k−1), 2^k − 1]."""
+    out: dict[str, list] = {}
+    for index in range(trace.num_layers):
+        layer = trace.layers[index]
+        P, Z = layer.weights.astype(np.float64), layer.scaled_scores.astype(np.float64)
+        _, L, S = P.shape  # (H, L, S)
+        seen = np.isfinite(Z)
+        i, j = np.arange(L)[:, None], np.arange(S)[None, :]
+        stop = i + 1 if causal else np.full((L, 1), S)
+        candidates = np.where(seen, P, -1.0)  # a key the row may not attend: never among its top keys
+        order = np.argsort(-candidates, axis=-1, kind="stable")[..., :TOP_K]  # ties: the lower key
+        ranked = np.take_along_axis(candidates, order, axis=-1)
+        K = (L + S).bit_length()
+        d = i - j
+        bin_of = np.sign(d) * np.array([[int(abs(x)).bit_length() for x in row] for row in d])  # −K..K
+        values = {
+            # P_ij = e^(Z_ij − lse_i): Σ_j P_ij = Σ_j e^Z_ij / e^lse_i, 1 − the sink's weight
+            "lse": np.log(np.where(seen, np.exp(np.where(seen, Z, 0.0)), 0.0).sum(axis=-1)) - np.log(P.sum(axis=-1)),
+            "entropy": -np.where(P > 0, P * np.log(np.where(P > 0, P, 1.0)), 0.0).sum(axis=-1),
+            "max_weight": P.max(axis=-1),
+            "top_keys": np.where(ranked < 0, -1, order),  # −1 past the keys the row may attend
+            "top_weights": np.maximum(ranked, 0.0),
+            "sink_share": P[..., :SINK_KEYS].sum(axis=-1),
+            "local_share": np.where((j >= stop - LOCAL_KEYS) & (j < stop), P, 0.0).sum(axis=-1),
+            "sinks_weight": 1.0 - P.sum(axis=-1),
+            "received": P.sum(axis=-2),
+            "distance": np.stack([np.where(bin_of == b, P, 0.0).sum(axis=(-2, -1)) for b in range(-K, K + 1)], -1),
+        }
+        for name, value in values.items():
+            out.setdefault(name, []).append(value)
+    return {name: np.stack(value) for name, value in out.items()}
+
+
+def scale_of(name: str, want: np.ndarray, length: int) -> np.ndarray | float:
+    """The scale a statistic's error is measured against (see STATISTICS_TOLERANCE)."""
+    if name == "entropy":
+        return np.log(length)
+    if name in ("received", "distance"):
+        return length
+    if name == "lse":
+        return np.maximum(1.0, np.abs(want))
+    return 1.0
+
+
+def assert_model_statistics(stats: Any, trace: Any, causal: bool) -> None:
+    """``stats`` (a ModelStatistics) are those of the dense weights of ``trace`` (a
+    ModelTrace of the same text): every statistic within the tolerance, the top keys the
+    oracle's where the row has no near-tie."""
+    expected = dense_statistics(trace, causal)
+    got = stats.statistics
+    L = len(stats.tokens)
+    assert stats.tokens == trace.tokens and stats.ids == trace.ids
+    assert (stats.num_layers, stats.num_heads) == (trace.num_layers, trace.num_heads)
+    for name, want in expected.items():
+        have = getattr(got, name)
+        assert have.shape == want.shape, name
+        if name == "top_keys":
+            continue
+        error = np.abs(have.astype(np.float64) - want) / scale_of(name, want, L)
+        assert error.max() <= STATISTICS_TOLERANCE, f"{name}: {error.max()}"
+    # the keys reported are the oracle's where no two weights are within the tolerance (float32 near-ties)
+    weights = np.stack([trace.layers[i].weights for i in range(trace.num_layers)]).astype(np.float64)
+    reported = np.where(got.top_keys < 0, 0.0, np.take_along_axis(weights, np.maximum(got.top_keys, 0), axis=-1))
+    assert np.abs(reported - got.top_weights).max() <= STATISTICS_TOLERANCE  # each key's own weight
+    assert np.array_equal(got.top_keys < 0, expected["top_keys"] < 0) and (np.diff(got.top_weights, axis=-1) <= 0).all()
+    gaps = np.diff(np.sort(weights, axis=-1), axis=-1)
+    clear = (np.where(gaps > 0, gaps, np.inf).min(axis=-1) > 10 * STATISTICS_TOLERANCE)[..., None]  # (layers, H, L, 1)
+    assert np.array_equal(np.where(clear, got.top_keys, 0), np.where(clear, expected["top_keys"], 0))
+
+
+def assert_rows(runner: Any, text: Any, trace: Any, cells: list[tuple[int, int, int]]) -> None:
+    """``runner.row`` of each (layer, head, query) is the trace's dense row, within 1e-6."""
+    for layer, head, query in cells:
+        row = runner.row(text, layer, head, query)
+        want = trace.layers[layer].weights[head, query].astype(np.float64)
+        assert row.shape == want.shape and row.dtype == np.float64
+        np.testing.assert_allclose(row, want, rtol=0, atol=1e-6, err_msg=f"layer {layer}, head {head}, query {query}")

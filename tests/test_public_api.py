@@ -23,8 +23,8 @@ PUBLIC = {
     "attnlab.reference": ["AttentionSteps", "SelfAttention", "matmul", "softmax", "transpose"],
     "attnlab.interop": ["from_torch", "to_torch"],
     "attnlab.models": [
-        "CheckpointError", "GenerationTrace", "Model", "ModelConfig", "ModelOutput", "ModelTrace", "SUPPORTED",
-        "Tokenizer", "load",
+        "CheckpointError", "GenerationTrace", "Model", "ModelConfig", "ModelOutput", "ModelStatistics", "ModelTrace",
+        "SUPPORTED", "Tokenizer", "load",
     ],
     "attnlab.nn": [
         "AdamW", "Embedding", "LayerNorm", "Linear", "Module", "MultiheadSelfAttention", "Parameter", "RNN",

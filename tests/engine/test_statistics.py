@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import attnlab as al
-from attnlab.engine._statistics import attention_statistics, distance_bins
+from attnlab.engine._statistics import attention_row, attention_statistics, distance_bins
 from attnlab.engine.variants import Rules
 from helpers import use_small_blocks
 
@@ -306,3 +306,33 @@ def test_the_same_bits_for_any_thread_count(monkeypatch):
     one, two = (attention_statistics(q, k, num_threads=threads, **keywords) for threads in (1, 2))
     for name in ("lse", "entropy", "top_keys", "top_weights", "local_share", "received", "distance"):
         assert np.array_equal(getattr(one, name), getattr(two, name)), name
+
+
+ROW_CASES = [case for case in CASES if "key-lengths" not in case]  # attention_row takes no key lengths
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("case", ROW_CASES)
+def test_one_rows_weights_match_the_dense_oracles_row(case, dtype, monkeypatch):
+    use_small_blocks(monkeypatch, 32, 16, 24)  # a row over several blocks of keys
+    keywords = case_keywords(case, dtype, np.random.default_rng(1))
+    keywords.pop("key_lengths", None)  # "everything"'s: attention_row takes none
+    q, k, _ = inputs(dtype, gqa=keywords.get("enable_gqa", False))
+    P = oracle(q, k, **keywords)[1]  # (B, H, L, S)
+    tolerance = 1e-12 if dtype == np.float64 else 1e-6
+    if "length_scale" in keywords:
+        rules = {
+            name: keywords.pop(name) for name in list(keywords) if name in Rules().values() or name == "length_scale"
+        }
+        keywords["rules"] = Rules.of(**rules)
+    for row in (0, 11, 37, L - 1):
+        got = attention_row(q, k, row, **keywords)
+        assert got.shape == (B, H, S) and got.dtype == dtype
+        np.testing.assert_allclose(got, P[:, :, row], rtol=0, atol=tolerance, err_msg=f"row {row}")
+
+
+@pytest.mark.parametrize("row", [-1, L, 2.0])
+def test_a_row_outside_the_queries_is_refused(row):
+    q, k, _ = inputs(np.float64)
+    with pytest.raises(ValueError, match=rf"^row: expected a query index in 0..{L - 1}, got"):
+        attention_row(q, k, row)

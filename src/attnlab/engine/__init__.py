@@ -5,13 +5,13 @@ output, the log-sum-exp and the exact gradients.
 
 :func:`attention` is the entry point; :mod:`attnlab.functional` gives it torch's shape.
 :func:`attention_statistics` gives the statistics of its weights (per query, per key, by
-distance) from the tiles, never the (L, S) matrix.
+distance) from the tiles, never the (L, S) matrix; :func:`attention_row` one query's whole row.
 """
 
 from ._attention import ENGINES, Attention, Engine, EngineImpl, Gradients, attention, backward, choose_engine
 from ._problem import Problem, make_problem
 from ._softmax import softmax
-from ._statistics import AttentionStatistics, attention_statistics
+from ._statistics import AttentionStatistics, attention_row, attention_statistics
 
 __all__ = [
     "ENGINES",
@@ -22,6 +22,7 @@ __all__ = [
     "Gradients",
     "Problem",
     "attention",
+    "attention_row",
     "attention_statistics",
     "backward",
     "choose_engine",

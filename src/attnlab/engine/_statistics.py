@@ -37,20 +37,20 @@ into every statistic. Memory: O(L·top_k + S + K) per slice and a few blocks, ne
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike
 
-from .._validation import Array, float_array, positive_int
+from .._validation import Array, fail, float_array, is_integer, positive_int
 from . import _ragged, _tiled
 from ._attention import engine_problem
 from ._problem import Problem, make_problem
 from ._threads import run
 from .variants import Rules
 
-__all__ = ["CHUNK", "AttentionStatistics", "attention_statistics", "distance_bins"]
+__all__ = ["BATCHED", "CHUNK", "AttentionStatistics", "attention_row", "attention_statistics", "distance_bins"]
 
 # The second pass adds a block into the statistics this many query rows at a time: the
 # temporaries of 64 × BLOCK_K stay a few times smaller than the block itself.
@@ -98,6 +98,18 @@ class AttentionStatistics:
     distance_bins: Array
     sink_keys: int
     local_keys: int
+
+    def __getitem__(self, index: int | tuple[int, ...]) -> AttentionStatistics:
+        """The statistics of the batch entry ``index`` (an index or a tuple of them into
+        B…): every array of :data:`BATCHED` indexed so, the bins and the sizes kept."""
+        return replace(self, **{name: getattr(self, name)[index] for name in BATCHED})
+
+
+# AttentionStatistics' arrays over the batch B… (the bins and the sizes are not)
+BATCHED = (
+    "lse", "entropy", "max_weight", "top_keys", "top_weights", "sink_share", "local_share", "sinks_weight",
+    "received", "distance",
+)  # fmt: skip
 
 
 def distance_bins(lengths: tuple[int, int]) -> Array:
@@ -199,10 +211,10 @@ def _merge_top(weights: Array, keys: Array, candidates: Array, cols: slice) -> t
     return np.take_along_axis(values, order, axis=1), np.take_along_axis(index, order, axis=1)
 
 
-def _row_softmax(job: _Pass, s: _tiled.Slice, q_scaled: Array, rows: slice, sink: float | None) -> tuple[Array, Array]:
+def _row_softmax(pb: Problem, s: _tiled.Slice, q_scaled: Array, rows: slice, sink: float | None) -> tuple[Array, Array]:
     """(m, l) of the query rows ``rows`` (l,) by the forward's online softmax, the sink
     joined last (``_tiled._forward_block``): lse = m + log l."""
-    pb, count = job.pb, rows.stop - rows.start
+    count = rows.stop - rows.start
     row_max = np.full(count, -np.inf, dtype=q_scaled.dtype)  # m, (l,)
     row_sum = np.zeros(count, dtype=q_scaled.dtype)  # l, (l,)
     for cols in _tiled.key_blocks(pb, rows, True):
@@ -220,7 +232,7 @@ def _rows_task(job: _Pass, s: _tiled.Slice, rows: slice, sink: float | None) -> 
     CHUNK rows at a time (so that their temporaries stay a fraction of the block's)."""
     pb, out, n = job.pb, job.results, s.n
     q_scaled = s.q[rows] * np.asarray(pb.scale, dtype=s.q.dtype)  # (l, E)
-    row_max, row_sum = _row_softmax(job, s, q_scaled, rows, sink)
+    row_max, row_sum = _row_softmax(pb, s, q_scaled, rows, sink)
     out.lse[n, rows] = row_max + np.log(row_sum)
     shift = np.where(np.isneginf(row_max), 0.0, row_max)  # a row with no key: P = e^(−∞) = 0
     low = np.log(np.where(row_sum > 0, row_sum, 1.0))  # log l, (l,)
@@ -284,6 +296,71 @@ def _tasks(pb: Problem, results: _Results, top_k: int, sink_keys: int, local_key
     return [functools.partial(slice_task, s) for s in _tiled.slice_views(pb, pb.value)]
 
 
+def _weights_problem(
+    query: ArrayLike, key: ArrayLike, attn_mask: ArrayLike | None, key_lengths: ArrayLike | None,
+    scale: float | None, enable_gqa: bool, rules: Rules,
+) -> Problem:  # fmt: skip
+    """The problem of the weights softmax(Z) of :func:`attnlab.attention` with these
+    arguments: no values, no dropout, Q's rows scaled by the row-scaling variants
+    (``length_scale``) as the engines run them."""
+    key = float_array("key", key)
+    no_values = key[..., :0]  # (B…, S, 0): the problem's V, which no statistic reads
+    pb = make_problem(query, key, no_values, attn_mask, 0.0, scale, enable_gqa, None, rules, key_lengths=key_lengths)
+    return engine_problem(pb)[0]
+
+
+def attention_row(
+    query: ArrayLike,
+    key: ArrayLike,
+    row: int,
+    *,
+    attn_mask: ArrayLike | None = None,
+    scale: float | None = None,
+    enable_gqa: bool = False,
+    rules: Rules | None = None,
+    **variants: Any,
+) -> Array:
+    """One query's whole row of the weights softmax(Z) of :func:`attnlab.attention` with the
+    same arguments (no values, no dropout), computed for that row alone, in every slice:
+    P_ij = e^(Z_ij − lse_i) for i = ``row`` and every key j, by the tiles' Z and the
+    forward's online softmax with the sink joined last, as :func:`attention_statistics`
+    computes them (0 for a key the row may not attend; the row sums to 1 − its
+    ``sinks_weight``). O(S·E) work and O(S) memory per slice, never (L, S).
+
+    Args:
+        query: Q, (B…, L, E).
+        key: K, (B…, S, E).
+        row: i, the query's index in 0..L − 1 (its position in the rules: the causal band,
+            the window, ``length_scale``'s n_i, are those of row i of the whole problem).
+        attn_mask, scale, enable_gqa, rules, variants: as :func:`attention_statistics`'s.
+
+    Returns:
+        The weights (B…, S) in the compute dtype.
+
+    Raises:
+        ValueError: what :func:`attnlab.attention` refuses, or a ``row`` outside 0..L − 1.
+        TypeError: an argument of the wrong type or dtype.
+    """
+    pb = _weights_problem(query, key, attn_mask, None, scale, enable_gqa, Rules.of(**variants).unless(rules))
+    L, S = pb.lengths
+    if not is_integer(row) or not 0 <= row < L:
+        raise fail("row", f"a query index in 0..{L - 1}", repr(row))
+    weights = np.zeros((pb.slices, S), pb.compute_dtype)  # (n, S)
+    sinks = pb.per_slice(pb.rules["sinks"])
+    rows = slice(int(row), int(row) + 1)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):  # −∞ scores; log 0 of a row with no key
+        for s in _tiled.slice_views(pb, pb.value):
+            q_scaled = s.q[rows] * np.asarray(pb.scale, dtype=s.q.dtype)  # (1, E)
+            row_max, row_sum = _row_softmax(pb, s, q_scaled, rows, None if sinks is None else float(sinks[s.n]))
+            shift = np.where(np.isneginf(row_max), 0.0, row_max)  # a row with no key: P = e^(−∞) = 0
+            low = np.log(np.where(row_sum > 0, row_sum, 1.0))  # log l, (1,)
+            for cols in _tiled.key_blocks(pb, rows, True):
+                block = _tiled.block_scores(pb, s, q_scaled, rows, cols, True)
+                if block is not None:
+                    weights[s.n, cols] = np.exp((block[0][0] - shift[0]) - low[0])  # P = e^((Z − m) − log l)
+    return weights.reshape(*pb.batch_shape, S)  # (n, S) -> (B…, S)
+
+
 def attention_statistics(
     query: ArrayLike,
     key: ArrayLike,
@@ -330,11 +407,7 @@ def attention_statistics(
         positive_int(name, x) for name, x in (("top_k", top_k), ("sink_keys", sink_keys), ("local_keys", local_keys))
     )
     threads = None if num_threads is None else positive_int("num_threads", num_threads)
-    key = float_array("key", key)
-    no_values = key[..., :0]  # (B…, S, 0): the problem's V, which no statistic reads
-    given = Rules.of(**variants).unless(rules)
-    pb = make_problem(query, key, no_values, attn_mask, 0.0, scale, enable_gqa, None, given, key_lengths=key_lengths)
-    pb = engine_problem(pb)[0]  # Q's rows scaled by the row-scaling variants (length_scale)
+    pb = _weights_problem(query, key, attn_mask, key_lengths, scale, enable_gqa, Rules.of(**variants).unless(rules))
     L, S = pb.lengths
     results = _Results.empty(pb.slices, (L, S), top_k, pb.compute_dtype)
     bins = (L + S).bit_length()  # K

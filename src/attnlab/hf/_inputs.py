@@ -16,7 +16,7 @@ from ..models._tokenizer import Tokenizer
 from ..trace import ModelTrace, Trace
 from ._torch import model_name, torch
 
-__all__ = ["Sequence", "Sequences", "model_inputs"]
+__all__ = ["Sequence", "Sequences", "key_value_heads", "model_inputs"]
 
 
 @dataclass
@@ -58,14 +58,12 @@ class Sequences:
         name = model_name(model)
         main = self.target if self.target is not None else self.source
         config = getattr(model, "config", None)
-        kv_heads = getattr(config, "num_key_value_heads", None)
-        kv_heads = int(kv_heads) if is_integer(kv_heads) and 0 < kv_heads <= heads and heads % kv_heads == 0 else 0
         return ModelTrace(
             name, main.ids, main.tokens, traces, entries, heads, main.special, main.parts, None,
             modules=modules, kinds=kinds, image=self.image, patch_grid=self.patch_grid,
             **({} if self.target is None else self._source_fields()),
             architecture=str(getattr(config, "model_type", "") or ""),
-            num_key_value_heads=kv_heads,
+            num_key_value_heads=key_value_heads(config, heads),
         )  # fmt: skip
 
     def _source_fields(self) -> dict[str, Any]:
@@ -73,6 +71,13 @@ class Sequences:
         return dict(
             source_ids=source.ids, source_tokens=source.tokens, source_special=source.special, source_parts=source.parts
         )
+
+
+def key_value_heads(config: Any, heads: int) -> int:
+    """The key and value heads that the ``heads`` query heads share, from the config, or 0
+    where it names none that divides them."""
+    kv_heads = getattr(config, "num_key_value_heads", None)
+    return int(kv_heads) if is_integer(kv_heads) and 0 < kv_heads <= heads and heads % kv_heads == 0 else 0
 
 
 def model_inputs(model: Any, text_or_inputs: Any, tokenizer: Any) -> Sequences:

@@ -48,6 +48,7 @@ class _Recording:
     chosen: frozenset[int] | None  # the entries to trace; None: all
     encoder_decoder: bool
     check: Callable[[], object] | None = None  # called before each attention call's work
+    inspect: Callable[[int, EngineCall], None] | None = None  # sees each call (its index) before the engine runs it
     entries: list[_Entry] = field(default_factory=list)
     inputs: dict[int, tuple[Any, bool]] = field(default_factory=dict)  # id(module) -> (hidden states, cross)
     by_module: dict[int, _Entry] = field(default_factory=dict)  # the latest entry of each module
@@ -84,6 +85,8 @@ class _Recording:
             _check_finite(states.detach().float().numpy(), f"the hidden states entering {where}")
         for x, what in ((call.query, "queries"), (call.key, "keys"), (call.value, "values")):
             _check_finite(x, f"the {what} of {where}")
+        if self.inspect is not None:
+            self.inspect(index, call)
         with np.errstate(over="ignore", invalid="ignore"):  # a non-finite number is refused below
             if self.chosen is not None and index not in self.chosen:
                 output = np.asarray(_engine_call(call).output)

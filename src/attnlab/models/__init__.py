@@ -27,7 +27,7 @@ import numpy as np
 from .._exceptions import renamed
 from .._io import exists
 from .._validation import fail
-from ..trace import GenerationTrace, ModelTrace
+from ..trace import GenerationTrace, ModelStatistics, ModelTrace
 from ..trace._display import shown_name
 from ._architectures import ARCHITECTURES, end_tokens, read_network
 from ._checkpoint import CONFIG, CheckpointError, Weights, locate, read_config
@@ -42,6 +42,7 @@ __all__ = [
     "Model",
     "ModelConfig",
     "ModelOutput",
+    "ModelStatistics",
     "ModelTrace",
     "Tokenizer",
     "load",
@@ -114,6 +115,15 @@ def load_located(
     return Model(network, read_tokenizer(directory), shown_name(given))
 
 
-for _public in (CheckpointError, GenerationTrace, Model, ModelConfig, ModelOutput, ModelTrace, Tokenizer):
+for _public in (
+    CheckpointError,
+    GenerationTrace,
+    Model,
+    ModelConfig,
+    ModelOutput,
+    ModelStatistics,
+    ModelTrace,
+    Tokenizer,
+):
     _public.__module__ = __name__
 del _public

@@ -16,12 +16,12 @@ from .._progress import progress_bar
 from .._validation import Array, check_finite, fail, flag, is_integer, optional_callable
 from ..trace import GenerationTrace, ModelTrace
 from ..trace._generation import stack_rows
-from ._checks import layer_indices, model_inputs, sequence_ids
+from ._checks import Prompt, layer_indices, model_inputs, sequence_ids
 from ._generate import generate
 from ._network import ModelConfig, Network, Recorder
 from ._tokenizer import Tokenizer
 
-__all__ = ["Model", "ModelOutput", "answer_view"]
+__all__ = ["Model", "ModelOutput", "answer_view", "token_marks"]
 
 ASKED_ABOUT: dict[str, tuple[str, ...]] = {
     "coref": ("他", "她")
@@ -291,15 +291,31 @@ def _trace(
     chosen = layer_indices(model.config, layers)
     record = Recorder(trace_layers=frozenset(chosen), check=check)
     model.network.forward(ids[None], None, None, None, record, None, name="text_or_ids")  # (L,) -> (1, L)
-    tokens, parts = tokenizer.pieces(ids) if tokenizer is not None else ([str(i) for i in ids], [])
-    special = [tokenizer.is_special(i) for i in ids] if tokenizer is not None else []
+    marks = token_marks(model, prompt)
     for trace in record.traces.values():
-        trace.tokens = tokens
+        trace.tokens = marks["tokens"]
     c, traces = model.config, {i: record.traces[i] for i in chosen}
     counts = (c.num_hidden_layers, c.num_attention_heads)
-    opens = answer_view(c.raw, tokens)
-    made = ModelTrace(model.name, [int(i) for i in ids], tokens, traces, *counts, special, parts, opens)
-    made.template = prompt.template or [False] * len(ids)
-    made.notes = [model.weights_note, *prompt.notes] if model.weights_note else prompt.notes
+    opens = answer_view(c.raw, marks["tokens"])
+    made = ModelTrace(
+        model.name, [int(i) for i in ids], marks["tokens"], traces, *counts, marks["special"], marks["parts"], opens
+    )
+    made.template, made.notes = marks["template"], marks["notes"]
     made.architecture, made.num_key_value_heads = c.model_type, c.num_key_value_heads
     return made
+
+
+def token_marks(model: Model, prompt: Prompt) -> dict[str, list[Any]]:
+    """What a trace or the statistics of ``prompt`` say of its L tokens, by the field's name:
+    ``tokens`` as text, ``parts`` (the characters split over tokens), ``special``,
+    ``template`` (put there by the chat template) and ``notes`` (the weights' kind, a cut,
+    the template)."""
+    tokenizer, ids = model.tokenizer, prompt.ids
+    tokens, parts = tokenizer.pieces(ids) if tokenizer is not None else ([str(i) for i in ids], [])
+    return {
+        "tokens": tokens,
+        "parts": parts,
+        "special": [tokenizer.is_special(i) for i in ids] if tokenizer is not None else [],
+        "template": prompt.template or [False] * len(ids),
+        "notes": [model.weights_note, *prompt.notes] if model.weights_note else prompt.notes,
+    }

@@ -111,7 +111,13 @@ class Recorder:
     engine output (B, H, L, Ev), before the out projection, and its result goes on instead
     (attnlab.analysis replaces heads' outputs through it); ``check``, when given, is called
     before each layer, and what it raises ends the forward (the live page's, to stop a
-    request its page left or the server that is stopping)."""
+    request its page left or the server that is stopping); ``attention_inputs``, when given,
+    is called as ``attention_inputs(layer, q, k, rules)`` with each layer's queries
+    (B, H, L, E) after RoPE, all its keys (B, Hk, S, E) and the engine call's other keywords
+    (``attn_mask``, ``is_causal``, ``causal_alignment``, ``window``, ``scale``,
+    ``enable_gqa``): what :func:`attnlab.engine.attention_statistics` and
+    :func:`~attnlab.engine.attention_row` take to compute the layer's weights' statistics
+    or one row without the forward keeping them."""
 
     attentions: bool = False
     trace_layers: frozenset[int] = frozenset()
@@ -119,6 +125,7 @@ class Recorder:
     traces: dict[int, Trace] = field(default_factory=dict)
     head_outputs: Callable[[int, Array], Array] | None = None
     check: Callable[[], object] | None = None
+    attention_inputs: Callable[[int, Array, Array, dict[str, Any]], None] | None = None
 
 
 @dataclass(frozen=True)
@@ -178,16 +185,20 @@ class Block:
             k, v = step.cache.extend(layer, k, v)  # (B, Hk, S, E), the past positions first
         record = step.record
         keep = record is not None and (record.attentions or layer in record.trace_layers)
+        every_key = keep or (record is not None and record.attention_inputs is not None)
         seen_k, seen_v, mask = k, v, step.mask
-        if self.sliding_window is not None and not keep:  # the weights keep all S columns, as transformers'
+        if self.sliding_window is not None and not every_key:  # the weights keep all S columns, as transformers'
             first = max(k.shape[2] - L - (self.sliding_window - 1), 0)  # the first key the first query sees
             seen_k, seen_v = k[:, :, first:], v[:, :, first:]  # (B, Hk, S, E) -> (B, Hk, S − first, E)
             mask = None if mask is None else mask[..., first:]  # (…, L, S) -> (…, L, S − first)
-        result = attention(
-            q, seen_k, seen_v, attn_mask=mask, is_causal=step.is_causal, causal_alignment="bottom_right",
+        rules: dict[str, Any] = dict(
+            attn_mask=mask, is_causal=step.is_causal, causal_alignment="bottom_right",
             window=None if self.sliding_window is None else (self.sliding_window - 1, 0), scale=self.attn.scale,
-            enable_gqa=self.attn.kv_heads != self.attn.heads, need_weights=keep,
+            enable_gqa=self.attn.kv_heads != self.attn.heads,
         )  # fmt: skip
+        if record is not None and record.attention_inputs is not None:
+            record.attention_inputs(layer, q, seen_k, rules)
+        result = attention(q, seen_k, seen_v, **rules, need_weights=keep)
         out, weights = result.output.astype(h.dtype, copy=False), result.weights
         if not all_finite(out) or (weights is not None and not all_finite(weights)):  # refused: where it began
             for x, what in ((q, "queries"), (k, "keys"), (v, "values")):

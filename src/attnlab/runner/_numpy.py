@@ -12,7 +12,8 @@ import numpy as np
 from .._validation import Array
 from ..models._model import Model
 from ..models._network import Recorder
-from ..trace import GenerationTrace, ModelTrace
+from ..models._statistics import attention_rows, model_statistics
+from ..trace import GenerationTrace, ModelStatistics, ModelTrace
 from ._runner import Cells, Check, Prompting, Runner, ordinary_ids, token_ids
 
 __all__ = ["NumpyRunner"]
@@ -99,6 +100,12 @@ class NumpyRunner(Runner):
 
     def _trace(self, text: Any, layers: Any, check: Check, how: Prompting) -> ModelTrace:
         return self.model.trace(text, layers=layers, truncation=how.truncation, chat=how.chat, check=check)
+
+    def _statistics(self, text: Any, sizes: dict[str, Any], check: Check, how: Prompting) -> ModelStatistics:
+        return model_statistics(self.model, text, **sizes, truncation=how.truncation, chat=how.chat, check=check)
+
+    def _rows(self, ids: Array, layer: int, query: int) -> Array:
+        return attention_rows(self.model, ids, layer, query)
 
     def check_one_stack(self) -> None:
         """attnlab's models are one stack (decoder-only or encoder-only): nothing to refuse."""

@@ -18,7 +18,8 @@ import numpy as np
 
 from .._exceptions import ArgumentError, UnsupportedModelError
 from .._validation import Array, fail, flag, is_integer, text_ids
-from ..trace import GenerationTrace, ModelTrace
+from ..models._statistics import statistics_sizes
+from ..trace import GenerationTrace, ModelStatistics, ModelTrace
 from ..viz._page import PageShape
 
 __all__ = [
@@ -220,6 +221,49 @@ class Runner(abc.ABC):
         check_numpy_only(self.backend, self.name, truncation, chat)
         return self._trace(text, layers, check, Prompting(truncation, chat))
 
+    def statistics(
+        self, text_or_ids: Any, *, top_k: int = 8, sink_keys: int = 4, local_keys: int = 64, check: Check = None,
+        truncation: bool = False, chat: bool = False,
+    ) -> ModelStatistics:  # fmt: skip
+        """The statistics of every layer's and head's attention weights in one forward of
+        ``text_or_ids`` (:class:`attnlab.models.ModelStatistics`), kept instead of the
+        weights: exact, from each layer's own q and k in the forward's tiles, never an
+        (L, L) matrix, so at any length the model takes. ``check``, ``truncation`` and
+        ``chat`` as :meth:`trace` takes them.
+
+        Args:
+            text_or_ids: a text or ids (L,).
+            top_k, sink_keys, local_keys: as :func:`attnlab.engine.attention_statistics`'s.
+
+        Raises:
+            ArgumentError, ArgumentTypeError: a count that is not a whole number ≥ 1;
+                ``truncation`` or ``chat`` on transformers; what :meth:`trace` refuses.
+            UnsupportedModelError: an encoder-decoder model.
+            Exception: whatever ``check`` raises.
+        """
+        sizes = statistics_sizes(top_k, sink_keys, local_keys)
+        check_numpy_only(self.backend, self.name, truncation, chat)
+        self.check_one_stack()
+        return self._statistics(text_or_ids, sizes, check, Prompting(truncation, chat))
+
+    def row(self, text_or_ids: Any, layer: int, head: int, query: int) -> Array:
+        """Query ``query``'s whole row of head ``head``'s weights in layer ``layer`` of one
+        forward of ``text_or_ids``, (S,) float64 (the L keys' weights; with sinks, they sum
+        to 1 − the sink's): computed for that one row (:func:`attnlab.engine.attention_row`),
+        never the (L, L) weights.
+
+        Raises:
+            ArgumentError: a layer, head or query out of range (named), or what :meth:`ids`
+                refuses.
+            UnsupportedModelError: an encoder-decoder model.
+        """
+        self.check_one_stack()
+        ids = self.ids(text_or_ids, "text_or_ids")
+        rows = self._rows(ids, layer, query)  # (H, S)
+        if not is_integer(head) or not 0 <= head < rows.shape[0]:
+            raise fail("head", f"an index in 0..{rows.shape[0] - 1}", repr(head))
+        return rows[int(head)].astype(np.float64)
+
     def _marked(self, full: ModelTrace, text: str, generated: int, how: Prompting) -> ModelTrace:
         """A generation's whole trace with its prompt's chat-template tokens marked (and
         the notes of how the prompt was made): the transformers backend makes none."""
@@ -251,6 +295,15 @@ class Runner(abc.ABC):
     @abc.abstractmethod
     def _trace(self, text: Any, layers: Any, check: Check, how: Prompting) -> ModelTrace:
         """:meth:`trace`'s trace, once ``how`` is known to be one the backend takes."""
+
+    @abc.abstractmethod
+    def _statistics(self, text: Any, sizes: dict[str, Any], check: Check, how: Prompting) -> ModelStatistics:
+        """:meth:`statistics`' statistics, the sizes checked, once ``how`` is one the backend takes."""
+
+    @abc.abstractmethod
+    def _rows(self, ids: Array, layer: int, query: int) -> Array:
+        """Query ``query``'s row of every head's weights in layer ``layer`` of a forward of
+        ``ids`` (L,), (H, S); a layer or query out of range refused, named."""
 
     @abc.abstractmethod
     def _generation(

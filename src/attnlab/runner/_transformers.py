@@ -17,8 +17,10 @@ from ..hf import UnsupportedModelError, check_model
 from ..hf import trace as hf_trace
 from ..hf._inputs import _labelled
 from ..hf._register import on_attnlab, output_hook
+from ..hf._statistics import attention_rows
+from ..hf._statistics import statistics as hf_statistics
 from ..hf._torch import from_numpy, model_name, to_numpy, torch
-from ..trace import GenerationTrace, ModelTrace
+from ..trace import GenerationTrace, ModelStatistics, ModelTrace
 from ._runner import Cells, Check, Prompting, Runner, encoder_decoder_refusal, layer_weights, ordinary_ids, token_ids
 
 __all__ = ["TransformersRunner"]
@@ -103,6 +105,14 @@ class TransformersRunner(Runner):
             self.check_one_stack()  # an encoder-decoder reads a source and a target, not one row of ids
         inputs = {"input_ids": torch.tensor([[int(i) for i in text]])} if ids else text
         return hf_trace(self.model, inputs, tokenizer=self.processor, layers=layers, check=check)
+
+    def _statistics(self, text: Any, sizes: dict[str, Any], check: Check, how: Prompting) -> ModelStatistics:
+        inputs = {"input_ids": torch.tensor([[int(i) for i in text]])} if _is_ids(text) else text
+        return hf_statistics(self.model, inputs, tokenizer=self.processor, sizes=sizes, check=check)
+
+    def _rows(self, ids: Array, layer: int, query: int) -> Array:
+        inputs = {"input_ids": torch.tensor([[int(i) for i in ids]])}
+        return attention_rows(self.model, inputs, tokenizer=self.processor, layer=layer, query=query)
 
     def _generation(
         self, text: str, count: int, check: Check, layers: Any, how: Prompting, progress: bool
