@@ -9,7 +9,9 @@ import math
 import numpy as np
 import pytest
 
+import attnlab
 from attnlab.experiments import _length
+from checkpoints import smollm2_gguf
 
 
 def dense_statistics(query: np.ndarray, key: np.ndarray, scale: float, s: float | None) -> dict[str, np.ndarray]:
@@ -107,3 +109,28 @@ def test_the_report_and_figure_come_from_the_measured_numbers(tmp_path):
         metrics["curves"]["q·k"]["entropy"] == raw["entropy"]
         and metrics["last_bin"]["q·k"]["entropy"] == raw["entropy"][-1]
     )
+
+
+@pytest.mark.slow
+def test_smollm2s_curves_are_its_traced_weights_binned():
+    """SmolLM2's statistics over the first 64 tokens of Python's documentation, binned, against
+    each layer's and head's dense (H, L, L) weights of the model's own trace, computed here."""
+    runner = attnlab.load_model(smollm2_gguf())
+    measured = _length.model_curves(runner, 64)
+    ids = runner.ids(_length.long_text(), cut=True)[:64]
+    trace = runner.trace(ids)
+    weights = np.stack([trace[layer].weights for layer in range(trace.num_layers)]).astype(np.float64)  # (30, 9, L, L)
+    logs = np.log(np.where(weights > 0, weights, 1.0))
+    dense = {
+        "entropy": -(weights * logs).sum(-1),
+        "max_weight": weights.max(-1),
+        "sink_share": weights[..., :4].sum(-1),
+    }
+    bins = [(1, 1), (2, 3), (4, 7), (8, 15), (16, 31), (32, 64)]
+    scales = {"entropy": math.log(64), "max_weight": 1.0, "sink_share": 1.0}  # float32: 1e-5 of each one's scale
+    for name, values in dense.items():
+        expected = [values[..., first - 1 : last].mean() for first, last in bins]
+        assert measured["curves"][name] == pytest.approx(expected, abs=1e-5 * scales[name]), name
+    last_bin = dense["sink_share"][..., 31:64].mean(-1).reshape(-1)  # per head, layer by layer
+    np.testing.assert_allclose(measured["sink_heads"], last_bin, atol=1e-5)
+    assert measured["length"] == 64 and len(measured["sink_heads"]) == 30 * 9 and "Python" in measured["source"]

@@ -157,7 +157,7 @@ def model_curves(runner: Any, length: int) -> dict[str, Any]:
     Raises:
         ArgumentError: the text gives fewer than ``length`` tokens, or the model takes fewer.
     """
-    ids = runner.ids(long_text())[:length]
+    ids = runner.ids(long_text(), cut=True)[:length]  # (length,): the first tokens the model takes
     if len(ids) < length:
         raise fail("length", f"at most the text's {len(ids):,} tokens", f"{length:,}")
     stats = runner.statistics(ids, top_k=1, sink_keys=SINK_KEYS).statistics  # (layers, heads, L) each
