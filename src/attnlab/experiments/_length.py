@@ -252,12 +252,12 @@ def _verdict(measured: Length) -> tuple[str, str]:
         grown, before, after, fall = _change(curves, first)
         v_first, v_last = measured.score_variance[label]
         english.append(
-            f"With scores {label} (their variance {v_first:.2f}, then {v_last:.2f}), the entropy rises by {grown:.2f} "
-            f"({grown / rise:.0%} of log n's rise) and the largest weight goes from {before:.3g} to {after:.3g} "
+            f"With scores {label} (variance {v_first:.2f} at the start, {v_last:.2f} at the end), the entropy "
+            f"rises by {grown:.2f} ({grown / rise:.0%} of log n's rise) and the largest weight goes from {before:.3g} to {after:.3g} "
             f"({_times(fall)})."
         )
         chinese.append(
-            f"分数 {label}（方差 {v_first:.2f}，后为 {v_last:.2f}）时，熵上升 {grown:.2f}"
+            f"分数 {label}（方差起点 {v_first:.2f}、终点 {v_last:.2f}）时，熵上升 {grown:.2f}"
             f"（log n 上升量的 {grown / rise:.0%}），最大权重从 {before:.3g} 变为 {after:.3g}（{_times(fall, 'zh')}）。"
         )
     plain_rise = _change(measured.layers[LAYERS[0][0]], first)[0] / rise
