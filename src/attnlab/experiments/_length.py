@@ -253,8 +253,8 @@ def _verdict(measured: Length) -> tuple[str, str]:
         v_first, v_last = measured.score_variance[label]
         english.append(
             f"With scores {label} (variance {v_first:.2f} at the start, {v_last:.2f} at the end), the entropy "
-            f"rises by {grown:.2f} ({grown / rise:.0%} of log n's rise) and the largest weight goes from {before:.3g} to {after:.3g} "
-            f"({_times(fall)})."
+            f"rises by {grown:.2f} ({grown / rise:.0%} of log n's rise) and the largest weight goes from "
+            f"{before:.3g} to {after:.3g} ({_times(fall)})."
         )
         chinese.append(
             f"分数 {label}（方差起点 {v_first:.2f}、终点 {v_last:.2f}）时，熵上升 {grown:.2f}"
