@@ -5,6 +5,7 @@ showing 他 → 小明 in Chromium."""
 from __future__ import annotations
 
 import html
+import json
 import re
 import shutil
 import sys
@@ -20,7 +21,15 @@ from attnlab import analysis, distributed, hf, live, models, nn, runner
 
 pytestmark = pytest.mark.slow  # the build executes the tutorial's cells: about 30 s on 2 cores
 
-PAGES = ("index", "tutorial/self-attention", "tutorial/multi-head", "tutorial/real-models", "tutorial/notebooks")
+PAGES = (
+    "index",
+    "tutorial/self-attention",
+    "tutorial/multi-head",
+    "tutorial/real-models",
+    "tutorial/length",
+    "tutorial/notebooks",
+)
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_the_tutorial_is_built_in_both_languages(built_site):
@@ -45,6 +54,20 @@ def test_the_tutorial_is_built_in_both_languages(built_site):
         assert "Q (4, 6):\n[[" in shown and f"{output}\n[[" in shown
     assert "往回一步" in chinese and "one step back" not in chinese  # the Chinese page's outputs are Chinese
     assert (built_site / "tutorial/coref.html").exists() and (built_site / "zh/tutorial/coref.html").exists()
+
+
+def test_the_length_chapter_computes_its_small_runs_and_shows_the_recorded_one(built_site):
+    """Attention at length: the live cells ran (the random layer's scores' variance, the length-scaled
+    weights) and the recorded run's figure and table came from docs/experiments/length/, in both languages."""
+    recorded = json.loads((ROOT / "docs/experiments/length/results.json").read_text(encoding="utf-8"))
+    rows = recorded["metrics"]["last_bin"]
+    for language, words in (("", ("Var(q·k/√d_k)", "Recorded ")), ("zh/", ("Var(q·k/√d_k)", "记录于："))):
+        text = (built_site / f"{language}tutorial/length.html").read_text(encoding="utf-8")
+        shown = html.unescape(re.sub(r"<[^>]+>", "", text))
+        assert all(word in shown for word in words), language
+        assert re.search(r"4096 +0\.0018 +0\.5001", shown), language  # a key δ = 2 above 4,095: plain, × s·log n
+        assert text.count("data:image/png;base64,") >= 2  # the live figure and the recorded one
+        assert all(f"{v['entropy']:.2f}{v['max_weight']:.4f}{v['sink_share']:.3f}" in shown for v in rows.values())
 
 
 def _public_names() -> dict[str, list[str]]:

