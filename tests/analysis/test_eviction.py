@@ -262,6 +262,10 @@ def test_the_replay_refuses_bad_input_by_name(tiny):
         analysis.evict(tiny, [1, 2, 3], policies=["lru"])
     with pytest.raises(ArgumentError, match=r"budgets: expected fractions of the cache in \(0, 1\]"):
         analysis.evict(tiny, [1, 2, 3], budgets=[25])
+    with pytest.raises(ArgumentError, match="budgets: expected fractions that keep at least one of the prompt's 24"):
+        analysis.evict(tiny, list(range(24)), budgets=[0.5, 0.01], generate=8)
+    with pytest.raises(ArgumentError, match="window: expected 1 to 5"):
+        analysis.evict(tiny, list(range(24)), budgets=[0.25], window=6, generate=8)
     with pytest.raises(ArgumentError, match="generate: expected at most 16 tokens after the 24"):
         analysis.evict(tiny, list(range(24)), generate=17)
     with pytest.raises(ArgumentError, match="model: expected a causal language model that attnlab runs in NumPy"):

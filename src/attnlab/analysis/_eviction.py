@@ -149,6 +149,15 @@ def evict(
     if runner.positions is not None and n + generate > runner.positions:
         raise fail("generate", f"at most {runner.positions - n} tokens after the {n} of the prompt", generate)
     keys = np.array([math.floor(b * n) for b in budgets])
+    if keys.min() < 1:
+        raise fail("budgets", f"fractions that keep at least one of the prompt's {n} keys", min(budgets))
+    for budget in keys:  # each policy's refusals of its settings, before any forward: on no step yet
+        if "streaming_llm" in policies:
+            streaming_llm(n, 0, int(budget), sinks)
+        if "snapkv" in policies:
+            snapkv(np.zeros((1, 0, n)), window, int(budget), kernel, pool)
+        if "h2o" in policies:
+            h2o(np.zeros((1, n)), np.zeros((1, 1, 0, n)), int(budget))
     config = network.config
     cache = KVCache(config, 1, n + generate, network.embed.weight.value.dtype, generate)
     received, voted, first = _prefill(
