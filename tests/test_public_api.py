@@ -39,7 +39,8 @@ PUBLIC = {
     ],
     "attnlab.runner": ["BACKENDS", "HEADS", "Checkpoint", "Runner", "load_model", "open_checkpoint"],
     "attnlab.analysis": [
-        "FLOW_SCALE", "MODES", "Ablation", "HeadTypes", "ablate", "flow", "head_types", "residual_attention", "rollout",
+        "FLOW_SCALE", "MODES", "Ablation", "Eviction", "HeadTypes", "ablate", "evict", "flow", "head_types",
+        "residual_attention", "rollout",
     ],
 }  # fmt: skip
 

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from .. import __version__
 from .._exceptions import renamed
 from .._validation import AttnlabError
-from . import _ablate, _bench, _demo, _experiment, _heads, _plot, _ring, _serve, _trace, _view
+from . import _ablate, _bench, _demo, _evict, _experiment, _heads, _plot, _ring, _serve, _trace, _view
 from ._options import Parser, add_command
 
 __all__ = ["build_parser", "main"]
@@ -31,6 +31,7 @@ COMMANDS = (
     _serve,
     _ablate,
     _heads,
+    _evict,
     _bench,
     _experiment,
     _ring,

@@ -17,12 +17,13 @@ from ..engine._dropout import check_rng
 from ._checks import generation_inputs
 from ._network import ModelConfig, Network, Recorder
 
-__all__ = ["generate"]
+__all__ = ["KVCache", "generate"]
 
 
-class _KVCache:
+class KVCache:
     """Keys and values of the positions seen so far, per layer: (B, Hk, capacity, E),
-    of which the first ``length`` positions are filled (the rest is never read)."""
+    of which the first ``length`` positions are filled (the rest is never read); setting
+    ``length`` back rewinds it (the next forward overwrites the positions after it)."""
 
     def __init__(self, config: ModelConfig, batch: int, capacity: int, dtype: np.dtype, steps: int) -> None:
         shape = (config.num_hidden_layers, batch, config.num_key_value_heads, capacity, config.head_dim)
@@ -67,7 +68,7 @@ def generate(
     config = network.config
     prompt, steps, temperature = generation_inputs(config, ids, steps, temperature)
     generator = np.random.default_rng(check_rng(rng)) if temperature > 0 else None
-    cache = _KVCache(config, 1, len(prompt) + steps, network.embed.weight.value.dtype, steps)
+    cache = KVCache(config, 1, len(prompt) + steps, network.embed.weight.value.dtype, steps)
     tokens, step_input, chosen_from = list(prompt), prompt, []
     for _ in range(steps):
         if check is not None:

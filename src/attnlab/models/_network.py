@@ -109,7 +109,11 @@ class Recorder:
     """What a forward keeps beyond its output: each layer's weights, traces of some layers;
     ``head_outputs``, when given, is called as ``head_outputs(layer, out)`` with each layer's
     engine output (B, H, L, Ev), before the out projection, and its result goes on instead
-    (attnlab.analysis replaces heads' outputs through it); ``check``, when given, is called
+    (attnlab.analysis replaces heads' outputs through it); ``keys_seen``, when given, is
+    called as ``keys_seen(layer, q, k)`` with each layer's queries (B, H, L, E), after RoPE,
+    and all its keys (B, Hk, S, E), the cached ones first, and its boolean mask (1 or B, H,
+    L, S), True where a query may see a key, joins the layer's own rules (a KV cache's
+    evicted keys, attnlab.analysis.evict); ``check``, when given, is called
     before each layer, and what it raises ends the forward (the live page's, to stop a
     request its page left or the server that is stopping); ``attention_inputs``, when given,
     is called as ``attention_inputs(layer, q, k, rules)`` with each layer's queries
@@ -126,6 +130,7 @@ class Recorder:
     head_outputs: Callable[[int, Array], Array] | None = None
     check: Callable[[], object] | None = None
     attention_inputs: Callable[[int, Array, Array, dict[str, Any]], None] | None = None
+    keys_seen: Callable[[int, Array, Array], Array] | None = None
 
 
 @dataclass(frozen=True)
@@ -187,6 +192,9 @@ class Block:
         keep = record is not None and (record.attentions or layer in record.trace_layers)
         every_key = keep or (record is not None and record.attention_inputs is not None)
         seen_k, seen_v, mask = k, v, step.mask
+        if record is not None and record.keys_seen is not None:
+            seen = record.keys_seen(layer, q, k)  # (1 or B, H, L, S)
+            mask = seen if mask is None else mask & seen  # (B, 1, L, S) & (1, H, L, S) -> (B, H, L, S)
         if self.sliding_window is not None and not every_key:  # the weights keep all S columns, as transformers'
             first = max(k.shape[2] - L - (self.sliding_window - 1), 0)  # the first key the first query sees
             seen_k, seen_v = k[:, :, first:], v[:, :, first:]  # (B, Hk, S, E) -> (B, Hk, S − first, E)
