@@ -21,7 +21,8 @@ from typing import Any
 from .._json import json_text
 from .._validation import fail, is_integer
 from ..trace import ModelStatistics
-from ._page import _escaped, check_path
+from ._encoding import script_safe
+from ._page import check_path
 from ._page_size import PAGE_LIMITS
 from ._statistics_data import statistics_data
 
@@ -56,7 +57,7 @@ def render_statistics_page(
     opening on ``opens`` (layer, head, token), with ``headline`` at its top (see
     :func:`~._statistics_data.statistics_data`, which raises what it refuses). The data sits
     in a JSON script block with '<', '>' and '&' escaped, as the page of weights'."""
-    payload = _escaped(json_text(statistics_data(stats, lang, opens, headline)))
+    payload = script_safe(json_text(statistics_data(stats, lang, opens, headline)))
     assets = files("attnlab.viz") / "assets"
     filling = {
         "__ATTNLAB_STYLE__": "".join(assets.joinpath(name).read_text(encoding="utf-8") for name in STYLES),
