@@ -112,7 +112,7 @@ def test_the_page_holds_its_data_in_a_block_no_token_can_close(tmp_path):
     assert block is not None and "</script>" not in block[1]
     data = json.loads(block[1])
     assert data["sequence"]["tokens"][3] == "</script><b>"
-    assert data["sequence"]["tokens"][4] == "↵⇥x\\x1b"  # a label: a newline ↵, a tab ⇥, any other control character escaped
+    assert data["sequence"]["tokens"][4] == "↵⇥x\\x1b"  # a label: ↵, ⇥, other controls escaped
     assert data["text"][4] == "\n\tx\\x1b"  # the text panel: its lines and tabs kept
     assert data["headline"] == (
         "8,192 tokens: past the 4,096-token page of weights, this page shows statistics computed exactly from the tiles"
