@@ -136,12 +136,14 @@
       }
       timing.started = null;
     });
-    let pending = false; // one recompute a frame, whatever the keystrokes between
+    // one recompute for the keystrokes queued meanwhile (a timer, not an animation frame: a frame out of
+    // sight, a page embedded below the fold, gets none)
+    let pending = false;
     function schedule() {
       timing.started ??= performance.now();
       if (pending) return;
       pending = true;
-      requestAnimationFrame(() => { pending = false; recompute(); });
+      setTimeout(() => { pending = false; recompute(); }, 0);
     }
     input.addEventListener("input", () => { state.text = input.value; schedule(); });
     slider.addEventListener("input", () => { state.position = Number(slider.value); schedule(); });
