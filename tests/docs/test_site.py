@@ -12,6 +12,7 @@ import sys
 import sysconfig
 from html.parser import HTMLParser
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -149,13 +150,11 @@ def test_no_file_of_the_site_holds_a_folder_of_the_machine_that_built_it(built_s
         assert '"model": "all-MiniLM-L6-v2"' in minilm, language
 
 
-@pytest.mark.browser
-def test_the_tutorial_embeds_the_coref_page_on_he_and_xiaoming(built_site):
-    pytest.importorskip("selenium")
+def _chromium() -> Any:
+    """A headless Chromium (Debian's chromium and chromium-driver, as the README's test command installs them)
+    at 1300 × 1000."""
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
-    from selenium.webdriver.common.by import By
-    from selenium.webdriver.support.ui import WebDriverWait
 
     chromium, driver = shutil.which("chromium"), shutil.which("chromedriver")
     assert chromium and driver, "the browser tests need Debian's chromium and chromium-driver (see README)"
@@ -163,7 +162,16 @@ def test_the_tutorial_embeds_the_coref_page_on_he_and_xiaoming(built_site):
     options.binary_location = chromium
     for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run", "--window-size=1300,1000"):
         options.add_argument(flag)
-    browser = webdriver.Chrome(service=Service(driver), options=options)
+    return webdriver.Chrome(service=Service(driver), options=options)
+
+
+@pytest.mark.browser
+def test_the_tutorial_embeds_the_coref_page_on_he_and_xiaoming(built_site):
+    pytest.importorskip("selenium")
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    browser = _chromium()
     try:
         for language in ("", "zh/"):
             browser.get((built_site / f"{language}tutorial/self-attention.html").as_uri())
@@ -229,8 +237,6 @@ def test_the_tutorial_embeds_builtin_coref_running_in_the_page_where_a_reader_ty
     """The 他 → 小明 section's second frame runs builtin:coref itself: typing 她 and 画画 moves the
     answer to 小红's 红, in both languages (numbers: attnlab's NumPy forward of the same weights)."""
     pytest.importorskip("selenium")
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
 
@@ -239,14 +245,8 @@ def test_the_tutorial_embeds_builtin_coref_running_in_the_page_where_a_reader_ty
     trace = coref.trace(typed)
     she = trace.tokens.index("她")
     row = trace[1].weights[0, she]  # the answering head, layer 1 head 0
-    chromium, driver = shutil.which("chromium"), shutil.which("chromedriver")
-    assert chromium and driver, "the browser tests need Debian's chromium and chromium-driver (see README)"
-    options = webdriver.ChromeOptions()
-    options.binary_location = chromium
-    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run", "--window-size=1300,1000"):
-        options.add_argument(flag)
     drawn = "return window.attnlabInPage ? window.attnlabInPage.timing.redraws : 0"
-    browser = webdriver.Chrome(service=Service(driver), options=options)
+    browser = _chromium()
     try:
         for language in ("", "zh/"):
             browser.get((built_site / f"{language}tutorial/self-attention.html").as_uri())

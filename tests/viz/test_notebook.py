@@ -62,3 +62,18 @@ def test_a_models_trace_shows_in_a_notebook(tmp_path):
         page = iframe_page(display["data"]["text/html"])
         assert '"model": "' in page and '"layer 1"' in page  # the model's page, both layers
     assert notebook.cells[2].outputs[0]["data"]["text/plain"].startswith("ModelTrace(model=")
+
+
+@pytest.mark.slow
+def test_show_in_browser_displays_the_page_that_runs_the_model_in_a_notebook():
+    cells = [
+        "import attnlab as al\n"
+        "al.show(al.load_model('builtin:coref'), text='小明是个运动达人，他平时很爱打篮球', in_browser=True)"
+    ]
+    notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(source) for source in cells])
+    NotebookClient(notebook, timeout=600, kernel_name="python3").execute()
+    (display,) = [o for o in notebook.cells[0].outputs if "text/html" in o.get("data", {})]
+    page = iframe_page(display["data"]["text/html"])
+    assert page.startswith("<!DOCTYPE html>") and "default-src 'none'" in page
+    assert '<script id="attnlab-model" type="application/json">' in page and '"name": "builtin:coref"' in page
+    assert "小明是个运动达人，他平时很爱打篮球" in page  # the text it opens on

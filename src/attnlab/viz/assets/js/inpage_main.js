@@ -21,9 +21,10 @@
     return { ids: [...ids.slice(0, config.max_positions - 1), ids[ids.length - 1]], cut: true };
   }
   // the page's JSON of a forward (`run`: inpage_model's) over `ids`: `skeleton` (viz._page_data's page of
-  // the first text, its names, rules and words) with these tokens, each layer's numbers, `opens` and `notes`
-  function tracePage(skeleton, tokenizer, spec, ids, run, opens, notes) {
-    const L = ids.length, tokens = ids.map((id) => shownToken(spec, tokenizer, id));
+  // the first text, its names, rules and words) with these tokens, each layer's numbers, `opens` and `notes`;
+  // `words`: the tokenizer's spec (its vocabulary as Python shows it)
+  function tracePage(skeleton, tokenizer, words, ids, run, opens, notes) {
+    const L = ids.length, tokens = ids.map((id) => shownToken(words, tokenizer, id));
     const layers = skeleton.layers.map((layer, l) => ({
       ...layer, scale: run.layers[l].scale, dtype: "float64", single: false, masks: [Array.from({ length: L }, () => [L])],
       q: base64Of(run.layers[l].q), k: base64Of(run.layers[l].k), v: base64Of(run.layers[l].v), scores: null,
@@ -40,11 +41,11 @@
   }
   // the view the page opens on: the model's answering head at its question's last token (a new text), else
   // the reader's own place (`place`), each index kept in range
-  function openingOf(config, tokens, place, newText, heads, layers) {
+  function openingOf(config, tokens, place, newText) {
     const L = tokens.length, asked = tokens.reduce((last, t, i) => (config.asks.includes(t) ? i : last), -1);
     if (config.answer && (newText || !place) && asked >= 0) return { layer: config.answer.layer, head: config.answer.head, query: asked };
     const at = place ?? { layer: 0, head: 0, query: 0 };
-    return { layer: Math.min(at.layer, layers - 1), head: Math.min(at.head, heads - 1), query: Math.min(at.query, L - 1) };
+    return { layer: Math.min(at.layer, config.layers - 1), head: Math.min(at.head, config.heads - 1), query: Math.min(at.query, L - 1) };
   }
   // the answer line's numbers: at `view`'s head and query, the key of the largest weight and that weight
   function answerOf(run, view, L) {
@@ -106,12 +107,12 @@
       const run = model.forward(ids, { multiplier, ablated: state.ablated });
       timing.forward = performance.now() - timing.started;
       const tokens = ids.map((id) => shownToken(spec.tokenizer, tokenizer, id));
-      const place = openingOf(config, tokens, readPlace(), state.text !== state.drawnText, config.heads, config.layers);
+      const place = openingOf(config, tokens, readPlace(), state.text !== state.drawnText);
       state.place = place;
       state.drawnText = state.text;
       const notes = cut ? [t("the text was cut to the model's {0} positions", config.max_positions)] : [];
       const data = tracePage(skeleton, tokenizer, spec.tokenizer, ids, run, place, notes);
-      const view = config.answer && tokens.some((x) => config.asks.includes(x)) ? openingOf(config, tokens, null, true, config.heads, config.layers) : place;
+      const view = config.answer && tokens.some((x) => config.asks.includes(x)) ? openingOf(config, tokens, null, true) : place;
       const { key, weight } = answerOf(run, view, ids.length);
       const answer = $("inpage-answer");
       answer.replaceChildren(document.createTextNode(t("{0} → {1}: ", tokens[view.query], tokens[key])),
@@ -136,12 +137,14 @@
       }
       timing.started = null;
     });
-    let pending = false; // one recompute a frame, whatever the keystrokes between
+    // one recompute for the keystrokes queued meanwhile (a timer, not an animation frame: a frame out of
+    // sight, a page embedded below the fold, gets none)
+    let pending = false;
     function schedule() {
       timing.started ??= performance.now();
       if (pending) return;
       pending = true;
-      requestAnimationFrame(() => { pending = false; recompute(); });
+      setTimeout(() => { pending = false; recompute(); }, 0);
     }
     input.addEventListener("input", () => { state.text = input.value; schedule(); });
     slider.addEventListener("input", () => { state.position = Number(slider.value); schedule(); });
