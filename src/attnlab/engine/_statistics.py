@@ -43,11 +43,13 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike
 
-from .._validation import Array, float_array, positive_int
+from .._validation import Array, fail, float_array, positive_int
 from . import _ragged, _tiled
-from ._attention import engine_problem
-from ._problem import Problem, make_problem
+from ._attention import blocked_engine, choose_engine, engine_problem
+from ._problem import Engine, Problem, make_problem
 from ._threads import run
+from .fused import _engine as _fused
+from .fused._statistics_tasks import add_block, statistics_tasks
 from .variants import Rules
 
 __all__ = ["CHUNK", "AttentionStatistics", "attention_statistics", "distance_bins"]
@@ -162,6 +164,29 @@ class _Results:
         views = {f.name: getattr(self, f.name)[slices] for f in fields(self)}
         return _Results(**{**views, "received": self.received[slices, :keys]})
 
+    def compiled(self) -> tuple[Array, ...]:
+        """The statistics that the compiled pass adds into, in its order (``fused._statistics_kernels``)."""
+        return (self.entropy, self.max_weight, self.top_keys, self.top_weights, self.sink_share,
+                self.local_share, self.received, self.distance)  # fmt: skip
+
+
+_KERNELS = {"tiled": _tiled.NUMPY, "fused": _fused.KERNELS}  # the first pass's online softmax, by engine
+
+
+def statistics_engine(engine: Any, pb: Problem) -> Engine:
+    """The engine that computes the statistics: ``engine`` ("tiled" or "fused"), or None
+    for the fastest here (fused where numba loads, else tiled: ``blocked_engine``).
+
+    Raises:
+        ValueError: any other engine ("naive" too: the statistics are made by blocks).
+        MissingDependencyError: "fused" without numba.
+    """
+    if engine is None:
+        return blocked_engine().name
+    if not isinstance(engine, str) or engine not in _KERNELS:
+        raise fail("engine", f"one of {tuple(_KERNELS)} or None (the statistics are made by blocks)", repr(engine))
+    return choose_engine(engine, pb, need_weights=False)
+
 
 @dataclass(frozen=True)
 class _Pass:
@@ -174,6 +199,15 @@ class _Pass:
     local_keys: int
     bins: int  # K
     results: _Results
+    engine: Engine  # "tiled": NumPy's kernels; "fused": the compiled ones (``fused._statistics_kernels``)
+
+    @property
+    def limits(self) -> tuple[int, ...]:
+        """The sizes as the compiled pass takes them: (sink_keys, local_keys, the band's
+        highest j − i, S, offset, K)."""
+        rules = self.pb.rules
+        return (self.sink_keys, self.local_keys, int(rules.band.highest), self.pb.lengths[1], int(rules.offset),
+                self.bins)  # fmt: skip
 
 
 def _merge_top(weights: Array, keys: Array, candidates: Array, cols: slice) -> tuple[Array, Array]:
@@ -208,7 +242,7 @@ def _row_softmax(job: _Pass, s: _tiled.Slice, q_scaled: Array, rows: slice, sink
     for cols in _tiled.key_blocks(pb, rows, True):
         block = _tiled.block_scores(pb, s, q_scaled, rows, cols, True)
         if block is not None:
-            _tiled.NUMPY.online_softmax_(block[0], row_max, row_sum)
+            _KERNELS[job.engine].online_softmax_(block[0], row_max, row_sum)
     if sink is not None:
         row_max, row_sum, _ = _tiled.join_sink(row_max, row_sum, sink)
     return row_max, row_sum
@@ -233,6 +267,9 @@ def _rows_task(job: _Pass, s: _tiled.Slice, rows: slice, sink: float | None) -> 
         log_weights = block[0]  # Z, (l, c)
         log_weights -= shift[:, None]
         log_weights -= low[:, None]  # log P = (Z − m) − log l
+        if job.engine == "fused":
+            add_block(log_weights, n, rows, cols, job.limits, out.compiled())
+            continue
         for part in _tiled.blocks(rows.stop - rows.start, CHUNK):
             chunk = slice(rows.start + part.start, rows.start + part.stop)
             _add_chunk(job, n, chunk, cols, log_weights[part])
@@ -268,11 +305,17 @@ def _add_chunk(job: _Pass, n: int, rows: slice, cols: slice, log_weights: Array)
     out.entropy[n, rows] -= log_weights.sum(axis=1)
 
 
-def _tasks(pb: Problem, results: _Results, top_k: int, sink_keys: int, local_keys: int, bins: int) -> list[_tiled.Task]:
-    """One task per slice of ``pb``, writing its results at the slice's row of ``results``:
-    its blocks of queries one after another, since they all add into its ``received`` and
-    ``distance`` (``bins``: K, the whole problem's, whose keys a sequence's problem cuts)."""
-    job = _Pass(pb, top_k, sink_keys, local_keys, bins, results)
+def _tasks(job: _Pass, threads: int | None) -> list[_tiled.Task]:
+    """One task per slice of ``job.pb``, writing its results at the slice's row of
+    ``job.results``: its blocks of queries one after another, since they all add into its
+    ``received`` and ``distance``. The fused engine's compiled tasks where it compiles the
+    problem whole (no attention mask, no mask function: ``fused._statistics_tasks``), else
+    this loop, with the fused engine's kernels where it is the engine."""
+    pb, results = job.pb, job.results
+    if job.engine == "fused":
+        compiled = statistics_tasks(pb, job.limits, results.compiled(), results.lse, results.sinks_weight, threads)
+        if compiled is not None:
+            return compiled
     sinks = pb.per_slice(pb.rules["sinks"])
     row_blocks = _tiled.blocks(pb.lengths[0], _tiled.forward_block_q(pb))
 
@@ -296,6 +339,7 @@ def attention_statistics(
     top_k: int = 8,
     sink_keys: int = 4,
     local_keys: int = 64,
+    engine: Engine | None = None,
     num_threads: int | None = None,
     **variants: Any,
 ) -> AttentionStatistics:
@@ -313,6 +357,10 @@ def attention_statistics(
         top_k: how many keys of largest weight each query keeps (>= 1).
         sink_keys: s, the first keys whose weight is ``sink_share`` (>= 1).
         local_keys: w, the last keys a query may see whose weight is ``local_share`` (>= 1).
+        engine: "fused" (the compiled pass, ``fused._statistics_kernels``; with an
+            attention mask or a mask function, the loop below with compiled kernels, as
+            the fused engine runs attention then), "tiled" (NumPy), or None: fused where
+            numba loads, else tiled. The same statistics up to float rounding.
         num_threads: threads (one task per slice); default as :func:`attnlab.attention`'s.
         variants: the variants by keyword (``is_causal=True, window=(64, 0)``, any field of
             :class:`attnlab.Rules` or a registered variant's name such as ``length_scale``:
@@ -322,8 +370,9 @@ def attention_statistics(
         An :class:`AttentionStatistics`.
 
     Raises:
-        ValueError: what :func:`attnlab.attention` refuses, a count below 1, or a
-            variant no Rules field or registered variant names.
+        ValueError: what :func:`attnlab.attention` refuses, a count below 1, a variant
+            no Rules field or registered variant names, or an engine other than those.
+        MissingDependencyError: ``engine="fused"`` without numba.
         TypeError: an argument of the wrong type or dtype.
     """
     top_k, sink_keys, local_keys = (
@@ -334,18 +383,19 @@ def attention_statistics(
     no_values = key[..., :0]  # (B…, S, 0): the problem's V, which no statistic reads
     given = Rules.of(**variants).unless(rules)
     pb = make_problem(query, key, no_values, attn_mask, 0.0, scale, enable_gqa, None, given, key_lengths=key_lengths)
+    chosen = statistics_engine(engine, pb)
     pb = engine_problem(pb)[0]  # Q's rows scaled by the row-scaling variants (length_scale)
     L, S = pb.lengths
     results = _Results.empty(pb.slices, (L, S), top_k, pb.compute_dtype)
     bins = (L + S).bit_length()  # K
     if pb.key_lengths is None:
-        tasks = _tasks(pb, results, top_k, sink_keys, local_keys, bins)
+        tasks = _tasks(_Pass(pb, top_k, sink_keys, local_keys, bins, results, chosen), threads)
     else:
         tasks, H = [], pb.heads
         for flat, (_, length, sequence) in enumerate(_ragged.sequences(pb)):
             part = results.part(slice(flat * H, (flat + 1) * H), length)
             if length > 0:
-                tasks += _tasks(sequence, part, top_k, sink_keys, local_keys, bins)
+                tasks += _tasks(_Pass(sequence, top_k, sink_keys, local_keys, bins, part, chosen), threads)
             elif sequence.rules["sinks"] is not None:  # no key: the sink takes the whole row
                 part.lse[...] = sequence.rules["sinks"][:, None]
                 part.sinks_weight[...] = 1.0
