@@ -210,27 +210,34 @@ class _Pass:
                 self.bins)  # fmt: skip
 
 
-def _merge_top(weights: Array, keys: Array, candidates: Array, cols: slice) -> tuple[Array, Array]:
-    """The top_k of a row's kept (weights, keys) (l, top_k), sorted by weight descending
-    then key ascending, and a block's ``candidates`` (l, c) at keys ``cols`` (all after
-    the kept ones): the top_k of both, sorted so. Ties at the k-th weight go to the
-    lower keys: the kept ones and then the block's, in key order, are the order of the
-    concatenation, so a running count of the tied entries picks them."""
+def _merge_top(weights: Array, keys: Array, candidates: Array, seen: Array, cols: slice) -> None:
+    """Merge a block's ``candidates`` (l, c) at keys ``cols`` (all after the kept ones;
+    ``seen`` (l, c) those the rows may attend) into the top_k kept (weights, keys)
+    (l, top_k), in place, sorted by weight descending then key ascending. Only a candidate
+    above a row's k-th kept weight can enter (one equal to it has a higher key); where a
+    row has more than top_k such, only those at or above the block's own k-th largest.
+    The few that remain and the rows' kept ones are sorted by (row, −weight, key) and each
+    row keeps its first top_k: ties go to the lower keys."""
     top_k = weights.shape[1]
-    values = np.concatenate([weights, candidates], axis=1)  # (l, top_k + c)
-    block_keys = np.broadcast_to(np.arange(cols.start, cols.stop), candidates.shape)  # (l, c)
-    index = np.concatenate([keys, block_keys], axis=1)  # (l, top_k + c)
-    kth = -np.partition(-values, top_k - 1, axis=1)[:, top_k - 1]  # the k-th largest, (l,)
-    above = values > kth[:, None]
-    tied = values == kth[:, None]
-    needed = top_k - above.sum(axis=1)  # >= 1: fewer than top_k are above the k-th
-    keep = above | tied
-    if (tied.sum(axis=1) > needed).any():  # more ties at the k-th weight than places: the lower keys
-        keep = above | (tied & (np.cumsum(tied, axis=1) <= needed[:, None]))  # top_k per row
-    values = values[keep].reshape(-1, top_k)  # (l, top_k), each row's in key order
-    index = index[keep].reshape(-1, top_k)  # (l, top_k)
-    order = np.lexsort((index, -values), axis=-1)  # weight descending, then key ascending
-    return np.take_along_axis(values, order, axis=1), np.take_along_axis(index, order, axis=1)
+    enter = (candidates > weights[:, -1:]) & seen  # (l, c); the k-th kept is −1 while fewer are kept
+    count = enter.sum(axis=1)  # (l,)
+    crowded = np.flatnonzero(count > top_k)
+    if crowded.size:  # the block's k-th largest seen weight of those rows
+        ranked = np.where(seen[crowded], candidates[crowded], _NOT_SEEN)  # (r, c)
+        kth = np.partition(ranked, ranked.shape[1] - top_k, axis=1)[:, ranked.shape[1] - top_k]  # (r,)
+        enter[crowded] &= ranked >= kth[:, None]
+    rows, columns = np.nonzero(enter)  # row-major: each row's in key order
+    if rows.size == 0:
+        return
+    changed = np.unique(rows)  # (m,) the rows with a new key
+    row = np.concatenate([np.repeat(changed, top_k), rows])  # (m·top_k + e,)
+    weight = np.concatenate([weights[changed].ravel(), candidates[rows, columns]])
+    key = np.concatenate([keys[changed].ravel(), columns + cols.start])
+    order = np.lexsort((key, -weight, row))  # by row, then weight descending, then key ascending
+    starts = np.searchsorted(row[order], changed)  # each changed row's first place in the order, (m,)
+    first = order[(starts[:, None] + np.arange(top_k)).ravel()]  # its first top_k, (m·top_k,)
+    weights[changed] = weight[first].reshape(-1, top_k)  # (m, top_k)
+    keys[changed] = key[first].reshape(-1, top_k)
 
 
 def _row_softmax(job: _Pass, s: _tiled.Slice, q_scaled: Array, rows: slice, sink: float | None) -> tuple[Array, Array]:
@@ -282,9 +289,7 @@ def _add_chunk(job: _Pass, n: int, rows: slice, cols: slice, log_weights: Array)
     query, key = np.arange(rows.start, rows.stop), np.arange(cols.start, cols.stop)  # i (l,), j (c,)
     weights = np.exp(log_weights)  # P, (l, c)
     seen = log_weights > -np.inf  # the keys the rows may attend (False for NaN too), (l, c)
-    top_weights, top_keys = out.top_weights[n, rows], out.top_keys[n, rows]
-    candidates = np.where(seen, weights, _NOT_SEEN)  # (l, c): never above a key seen
-    top_weights[...], top_keys[...] = _merge_top(top_weights, top_keys, candidates, cols)
+    _merge_top(out.top_weights[n, rows], out.top_keys[n, rows], weights, seen, cols)
     np.maximum(out.max_weight[n, rows], weights.max(axis=1), out=out.max_weight[n, rows])
     out.received[n, cols] += weights.sum(axis=0)
     if cols.start < job.sink_keys:
