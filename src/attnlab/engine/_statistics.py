@@ -173,7 +173,7 @@ class _Results:
 _KERNELS = {"tiled": _tiled.NUMPY, "fused": _fused.KERNELS}  # the first pass's online softmax, by engine
 
 
-def statistics_engine(engine: Any, pb: Problem) -> Engine:
+def _statistics_engine(engine: Any, pb: Problem) -> Engine:
     """The engine that computes the statistics: ``engine`` ("tiled" or "fused"), or None
     for the fastest here (fused where numba loads, else tiled: ``blocked_engine``).
 
@@ -388,7 +388,7 @@ def attention_statistics(
     no_values = key[..., :0]  # (B…, S, 0): the problem's V, which no statistic reads
     given = Rules.of(**variants).unless(rules)
     pb = make_problem(query, key, no_values, attn_mask, 0.0, scale, enable_gqa, None, given, key_lengths=key_lengths)
-    chosen = statistics_engine(engine, pb)
+    chosen = _statistics_engine(engine, pb)
     pb = engine_problem(pb)[0]  # Q's rows scaled by the row-scaling variants (length_scale)
     L, S = pb.lengths
     results = _Results.empty(pb.slices, (L, S), top_k, pb.compute_dtype)
