@@ -1,7 +1,8 @@
 """attention_statistics: the statistics of the weights from the tiles, against a float64
 oracle written out here from the dense softmax of the scores as the variants define them
 (not the engine's code), for every variant; ties by hand; rows with no key; and the
-memory, which never holds an (L, S) matrix.
+memory, which never holds an (L, S) matrix. Each on both engines: the tiled one (NumPy) and
+the fused one (the compiled pass, or the tiled loop with compiled kernels under a mask).
 
 Tolerances: each statistic within 1e-12 (float64) or 1e-5 (float32) of its scale: log S
 for an entropy, 1 for a weight or a share, L for the attention a key receives and for a
