@@ -32,6 +32,12 @@ first is the forward's online softmax (m_i, l_i and the sink joined last, so lse
 tiled engine's, bit for bit), the second recomputes each block's Z and takes
 log P = (Z − m) − log l, which keeps every digit where |lse| is large, and adds the block
 into every statistic. Memory: O(L·top_k + S + K) per slice and a few blocks, never (L, S).
+
+Two engines, chosen as ``attention`` chooses among the blocked ones (``engine=``): "tiled",
+this module's loop with NumPy's kernels (the second pass 64 rows at a time); "fused", both
+passes compiled (``fused._statistics_kernels``, each row into every statistic in cache)
+where the fused engine compiles the problem whole, else this loop with the fused online
+softmax and the compiled ``add_block``. They agree up to float rounding.
 """
 
 from __future__ import annotations
