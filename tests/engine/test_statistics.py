@@ -1,7 +1,8 @@
 """attention_statistics: the statistics of the weights from the tiles, against a float64
 oracle written out here from the dense softmax of the scores as the variants define them
 (not the engine's code), for every variant; ties by hand; rows with no key; and the
-memory, which never holds an (L, S) matrix.
+memory, which never holds an (L, S) matrix. Each on both engines: the tiled one (NumPy) and
+the fused one (the compiled pass, or the tiled loop with compiled kernels under a mask).
 
 Tolerances: each statistic within 1e-12 (float64) or 1e-5 (float32) of its scale: log S
 for an entropy, 1 for a weight or a share, L for the attention a key receives and for a
@@ -17,8 +18,13 @@ import pytest
 
 import attnlab as al
 from attnlab.engine._statistics import attention_row, attention_statistics, distance_bins
+from attnlab.engine.fused import _engine as _fused
 from attnlab.engine.variants import Rules
 from helpers import use_small_blocks
+
+# Every test of the statistics' values runs on both engines: the NumPy loop and the compiled pass
+needs_numba = pytest.mark.skipif(not _fused.available(), reason="numba is not installed (attnlab[fast])")
+ENGINES = ["tiled", pytest.param("fused", marks=needs_numba)]
 
 B, H, L, S, E = 2, 4, 70, 90, 8
 TOP_K, SINK_KEYS, LOCAL_KEYS = 5, 3, 7
@@ -200,13 +206,15 @@ def run(q, k, keywords: dict, **sizes):
     return attention_statistics(q, k, **keywords, **sizes)
 
 
+@pytest.mark.parametrize("engine", ENGINES)
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 @pytest.mark.parametrize("case", CASES)
-def test_every_variant_matches_the_dense_oracle(case, dtype, monkeypatch):
+def test_every_variant_matches_the_dense_oracle(case, dtype, engine, monkeypatch):
     use_small_blocks(monkeypatch, 32, 16, 24)  # 70 × 90 crosses several blocks of queries and keys
     keywords = case_keywords(case, dtype, np.random.default_rng(1))
     q, k, _ = inputs(dtype, gqa=keywords.get("enable_gqa", False))
-    stats = run(q, k, keywords, top_k=TOP_K, sink_keys=SINK_KEYS, local_keys=LOCAL_KEYS, num_threads=2)
+    sizes = {"top_k": TOP_K, "sink_keys": SINK_KEYS, "local_keys": LOCAL_KEYS}
+    stats = run(q, k, keywords, **sizes, engine=engine, num_threads=2)
     expected, weights = oracle(q, k, **keywords)
     assert_statistics(stats, expected, dtype)
     reported = np.take_along_axis(weights, np.maximum(stats.top_keys, 0), axis=-1)  # the keys' own weights
@@ -214,21 +222,24 @@ def test_every_variant_matches_the_dense_oracle(case, dtype, monkeypatch):
     assert error.max() <= (1e-12 if dtype == np.float64 else 1e-5)
 
 
-def test_the_lse_is_the_tiled_engines_bit_for_bit(monkeypatch):
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_the_lse_is_the_same_engines_bit_for_bit(engine, dtype, monkeypatch):
     use_small_blocks(monkeypatch, 32, 16, 24)
-    q, k, rng = inputs(np.float64)
+    q, k, rng = inputs(dtype)
     keywords = {"is_causal": True, "sinks": rng.standard_normal(H), "alibi_slopes": rng.uniform(0.1, 0.5, H)}
-    stats = attention_statistics(q, k, **keywords)
-    assert np.array_equal(stats.lse, al.attention(q, k, k, engine="tiled", **keywords).lse)
+    stats = attention_statistics(q, k, engine=engine, **keywords)
+    assert np.array_equal(stats.lse, al.attention(q, k, k, engine=engine, **keywords).lse)
 
 
-def test_ties_go_to_the_lower_key_across_blocks(monkeypatch):
+@pytest.mark.parametrize("engine", ENGINES)
+def test_ties_go_to_the_lower_key_across_blocks(engine, monkeypatch):
     use_small_blocks(monkeypatch, 32, 16, 16)
     q = np.zeros((1, 1, 3, 4))
     q[..., 0] = 1.0
     k = np.zeros((1, 1, 50, 4))
     k[0, 0, ::5, 0] = 1.0  # keys 0, 5, …, 45 score 1, exactly; the others 0
-    stats = attention_statistics(q, k, scale=1.0, top_k=12)
+    stats = attention_statistics(q, k, scale=1.0, top_k=12, engine=engine)
     # the ten keys of score 1 in key order, then the two lowest keys of score 0
     assert stats.top_keys[0, 0, 0].tolist() == [0, 5, 10, 15, 20, 25, 30, 35, 40, 45, 1, 2]
     e = np.e
@@ -237,21 +248,23 @@ def test_ties_go_to_the_lower_key_across_blocks(monkeypatch):
     assert stats.top_keys[0, 0, 0, 0] == 0 and stats.max_weight[0, 0, 0] == stats.top_weights[0, 0, 0, 0]
 
 
-def test_a_row_that_sees_fewer_keys_than_top_k_pads_with_minus_one():
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_row_that_sees_fewer_keys_than_top_k_pads_with_minus_one(engine):
     q, k, _ = inputs(np.float64)
-    stats = attention_statistics(q[..., :4, :], k[..., :4, :], is_causal=True, top_k=3)
+    stats = attention_statistics(q[..., :4, :], k[..., :4, :], is_causal=True, top_k=3, engine=engine)
     assert stats.top_keys[0, 0, 0].tolist() == [0, -1, -1]
     assert stats.top_weights[0, 0, 0].tolist() == [1.0, 0.0, 0.0]
     assert (stats.top_keys[0, 0, 1, :2] >= 0).all() and stats.top_keys[0, 0, 1, 2] == -1
 
 
+@pytest.mark.parametrize("engine", ENGINES)
 @pytest.mark.parametrize("with_sinks", [False, True])
-def test_a_row_with_no_key_is_zeros_with_lse_minus_infinity_or_the_sinks(with_sinks):
+def test_a_row_with_no_key_is_zeros_with_lse_minus_infinity_or_the_sinks(with_sinks, engine):
     q, k, rng = inputs(np.float64)
     mask = np.ones((L, S), bool)
     mask[5] = False
     sinks = rng.standard_normal(H) if with_sinks else None
-    stats = attention_statistics(q, k, attn_mask=mask, sinks=sinks)
+    stats = attention_statistics(q, k, attn_mask=mask, sinks=sinks, engine=engine)
     row = (slice(None), slice(None), 5)
     assert (stats.lse[row] == (-np.inf if sinks is None else sinks)).all()
     assert (stats.sinks_weight[row] == (0.0 if sinks is None else 1.0)).all()
@@ -264,15 +277,18 @@ def test_the_distance_bins_are_log_spaced_around_the_diagonal():
     assert distance_bins((3, 4)).tolist() == [[-7, -4], [-3, -2], [-1, -1], [0, 0], [1, 1], [2, 3], [4, 7]]
 
 
-def test_no_array_of_a_sixteenth_of_the_scores_is_ever_allocated():
+@pytest.mark.parametrize("engine", ENGINES)
+def test_no_array_of_a_sixteenth_of_the_scores_is_ever_allocated(engine):
     """float64 at L = S = 4096 with the engine's own blocks: L·S·8/16 = 8 MiB, against
-    O(L·top_k) results of 0.7 MiB and blocks of 512 × 512 (2 MiB)."""
+    O(L·top_k) results of 0.7 MiB and blocks of 512 × 512 (2 MiB). (The compiled pass's
+    work arrays are made in Python, so traced; its kernels allocate nothing larger than a row.)"""
     n = 4096
     rng = np.random.default_rng(0)
     q, k = rng.standard_normal((1, n, 4)), rng.standard_normal((1, n, 4))
+    attention_statistics(q[:, :8], k[:, :8], engine=engine)  # compiled (or loaded) before tracing
     tracemalloc.start()
     try:
-        attention_statistics(q, k, num_threads=1)
+        attention_statistics(q, k, num_threads=1, engine=engine)
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
@@ -287,6 +303,13 @@ def test_counts_below_one_are_refused(keywords, name):
         attention_statistics(q, k, **keywords)
 
 
+@pytest.mark.parametrize("engine", ["naive", "fast", 3])
+def test_an_engine_that_does_not_work_by_blocks_is_refused(engine):
+    q, k, _ = inputs(np.float64)
+    with pytest.raises(al.ArgumentError, match="engine"):
+        attention_statistics(q, k, engine=engine)
+
+
 def test_rules_and_keywords_together_are_refused():
     q, k, _ = inputs(np.float64)
     with pytest.raises(al.ArgumentError, match="rules"):
@@ -299,10 +322,11 @@ def test_a_variant_no_rule_names_is_refused():
         attention_statistics(q, k, is_casual=True)
 
 
-def test_the_same_bits_for_any_thread_count(monkeypatch):
+@pytest.mark.parametrize("engine", ENGINES)
+def test_the_same_bits_for_any_thread_count(engine, monkeypatch):
     use_small_blocks(monkeypatch, 32, 16, 24)
     q, k, rng = inputs(np.float32)
-    keywords = {"is_causal": True, "window": (25, None), "sinks": rng.standard_normal(H)}
+    keywords = {"is_causal": True, "window": (25, None), "sinks": rng.standard_normal(H), "engine": engine}
     one, two = (attention_statistics(q, k, num_threads=threads, **keywords) for threads in (1, 2))
     for name in ("lse", "entropy", "top_keys", "top_weights", "local_share", "received", "distance"):
         assert np.array_equal(getattr(one, name), getattr(two, name)), name

@@ -1,6 +1,7 @@
 """``attnlab bench``'s report: every figure of one run on one machine, the shape classes,
-the length sweep, the attention variants, reference vs seed, a long sequence and the fused engine's first call,
-with the machine's limits beside them (float32, B=1, H=8, E=64 unless named).
+the length sweep, the attention variants, the attention statistics against the forward,
+reference vs seed, a long sequence and the fused engine's first call, with the machine's
+limits beside them (float32, B=1, H=8, E=64 unless named).
 
 Times are the best of ``repeat`` runs taken in turns (see :func:`attnlab._timer.best_times`);
 memory is the peak of NumPy's allocations during one run (tracemalloc), which torch's
@@ -18,6 +19,7 @@ from ._first_call import first_call_seconds
 from ._long_sequence import long_sequence
 from ._machine import gemm_gflops, machine, read_bandwidth
 from ._seed import reference_vs_seed
+from ._statistics import format_statistics, statistics_rows
 from ._sweep import SIZES, B, E, H, format_sweep, length_sweep
 from ._variants import format_variants, variant_rows
 
@@ -37,6 +39,7 @@ def main(quick: bool = False, json_path: str | None = None, repeat: int | None =
     classes = shape_classes(repeat, every_engine=not quick)
     rows = [] if quick else length_sweep(SIZES, repeat)
     variants = None if quick else variant_rows(repeat)
+    statistics = None if quick else statistics_rows(repeat)
     seed = reference_vs_seed((16, 32) if quick else (16, 32, 64))
     long = None if quick else long_sequence()
     first_call = None if quick else first_call_seconds()
@@ -64,6 +67,9 @@ def main(quick: bool = False, json_path: str | None = None, repeat: int | None =
     if variants:
         report += ["", "Attention variants, side by side (float32, attnlab's choice of engine unless named):", ""]
         report.append(format_variants(variants))
+    if statistics:
+        report += ["", "Attention statistics against the same engine's forward (float32; peak: NumPy's "
+                   "allocations beyond the inputs, tracemalloc):", "", format_statistics(statistics)]  # fmt: skip
     report += ["", "attnlab.reference vs the seed's triple-loop algorithm (L = d_model = d_k = n, same numbers):"]
     report += [
         f"  n={s['n']}: seed {s['seed_ms']:.2f} ms, reference {s['reference_ms']:.2f} ms, {_faster(s['speedup'])}"
@@ -89,6 +95,7 @@ def main(quick: bool = False, json_path: str | None = None, repeat: int | None =
             "classes": classes,
             "rows": [asdict(r) for r in rows],
             "variants": variants,
+            "statistics": statistics,
             "reference_vs_seed": seed,
             "long_sequence": long,
             "first_call_seconds": first_call,

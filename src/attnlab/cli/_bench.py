@@ -10,6 +10,7 @@ Examples::
   attnlab bench --quick
   attnlab bench --json bench.json
   attnlab bench --variants   # sliding window, softcap and sinks only
+  attnlab bench --statistics # the attention statistics against the forward, tiled and fused
   attnlab bench --hf         # attnlab as transformers' attention backend, against sdpa and eager
   env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE attnlab bench   # let OpenBLAS pick its fastest kernels
   ATTNLAB_BLAS=scipy attnlab bench --quick   # the fused engine's products by SciPy's BLAS, not MKL
@@ -55,6 +56,13 @@ def add_options(parser: argparse.ArgumentParser) -> None:
         help="instead: the attention variants only: a causal sliding window against full causal attention, "
         "torch's SDPA with the same bool mask and flex_attention; softcap and sinks against the plain fused "
         "engine (214 s on 2 idle cores, flex_attention's compile included)",
+    )
+    parser.add_argument(
+        "--statistics",
+        action="store_true",
+        help="instead: the attention statistics (attnlab.engine.attention_statistics) against the same "
+        "engine's plain forward, tiled and fused, B1 H8 E64 causal at L = S = 2048 and 8192 (--quick: 2048 "
+        "only), with their peak memory beyond the inputs against L·S/16 scores",
     )
     parser.add_argument(
         "--hf",
@@ -103,6 +111,12 @@ def run(args: argparse.Namespace) -> None:
 
         rows, format_rows, repeat = (variant_rows, format_variants, 3) if args.variants else (hf_rows, format_hf, 7)
         _machine_report(args, rows, format_rows, repeat)
+        return
+    if args.statistics:
+        from ..bench import STATISTICS_CASES, format_statistics, statistics_rows
+
+        cases = STATISTICS_CASES[:1] if args.quick else STATISTICS_CASES
+        _machine_report(args, lambda repeat: statistics_rows(repeat, cases), format_statistics, 3)
         return
     if args.engine_table:
         from ..bench import engine_report

@@ -32,6 +32,12 @@ first is the forward's online softmax (m_i, l_i and the sink joined last, so lse
 tiled engine's, bit for bit), the second recomputes each block's Z and takes
 log P = (Z − m) − log l, which keeps every digit where |lse| is large, and adds the block
 into every statistic. Memory: O(L·top_k + S + K) per slice and a few blocks, never (L, S).
+
+Two engines, chosen as ``attention`` chooses among the blocked ones (``engine=``): "tiled",
+this module's loop with NumPy's kernels (the second pass 64 rows at a time); "fused", both
+passes compiled (``fused._statistics_kernels``, each row into every statistic in cache)
+where the fused engine compiles the problem whole, else this loop with the fused online
+softmax and the compiled ``add_block``. They agree up to float rounding.
 """
 
 from __future__ import annotations
@@ -45,9 +51,11 @@ from numpy.typing import ArrayLike
 
 from .._validation import Array, fail, float_array, is_integer, positive_int
 from . import _ragged, _tiled
-from ._attention import engine_problem
-from ._problem import Problem, make_problem
+from ._attention import blocked_engine, choose_engine, engine_problem
+from ._problem import Engine, Problem, make_problem
 from ._threads import run
+from .fused import _engine as _fused
+from .fused._statistics_tasks import add_block, statistics_tasks
 from .variants import Rules
 
 __all__ = ["BATCHED", "CHUNK", "AttentionStatistics", "attention_row", "attention_statistics", "distance_bins"]
@@ -174,6 +182,29 @@ class _Results:
         views = {f.name: getattr(self, f.name)[slices] for f in fields(self)}
         return _Results(**{**views, "received": self.received[slices, :keys]})
 
+    def compiled(self) -> tuple[Array, ...]:
+        """The statistics that the compiled pass adds into, in its order (``fused._statistics_kernels``)."""
+        return (self.entropy, self.max_weight, self.top_keys, self.top_weights, self.sink_share,
+                self.local_share, self.received, self.distance)  # fmt: skip
+
+
+_KERNELS = {"tiled": _tiled.NUMPY, "fused": _fused.KERNELS}  # the first pass's online softmax, by engine
+
+
+def _statistics_engine(engine: Any, pb: Problem) -> Engine:
+    """The engine that computes the statistics: ``engine`` ("tiled" or "fused"), or None
+    for the fastest here (fused where numba loads, else tiled: ``blocked_engine``).
+
+    Raises:
+        ValueError: any other engine ("naive" too: the statistics are made by blocks).
+        MissingDependencyError: "fused" without numba.
+    """
+    if engine is None:
+        return blocked_engine().name
+    if not isinstance(engine, str) or engine not in _KERNELS:
+        raise fail("engine", f"one of {tuple(_KERNELS)} or None (the statistics are made by blocks)", repr(engine))
+    return choose_engine(engine, pb, need_weights=False)
+
 
 @dataclass(frozen=True)
 class _Pass:
@@ -186,41 +217,59 @@ class _Pass:
     local_keys: int
     bins: int  # K
     results: _Results
+    engine: Engine  # "tiled": NumPy's kernels; "fused": the compiled ones (``fused._statistics_kernels``)
+
+    @property
+    def limits(self) -> tuple[int, ...]:
+        """The sizes as the compiled pass takes them: (sink_keys, local_keys, the band's
+        highest j − i, S, offset, K)."""
+        rules = self.pb.rules
+        return (self.sink_keys, self.local_keys, int(rules.band.highest), self.pb.lengths[1], int(rules.offset),
+                self.bins)  # fmt: skip
 
 
-def _merge_top(weights: Array, keys: Array, candidates: Array, cols: slice) -> tuple[Array, Array]:
-    """The top_k of a row's kept (weights, keys) (l, top_k), sorted by weight descending
-    then key ascending, and a block's ``candidates`` (l, c) at keys ``cols`` (all after
-    the kept ones): the top_k of both, sorted so. Ties at the k-th weight go to the
-    lower keys: the kept ones and then the block's, in key order, are the order of the
-    concatenation, so a running count of the tied entries picks them."""
+def _merge_top(weights: Array, keys: Array, candidates: Array, seen: Array, cols: slice) -> None:
+    """Merge a block's ``candidates`` (l, c) at keys ``cols`` (all after the kept ones;
+    ``seen`` (l, c) those the rows may attend) into the top_k kept (weights, keys)
+    (l, top_k), in place, sorted by weight descending then key ascending. Only a candidate
+    above a row's k-th kept weight can enter (one equal to it has a higher key); where a
+    row has more than top_k such, only those at or above the block's own k-th largest.
+    The few that remain and the rows' kept ones are sorted by (row, −weight, key) and each
+    row keeps its first top_k: ties go to the lower keys."""
     top_k = weights.shape[1]
-    values = np.concatenate([weights, candidates], axis=1)  # (l, top_k + c)
-    block_keys = np.broadcast_to(np.arange(cols.start, cols.stop), candidates.shape)  # (l, c)
-    index = np.concatenate([keys, block_keys], axis=1)  # (l, top_k + c)
-    kth = -np.partition(-values, top_k - 1, axis=1)[:, top_k - 1]  # the k-th largest, (l,)
-    above = values > kth[:, None]
-    tied = values == kth[:, None]
-    needed = top_k - above.sum(axis=1)  # >= 1: fewer than top_k are above the k-th
-    keep = above | tied
-    if (tied.sum(axis=1) > needed).any():  # more ties at the k-th weight than places: the lower keys
-        keep = above | (tied & (np.cumsum(tied, axis=1) <= needed[:, None]))  # top_k per row
-    values = values[keep].reshape(-1, top_k)  # (l, top_k), each row's in key order
-    index = index[keep].reshape(-1, top_k)  # (l, top_k)
-    order = np.lexsort((index, -values), axis=-1)  # weight descending, then key ascending
-    return np.take_along_axis(values, order, axis=1), np.take_along_axis(index, order, axis=1)
+    enter = (candidates > weights[:, -1:]) & seen  # (l, c); the k-th kept is −1 while fewer are kept
+    count = enter.sum(axis=1)  # (l,)
+    crowded = np.flatnonzero(count > top_k)
+    if crowded.size:  # the block's k-th largest seen weight of those rows
+        ranked = np.where(seen[crowded], candidates[crowded], _NOT_SEEN)  # (r, c)
+        kth = np.partition(ranked, ranked.shape[1] - top_k, axis=1)[:, ranked.shape[1] - top_k]  # (r,)
+        enter[crowded] &= ranked >= kth[:, None]
+    rows, columns = np.nonzero(enter)  # row-major: each row's in key order
+    if rows.size == 0:
+        return
+    changed = np.unique(rows)  # (m,) the rows with a new key
+    row = np.concatenate([np.repeat(changed, top_k), rows])  # (m·top_k + e,)
+    weight = np.concatenate([weights[changed].ravel(), candidates[rows, columns]])
+    key = np.concatenate([keys[changed].ravel(), columns + cols.start])
+    order = np.lexsort((key, -weight, row))  # by row, then weight descending, then key ascending
+    starts = np.searchsorted(row[order], changed)  # each changed row's first place in the order, (m,)
+    first = order[(starts[:, None] + np.arange(top_k)).ravel()]  # its first top_k, (m·top_k,)
+    weights[changed] = weight[first].reshape(-1, top_k)  # (m, top_k)
+    keys[changed] = key[first].reshape(-1, top_k)
 
 
-def _row_softmax(pb: Problem, s: _tiled.Slice, q_scaled: Array, rows: slice, sink: float | None) -> tuple[Array, Array]:
-    """(m, l) of the query rows ``rows`` (l,) by the forward's online softmax, the sink
-    joined last (``_tiled._forward_block``): lse = m + log l."""
+def _row_softmax(
+    pb: Problem, s: _tiled.Slice, q_scaled: Array, rows: slice, sink: float | None, engine: Engine
+) -> tuple[Array, Array]:
+    """(m, l) of the query rows ``rows`` (l,) by the forward's online softmax (``engine``'s
+    kernels), the sink joined last (``_tiled._forward_block``): lse = m + log l."""
     count = rows.stop - rows.start
     row_max = np.full(count, -np.inf, dtype=q_scaled.dtype)  # m, (l,)
     row_sum = np.zeros(count, dtype=q_scaled.dtype)  # l, (l,)
     for cols in _tiled.key_blocks(pb, rows, True):
         block = _tiled.block_scores(pb, s, q_scaled, rows, cols, True)
         if block is not None:
-            _tiled.NUMPY.online_softmax_(block[0], row_max, row_sum)
+            _KERNELS[engine].online_softmax_(block[0], row_max, row_sum)
     if sink is not None:
         row_max, row_sum, _ = _tiled.join_sink(row_max, row_sum, sink)
     return row_max, row_sum
@@ -232,7 +281,7 @@ def _rows_task(job: _Pass, s: _tiled.Slice, rows: slice, sink: float | None) -> 
     CHUNK rows at a time (so that their temporaries stay a fraction of the block's)."""
     pb, out, n = job.pb, job.results, s.n
     q_scaled = s.q[rows] * np.asarray(pb.scale, dtype=s.q.dtype)  # (l, E)
-    row_max, row_sum = _row_softmax(pb, s, q_scaled, rows, sink)
+    row_max, row_sum = _row_softmax(pb, s, q_scaled, rows, sink, job.engine)
     out.lse[n, rows] = row_max + np.log(row_sum)
     shift = np.where(np.isneginf(row_max), 0.0, row_max)  # a row with no key: P = e^(−∞) = 0
     low = np.log(np.where(row_sum > 0, row_sum, 1.0))  # log l, (l,)
@@ -245,6 +294,9 @@ def _rows_task(job: _Pass, s: _tiled.Slice, rows: slice, sink: float | None) -> 
         log_weights = block[0]  # Z, (l, c)
         log_weights -= shift[:, None]
         log_weights -= low[:, None]  # log P = (Z − m) − log l
+        if job.engine == "fused":
+            add_block(log_weights, n, rows, cols, job.limits, out.compiled())
+            continue
         for part in _tiled.blocks(rows.stop - rows.start, CHUNK):
             chunk = slice(rows.start + part.start, rows.start + part.stop)
             _add_chunk(job, n, chunk, cols, log_weights[part])
@@ -257,9 +309,7 @@ def _add_chunk(job: _Pass, n: int, rows: slice, cols: slice, log_weights: Array)
     query, key = np.arange(rows.start, rows.stop), np.arange(cols.start, cols.stop)  # i (l,), j (c,)
     weights = np.exp(log_weights)  # P, (l, c)
     seen = log_weights > -np.inf  # the keys the rows may attend (False for NaN too), (l, c)
-    top_weights, top_keys = out.top_weights[n, rows], out.top_keys[n, rows]
-    candidates = np.where(seen, weights, _NOT_SEEN)  # (l, c): never above a key seen
-    top_weights[...], top_keys[...] = _merge_top(top_weights, top_keys, candidates, cols)
+    _merge_top(out.top_weights[n, rows], out.top_keys[n, rows], weights, seen, cols)
     np.maximum(out.max_weight[n, rows], weights.max(axis=1), out=out.max_weight[n, rows])
     out.received[n, cols] += weights.sum(axis=0)
     if cols.start < job.sink_keys:
@@ -280,11 +330,17 @@ def _add_chunk(job: _Pass, n: int, rows: slice, cols: slice, log_weights: Array)
     out.entropy[n, rows] -= log_weights.sum(axis=1)
 
 
-def _tasks(pb: Problem, results: _Results, top_k: int, sink_keys: int, local_keys: int, bins: int) -> list[_tiled.Task]:
-    """One task per slice of ``pb``, writing its results at the slice's row of ``results``:
-    its blocks of queries one after another, since they all add into its ``received`` and
-    ``distance`` (``bins``: K, the whole problem's, whose keys a sequence's problem cuts)."""
-    job = _Pass(pb, top_k, sink_keys, local_keys, bins, results)
+def _tasks(job: _Pass, threads: int | None) -> list[_tiled.Task]:
+    """One task per slice of ``job.pb``, writing its results at the slice's row of
+    ``job.results``: its blocks of queries one after another, since they all add into its
+    ``received`` and ``distance``. The fused engine's compiled tasks where it compiles the
+    problem whole (no attention mask, no mask function: ``fused._statistics_tasks``), else
+    this loop, with the fused engine's kernels where it is the engine."""
+    pb, results = job.pb, job.results
+    if job.engine == "fused":
+        compiled = statistics_tasks(pb, job.limits, results.compiled(), results.lse, results.sinks_weight, threads)
+        if compiled is not None:
+            return compiled
     sinks = pb.per_slice(pb.rules["sinks"])
     row_blocks = _tiled.blocks(pb.lengths[0], _tiled.forward_block_q(pb))
 
@@ -351,7 +407,9 @@ def attention_row(
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):  # −∞ scores; log 0 of a row with no key
         for s in _tiled.slice_views(pb, pb.value):
             q_scaled = s.q[rows] * np.asarray(pb.scale, dtype=s.q.dtype)  # (1, E)
-            row_max, row_sum = _row_softmax(pb, s, q_scaled, rows, None if sinks is None else float(sinks[s.n]))
+            row_max, row_sum = _row_softmax(
+                pb, s, q_scaled, rows, None if sinks is None else float(sinks[s.n]), "tiled"
+            )
             shift = np.where(np.isneginf(row_max), 0.0, row_max)  # a row with no key: P = e^(−∞) = 0
             low = np.log(np.where(row_sum > 0, row_sum, 1.0))  # log l, (1,)
             for cols in _tiled.key_blocks(pb, rows, True):
@@ -373,6 +431,7 @@ def attention_statistics(
     top_k: int = 8,
     sink_keys: int = 4,
     local_keys: int = 64,
+    engine: Engine | None = None,
     num_threads: int | None = None,
     **variants: Any,
 ) -> AttentionStatistics:
@@ -390,6 +449,10 @@ def attention_statistics(
         top_k: how many keys of largest weight each query keeps (>= 1).
         sink_keys: s, the first keys whose weight is ``sink_share`` (>= 1).
         local_keys: w, the last keys a query may see whose weight is ``local_share`` (>= 1).
+        engine: "fused" (the compiled pass, ``fused._statistics_kernels``; with an
+            attention mask or a mask function, the loop below with compiled kernels, as
+            the fused engine runs attention then), "tiled" (NumPy), or None: fused where
+            numba loads, else tiled. The same statistics up to float rounding.
         num_threads: threads (one task per slice); default as :func:`attnlab.attention`'s.
         variants: the variants by keyword (``is_causal=True, window=(64, 0)``, any field of
             :class:`attnlab.Rules` or a registered variant's name such as ``length_scale``:
@@ -399,8 +462,9 @@ def attention_statistics(
         An :class:`AttentionStatistics`.
 
     Raises:
-        ValueError: what :func:`attnlab.attention` refuses, a count below 1, or a
-            variant no Rules field or registered variant names.
+        ValueError: what :func:`attnlab.attention` refuses, a count below 1, a variant
+            no Rules field or registered variant names, or an engine other than those.
+        MissingDependencyError: ``engine="fused"`` without numba.
         TypeError: an argument of the wrong type or dtype.
     """
     top_k, sink_keys, local_keys = (
@@ -408,17 +472,18 @@ def attention_statistics(
     )
     threads = None if num_threads is None else positive_int("num_threads", num_threads)
     pb = _weights_problem(query, key, attn_mask, key_lengths, scale, enable_gqa, Rules.of(**variants).unless(rules))
+    chosen = _statistics_engine(engine, pb)
     L, S = pb.lengths
     results = _Results.empty(pb.slices, (L, S), top_k, pb.compute_dtype)
     bins = (L + S).bit_length()  # K
     if pb.key_lengths is None:
-        tasks = _tasks(pb, results, top_k, sink_keys, local_keys, bins)
+        tasks = _tasks(_Pass(pb, top_k, sink_keys, local_keys, bins, results, chosen), threads)
     else:
         tasks, H = [], pb.heads
         for flat, (_, length, sequence) in enumerate(_ragged.sequences(pb)):
             part = results.part(slice(flat * H, (flat + 1) * H), length)
             if length > 0:
-                tasks += _tasks(sequence, part, top_k, sink_keys, local_keys, bins)
+                tasks += _tasks(_Pass(sequence, top_k, sink_keys, local_keys, bins, part, chosen), threads)
             elif sequence.rules["sinks"] is not None:  # no key: the sink takes the whole row
                 part.lse[...] = sequence.rules["sinks"][:, None]
                 part.sinks_weight[...] = 1.0
