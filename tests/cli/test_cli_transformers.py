@@ -84,6 +84,20 @@ def test_a_mistral_directory_runs_on_the_numpy_path_and_on_transformers_when_for
     )
 
 
+def test_stats_of_a_mistral_directory_agree_on_both_backends(capsys, mistral_dir) -> None:
+    from attnlab.trace import ModelStatistics
+
+    base = ("trace", "--model", str(mistral_dir), "--text", SENTENCE, "--stats", "--top-k", "3")
+    saved = {}
+    for backend in ("numpy", "transformers"):
+        code, out, err = run_cli(capsys, *base, "--backend", backend)
+        assert code == 0 and "ran in" in err, err
+        saved[backend] = ModelStatistics.from_json(out).statistics
+    assert saved["numpy"].top_keys.shape == saved["transformers"].top_keys.shape
+    np.testing.assert_allclose(saved["numpy"].entropy, saved["transformers"].entropy, atol=1e-5)
+    np.testing.assert_allclose(saved["numpy"].local_share, saved["transformers"].local_share, atol=1e-5)
+
+
 @pytest.mark.slow
 def test_a_whisper_directory_traces_its_decoder_over_silence_and_says_so(capsys, whisper_dir, tmp_path) -> None:
     page = tmp_path / "whisper.html"
