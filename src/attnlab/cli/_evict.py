@@ -12,7 +12,7 @@ key/value head along the text (kept-BUDGET.png) and the error against the budget
 Examples::
 
   attnlab evict --model SmolLM2-135M-Instruct-Q4_1.gguf --text-file prompt.txt
-  attnlab evict --model M.gguf --text-file /usr/lib/python3.12/textwrap.py --tokens 2048 --out eviction
+  attnlab evict --model M.gguf --text-file "$(python -c 'import textwrap as t; print(t.__file__)')" --tokens 2048
   attnlab evict --model M.gguf --text-file prompt.txt --policies h2o,snapkv --budgets 10,25,50 --out eviction
   attnlab evict --model gpt2 --text "The cat sat on the mat. The dog sat on the log." --budgets 50 --window 4
 """
