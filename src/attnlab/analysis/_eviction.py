@@ -126,8 +126,8 @@ def evict(
         sinks: StreamingLLM's first keys kept.
         window, kernel, pool: SnapKV's observation window, its pooling's kernel and kind
             ("avg" or "max").
-        chunk: the prompt's queries per forward where H2O or SnapKV read its weights
-            (each chunk's weights, (H, chunk, n) per layer, are the memory it costs).
+        chunk: the prompt's queries per forward where H2O reads its weights (a layer's
+            weights of a chunk, (H, chunk, n) float64, are the memory it costs).
 
     Returns:
         An :class:`Eviction`.
@@ -151,13 +151,8 @@ def evict(
     keys = np.array([math.floor(b * n) for b in budgets])
     if keys.min() < 1:
         raise fail("budgets", f"fractions that keep at least one of the prompt's {n} keys", min(budgets))
-    for budget in keys:  # each policy's refusals of its settings, before any forward: on no step yet
-        if "streaming_llm" in policies:
-            streaming_llm(n, 0, int(budget), sinks)
-        if "snapkv" in policies:
-            snapkv(np.zeros((1, 0, n)), window, int(budget), kernel, pool)
-        if "h2o" in policies:
-            h2o(np.zeros((1, n)), np.zeros((1, 1, 0, n)), int(budget))
+    for budget in keys:
+        _refuse_settings(policies, n, int(budget), sinks, window, kernel, pool)
     config = network.config
     cache = KVCache(config, 1, n + generate, network.embed.weight.value.dtype, generate)
     received, voted, first = _prefill(
@@ -186,6 +181,18 @@ def evict(
     tokens = runner.tokens(np.concatenate([ids, generated]))
     settings = {"sinks": sinks, "window": window, "kernel": kernel, "pool": pool, "generated": T}
     return Eviction(tokens, n, policies, budgets, keys, kl, agree, kept, settings)
+
+
+def _refuse_settings(
+    policies: Sequence[str], n: int, budget: int, sinks: int, window: int, kernel: int, pool: str
+) -> None:
+    """Each policy's refusals of its settings, before any forward: each run on no step yet."""
+    if "streaming_llm" in policies:
+        streaming_llm(n, 0, budget, sinks)
+    if "snapkv" in policies:
+        snapkv(np.zeros((1, 0, n)), window, budget, kernel, pool)  # (heads, rows, n): no vote
+    if "h2o" in policies:
+        h2o(np.zeros((1, n)), np.zeros((1, 1, 0, n)), budget)  # (heads, G, T, S): no step
 
 
 class _Seen:
