@@ -7,12 +7,13 @@ the prompt, whose hidden states every policy computes with full attention (as a 
 prefill does), so the prompt runs once, into a KV cache. Teacher-forced on the full run's
 tokens, the evicted run is then the forward of the T generated tokens over that cache in
 which generated token t's query, in each layer and head, sees only the keys its policy
-keeps at step t (the hook ``Recorder.keys_seen`` of the network, attnlab.models._network): the generated rows' hidden
-states, keys and values are the evicted run's own, row t depending only on rows ≤ t. H2O
-decides at step t from that step's weights over the kept keys; within a layer those
-depend only on the layer's q and k, which the hook is given, so it decides row by row
-there, recomputing the weights from q·k·scale (in float64; the engine's own differ by
-rounding only).
+keeps at step t (the network's hook ``Recorder.keys_seen``, attnlab.models._network): the
+generated rows' hidden states, keys and values are the evicted run's own, row t depending
+only on rows ≤ t. H2O decides at step t from that step's weights over the kept keys;
+within a layer those depend only on the layer's q and k, which the hook is given, so it
+decides row by row there, recomputing the weights from q·k·scale (in float64; the engine's
+own differ by rounding only). The prompt's weights that H2O and SnapKV read come from the
+same hook during the prompt's forward (adding no rule), chunk by chunk: never n × n.
 """
 
 from __future__ import annotations
