@@ -472,7 +472,7 @@ def test_a_saved_trace_refuses_embedding_options(tmp_path, monkeypatch, capsys):
         (["trace", "--text", "ab", "--casual"], "error: unrecognized arguments: --casual; did you mean --causal?"),
         (["trace", "--text", "ab", "--casual=1"], "unrecognized arguments: --casual=1; did you mean --causal?"),
         (["trce"], "invalid choice: 'trce' (choose from 'demo', 'trace', 'plot', 'view', 'serve', 'ablate', 'heads', "
-                   "'bench', 'experiment', 'ring'); did you mean 'trace'?"),
+                   "'evict', 'bench', 'experiment', 'ring'); did you mean 'trace'?"),
         (["trace", "--text", "ab", "--format", "jsn"], "did you mean 'json'?"),
     ],
 )  # fmt: skip

@@ -7,12 +7,13 @@ the prompt, whose hidden states every policy computes with full attention (as a 
 prefill does), so the prompt runs once, into a KV cache. Teacher-forced on the full run's
 tokens, the evicted run is then the forward of the T generated tokens over that cache in
 which generated token t's query, in each layer and head, sees only the keys its policy
-keeps at step t (the hook ``Recorder.keys_seen`` of the network, attnlab.models._network): the generated rows' hidden
-states, keys and values are the evicted run's own, row t depending only on rows ≤ t. H2O
-decides at step t from that step's weights over the kept keys; within a layer those
-depend only on the layer's q and k, which the hook is given, so it decides row by row
-there, recomputing the weights from q·k·scale (in float64; the engine's own differ by
-rounding only).
+keeps at step t (the network's hook ``Recorder.keys_seen``, attnlab.models._network): the
+generated rows' hidden states, keys and values are the evicted run's own, row t depending
+only on rows ≤ t. H2O decides at step t from that step's weights over the kept keys;
+within a layer those depend only on the layer's q and k, which the hook is given, so it
+decides row by row there, recomputing the weights from q·k·scale (in float64; the engine's
+own differ by rounding only). The prompt's weights that H2O and SnapKV read come from the
+same hook during the prompt's forward (adding no rule), chunk by chunk: never n × n.
 """
 
 from __future__ import annotations
@@ -126,8 +127,8 @@ def evict(
         sinks: StreamingLLM's first keys kept.
         window, kernel, pool: SnapKV's observation window, its pooling's kernel and kind
             ("avg" or "max").
-        chunk: the prompt's queries per forward where H2O or SnapKV read its weights
-            (each chunk's weights, (H, chunk, n) per layer, are the memory it costs).
+        chunk: the prompt's queries per forward where H2O reads its weights (a layer's
+            weights of a chunk, (H, chunk, n) float64, are the memory it costs).
 
     Returns:
         An :class:`Eviction`.
@@ -151,13 +152,8 @@ def evict(
     keys = np.array([math.floor(b * n) for b in budgets])
     if keys.min() < 1:
         raise fail("budgets", f"fractions that keep at least one of the prompt's {n} keys", min(budgets))
-    for budget in keys:  # each policy's refusals of its settings, before any forward: on no step yet
-        if "streaming_llm" in policies:
-            streaming_llm(n, 0, int(budget), sinks)
-        if "snapkv" in policies:
-            snapkv(np.zeros((1, 0, n)), window, int(budget), kernel, pool)
-        if "h2o" in policies:
-            h2o(np.zeros((1, n)), np.zeros((1, 1, 0, n)), int(budget))
+    for budget in keys:
+        _refuse_settings(policies, n, int(budget), sinks, window, kernel, pool)
     config = network.config
     cache = KVCache(config, 1, n + generate, network.embed.weight.value.dtype, generate)
     received, voted, first = _prefill(
@@ -186,6 +182,18 @@ def evict(
     tokens = runner.tokens(np.concatenate([ids, generated]))
     settings = {"sinks": sinks, "window": window, "kernel": kernel, "pool": pool, "generated": T}
     return Eviction(tokens, n, policies, budgets, keys, kl, agree, kept, settings)
+
+
+def _refuse_settings(
+    policies: Sequence[str], n: int, budget: int, sinks: int, window: int, kernel: int, pool: str
+) -> None:
+    """Each policy's refusals of its settings, before any forward: each run on no step yet."""
+    if "streaming_llm" in policies:
+        streaming_llm(n, 0, budget, sinks)
+    if "snapkv" in policies:
+        snapkv(np.zeros((1, 0, n)), window, budget, kernel, pool)  # (heads, rows, n): no vote
+    if "h2o" in policies:
+        h2o(np.zeros((1, n)), np.zeros((1, 1, 0, n)), budget)  # (heads, G, T, S): no step
 
 
 class _Seen:
@@ -239,33 +247,56 @@ def _h2o_rule(received: Array, network: Network, budget: int, group: int) -> Cal
     return rule
 
 
+class _PromptWeights:
+    """The prompt's hook (:attr:`Recorder.keys_seen`, adding no rule): from each layer's q
+    and k, the causal weights softmax(q·k·scale) of a chunk's queries, in float64, summed
+    into each key's attention ``received`` (layers, Hk, n) over the queries and a group's
+    heads where ``accumulate``, and the last ``window`` queries' kept in ``voted``
+    (layers, Hk, G, window, n). The engine runs its own path, without weights."""
+
+    def __init__(self, network: Network, n: int, accumulate: bool, window: int) -> None:
+        config = network.config
+        layers, Hk = config.num_hidden_layers, config.num_key_value_heads
+        self.network, self.n, self.accumulate, self.window = network, n, accumulate, window
+        self.group = config.num_attention_heads // Hk
+        self.received, self.voted = np.zeros((layers, Hk, n)), np.zeros((layers, Hk, self.group, window, n))
+
+    def __call__(self, layer: int, q: Array, k: Array) -> None:
+        _, _, c, E = q.shape  # q (1, H, c, E): the chunk's queries, positions stop − c..stop − 1
+        Hk, stop = k.shape[1], k.shape[2]  # k (1, Hk, stop, E)
+        first = stop - c if self.accumulate else max(self.n - self.window, stop - c)  # the first query read
+        if first >= stop:
+            return
+        rows = q[0, :, first - (stop - c) :].astype(np.float64).reshape(Hk, self.group, stop - first, E)
+        scores = rows @ np.swapaxes(k[0].astype(np.float64), -1, -2)[:, None]  # (Hk, G, r, E) @ (Hk, 1, E, stop)
+        scores *= self.network.blocks[layer].attn.scale
+        scores[..., np.arange(first, stop)[:, None] < np.arange(stop)] = -np.inf  # the causal rule: j ≤ i
+        weights = np.exp(scores - scores.max(axis=-1, keepdims=True))
+        weights /= weights.sum(axis=-1, keepdims=True)  # (Hk, G, r, stop)
+        if self.accumulate:
+            self.received[layer, :, :stop] += weights.sum(axis=(1, 2))
+        window = max(self.n - self.window, first)  # the window's queries among them
+        if self.window and window < stop:
+            start = window - (self.n - self.window)
+            self.voted[layer, :, :, start:, :stop] = weights[:, :, window - first :]
+
+
 def _prefill(
     network: Network, ids: Array, cache: KVCache, accumulate: bool, window: int, chunk: int
 ) -> tuple[Array, Array, Array]:
     """The prompt's forward into ``cache``, ``chunk`` queries at a time (the same causal
-    attention as one forward) where its weights are read: each key's attention received,
-    summed over the queries and a group's heads (layers, Hk, n) where ``accumulate``, and
-    the last ``window`` queries' weights (layers, Hk, G·window, n). Returns them and the
-    last position's logits (vocab,)."""
-    config, n = network.config, len(ids)
-    layers, H, Hk = config.num_hidden_layers, config.num_attention_heads, config.num_key_value_heads
-    G = H // Hk
-    received, voted = np.zeros((layers, Hk, n)), np.zeros((layers, Hk, G, window, n))
-    step = chunk if accumulate or window else n
+    attention as one forward) where its weights are read (:class:`_PromptWeights`). Returns
+    each key's attention received (layers, Hk, n), the window's weights (layers, Hk,
+    G·window, n) and the last position's logits (vocab,)."""
+    n, reads = len(ids), _PromptWeights(network, len(ids), accumulate, window)
+    step = chunk if accumulate else n  # the window alone: its queries in one forward
     for start in range(0, n, step):
-        stop = min(start + step, n)
-        record = Recorder(attentions=True) if accumulate or window else None
-        last = network.forward(ids[None, start:stop], None, None, cache, record, None)  # (1, c, D)
-        for layer, weights in enumerate([] if record is None else record.weights):
-            w = weights[0].reshape(Hk, G, stop - start, stop)  # (H, c, stop) -> (Hk, G, c, stop)
-            if accumulate:
-                received[layer, :, :stop] += w.sum(axis=(1, 2))
-            first = max(n - window, start)  # the window's rows in this chunk: first..stop − 1
-            if window and first < stop:
-                voted[layer, :, :, first - (n - window) : stop - (n - window), :stop] = w[:, :, first - start :]
+        record = Recorder(keys_seen=reads) if accumulate or window else None
+        last = network.forward(ids[None, start : start + step], None, None, cache, record, None)  # (1, c, D)
     logits = network.logits(last[0, -1])
     assert logits is not None  # a causal model has a head
-    return received, voted.reshape(layers, Hk, G * window, n), logits  # (…, G, w, n) -> (…, G·w, n)
+    layers, Hk, G = reads.voted.shape[:3]
+    return reads.received, reads.voted.reshape(layers, Hk, G * window, n), logits  # (…, G, w, n) -> (…, G·w, n)
 
 
 def _greedy(network: Network, cache: KVCache, first: Array, steps: int, ends: tuple[int, ...]) -> Array:
@@ -305,6 +336,8 @@ def _network(runner: Any) -> Network:
         raise fail("model", "a causal language model that attnlab runs in NumPy (attnlab.load_model)", name)
     if not (runner.causal and runner.has_head):
         raise fail("model", "a causal language model, which generates text", f"{runner.name}, {runner.description}")
+    if network.config.sliding_window is not None:  # the policies' weights would have to follow the window
+        raise fail("model", "a model whose every layer is full attention", f"{runner.name}, with sliding windows")
     return network
 
 

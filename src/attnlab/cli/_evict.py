@@ -12,7 +12,7 @@ key/value head along the text (kept-BUDGET.png) and the error against the budget
 Examples::
 
   attnlab evict --model SmolLM2-135M-Instruct-Q4_1.gguf --text-file prompt.txt
-  attnlab evict --model M.gguf --text-file /usr/lib/python3.12/textwrap.py --tokens 2048 --out eviction
+  attnlab evict --model M.gguf --text-file "$(python -c 'import textwrap as t; print(t.__file__)')" --tokens 2048
   attnlab evict --model M.gguf --text-file prompt.txt --policies h2o,snapkv --budgets 10,25,50 --out eviction
   attnlab evict --model gpt2 --text "The cat sat on the mat. The dog sat on the log." --budgets 50 --window 4
 """
@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -34,6 +35,13 @@ if TYPE_CHECKING:
     from ..analysis import Eviction
 
 __all__ = ["OPTIONS", "add_options", "run"]
+
+
+# evict's argument names, as the options that carry them ("text" is --text or --text-file)
+_OPTION_OF = {
+    "model": "--model", "policies": "--policies", "budgets": "--budgets", "budget": "--budgets",
+    "generate": "--generate", "sinks": "--sinks", "window": "--window", "kernel": "--kernel", "pool": "--pool",
+}  # fmt: skip
 
 
 def _policies(text: str) -> list[str]:
@@ -99,15 +107,9 @@ def run(args: argparse.Namespace) -> None:
     prompt: Any = text
     if args.tokens is not None:  # the text's first tokens: a text longer than the positions is cut first
         prompt = in_cli_words(lambda: runner.ids(text, cut=True), {"text": source})[: args.tokens]
-    options = {
-        "text": source, "model": "--model", "policies": "--policies", "budgets": "--budgets", "budget": "--budgets",
-        "generate": "--generate", "sinks": "--sinks", "window": "--window", "kernel": "--kernel", "pool": "--pool",
-    }  # fmt: skip
     settings = {"sinks": args.sinks, "window": args.window, "kernel": args.kernel, "pool": args.pool}
-    work = lambda: evict(  # noqa: E731
-        runner, prompt, policies=args.policies, budgets=args.budgets, generate=args.generate, **settings
-    )
-    result = in_cli_words(work, options)
+    work = partial(evict, runner, prompt, policies=args.policies, budgets=args.budgets, generate=args.generate)
+    result = in_cli_words(partial(work, **settings), {**_OPTION_OF, "text": source})
     if out is not None:
         _write(result, out, args.model)
     print(json_text(result.to_dict()) if args.format == "json" else result.render())

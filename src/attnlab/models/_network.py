@@ -113,9 +113,10 @@ class Recorder:
     called as ``keys_seen(layer, q, k)`` with each layer's queries (B, H, L, E), after RoPE,
     and all its keys (B, Hk, S, E), the cached ones first, and its boolean mask (1 or B, H,
     L, S), True where a query may see a key, joins the layer's own rules (a KV cache's
-    evicted keys, attnlab.analysis.evict); ``check``, when given, is called
-    before each layer, and what it raises ends the forward (the live page's, to stop a
-    request its page left or the server that is stopping); ``attention_inputs``, when given,
+    evicted keys, attnlab.analysis.evict), or None adds none (a hook that only reads them);
+    ``check``, when given, is called before each layer, and what it raises ends the forward
+    (the live page's, to stop a request its page left or the server that is stopping);
+    ``attention_inputs``, when given,
     is called as ``attention_inputs(layer, q, k, rules)`` with each layer's queries
     (B, H, L, E) after RoPE, all its keys (B, Hk, S, E) and the engine call's other keywords
     (``attn_mask``, ``is_causal``, ``causal_alignment``, ``window``, ``scale``,
@@ -130,7 +131,7 @@ class Recorder:
     head_outputs: Callable[[int, Array], Array] | None = None
     check: Callable[[], object] | None = None
     attention_inputs: Callable[[int, Array, Array, dict[str, Any]], None] | None = None
-    keys_seen: Callable[[int, Array, Array], Array] | None = None
+    keys_seen: Callable[[int, Array, Array], Array | None] | None = None
 
 
 @dataclass(frozen=True)
@@ -193,8 +194,9 @@ class Block:
         every_key = keep or (record is not None and record.attention_inputs is not None)
         seen_k, seen_v, mask = k, v, step.mask
         if record is not None and record.keys_seen is not None:
-            seen = record.keys_seen(layer, q, k)  # (1 or B, H, L, S)
-            mask = seen if mask is None else mask & seen  # (B, 1, L, S) & (1, H, L, S) -> (B, H, L, S)
+            seen = record.keys_seen(layer, q, k)  # (1 or B, H, L, S) or None
+            if seen is not None:
+                mask = seen if mask is None else mask & seen  # (B, 1, L, S) & (1, H, L, S) -> (B, H, L, S)
         if self.sliding_window is not None and not every_key:  # the weights keep all S columns, as transformers'
             first = max(k.shape[2] - L - (self.sliding_window - 1), 0)  # the first key the first query sees
             seen_k, seen_v = k[:, :, first:], v[:, :, first:]  # (B, Hk, S, E) -> (B, Hk, S − first, E)
