@@ -240,7 +240,7 @@ def view(
         ArgumentTypeError: a trace, pair or generation of another type.
     """
     from ._statistics_page import (  # here: that module reads this one's helpers
-        headline_of,
+        cap_of,
         render_statistics_page,
         statistics_of,
         statistics_opening,
@@ -251,10 +251,10 @@ def view(
         for name, given in (("generation", generation), ("rollout", rollout), ("flow", flow)):
             if given is not None:
                 raise fail(name, "None with a model's statistics (a page of weights' view)", type(given).__name__)
-        opens, headline = statistics_opening(stats, layer, head, query), headline_of(stats)
+        opens, cap = statistics_opening(stats, layer, head, query), cap_of(stats)
         if path is None:
-            return render_statistics_page(stats, lang=lang, opens=opens, headline=headline)
-        write_statistics_page(stats, path, lang=lang, opens=opens, headline=headline)
+            return render_statistics_page(stats, lang=lang, opens=opens, cap=cap)
+        write_statistics_page(stats, path, lang=lang, opens=opens, cap=cap)
         return None
     first, second = split_pair(traced(trace, text))
     _check_trace(first)
