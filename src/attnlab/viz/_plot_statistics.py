@@ -154,7 +154,7 @@ def _received(Figure: Any, stats: ModelStatistics, layers: list[int], heads: lis
     ax.set_ylabel("layer.head")
     ax.set_xlabel("key position j (token)")
     what = f"log(1 + Σ_i P_ij), the largest of every {S / columns:.3g} keys" if columns < S else "log(1 + Σ_i P_ij)"
-    figure.colorbar(image, ax=ax, label=what, shrink=0.8)
+    figure.colorbar(image, ax=ax, label=what, location="top", shrink=0.5, aspect=40)
     figure.suptitle(_title(stats, "the attention each token receives"))
     return figure
 
