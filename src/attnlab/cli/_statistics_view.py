@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING
 
-from ..runner import Runner
+if TYPE_CHECKING:
+    from ..runner import Runner
 
 __all__ = ["opened_for_statistics", "statistics_page_if_long"]
 

@@ -6,6 +6,9 @@ twice shows both texts under the same layer and head, side by side, and their di
 where the tokens align; --generate N shows each generated token's attention over
 everything before it, as the decode steps with the KV cache computed it; --rollout adds
 attention rollout and flow (attnlab.analysis); --lang zh writes the page's interface in Chinese.
+With --model, a --text past the page's 4,096 tokens opens on the statistics views instead
+(every head's received attention, entropy, sink share, distance profile and role, a query's
+top keys; exact from the tiles, no L×L matrix), and says so.
 
 Examples::
 
