@@ -25,9 +25,10 @@ from typing import Any, Protocol, runtime_checkable
 from numpy.typing import ArrayLike
 
 from .._json import json_text
-from .._validation import MissingDependencyError, fail, output_path
+from .._validation import MissingDependencyError, fail
 from ..trace import GenerationTrace, ModelTrace
 from ..trace._trace import Trace
+from ._html import check_path, escaped, escaped_json
 from ._page_data import check_lang, opening, page_data
 from ._page_size import GIVEN_SCORES_UP_TO, PAGE_LIMITS, PageShape, check_page_size, encoding, page_bytes
 from ._views import Views, split_pair, views_data
@@ -75,16 +76,7 @@ def render_page(
             f"a page of {len(payload) / 1e6:.1f} MB, at most {PAGE_LIMITS['page'] / 1e6:g} MB: masks of many runs "
             f"a row; use fewer tokens" + (" or fewer layers" if shape.layers > 1 else ""),
         )  # fmt: skip
-    return _filled_page(_escaped(payload), _escaped_json(views_data(trace, views)))
-
-
-def _escaped_json(data: object) -> str:
-    return _escaped(json_text(data))
-
-
-def _escaped(payload: str) -> str:
-    """JSON that cannot close its <script> block."""
-    return payload.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+    return _filled_page(escaped(payload), escaped_json(views_data(trace, views)))
 
 
 # the page's script: its modules (assets/js/), inlined in this order into one <script> (each adds what it
@@ -125,11 +117,6 @@ def _filled_page(payload: str, views_payload: str = "null") -> str:
     filling[_VIEWS_PLACEHOLDER] = views_payload
     page = files("attnlab.viz") / "assets" / "page.html"
     return _SLOT.sub(lambda slot: filling[slot[0]], page.read_text(encoding="utf-8"))
-
-
-def check_path(path: str | Path) -> Path:
-    """``path`` as a Path, once it names an .html file in a folder that exists."""
-    return output_path(path, (".html", ".htm"))
 
 
 def write_page(

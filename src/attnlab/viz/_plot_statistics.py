@@ -21,7 +21,7 @@ import numpy as np
 from .._validation import MissingDependencyError, fail, is_integer
 from ..trace import ModelStatistics
 from ._head_roles import ROLE_RULE, ROLES, head_roles
-from ._plot import check_path, select_heads
+from ._plot_args import check_path, select_heads
 
 __all__ = ["ROLE_COLOURS", "STATISTICS_VIEWS", "chosen_layers", "plot_statistics"]
 

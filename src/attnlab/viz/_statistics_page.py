@@ -20,7 +20,7 @@ from typing import Any
 from .._json import json_text
 from .._validation import fail, is_integer
 from ..trace import ModelStatistics
-from ._page import _escaped, check_path
+from ._html import check_path, escaped
 from ._statistics_data import page_cap, past_the_page, statistics_data
 
 __all__ = [
@@ -48,7 +48,7 @@ def render_statistics_page(
     page of weights, past its ``cap`` tokens, where one is given (see
     :func:`~._statistics_data.statistics_data`, which raises what it refuses). The data sits
     in a JSON script block with '<', '>' and '&' escaped, as the page of weights'."""
-    payload = _escaped(json_text(statistics_data(stats, lang, opens, cap)))
+    payload = escaped(json_text(statistics_data(stats, lang, opens, cap)))
     assets = files("attnlab.viz") / "assets"
     filling = {
         "__ATTNLAB_STYLE__": "".join(assets.joinpath(name).read_text(encoding="utf-8") for name in STYLES),
