@@ -179,14 +179,21 @@ def add_stats_options(parser: argparse.ArgumentParser) -> None:
         "head: the weight by distance), exact and without any L×L matrix: at any length the model takes",
     )
     group.add_argument(
-        "--top-k", type=at_least(1), help="with --stats: the keys of largest weight each query keeps (default 8)"
+        "--top-k",
+        type=at_least(1),
+        metavar="K",
+        help="with --stats: the keys of largest weight each query keeps (default 8)",
     )
     group.add_argument(
-        "--sink-keys", type=at_least(1), help="with --stats: the first keys, whose weight is the sink share (default 4)"
+        "--sink-keys",
+        type=at_least(1),
+        metavar="S",
+        help="with --stats: the first keys, whose weight is the sink share (default 4)",
     )
     group.add_argument(
         "--local-keys",
         type=at_least(1),
+        metavar="W",
         help="with --stats: the last keys a query sees, whose weight is the local share (default 64)",
     )
     group.add_argument(
