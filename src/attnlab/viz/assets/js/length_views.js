@@ -121,7 +121,7 @@
       for (let x = 0; x < WIDTH; x++) {
         const f = Math.log1p(high[x]) / top, c = colourPixel(f);
         g.fillStyle = `rgb(${c & 255},${(c >> 8) & 255},${(c >> 16) & 255})`;
-        g.fillRect(x, height - f * (height - 4), 1, f * (height - 4));
+        g.fillRect(x, height - f * (height - 4), f > 0.5 ? 3 : 1, f * (height - 4)); // a sink's bar 3 pixels wide
       }
     };
   }
