@@ -13,7 +13,7 @@ from selenium.webdriver.common.actions.wheel_input import ScrollOrigin
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
-from attnlab.viz._statistics_page import past_the_page, write_statistics_page
+from attnlab.viz._statistics_page import write_statistics_page
 from helpers import open_page
 from statistics_cases import model_statistics
 
@@ -34,7 +34,7 @@ def stats():
 
 def test_the_page_opens_and_a_click_on_a_profile_selects_its_head(browser, tmp_path, stats):
     path = tmp_path / "stats.html"
-    write_statistics_page(stats, path, headline=past_the_page(700, 4096))
+    write_statistics_page(stats, path, cap=4096)
     open_page(browser, path, READY, timeout=10)
     assert browser.get_log("browser") == []  # no error in the console
     assert browser.find_element(By.ID, "headline").text.startswith("700 tokens: past the 4,096-token page")

@@ -107,14 +107,17 @@ def test_the_page_holds_its_data_in_a_block_no_token_can_close(tmp_path):
     stats = model_statistics(300, [["sink"]])
     stats.tokens[3] = "</script><b>"
     stats.tokens[4] = "\n\tx\x1b"
-    html = render_statistics_page(stats, headline=past_the_page(8192, 4096))
+    html = render_statistics_page(stats, cap=256)
     block = re.search(r'<script type="application/json" id="attnlab-data">(.*?)</script>', html, re.S)
     assert block is not None and "</script>" not in block[1]
     data = json.loads(block[1])
     assert data["sequence"]["tokens"][3] == "</script><b>"
     assert data["sequence"]["tokens"][4] == "↵⇥x\\x1b"  # a label: ↵, ⇥, other controls escaped
     assert data["text"][4] == "\n\tx\\x1b"  # the text panel: its lines and tabs kept
-    assert data["headline"] == (
+    assert data["cap"] == 256 and data["headline"] == (
+        "300 tokens: past the 256-token page of weights, this page shows statistics computed exactly from the tiles"
+    )
+    assert past_the_page(8192, 4096) == (
         "8,192 tokens: past the 4,096-token page of weights, this page shows statistics computed exactly from the tiles"
     )
     assert "__ATTNLAB" not in html

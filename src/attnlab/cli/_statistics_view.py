@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING
 
-from ..runner import Runner
+if TYPE_CHECKING:
+    from ..runner import Runner
 
 __all__ = ["opened_for_statistics", "statistics_page_if_long"]
 
@@ -50,7 +52,6 @@ def statistics_page_if_long(args: argparse.Namespace, runner: Runner) -> bool:
         page_top_k(runner.layers * runner.heads, length, 8)  # the page's size, before the model runs
     stats = in_cli_words(lambda: runner.statistics(args.text, truncation=args.truncate, chat=args.chat))
     say_backend(args, runner)
-    headline = past_the_page(len(stats.tokens), cap)
-    write_statistics_page(stats, args.output, lang=args.lang, headline=headline)
-    print(f"attnlab view: {headline}: wrote {args.output}", file=sys.stderr)
+    write_statistics_page(stats, args.output, lang=args.lang, cap=cap)
+    print(f"attnlab view: {past_the_page(len(stats.tokens), cap)}: wrote {args.output}", file=sys.stderr)
     return True

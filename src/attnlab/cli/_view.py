@@ -8,6 +8,9 @@ everything before it, as the decode steps with the KV cache computed it; --rollo
 attention rollout and flow (attnlab.analysis); --lang zh writes the page's interface in Chinese;
 --in-browser puts a BERT encoder's weights and tokenizer in the page, which runs it on what the
 reader types (no server: ``attnlab serve`` is the live page that a Python process computes).
+With --model, a --text past the page's 4,096 tokens opens on the statistics views instead
+(every head's received attention, entropy, sink share, distance profile and role, a query's
+top keys; exact from the tiles, no L×L matrix), and says so.
 
 Examples::
 

@@ -11,7 +11,7 @@ import numpy as np
 
 from .._validation import Array
 
-__all__ = ["FIXED_BITS", "binary", "fixed_bits", "mask_runs", "script_safe"]
+__all__ = ["FIXED_BITS", "binary", "fixed_bits", "mask_runs"]
 
 FIXED_BITS = tuple(range(16, 9, -1))  # the fixed-point widths a page may use, most precise first
 _CHUNK = 1 << 20  # numbers packed at a time (the bits of 2²⁰ numbers: at most 16 MiB at once)
@@ -72,8 +72,3 @@ def mask_runs(masked: Array) -> list[list[list[int]]]:
             rows.append([0, *runs] if len(row) and row[0] else runs)
         out.append(rows)
     return out
-
-
-def script_safe(payload: str) -> str:
-    """JSON that cannot close its <script> block: '<', '>' and '&' escaped (JSON reads them back)."""
-    return payload.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")

@@ -29,7 +29,7 @@ import numpy as np
 from .._json import json_text
 from .._validation import fail
 from ..trace._display import display_text, shown_name
-from ._encoding import script_safe
+from ._html import escaped
 from ._page_data import check_lang, page_data
 from ._page_size import PAGE_LIMITS
 
@@ -179,8 +179,8 @@ def in_browser_page(model: Any, text: str, frame: str, *, lang: str = "en") -> s
     assets = files("attnlab.viz") / "assets"
     script = "".join((assets / "js" / f"{name}.js").read_text(encoding="utf-8") for name in INPAGE_SCRIPTS)
     filling = {
-        "__ATTNLAB_MODEL__": script_safe(json_text(spec)), "__ATTNLAB_FRAME__": script_safe(json.dumps(frame)),
-        "__ATTNLAB_SKELETON__": script_safe(json_text({"page": skeleton, "text": text, "lang": lang})),
+        "__ATTNLAB_MODEL__": escaped(json_text(spec)), "__ATTNLAB_FRAME__": escaped(json.dumps(frame)),
+        "__ATTNLAB_SKELETON__": escaped(json_text({"page": skeleton, "text": text, "lang": lang})),
         "__ATTNLAB_INPAGE_SCRIPT__": script,
     }  # fmt: skip
     page = (assets / "inpage.html").read_text(encoding="utf-8")

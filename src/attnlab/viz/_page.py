@@ -25,10 +25,10 @@ from typing import Any, Protocol, runtime_checkable
 from numpy.typing import ArrayLike
 
 from .._json import json_text
-from .._validation import MissingDependencyError, fail, output_path
+from .._validation import MissingDependencyError, fail
 from ..trace import GenerationTrace, ModelTrace
 from ..trace._trace import Trace
-from ._encoding import script_safe
+from ._html import check_path, escaped, escaped_json
 from ._page_data import opening, page_data
 from ._page_size import GIVEN_SCORES_UP_TO, PAGE_LIMITS, PageShape, check_page_size, encoding, page_bytes
 from ._views import Views, split_pair, views_data
@@ -76,11 +76,7 @@ def render_page(
             f"a page of {len(payload) / 1e6:.1f} MB, at most {PAGE_LIMITS['page'] / 1e6:g} MB: masks of many runs "
             f"a row; use fewer tokens" + (" or fewer layers" if shape.layers > 1 else ""),
         )  # fmt: skip
-    return _filled_page(script_safe(payload), _escaped_json(views_data(trace, views)))
-
-
-def _escaped_json(data: object) -> str:
-    return script_safe(json_text(data))
+    return _filled_page(escaped(payload), escaped_json(views_data(trace, views)))
 
 
 # the page's script: its modules (assets/js/), inlined in this order into one <script> (each adds what it
@@ -121,11 +117,6 @@ def _filled_page(payload: str, views_payload: str = "null") -> str:
     filling[_VIEWS_PLACEHOLDER] = views_payload
     page = files("attnlab.viz") / "assets" / "page.html"
     return _SLOT.sub(lambda slot: filling[slot[0]], page.read_text(encoding="utf-8"))
-
-
-def check_path(path: str | Path) -> Path:
-    """``path`` as a Path, once it names an .html file in a folder that exists."""
-    return output_path(path, (".html", ".htm"))
 
 
 def write_page(
@@ -246,7 +237,7 @@ def view(
     if in_browser:
         return _in_browser(trace, path, text, lang, (layer, head, query, generation, rollout, flow))
     from ._statistics_page import (  # here: that module reads this one's helpers
-        headline_of,
+        cap_of,
         render_statistics_page,
         statistics_of,
         statistics_opening,
@@ -257,10 +248,10 @@ def view(
         for name, given in (("generation", generation), ("rollout", rollout), ("flow", flow)):
             if given is not None:
                 raise fail(name, "None with a model's statistics (a page of weights' view)", type(given).__name__)
-        opens, headline = statistics_opening(stats, layer, head, query), headline_of(stats)
+        opens, cap = statistics_opening(stats, layer, head, query), cap_of(stats)
         if path is None:
-            return render_statistics_page(stats, lang=lang, opens=opens, headline=headline)
-        write_statistics_page(stats, path, lang=lang, opens=opens, headline=headline)
+            return render_statistics_page(stats, lang=lang, opens=opens, cap=cap)
+        write_statistics_page(stats, path, lang=lang, opens=opens, cap=cap)
         return None
     first, second = split_pair(traced(trace, text))
     _check_trace(first)

@@ -26,11 +26,12 @@ from typing import Any
 import numpy as np
 
 from .._exceptions import MissingFontWarning
-from .._validation import MissingDependencyError, fail, flag, is_integer, output_path
+from .._validation import MissingDependencyError, fail, flag
 from ..trace import ModelStatistics, ModelTrace
 from ..trace._display import display_text
 from ..trace._opening import telling_view
 from ..trace._trace import Trace
+from ._plot_args import FORMATS, check_path, select_heads
 
 __all__ = [
     "FORMATS",
@@ -44,7 +45,6 @@ __all__ = [
     "select_heads",
 ]
 
-FORMATS = (".png", ".svg", ".pdf")
 STAGES = {"scores": "scores", "scaled": "scaled_scores", "weights": "weights"}
 ANNOTATE_UP_TO = 16  # write the values in the cells of matrices up to this many rows and columns
 LABELS_UP_TO = 60  # past this many tokens, label every n-th so that at most this many show
@@ -112,32 +112,6 @@ def _at_normal_weight(family: str) -> str:
     if entries and not any(f.weight in (400, "normal", "regular") for f in entries):
         font_manager.fontManager.ttflist.append(dataclasses.replace(entries[0], weight=400))
     return family
-
-
-def select_heads(spec: Any, num_heads: int) -> list[int]:
-    """``"all"``, comma-separated indices such as ``"0,2,5"``, or a sequence of ints:
-    distinct head indices in 0..num_heads − 1."""
-    if isinstance(spec, str):
-        if spec == "all":
-            return list(range(num_heads))
-        try:
-            heads = [int(part) for part in spec.split(",")]
-        except ValueError:
-            raise fail("heads", "'all' or indices such as 0,2,5", repr(spec)) from None
-    elif isinstance(spec, (list, tuple)) and all(is_integer(h) for h in spec):
-        heads = [int(h) for h in spec]
-    else:
-        raise fail("heads", "'all', indices such as '0,2,5', or a list of ints", repr(spec), TypeError)
-    if not heads or any(not 0 <= h < num_heads for h in heads):
-        raise fail("heads", f"indices in 0..{num_heads - 1}", repr(spec))
-    if len(set(heads)) != len(heads):
-        raise fail("heads", "each head once", repr(spec))
-    return heads
-
-
-def check_path(path: str | Path) -> Path:
-    """``path`` as a Path, once it names a .png, .svg or .pdf file in a folder that exists."""
-    return output_path(path, FORMATS)
 
 
 def _tick_labels(labels: list[str], most: int = LABELS_UP_TO, keep: Sequence[int] = ()) -> tuple[list[int], list[str]]:

@@ -21,7 +21,7 @@ import numpy as np
 from .._validation import MissingDependencyError, fail, is_integer
 from ..trace import ModelStatistics
 from ._head_roles import ROLE_RULE, ROLES, head_roles
-from ._plot import check_path, select_heads
+from ._plot_args import check_path, select_heads
 
 __all__ = ["ROLE_COLOURS", "STATISTICS_VIEWS", "chosen_layers", "plot_statistics"]
 
@@ -154,7 +154,7 @@ def _received(Figure: Any, stats: ModelStatistics, layers: list[int], heads: lis
     ax.set_ylabel("layer.head")
     ax.set_xlabel("key position j (token)")
     what = f"log(1 + Σ_i P_ij), the largest of every {S / columns:.3g} keys" if columns < S else "log(1 + Σ_i P_ij)"
-    figure.colorbar(image, ax=ax, label=what, shrink=0.8)
+    figure.colorbar(image, ax=ax, label=what, location="top", shrink=0.5, aspect=40)
     figure.suptitle(_title(stats, "the attention each token receives"))
     return figure
 

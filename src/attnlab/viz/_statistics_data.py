@@ -23,6 +23,7 @@ weight, 4 digits) and the role (:mod:`._head_roles`) with its shares and sink ke
 from __future__ import annotations
 
 import base64
+import math
 import zlib
 from typing import Any
 
@@ -36,13 +37,27 @@ from ._head_roles import ROLES, head_roles
 from ._page_data import _sequence, check_lang
 from ._page_size import PAGE_LIMITS
 
-__all__ = ["NO_KEY", "page_top_k", "statistics_bytes", "statistics_data"]
+__all__ = ["NO_KEY", "page_cap", "page_top_k", "past_the_page", "statistics_bytes", "statistics_data"]
 
 NO_KEY = 0xFFFF  # a top key past the keys a query sees (the statistics' −1)
 _BYTES_A_POSITION = 2 + 1 + 1  # received (float16), entropy and sink share (uint8)
 _BYTES_A_TOP_KEY = 2 + 1  # its index (uint16) and weight (uint8)
 _LEVEL = 1  # zlib's fastest: within 4 % of its default's size on SmolLM2's statistics, in half the time
 _FLOAT16_MAX = 65504.0  # a key that receives more (past 65,504 queries) reads as this
+
+
+def page_cap() -> int:
+    """The most tokens of the page of weights: √PAGE_LIMITS["head_cells"] (a head's L·S cells)."""
+    return math.isqrt(PAGE_LIMITS["head_cells"])
+
+
+def past_the_page(length: int, cap: int) -> str:
+    """The line that says why a page shows statistics: ``length`` tokens, past the page of
+    weights' ``cap`` tokens."""
+    return (
+        f"{length:,} tokens: past the {cap:,}-token page of weights, this page shows statistics computed "
+        "exactly from the tiles"
+    )
 
 
 def statistics_bytes(heads: int, length: int, top_k: int) -> int:
@@ -99,14 +114,15 @@ def _as_text(token: str) -> str:
 
 
 def statistics_data(
-    stats: ModelStatistics, lang: str = "en", opens: dict[str, int] | None = None, headline: str = ""
+    stats: ModelStatistics, lang: str = "en", opens: dict[str, int] | None = None, cap: int | None = None
 ) -> dict[str, Any]:
     """The statistics page's data (the module's docstring): the tokens and their marks (and
-    as the text panel writes them: newlines and tabs kept), the
-    counts (layers, heads, L, k), the packed arrays, each head's distance profile and role,
-    the model's name and notes, ``headline`` (a line at the top of the page:
-    why it shows statistics), the view it opens on (``opens``: layer, head, token; default
-    layer 0, head 0, token 0) and the language ``lang``.
+    as the text panel writes them: newlines and tabs kept), the counts (layers, heads, L,
+    k), the packed heads, each head's distance profile and role, the model's name and
+    notes, ``cap`` and its ``headline`` (where the page stands in for the page of weights,
+    past its ``cap`` tokens: :func:`past_the_page`, said at its top), the view it opens on
+    (``opens``: layer, head, token; default layer 0, head 0, token 0) and the language
+    ``lang``.
 
     Raises:
         ArgumentError: ``lang`` is neither "en" nor "zh"; a page past its size.
@@ -130,7 +146,8 @@ def statistics_data(
         "architecture": display_text(stats.architecture),
         "kv_heads": stats.num_key_value_heads,
         "lang": lang,
-        "headline": headline,
+        "cap": cap,
+        "headline": "" if cap is None else past_the_page(length, cap),
         "notes": [display_text(n) for n in stats.notes],
         "text": [_as_text(t) for t in stats.tokens],
         "sequence": _sequence("tokens", tokens, list(stats.special), list(stats.parts), stats.template),

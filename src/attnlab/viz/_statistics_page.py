@@ -12,7 +12,6 @@ its tokens; the text, scrolled to the clicked token.
 
 from __future__ import annotations
 
-import math
 import re
 from importlib.resources import files
 from pathlib import Path
@@ -21,13 +20,13 @@ from typing import Any
 from .._json import json_text
 from .._validation import fail, is_integer
 from ..trace import ModelStatistics
-from ._encoding import script_safe
-from ._page import check_path
-from ._page_size import PAGE_LIMITS
-from ._statistics_data import statistics_data
+from ._html import check_path, escaped
+from ._statistics_data import page_cap, past_the_page, statistics_data
 
 __all__ = [
     "STATISTICS_SCRIPTS",
+    "cap_of",
+    "page_cap",
     "past_the_page",
     "render_statistics_page",
     "statistics_of",
@@ -41,23 +40,15 @@ STYLES = ("page.css", "length.css")  # the page of weights' styles, then the sta
 _SLOTS = re.compile("__ATTNLAB_STYLE__|__ATTNLAB_SCRIPT__|__ATTNLAB_DATA__")
 
 
-def past_the_page(length: int, cap: int) -> str:
-    """The line that says why a page shows statistics: ``length`` tokens, past the page of
-    weights' ``cap`` tokens."""
-    return (
-        f"{length:,} tokens: past the {cap:,}-token page of weights, this page shows statistics computed "
-        "exactly from the tiles"
-    )
-
-
 def render_statistics_page(
-    stats: ModelStatistics, *, lang: str = "en", opens: dict[str, int] | None = None, headline: str = ""
+    stats: ModelStatistics, *, lang: str = "en", opens: dict[str, int] | None = None, cap: int | None = None
 ) -> str:
     """The statistics page of ``stats`` as HTML text, its interface in ``lang`` ("en" or "zh"),
-    opening on ``opens`` (layer, head, token), with ``headline`` at its top (see
+    opening on ``opens`` (layer, head, token), saying at its top that it stands in for the
+    page of weights, past its ``cap`` tokens, where one is given (see
     :func:`~._statistics_data.statistics_data`, which raises what it refuses). The data sits
     in a JSON script block with '<', '>' and '&' escaped, as the page of weights'."""
-    payload = script_safe(json_text(statistics_data(stats, lang, opens, headline)))
+    payload = escaped(json_text(statistics_data(stats, lang, opens, cap)))
     assets = files("attnlab.viz") / "assets"
     filling = {
         "__ATTNLAB_STYLE__": "".join(assets.joinpath(name).read_text(encoding="utf-8") for name in STYLES),
@@ -76,17 +67,10 @@ def write_statistics_page(
     *,
     lang: str = "en",
     opens: dict[str, int] | None = None,
-    headline: str = "",
+    cap: int | None = None,
 ) -> None:
     """Write the statistics page of ``stats`` to ``path`` (.html; see :func:`render_statistics_page`)."""
-    check_path(path).write_text(
-        render_statistics_page(stats, lang=lang, opens=opens, headline=headline), encoding="utf-8"
-    )
-
-
-def page_cap() -> int:
-    """The most tokens of the page of weights: √PAGE_LIMITS["head_cells"] (a head's L·S cells)."""
-    return math.isqrt(PAGE_LIMITS["head_cells"])
+    check_path(path).write_text(render_statistics_page(stats, lang=lang, opens=opens, cap=cap), encoding="utf-8")
 
 
 def statistics_of(subject: Any, text: Any) -> ModelStatistics | None:
@@ -126,6 +110,6 @@ def statistics_opening(
     return opens
 
 
-def headline_of(stats: ModelStatistics) -> str:
-    """The page's line at its top: :func:`past_the_page` where its tokens pass the cap, else none."""
-    return past_the_page(len(stats.tokens), page_cap()) if len(stats.tokens) > page_cap() else ""
+def cap_of(stats: ModelStatistics) -> int | None:
+    """The page of weights' cap (:func:`page_cap`) where the tokens of ``stats`` pass it, else None."""
+    return page_cap() if len(stats.tokens) > page_cap() else None

@@ -223,6 +223,8 @@
     "long-range": "远程",
     "mixed": "混合",
     "layer {0}, head {1}: {2} (sink {3}, local {4}, long-range {5})": "第 {0} 层，头 {1}：{2}（汇聚 {3}，局部 {4}，远程 {5}）",
+    "{0} tokens: past the {1}-token page of weights, this page shows statistics computed exactly from the tiles":
+      "{0} 个词元：超过了权重页面的 {1} 个词元上限，本页显示的是由分块精确计算的统计量",
     "the keys it gives the most: {0}": "它给得最多的键：{0}",
     "query {0} «{1}»: its top keys {2}": "查询 {0}「{1}」：最大权重的键 {2}",
   };

@@ -21,8 +21,10 @@
   const L = page.length;
   $("summary").textContent = t("{0}: {1} tokens, {2} layers × {3} heads, statistics from the tiles", page.model, L,
     page.layers, page.heads);
-  $("headline").textContent = page.headline;
-  $("headline").hidden = !page.headline;
+  const count = (n) => n.toLocaleString("en-US"); // 8,192
+  $("headline").textContent = page.cap === null ? "" : t("{0} tokens: past the {1}-token page of weights, this page " +
+    "shows statistics computed exactly from the tiles", count(L), count(page.cap));
+  $("headline").hidden = page.cap === null;
   $("role-rule").textContent = t("roles: a head is a sink head when at least half its weight is on the {0} keys it " +
     "gives the most; else local when at least half is within 15 keys behind the query; else long-range when a " +
     "query's top keys 256 or more behind it (those {0} aside) take a fifth of its weight or more, on average; " +

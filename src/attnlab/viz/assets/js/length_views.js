@@ -121,7 +121,7 @@
       for (let x = 0; x < WIDTH; x++) {
         const f = Math.log1p(high[x]) / top, c = colourPixel(f);
         g.fillStyle = `rgb(${c & 255},${(c >> 8) & 255},${(c >> 16) & 255})`;
-        g.fillRect(x, height - f * (height - 4), 1, f * (height - 4));
+        g.fillRect(x, height - f * (height - 4), f > 0.5 ? 3 : 1, f * (height - 4)); // a sink's bar 3 pixels wide
       }
     };
   }
@@ -146,11 +146,16 @@
         for (let i = state.from; i < state.to; i += every) g.fillText(AL.shorten(seq.tokens[i], 6), xOf(i), base + 4);
       }
       const q = xOf(state.token);
+      g.textBaseline = "bottom";
       for (const [key, weight] of app.stats.topKeys(state.layer, state.head, state.token)) {
-        const k = xOf(key), rise = Math.min(base - 4, 12 + Math.abs(q - k) / 2);
+        const k = xOf(key), rise = Math.min(base - 16, 12 + Math.abs(q - k) / 2);
         g.strokeStyle = `rgba(192,57,43,${0.25 + 0.75 * weight})`; g.lineWidth = 1 + 5 * weight;
         g.beginPath(); g.moveTo(q, base); g.bezierCurveTo(q, base - rise, k, base - rise, k, base); g.stroke();
         g.fillStyle = "#c0392b"; g.fillRect(k - 2, base - 2, 4, 4);
+        if (k >= 0 && k <= WIDTH) continue; // a key out of the range shown: named at the chart's edge
+        const label = `${key} «${AL.shorten(seq.tokens[key], 8)}» ${weight.toFixed(2)}`;
+        g.textAlign = k < 0 ? "left" : "right";
+        g.fillText(k < 0 ? `← ${label}` : `${label} →`, k < 0 ? 4 : WIDTH - 4, base - rise * 0.75 - 2);
       }
     };
   }
