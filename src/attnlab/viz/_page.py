@@ -29,7 +29,7 @@ from .._validation import MissingDependencyError, fail
 from ..trace import GenerationTrace, ModelTrace
 from ..trace._trace import Trace
 from ._html import check_path, escaped, escaped_json
-from ._page_data import opening, page_data
+from ._page_data import check_lang, opening, page_data
 from ._page_size import GIVEN_SCORES_UP_TO, PAGE_LIMITS, PageShape, check_page_size, encoding, page_bytes
 from ._views import Views, split_pair, views_data
 
@@ -378,6 +378,7 @@ def show(
             without a ``text``, ``in_browser`` with a model it cannot run (see :func:`view`).
         MissingDependencyError: IPython is not installed.
     """
+    check_lang(lang)
     if in_browser:
         shown = framed(_in_browser(trace, None, text, lang, (layer, head, query)) or "", 1200)
     else:
