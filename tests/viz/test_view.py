@@ -92,7 +92,7 @@ def test_b_the_scale_slider_recomputes_the_softmax(browser, tmp_path, capsys, po
     np.testing.assert_allclose(shown, expected, atol=1e-12)
     np.testing.assert_allclose(shown.sum(axis=1), 1.0, atol=1e-12)
     table = [float(td.text) for td in browser.find_elements(By.CSS_SELECTOR, "#steps tr td:nth-child(6)")]
-    assert table == [float(f"{w:.4f}") for w in expected[0]]
+    assert table == [float(f"{w:.4f}") for w in expected[-1]]  # a causal page opens on its last query
     d_k = len(trace["Q"][0])
     expected_scale = {None: 0.0, -200: 0.01 / d_k**0.5, 0: 1 / d_k**0.5, 100: 10 / d_k**0.5, 200: 100 / d_k**0.5}
     assert scale == pytest.approx(expected_scale[position], rel=1e-12)
@@ -609,7 +609,7 @@ def test_v_alibi_sinks_and_a_per_head_mask_function_give_the_engines_weights(bro
                   mask_mod=lambda b, h, i, j: (h == 0) | (j != 0))  # fmt: skip
     trace = al.MultiheadAttention(8, 2, seed=2, dtype=np.float64).trace(x, rules=rules)
     page = tmp_path / "alibi.html"
-    al.view(trace, page)
+    al.view(trace, page, head=0)  # (a causal page would open on its strongest previous-token head)
     browser.get(page.as_uri())
     assert browser.execute_script("return window.attnlabView.ready") is True
     for h in (0, 1):
