@@ -7,7 +7,7 @@ the prompt, whose hidden states every policy computes with full attention (as a 
 prefill does), so the prompt runs once, into a KV cache. Teacher-forced on the full run's
 tokens, the evicted run is then the forward of the T generated tokens over that cache in
 which generated token t's query, in each layer and head, sees only the keys its policy
-keeps at step t (the network's hook ``Recorder.keys_seen``, attnlab.models._network): the
+keeps at step t (the network's hook ``Recorder.attention_inputs``, attnlab.models._network): the
 generated rows' hidden states, keys and values are the evicted run's own, row t depending
 only on rows ≤ t. H2O decides at step t from that step's weights over the kept keys;
 within a layer those depend only on the layer's q and k, which the hook is given, so it
@@ -197,14 +197,14 @@ def _refuse_settings(
 
 
 class _Seen:
-    """The hook (:attr:`Recorder.keys_seen`) of one policy: its rule gives the keys each
+    """The hook (:attr:`Recorder.attention_inputs`) of one policy: its rule gives the keys each
     generated query sees per key/value head, (T, S) or (Hk, T, S); the hook repeats them
     to the G query heads of each and records the last query's in ``kept`` (layers, Hk, S)."""
 
     def __init__(self, rule: Callable[[int, Array, Array], Array], group: int, kept: Array) -> None:
         self.rule, self.group, self.kept = rule, group, kept
 
-    def __call__(self, layer: int, q: Array, k: Array) -> Array:
+    def __call__(self, layer: int, q: Array, k: Array, rules: dict[str, Any]) -> Array:
         seen = self.rule(layer, q, k)
         self.kept[layer] = seen[..., -1, :]  # (…, T, S) -> (Hk, S), broadcast
         if seen.ndim == 2:
@@ -248,7 +248,7 @@ def _h2o_rule(received: Array, network: Network, budget: int, group: int) -> Cal
 
 
 class _PromptWeights:
-    """The prompt's hook (:attr:`Recorder.keys_seen`, adding no rule): from each layer's q
+    """The prompt's hook (:attr:`Recorder.attention_inputs`, adding no rule): from each layer's q
     and k, the causal weights softmax(q·k·scale) of a chunk's queries, in float64, summed
     into each key's attention ``received`` (layers, Hk, n) over the queries and a group's
     heads where ``accumulate``, and the last ``window`` queries' kept in ``voted``
@@ -261,7 +261,7 @@ class _PromptWeights:
         self.group = config.num_attention_heads // Hk
         self.received, self.voted = np.zeros((layers, Hk, n)), np.zeros((layers, Hk, self.group, window, n))
 
-    def __call__(self, layer: int, q: Array, k: Array) -> None:
+    def __call__(self, layer: int, q: Array, k: Array, rules: dict[str, Any]) -> None:
         _, _, c, E = q.shape  # q (1, H, c, E): the chunk's queries, positions stop − c..stop − 1
         Hk, stop = k.shape[1], k.shape[2]  # k (1, Hk, stop, E)
         first = stop - c if self.accumulate else max(self.n - self.window, stop - c)  # the first query read
@@ -291,7 +291,7 @@ def _prefill(
     n, reads = len(ids), _PromptWeights(network, len(ids), accumulate, window)
     step = chunk if accumulate else n  # the window alone: its queries in one forward
     for start in range(0, n, step):
-        record = Recorder(keys_seen=reads) if accumulate or window else None
+        record = Recorder(attention_inputs=reads) if accumulate or window else None
         last = network.forward(ids[None, start : start + step], None, None, cache, record, None)  # (1, c, D)
     logits = network.logits(last[0, -1])
     assert logits is not None  # a causal model has a head
@@ -316,7 +316,7 @@ def _teacher_forced(network: Network, cache: KVCache, n: int, generated: Array, 
     in one forward over the cache's n prompt positions, its queries seeing what ``seen``
     lets them (None: every earlier key)."""
     cache.length = n  # rewound: the generated positions are written again, by this run
-    record = None if seen is None else Recorder(keys_seen=seen)
+    record = None if seen is None else Recorder(attention_inputs=seen)
     hidden = network.forward(generated[None], None, None, cache, record, None)  # (1, T, D)
     logits = network.logits(hidden[0])
     assert logits is not None

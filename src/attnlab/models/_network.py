@@ -109,20 +109,17 @@ class Recorder:
     """What a forward keeps beyond its output: each layer's weights, traces of some layers;
     ``head_outputs``, when given, is called as ``head_outputs(layer, out)`` with each layer's
     engine output (B, H, L, Ev), before the out projection, and its result goes on instead
-    (attnlab.analysis replaces heads' outputs through it); ``keys_seen``, when given, is
-    called as ``keys_seen(layer, q, k)`` with each layer's queries (B, H, L, E), after RoPE,
-    and all its keys (B, Hk, S, E), the cached ones first, and its boolean mask (1 or B, H,
-    L, S), True where a query may see a key, joins the layer's own rules (a KV cache's
-    evicted keys, attnlab.analysis.evict), or None adds none (a hook that only reads them);
-    ``check``, when given, is called before each layer, and what it raises ends the forward
-    (the live page's, to stop a request its page left or the server that is stopping);
-    ``attention_inputs``, when given,
-    is called as ``attention_inputs(layer, q, k, rules)`` with each layer's queries
-    (B, H, L, E) after RoPE, all its keys (B, Hk, S, E) and the engine call's other keywords
-    (``attn_mask``, ``is_causal``, ``causal_alignment``, ``window``, ``scale``,
+    (attnlab.analysis replaces heads' outputs through it); ``check``, when given, is called
+    before each layer, and what it raises ends the forward (the live page's, to stop a request
+    its page left or the server that is stopping); ``attention_inputs``, when given, is
+    called as ``attention_inputs(layer, q, k, rules)`` with each layer's queries (B, H, L, E)
+    after RoPE, all its keys (B, Hk, S, E), the cached ones first, and the engine call's other
+    keywords (``attn_mask``, ``is_causal``, ``causal_alignment``, ``window``, ``scale``,
     ``enable_gqa``): what :func:`attnlab.engine.attention_statistics` and
-    :func:`~attnlab.engine.attention_row` take to compute the layer's weights' statistics
-    or one row without the forward keeping them."""
+    :func:`~attnlab.engine.attention_row` take to compute the layer's weights' statistics or
+    one row without the forward keeping them. What it returns, a boolean mask (1 or B, H, L,
+    S), True where a query may see a key, joins the layer's rules (a KV cache's evicted keys,
+    attnlab.analysis.evict); None adds none."""
 
     attentions: bool = False
     trace_layers: frozenset[int] = frozenset()
@@ -130,8 +127,7 @@ class Recorder:
     traces: dict[int, Trace] = field(default_factory=dict)
     head_outputs: Callable[[int, Array], Array] | None = None
     check: Callable[[], object] | None = None
-    attention_inputs: Callable[[int, Array, Array, dict[str, Any]], None] | None = None
-    keys_seen: Callable[[int, Array, Array], Array | None] | None = None
+    attention_inputs: Callable[[int, Array, Array, dict[str, Any]], Array | None] | None = None
 
 
 @dataclass(frozen=True)
@@ -193,10 +189,6 @@ class Block:
         keep = record is not None and (record.attentions or layer in record.trace_layers)
         every_key = keep or (record is not None and record.attention_inputs is not None)
         seen_k, seen_v, mask = k, v, step.mask
-        if record is not None and record.keys_seen is not None:
-            seen = record.keys_seen(layer, q, k)  # (1 or B, H, L, S) or None
-            if seen is not None:
-                mask = seen if mask is None else mask & seen  # (B, 1, L, S) & (1, H, L, S) -> (B, H, L, S)
         if self.sliding_window is not None and not every_key:  # the weights keep all S columns, as transformers'
             first = max(k.shape[2] - L - (self.sliding_window - 1), 0)  # the first key the first query sees
             seen_k, seen_v = k[:, :, first:], v[:, :, first:]  # (B, Hk, S, E) -> (B, Hk, S − first, E)
@@ -207,7 +199,9 @@ class Block:
             enable_gqa=self.attn.kv_heads != self.attn.heads,
         )  # fmt: skip
         if record is not None and record.attention_inputs is not None:
-            record.attention_inputs(layer, q, seen_k, rules)
+            seen = record.attention_inputs(layer, q, seen_k, rules)  # (1 or B, H, L, S) or None
+            if seen is not None:  # (B, 1, L, S) & (1, H, L, S) -> (B, H, L, S)
+                rules["attn_mask"] = seen if mask is None else mask & seen
         result = attention(q, seen_k, seen_v, **rules, need_weights=keep)
         out, weights = result.output.astype(h.dtype, copy=False), result.weights
         if not all_finite(out) or (weights is not None and not all_finite(weights)):  # refused: where it began
