@@ -108,3 +108,43 @@ def test_counts_below_one_are_refused_before_any_forward(keywords, message):
 def test_a_row_out_of_range_is_refused_naming_it(cell, message):
     with pytest.raises(ArgumentError, match=message):
         attnlab.load_model("builtin:coref").row(SENTENCE, *cell)
+
+
+def test_truncation_cuts_a_long_text_and_says_so_and_check_stops_the_forward():
+    runner = attnlab.load_model("builtin:coref")
+    long = SENTENCE * 10  # past coref's positions
+    with pytest.raises(ArgumentError, match=r"truncation=True"):
+        runner.statistics(long)
+    stats = runner.statistics(long, truncation=True)
+    assert len(stats.tokens) == runner.positions and any("cut" in note for note in stats.notes)
+    calls = []
+
+    def check():
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        runner.statistics(SENTENCE, check=check)
+    assert len(calls) == 2  # before layer 0, then before layer 1: stopped there
+
+
+@pytest.mark.slow
+def test_smollm2_on_the_long_text_matches_its_dense_weights_in_its_last_layer():
+    """A real model (SmolLM2-135M, GGUF, 9 heads over 3 key/value heads) on 512 tokens of the
+    long real text: its last layer's statistics against that layer's dense weights."""
+    from types import SimpleNamespace
+
+    from attnlab.runner._long_text import long_text_ids
+    from checkpoints import smollm2_gguf
+
+    runner = attnlab.load_model(str(smollm2_gguf()))
+    ids = long_text_ids(runner, 512)
+    stats = runner.statistics(ids, top_k=TOP_K, sink_keys=SINK_KEYS, local_keys=LOCAL_KEYS)
+    last = runner.layers - 1
+    trace = runner.trace(ids, [last])
+    one = SimpleNamespace(
+        num_layers=1, num_heads=trace.num_heads, layers={0: trace.layers[last]}, tokens=trace.tokens, ids=trace.ids
+    )
+    fields = {name: getattr(stats, name) for name in ("model", "ids", "tokens")}
+    assert_model_statistics(ModelStatistics(**fields, statistics=stats.statistics[last : last + 1]), one, causal=True)

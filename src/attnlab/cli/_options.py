@@ -17,14 +17,17 @@ from ..trace._labels import LANGUAGES
 from ..trace._trace import Trace
 
 __all__ = [
+    "STATS_DEFAULTS",
     "Parser",
     "TextsAction",
     "add_command",
     "add_lang_option",
     "add_output_options",
+    "add_stats_options",
     "at_least",
     "nearest",
     "positive_number",
+    "print_output",
     "print_trace",
     "window_sides",
 ]
@@ -165,6 +168,42 @@ def add_output_options(parser: argparse.ArgumentParser) -> None:
     add_lang_option(parser, "zh", "labels: zh (default, as the article) or en")
 
 
+def add_stats_options(parser: argparse.ArgumentParser) -> None:
+    """--stats and its options: trace's statistics of every layer's and head's weights (JSON)."""
+    group = parser.add_argument_group("statistics at any length (with --model and --text)")
+    group.add_argument(
+        "--stats",
+        action="store_true",
+        help="instead of the weights, the statistics of every layer's and head's weights as JSON (per query: "
+        "entropy, largest weight, top keys, sink and local shares; per key: the attention it receives; per "
+        "head: the weight by distance), exact and without any L×L matrix: at any length the model takes",
+    )
+    group.add_argument(
+        "--top-k",
+        type=at_least(1),
+        metavar="K",
+        help="with --stats: the keys of largest weight each query keeps (default 8)",
+    )
+    group.add_argument(
+        "--sink-keys",
+        type=at_least(1),
+        metavar="S",
+        help="with --stats: the first keys, whose weight is the sink share (default 4)",
+    )
+    group.add_argument(
+        "--local-keys",
+        type=at_least(1),
+        metavar="W",
+        help="with --stats: the last keys a query sees, whose weight is the local share (default 64)",
+    )
+    group.add_argument(
+        "--out", metavar="FILE.json", help="with --stats: write the JSON there (default: standard output)"
+    )
+
+
+STATS_DEFAULTS = {"top_k": 8, "sink_keys": 4, "local_keys": 64}  # --stats' sizes, as Runner.statistics' defaults
+
+
 def add_lang_option(parser: argparse.ArgumentParser, default: str, help_text: str) -> None:
     """--lang, zh or en: the language of what a command prints (demo, trace) or writes (view's page)."""
     parser.add_argument("--lang", choices=LANGUAGES, default=default, help=help_text)
@@ -190,9 +229,19 @@ def print_trace(trace: Trace | ModelTrace, args: argparse.Namespace, title: str 
         text = trace.render(lang=args.lang, precision=args.precision)
     else:
         text = trace.render(lang=args.lang, precision=args.precision, title=title)
+    print_output(text, "json" if args.format == "json" else "txt")
+
+
+def print_output(text: str, what: str) -> None:
+    """Print ``text`` (``what``: "json" or "txt", for the advice), but more than
+    :data:`TERMINAL_LIMIT` bytes onto a terminal is refused, nothing printed (see
+    :func:`print_trace`).
+
+    Raises:
+        ArgumentError: the output is over the limit and standard output is a terminal.
+    """
     size = len(text.encode("utf-8", "backslashreplace"))
     if size > TERMINAL_LIMIT and sys.stdout.isatty():
-        what = "json" if args.format == "json" else "txt"
         raise fail(
             "output",
             f"at most 1 MB on a terminal: write it to a file (add `> trace.{what}`"

@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import math
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -16,7 +16,7 @@ from .._validation import Array
 from ..engine.variants import ALIGNMENTS, Rules
 from ..layers._multihead import MultiheadAttention
 from ..layers._self_attention import SelfAttention
-from ..trace import ModelTrace
+from ..trace import ModelStatistics, ModelTrace
 from ..trace._trace import Trace
 from ..viz._page import PageShape, check_page_size
 from ._inputs import (
@@ -28,13 +28,22 @@ from ._inputs import (
     source_name,
     split_text,
 )
-from ._options import TextsAction, at_least, positive_number, window_sides
-from ._transformers import BACKENDS, checkpoint_of, in_cli_words, known_length, loaded, model_trace, say_backend
+from ._options import STATS_DEFAULTS, TextsAction, at_least, positive_number, window_sides
+from ._transformers import (
+    BACKENDS,
+    checkpoint_of,
+    in_cli_words,
+    in_option_words,
+    known_length,
+    loaded,
+    model_trace,
+    say_backend,
+)
 
 if TYPE_CHECKING:
     from ..runner import Runner
 
-__all__ = ["ShapeCheck", "add_input_options", "model_traces", "trace_from_args"]
+__all__ = ["ShapeCheck", "add_input_options", "model_statistics", "model_traces", "trace_from_args"]
 
 # What a trace can hold: its (L, L) matrices are kept whole, several per head, so L²·H
 # is capped before any work (2²⁴ float64 scores are 128 MiB an array); widths likewise. A
@@ -255,6 +264,30 @@ def model_traces(
         traces.append(_model_trace(one, runner, page, check))
     say_backend(args, runner)
     return traces
+
+
+def model_statistics(args: argparse.Namespace) -> ModelStatistics:
+    """The statistics of every layer's and head's weights of --text through the --model
+    (``attnlab trace --stats``): refused without --model and --text, and with what cannot
+    change them (the layer's options, --layer: every layer is kept)."""
+    if args.model is None or args.text is None:
+        raise InputError("--stats: expected --model and --text (the statistics of a model's weights on a text)")
+    texts = getattr(args, "texts", None) or []
+    if len(texts) > 1:
+        raise InputError(f"--text: given {len(texts)} times; --stats reads one text")
+    if args.layer is not None:
+        raise InputError("--layer: --stats keeps every layer's statistics; --layer cannot choose them")
+    _refuse(args, f"--model {args.model} fixes the weights, the embedding and the scale")
+    _refuse_variants(args, f"--model {args.model} attends as its config says (its causal mask, its own window)")
+    sizes: dict[str, Any] = {name: getattr(args, name) or default for name, default in STATS_DEFAULTS.items()}
+    runner = loaded(checkpoint_of(args), "bare")
+
+    def computed() -> ModelStatistics:
+        return runner.statistics(args.text, **sizes, truncation=args.truncate, chat=args.chat)
+
+    stats = in_option_words(args, computed, runner.backend == "transformers")
+    say_backend(args, runner)
+    return stats
 
 
 def _model_trace(args: argparse.Namespace, runner: Runner, page: bool, check: ShapeCheck | None) -> ModelTrace:

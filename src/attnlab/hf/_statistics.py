@@ -96,9 +96,11 @@ def statistics(
     )  # fmt: skip
 
 
-def attention_rows(model: Any, text_or_inputs: Any, *, tokenizer: Any, layer: int, query: int) -> Array:
+def attention_rows(
+    model: Any, text_or_inputs: Any, *, tokenizer: Any, layer: int, query: int, check: Any = None
+) -> Array:
     """Query ``query``'s whole row of every head's weights in attention call ``layer`` of one
-    forward, (H, S), computed for that row alone.
+    forward, (H, S), computed for that row alone; ``check`` as :func:`statistics` takes it.
 
     Raises:
         ArgumentError: what :func:`attnlab.hf.trace` refuses; a layer the forward does not
@@ -113,7 +115,7 @@ def attention_rows(model: Any, text_or_inputs: Any, *, tokenizer: Any, layer: in
                 raise fail("query", f"an index in 0..{L - 1}", repr(query))
             rows.append(attention_row(call.query, call.key, query, **_weights_keywords(call))[0])  # (1, H, S) -> (H, S)
 
-    recording, _ = _run(model, text_or_inputs, tokenizer, None, keep)
+    recording, _ = _run(model, text_or_inputs, tokenizer, check, keep)
     if not rows:
         count = len(recording.entries)
         raise fail("layer", f"an index in 0..{count - 1} (the forward's attention calls)", repr(layer))

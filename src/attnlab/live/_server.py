@@ -28,8 +28,10 @@ import socket
 import sys
 import threading
 import traceback
+from collections.abc import Callable
 from concurrent import futures
 from concurrent.futures import CancelledError
+from functools import partial
 from importlib.resources import files
 from itertools import accumulate
 from typing import TYPE_CHECKING, Any
@@ -38,7 +40,7 @@ from urllib.parse import parse_qs, urlsplit
 from .._json import json_text
 from .._validation import AttnlabError, fail, is_integer
 from ..trace._display import shown_name
-from ._session import MAX_GENERATE, Request, Session
+from ._session import MAX_GENERATE, Request, RowRequest, Session
 from ._worker import Job, Worker
 
 if TYPE_CHECKING:
@@ -50,6 +52,7 @@ DEFAULT_TEXT = "小明是个运动达人，他平时很爱打篮球"  # the arti
 MAX_BODY = 256 * 1024  # bytes of a request's JSON: two texts of MAX_TEXT characters, in UTF-8, fit
 MAX_DEPTH = 3  # how deep a request's JSON nests: {"ablate": [[layer, head], …]}
 _MAX_DIGITS = 20  # a JSON integer longer reads as a float, as JavaScript reads it: no field takes one
+_API = {"/api/page": "page", "/api/row": "row"}  # the POST paths and what each asks for
 _WATCH = 0.05  # seconds between two looks at a waiting request's connection
 _IDLE = 30  # seconds a connection may wait for its request's next bytes (idle, or slow to send): then closed
 MAX_CONNECTIONS = 64  # open at once, each a thread: one more is closed at once (a page holds one or two)
@@ -173,21 +176,30 @@ class LiveServer:
             return str(fail("request target", "a path, or this server's http:// address", repr(target)[:80]))
         return None
 
-    def answer(self, body: dict[str, Any], connection: socket.socket | None = None) -> tuple[int, dict[str, Any]]:
-        """The status and JSON of a page's request (``client``, ``number`` and the
-        :class:`Request`'s fields): 200 with the page; 422 with a message the page shows;
-        409 when a newer request of the same page replaced it, or ``connection`` (the
-        page's, watched while the request waits and runs) closed, before it ended."""
+    def answer(
+        self, body: dict[str, Any], connection: socket.socket | None = None, kind: str = "page"
+    ) -> tuple[int, dict[str, Any]]:
+        """The status and JSON of a page's request (``client``, ``number`` and the fields of
+        a :class:`Request`, or for ``kind`` "row" (``POST /api/row``) of a
+        :class:`RowRequest`): 200 with the page (:meth:`Session.answer`) or the row
+        (:meth:`Session.row`); 422 with a message the page shows; 409 when a newer request
+        of the same ``client`` replaced it, or ``connection`` (the page's, watched while the
+        request waits and runs) closed, before it ended. A page asks for its rows under a
+        client id of their own, so that a row never replaces the page being drawn."""
         try:
             client, number = body.get("client"), body.get("number")
             if not isinstance(client, str) or len(client) > 64:
                 raise fail("client", "a page's id of at most 64 characters", repr(client)[:80])
             if not is_integer(number):
                 raise fail("number", "a whole number (the page's count of its requests)", repr(number)[:80])
-            request = Request.from_json(body)
+            work: Callable[[Callable[[], None]], dict[str, Any]]  # called with the job's check
+            if kind == "row":
+                work = partial(self.session.row, RowRequest.from_json(body))
+            else:
+                work = partial(self.session.answer, Request.from_json(body))
         except AttnlabError as error:
             return 422, {"error": str(error)}
-        job = self._worker.submit(client, int(number), lambda check: self.session.answer(request, check))
+        job = self._worker.submit(client, int(number), work)
         _wait(job, connection)
         try:
             return 200, job.future.result()
@@ -289,7 +301,8 @@ def _handler(server: LiveServer) -> type[BaseHTTPRequestHandler]:
         def do_POST(self) -> None:
             if not self._allowed(self.headers.get("X-Attnlab-Token")):
                 return
-            if urlsplit(self.path).path != "/api/page":
+            kind = _API.get(urlsplit(self.path).path)
+            if kind is None:
                 return self._send(404, "text/plain", b"not found")
             size = _size(self.headers)
             if isinstance(size, tuple):
@@ -299,7 +312,7 @@ def _handler(server: LiveServer) -> type[BaseHTTPRequestHandler]:
                 body = _request_json(self.rfile.read(size))
             except AttnlabError as error:
                 return self._json(422, {"error": str(error)})
-            self._json(*server.answer(body, self.connection))
+            self._json(*server.answer(body, self.connection, kind))
 
         def _allowed(self, token: str | None) -> bool:
             """Whether the request is well formed, names this server and has the token; if

@@ -18,11 +18,12 @@ from ..layers._self_attention import SelfAttention
 from ..layers._text import embed_tokens, split_text
 from ..runner import Runner
 from ..trace import GenerationTrace, ModelTrace
+from ..trace._codec import json_ready
 from ..trace._trace import Trace
 from ..viz._page import PageShape, check_page_size, opening, render_page
 from ..viz._views import Views, check_flows_size, check_views_size, views_size
 
-__all__ = ["MAX_GENERATE", "MAX_TEXT", "Request", "Session"]
+__all__ = ["MAX_GENERATE", "MAX_TEXT", "Request", "RowRequest", "Session"]
 
 MAX_TEXT = 20_000  # characters of a typed text; its tokens are capped by the page's own limits (viz.PAGE_LIMITS)
 MAX_GENERATE = 64  # new tokens a request may ask for: each is a forward while the reader waits
@@ -84,6 +85,40 @@ class Request:
             text, second, generate, rollout, tuple(dict.fromkeys((int(layer), int(head)) for layer, head in pairs)),
             numbers["layer"], numbers["head"], numbers["query"],
         )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class RowRequest:
+    """A clicked query's whole row: the weights of query ``query`` of head ``head`` in layer
+    ``layer`` over every key of ``text``, computed for that one row (``POST /api/row``)."""
+
+    text: str
+    layer: int
+    head: int
+    query: int
+
+    @classmethod
+    def from_json(cls, data: Any) -> RowRequest:
+        """A row request from the page's JSON object: ``text`` a string, ``layer``, ``head``
+        and ``query`` whole numbers ≥ 0.
+
+        Raises:
+            ArgumentError, ArgumentTypeError: a field missing, of another type or out of range, named.
+        """
+        if not isinstance(data, dict):
+            raise fail("request", "a JSON object", type(data).__name__, TypeError)
+        text = data.get("text")
+        if not isinstance(text, str):
+            raise fail("text", "a string", type(text).__name__ if text is not None else "nothing", TypeError)
+        if len(text) > MAX_TEXT:
+            raise fail("text", f"at most {MAX_TEXT:,} characters", f"{len(text):,}")
+        cell: list[int] = []
+        for name in ("layer", "head", "query"):
+            value = data.get(name)
+            if not (is_integer(value) and value >= 0):
+                raise fail(name, "a whole number ≥ 0", repr(value))
+            cell.append(int(value))
+        return cls(text, *cell)
 
 
 def _is_pair(pair: Any) -> bool:
@@ -201,6 +236,25 @@ class Session:
             "page": page, "opens": opens, "own": opening(trace), "generated": generated, "ablation": ablation,
             "notes": notes,
         }  # fmt: skip
+
+    def row(self, request: RowRequest, check: Callable[[], object] = lambda: None) -> dict[str, Any]:
+        """The whole row of a clicked query (:meth:`attnlab.runner.Runner.row`): ``{"layer",
+        "head", "query", "weights"}``, ``weights`` the S keys' weights (null where not a
+        number), computed for that one row, never the (L, L) weights; ``check`` as
+        :meth:`answer` calls it (before each layer).
+
+        Raises:
+            AttnlabError: the seed's layer (its page holds every weight), a text the model
+                cannot take, a layer, head or query it does not have, named.
+            Exception: whatever ``check`` raises.
+        """
+        if not isinstance(self.model, _RunnerModel):
+            raise fail("row", "a model's layers (serve --model)", "the seed's layer, whose page holds every row")
+        check()
+        runner = self.model.runner
+        weights = _named("text", lambda: runner.row(request.text, request.layer, request.head, request.query, check))
+        cell = {"layer": request.layer, "head": request.head, "query": request.query}
+        return {**cell, "weights": json_ready(weights.tolist())}
 
     def _refuse_early(self, request: Request) -> None:
         """Refuse, before the model runs, heads to ablate that it does not have and views

@@ -69,13 +69,15 @@ def model_statistics(
     )  # fmt: skip
 
 
-def attention_rows(model: Model, ids: Array, layer: int, query: int) -> Array:
+def attention_rows(model: Model, ids: Array, layer: int, query: int, check: Any = None) -> Array:
     """Query ``query``'s whole row of every head's weights in layer ``layer`` of a forward of
     ``ids`` (L,), (H, L) in the compute dtype: computed for that row alone
-    (:func:`attnlab.engine.attention_row`), the forward stopped after that layer.
+    (:func:`attnlab.engine.attention_row`), the forward stopped after that layer; ``check``
+    called before each layer.
 
     Raises:
         ArgumentError: a layer or query out of range, named.
+        Exception: whatever ``check`` raises.
     """
     layer, query = _index("layer", layer, model.config.num_hidden_layers), _index("query", query, len(ids))
     rows: list[Array] = []
@@ -85,7 +87,9 @@ def attention_rows(model: Model, ids: Array, layer: int, query: int) -> Array:
             rows.append(attention_row(q, k, query, **rules)[0])  # (1, H, S) -> (H, S)
 
     through = replace(model.network, blocks=model.network.blocks[: layer + 1])  # no layer after it runs
-    through.forward(ids[None], None, None, None, Recorder(attention_inputs=keep), None, name="ids")  # (L,) -> (1, L)
+    through.forward(
+        ids[None], None, None, None, Recorder(check=check, attention_inputs=keep), None, name="ids"
+    )  # (L,) -> (1, L)
     return rows[0]
 
 

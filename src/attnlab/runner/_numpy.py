@@ -104,8 +104,8 @@ class NumpyRunner(Runner):
     def _statistics(self, text: Any, sizes: dict[str, Any], check: Check, how: Prompting) -> ModelStatistics:
         return model_statistics(self.model, text, **sizes, truncation=how.truncation, chat=how.chat, check=check)
 
-    def _rows(self, ids: Array, layer: int, query: int) -> Array:
-        return attention_rows(self.model, ids, layer, query)
+    def _rows(self, ids: Array, layer: int, query: int, check: Check) -> Array:
+        return attention_rows(self.model, ids, layer, query, check)
 
     def check_one_stack(self) -> None:
         """attnlab's models are one stack (decoder-only or encoder-only): nothing to refuse."""

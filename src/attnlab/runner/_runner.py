@@ -234,6 +234,7 @@ class Runner(abc.ABC):
         Args:
             text_or_ids: a text or ids (L,).
             top_k, sink_keys, local_keys: as :func:`attnlab.engine.attention_statistics`'s.
+            check, truncation, chat: as :meth:`trace` takes them.
 
         Raises:
             ArgumentError, ArgumentTypeError: a count that is not a whole number ≥ 1;
@@ -246,20 +247,29 @@ class Runner(abc.ABC):
         self.check_one_stack()
         return self._statistics(text_or_ids, sizes, check, Prompting(truncation, chat))
 
-    def row(self, text_or_ids: Any, layer: int, head: int, query: int) -> Array:
+    def row(self, text_or_ids: Any, layer: int, head: int, query: int, check: Check = None) -> Array:
         """Query ``query``'s whole row of head ``head``'s weights in layer ``layer`` of one
         forward of ``text_or_ids``, (S,) float64 (the L keys' weights; with sinks, they sum
         to 1 − the sink's): computed for that one row (:func:`attnlab.engine.attention_row`),
-        never the (L, L) weights.
+        never the (L, L) weights; ``check`` called before each layer (each attention call on
+        transformers), as :meth:`trace` calls it.
+
+        Args:
+            text_or_ids: a text or ids (L,).
+            layer: the layer (on transformers, the attention call in the forward's order).
+            head: the head of that layer.
+            query: the query's index in 0..L − 1.
+            check: None, or a function called before each layer; what it raises ends the work.
 
         Raises:
             ArgumentError: a layer, head or query out of range (named), or what :meth:`ids`
                 refuses.
             UnsupportedModelError: an encoder-decoder model.
+            Exception: whatever ``check`` raises.
         """
         self.check_one_stack()
         ids = self.ids(text_or_ids, "text_or_ids")
-        rows = self._rows(ids, layer, query)  # (H, S)
+        rows = self._rows(ids, layer, query, check)  # (H, S)
         if not is_integer(head) or not 0 <= head < rows.shape[0]:
             raise fail("head", f"an index in 0..{rows.shape[0] - 1}", repr(head))
         return rows[int(head)].astype(np.float64)
@@ -301,7 +311,7 @@ class Runner(abc.ABC):
         """:meth:`statistics`' statistics, the sizes checked, once ``how`` is one the backend takes."""
 
     @abc.abstractmethod
-    def _rows(self, ids: Array, layer: int, query: int) -> Array:
+    def _rows(self, ids: Array, layer: int, query: int, check: Check) -> Array:
         """Query ``query``'s row of every head's weights in layer ``layer`` of a forward of
         ``ids`` (L,), (H, S); a layer or query out of range refused, named."""
 

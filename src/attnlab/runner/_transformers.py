@@ -110,9 +110,9 @@ class TransformersRunner(Runner):
         inputs = {"input_ids": torch.tensor([[int(i) for i in text]])} if _is_ids(text) else text
         return hf_statistics(self.model, inputs, tokenizer=self.processor, sizes=sizes, check=check)
 
-    def _rows(self, ids: Array, layer: int, query: int) -> Array:
+    def _rows(self, ids: Array, layer: int, query: int, check: Check) -> Array:
         inputs = {"input_ids": torch.tensor([[int(i) for i in ids]])}
-        return attention_rows(self.model, inputs, tokenizer=self.processor, layer=layer, query=query)
+        return attention_rows(self.model, inputs, tokenizer=self.processor, layer=layer, query=query, check=check)
 
     def _generation(
         self, text: str, count: int, check: Check, layers: Any, how: Prompting, progress: bool

@@ -169,6 +169,10 @@ class ModelStatistics:
     def from_json(cls, text: str, source: str = "statistics") -> ModelStatistics:
         """:meth:`from_dict` of a JSON text.
 
+        Args:
+            text: what :meth:`to_json` gave.
+            source: the name the errors give it (a file's name).
+
         Raises:
             ArgumentError: naming ``source``: text that is not JSON, or :meth:`from_dict`'s.
         """
