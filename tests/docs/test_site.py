@@ -68,7 +68,7 @@ def test_the_length_chapter_computes_its_small_runs_and_shows_the_recorded_one(b
         assert all(word in shown for word in words), language
         assert re.search(r"4096 +0\.0018 +0\.5001", shown), language  # a key δ = 2 above 4,095: plain, × s·log n
         assert text.count("data:image/png;base64,") >= 2  # the live figure and the recorded one
-        assert all(f"{v['entropy']:.2f}{v['max_weight']:.4f}{v['sink_share']:.3f}" in shown for v in rows.values())
+        assert all(f"{v['entropy']:.2f}{v['max_weight']:.4f}{v['sink_share']:.4f}" in shown for v in rows.values())
 
 
 def _public_names() -> dict[str, list[str]]:

@@ -8,10 +8,9 @@ Entropy, largest weight and sink share of each causal row against n, the keys it
   one (Wq, Wk) per head: its scores ÷√d_k (the article's), the same × s·log n
   (Scalable-Softmax, Nakanishi 2025, arXiv 2501.19399: the engine's ``length_scale``) and
   without the ÷√d_k;
-- SmolLM2-135M's 30 × 9 heads (``Runner.statistics``) on a long real text, Python's own
-  documentation (``long_text``): real English prose and code examples written by people for
-  people, on every machine with Python, offline, and chosen for none of its attention
-  patterns.
+- SmolLM2-135M's 30 × 9 heads (``Runner.statistics``) on the long real text of
+  ``runner._long_text``, Python's Language Reference as Python ships it: English prose and
+  code written to be read, offline on every machine with Python, and picked for no result.
 
 For a row of n keys, entropy = −Σ_j p_j·log p_j (uniform weights: log n), largest weight
 = max_j p_j (uniform: 1/n) and sink share = Σ_{j < 4} p_j, the weight on the first 4 keys
@@ -27,9 +26,10 @@ from typing import Any
 
 import numpy as np
 
-from .._validation import Array, MissingDependencyError, fail
+from .._validation import Array, MissingDependencyError
 from ..engine import attention_statistics
 from ..runner._installed import smollm2_path
+from ..runner._long_text import LONG_TEXT_SOURCE, long_text_ids
 from ._common import Experiment, figure, table
 
 __all__ = ["EXPERIMENT", "LAYERS", "STATISTICS", "Length", "measure", "position_bins", "random_layer", "row_statistics"]
@@ -45,7 +45,6 @@ LAYERS = (
     ("q·k", 1.0, None),
 )
 MODEL = "SmolLM2-135M"
-TEXT = "Python's own documentation (pydoc_data.topics: the language reference's topics, sorted by name)"
 Curves = dict[str, list[float]]  # per statistic: its mean in each bin of n
 
 
@@ -123,7 +122,7 @@ def _score_variance(query: Array, key: Array, scale: float | None, length_scale:
 
 def measure(quick: bool, seed: int, *, length: int | None = None, heads: int = 8, with_model: bool = True) -> Length:
     """The random layer (``heads`` heads, ``length`` positions: 1,024 quick, 8,192 full) under
-    each of LAYERS' scorings, then MODEL over the first ``length`` tokens of TEXT (unless not
+    each of LAYERS' scorings, then MODEL over the first ``length`` tokens of the long text (unless not
     ``with_model``).
 
     Raises:
@@ -141,31 +140,27 @@ def measure(quick: bool, seed: int, *, length: int | None = None, heads: int = 8
     return Length(length, heads, bins, layers, variance, model)
 
 
-def long_text() -> str:
-    """TEXT: Python's own documentation, the language reference's topics that ``help()`` shows
-    (``pydoc_data.topics``, about 465,000 characters), joined in the order of their names."""
-    from pydoc_data.topics import topics
-
-    return "\n\n".join(topics[name] for name in sorted(topics))
-
-
 def model_curves(runner: Any, length: int) -> dict[str, Any]:
-    """``runner``'s statistics over the first ``length`` tokens of :func:`long_text`: each
+    """``runner``'s statistics over the first ``length`` tokens of the long real text
+    (``runner._long_text``: Python's Language Reference as Python ships it): each
     statistic's mean over every layer and head in each bin of n (``curves``), and each head's
     mean sink share over the last bin (``sink_heads``, layer by layer).
 
     Raises:
         ArgumentError: the text gives fewer than ``length`` tokens, or the model takes fewer.
     """
-    ids = runner.ids(long_text(), cut=True)[:length]  # (length,): the first tokens the model takes
-    if len(ids) < length:
-        raise fail("length", f"at most the text's {len(ids):,} tokens", f"{length:,}")
+    ids = long_text_ids(runner, length)
     stats = runner.statistics(ids, top_k=1, sink_keys=SINK_KEYS).statistics  # (layers, heads, L) each
     bins = position_bins(length)
     first, last = bins[-1]
     sink_heads = stats.sink_share[..., first - 1 : last].mean(axis=-1).reshape(-1)  # (layers · heads,)
     curves = {name: binned(getattr(stats, name), bins) for name in STATISTICS}
-    return {"length": length, "source": TEXT, "curves": curves, "sink_heads": [float(s) for s in sink_heads]}
+    return {
+        "length": length,
+        "source": LONG_TEXT_SOURCE,
+        "curves": curves,
+        "sink_heads": [float(s) for s in sink_heads],
+    }
 
 
 def _smollm2() -> Any:
