@@ -233,8 +233,12 @@ class Runner(abc.ABC):
 
         Args:
             text_or_ids: a text or ids (L,).
-            top_k, sink_keys, local_keys: as :func:`attnlab.engine.attention_statistics`'s.
-            check, truncation, chat: as :meth:`trace` takes them.
+            top_k: the keys kept per query, as :func:`attnlab.engine.attention_statistics` takes it.
+            sink_keys: the first keys of the sink share, as there.
+            local_keys: the last keys of the local share, as there.
+            check: called before each layer, as :meth:`trace` takes it.
+            truncation: cut a text past the positions, as :meth:`trace` takes it.
+            chat: the text as a chat's user turn, as :meth:`trace` takes it.
 
         Raises:
             ArgumentError, ArgumentTypeError: a count that is not a whole number ≥ 1;

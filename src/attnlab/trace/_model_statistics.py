@@ -97,7 +97,9 @@ class ModelStatistics:
         Args:
             layers: one :class:`AttentionStatistics` per layer, in order, all of one shape
                 and with the same sink_keys, local_keys and bins.
-            model, ids, tokens: as the class's.
+            model: the checkpoint's name, as the class's.
+            ids: the L token ids, as the class's.
+            tokens: the L tokens as text, as the class's.
             marks: the other fields by name (special, template, notes, architecture,
                 num_key_value_heads, parts).
 
