@@ -277,8 +277,8 @@ class _PromptWeights:
             self.received[layer, :, :stop] += weights.sum(axis=(1, 2))
         window = max(self.n - self.window, first)  # the window's queries among them
         if self.window and window < stop:
-            start = window - (self.n - self.window)
-            self.voted[layer, :, :, start:, :stop] = weights[:, :, window - first :]
+            start = window - (self.n - self.window)  # the window's rows window..stop − 1: its rows start..
+            self.voted[layer, :, :, start : start + stop - window, :stop] = weights[:, :, window - first :]
 
 
 def _prefill(
