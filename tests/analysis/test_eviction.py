@@ -235,7 +235,12 @@ def softmax(x):
     return e / e.sum(axis=-1, keepdims=True)
 
 
-SETTINGS = {"sinks": 2, "window": 5, "kernel": 3, "pool": "max"}  # the window: rows 19..23, two of them in the chunk 18..20
+SETTINGS = {
+    "sinks": 2,
+    "window": 5,
+    "kernel": 3,
+    "pool": "max",
+}  # the window: rows 19..23, two of them in the chunk 18..20
 PROMPT = np.random.default_rng(7).integers(0, 300, 24)
 
 

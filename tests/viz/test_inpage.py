@@ -258,3 +258,19 @@ def test_a_model_past_the_pages_budget_is_refused_with_its_size(monkeypatch):
     )
     with pytest.raises(ArgumentError, match=re.escape(refusal)):
         model_spec(coref)
+
+
+def test_a_bert_whose_activation_the_page_lacks_is_refused_before_the_page_is_written(tmp_path):
+    import json
+    import shutil
+    from importlib.resources import files
+
+    from attnlab import ArgumentError
+
+    folder = tmp_path / "tanh-bert"
+    shutil.copytree(str(files("attnlab") / "builtin" / "coref"), folder)
+    config = json.loads((folder / "config.json").read_text())
+    config["hidden_act"] = "gelu_pytorch_tanh"  # NumPy runs it; the page's script does not
+    (folder / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ArgumentError, match=r"its activation 'gelu_pytorch_tanh': the page runs gelu and gelu_new"):
+        model_spec(models.load(folder))

@@ -136,3 +136,25 @@ def test_a_page_past_its_size_carries_fewer_top_keys_down_to_what_fits_uncompres
     assert fewer["top_k"] == 3 and sum(map(len, fewer["head_data"])) <= size - 1
     monkeypatch.setitem(PAGE_LIMITS, "page", statistics_bytes(2, 600, 1))  # 1 key fits uncompressed
     assert statistics_data(stats)["top_k"] >= 1
+
+
+def test_a_text_past_the_pages_key_indices_is_refused_by_name():
+    import dataclasses
+
+    from attnlab import ArgumentError
+
+    small, n = model_statistics(8, [["sink"]]), 0xFFFF  # 65,535 tokens: uint16's last value, the page's "no key"
+    s = small.statistics
+    grown = {  # every per-query and per-key array of 8 made one of n (zeros: only the shapes matter here)
+        f.name: np.zeros((1, 1, n, *getattr(s, f.name).shape[3:]), getattr(s, f.name).dtype)
+        for f in dataclasses.fields(s)
+        if isinstance(getattr(s, f.name), np.ndarray) and getattr(s, f.name).shape[:3] == (1, 1, 8)
+    }
+    past = dataclasses.replace(
+        small, statistics=dataclasses.replace(s, **grown), ids=list(range(n)), tokens=["t"] * n,
+        special=[False] * n, template=[False] * n, parts=[""] * n if small.parts else small.parts,
+    )  # fmt: skip
+    with pytest.raises(
+        ArgumentError, match=r"^statistics: expected at most 65,534 tokens on a page, got 65,535 tokens"
+    ):
+        statistics_data(past)

@@ -8,6 +8,10 @@
    (prev[l, h] = mean over i = 1..L − 1 of A[l, h, i, i − 1], attnlab.analysis.head_types'
    "previous"), the first such (layer, head) on a tie. Never query 0: its row is 1.0.
 3. Else (an encoder, a cross-attention, one query) the first layer, head 0, query 0.
+
+A model's statistics (:class:`ModelStatistics`, the page at length) follow rules 2 and 3
+from their distance profiles: causal where no weight lies ahead of the query (d < 0), the
+previous-token score Σ_i A[i, i − 1] / (L − 1) being the weight at distance d = 1.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ import numpy as np
 
 from .._validation import Array
 
-__all__ = ["is_causal", "previous_token_scores", "telling_view"]
+__all__ = ["is_causal", "previous_token_scores", "telling_statistics_view", "telling_view"]
 
 
 def is_causal(weights: Array) -> bool:
@@ -63,8 +67,30 @@ def telling_view(trace: Any) -> dict[str, int]:
     for n, i in enumerate(indices):
         scores[n, : square[i].shape[0]] = previous_token_scores(square[i][None])[0]  # (1, H, L, L) -> (H,)
     best, head = np.unravel_index(int(np.argmax(scores)), scores.shape)  # the first largest, layer by layer
-    L = square[indices[0]].shape[-1]
-    special = list(getattr(trace, "special", None) or [False] * L)
-    template = list(getattr(trace, "template", None) or [False] * L)
+    return {
+        "layer": int(indices[best]),
+        "head": int(head),
+        "query": _last_text_token(trace, square[indices[0]].shape[-1]),
+    }
+
+
+def telling_statistics_view(stats: Any) -> dict[str, int]:
+    """The view of rule 2 (module docstring) for a :class:`ModelStatistics` whose every head
+    is causal over one sequence (L = S, no weight at d < 0): its layer, head and query; else {}."""
+    s, L = stats.statistics, len(stats.tokens)
+    bins = np.asarray(s.distance_bins)  # (bins, 2): each bin's first and last d
+    if L < 2 or s.received.shape[-1] != L or np.asarray(s.distance)[..., bins[:, 1] < 0].any():
+        return {}
+    previous = int(np.flatnonzero((bins[:, 0] == 1) & (bins[:, 1] == 1))[0])  # the bin of d = 1 alone
+    scores = np.asarray(s.distance, dtype=np.float64)[..., previous] / (L - 1)  # (layers, heads)
+    layer, head = np.unravel_index(int(np.argmax(scores)), scores.shape)  # the first largest, layer by layer
+    return {"layer": int(layer), "head": int(head), "query": _last_text_token(stats, L)}
+
+
+def _last_text_token(marked: Any, L: int) -> int:
+    """The last of the L tokens neither special nor put there by a chat template (its
+    ``special`` and ``template`` marks), else the last token."""
+    special = list(getattr(marked, "special", None) or [False] * L)
+    template = list(getattr(marked, "template", None) or [False] * L)
     text = [i for i in range(L) if not (special[i] or template[i])]
-    return {"layer": int(indices[best]), "head": int(head), "query": text[-1] if text else L - 1}
+    return text[-1] if text else L - 1

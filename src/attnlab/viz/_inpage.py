@@ -37,6 +37,7 @@ __all__ = ["DATA_SLOT", "check_model_type", "in_browser_page", "model_spec", "st
 
 DATA_SLOT = "__ATTNLAB_INPAGE_TRACE__"  # in the frame's page: where the page's script puts the trace's JSON
 INPAGE_SCRIPTS = ("core", "i18n", "inpage_tokenizer", "inpage_model", "inpage_main")
+ACTIVATIONS = ("gelu", "gelu_new")  # the feed-forward activations js/inpage_model.js runs
 ASKED_ABOUT = {"coref": ["他", "她"]}  # a task's tokens that ask its question (models._model.ASKED_ABOUT's)
 
 
@@ -141,6 +142,9 @@ def model_spec(model: Any) -> dict[str, Any]:
             f"{PAGE_LIMITS['page'] / 1e6:g} MB",
         )  # fmt: skip
     raw = config.raw
+    activation = str(raw.get("hidden_act", "gelu"))
+    if activation not in ACTIVATIONS:
+        raise _refusal(model.name, f"its activation {activation!r}: the page runs {' and '.join(ACTIVATIONS)}")
     block = raw.get("attnlab") if isinstance(raw.get("attnlab"), dict) else {}
     answer = block.get("answer_head") if isinstance(block.get("answer_head"), dict) else None
     return {
@@ -148,7 +152,7 @@ def model_spec(model: Any) -> dict[str, Any]:
             "name": display_text(shown_name(model.name)), "hidden": config.hidden_size,
             "heads": config.num_attention_heads, "layers": config.num_hidden_layers,
             "eps": float(model.network.embed_norm.eps),
-            "activation": raw.get("hidden_act", "gelu"), "max_positions": config.max_position_embeddings,
+            "activation": activation, "max_positions": config.max_position_embeddings,
             "answer": answer, "asks": ASKED_ABOUT.get(str(block.get("task")), []),
         },
         "tokenizer": _tokenizer_spec(model),

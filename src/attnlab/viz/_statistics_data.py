@@ -130,6 +130,8 @@ def statistics_data(
     check_lang(lang)
     s = stats.statistics
     layers, heads, length = s.entropy.shape  # (layers, heads, L)
+    if length >= NO_KEY:  # the page's top keys are uint16, NO_KEY their −1
+        raise fail("statistics", f"at most {NO_KEY - 1:,} tokens on a page", f"{length:,} tokens")
     log_length = float(np.log(max(length, 2)))
     k = s.top_keys.shape[-1]
     packed = _head_arrays(s, k, log_length)

@@ -20,6 +20,7 @@ from typing import Any
 from .._json import json_text
 from .._validation import fail, is_integer
 from ..trace import ModelStatistics
+from ..trace._opening import telling_statistics_view
 from ._html import check_path, escaped
 from ._statistics_data import page_cap, past_the_page, statistics_data
 
@@ -35,7 +36,7 @@ __all__ = [
 ]
 
 # the statistics page's script: these modules of assets/js, inlined in this order into one <script>
-STATISTICS_SCRIPTS = ("core", "i18n", "colours", "state", "length_state", "length_views", "length_main")
+STATISTICS_SCRIPTS = ("core", "i18n", "notes", "colours", "state", "length_state", "length_views", "length_main")
 STYLES = ("page.css", "length.css")  # the page of weights' styles, then the statistics page's own
 _SLOTS = re.compile("__ATTNLAB_STYLE__|__ATTNLAB_SCRIPT__|__ATTNLAB_DATA__")
 
@@ -44,10 +45,11 @@ def render_statistics_page(
     stats: ModelStatistics, *, lang: str = "en", opens: dict[str, int] | None = None, cap: int | None = None
 ) -> str:
     """The statistics page of ``stats`` as HTML text, its interface in ``lang`` ("en" or "zh"),
-    opening on ``opens`` (layer, head, token), saying at its top that it stands in for the
+    opening on ``opens`` (layer, head, token; default :func:`statistics_opening`'s), saying at its top that it stands in for the
     page of weights, past its ``cap`` tokens, where one is given (see
     :func:`~._statistics_data.statistics_data`, which raises what it refuses). The data sits
     in a JSON script block with '<', '>' and '&' escaped, as the page of weights'."""
+    opens = statistics_opening(stats) if opens is None else opens
     payload = escaped(json_text(statistics_data(stats, lang, opens, cap)))
     assets = files("attnlab.viz") / "assets"
     filling = {
@@ -96,17 +98,19 @@ def statistics_of(subject: Any, text: Any) -> ModelStatistics | None:
 def statistics_opening(
     stats: ModelStatistics, layer: int | None = None, head: int | None = None, query: int | None = None
 ) -> dict[str, int]:
-    """The view the statistics page opens on: layer, head and token (``query``), each 0 when None.
+    """The view the statistics page opens on: layer, head and token (``query``); each one not
+    given is the rule's (:func:`attnlab.trace._opening.telling_statistics_view`: for causal
+    heads the last token of the text on the strongest previous-token head), else 0.
 
     Raises:
         ArgumentError: one out of range (0..layers − 1, 0..heads − 1, 0..L − 1), named.
     """
-    opens = {}
+    told, opens = telling_statistics_view(stats), {}
     limits = {"layer": stats.num_layers, "head": stats.num_heads, "query": len(stats.tokens)}
     for name, given in (("layer", layer), ("head", head), ("query", query)):
         if given is not None and (not is_integer(given) or not 0 <= given < limits[name]):
             raise fail(name, f"an index in 0..{limits[name] - 1}", repr(given))
-        opens["token" if name == "query" else name] = int(given or 0)
+        opens["token" if name == "query" else name] = int(given) if given is not None else told.get(name, 0)
     return opens
 
 

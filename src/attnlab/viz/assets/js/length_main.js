@@ -18,10 +18,9 @@
     "head-word": t("head"), "range-word": t("positions"), "whole": t("whole text"),
   };
   for (const [id, text] of Object.entries(WORDS)) $(id).textContent = text;
-  const L = page.length;
-  $("summary").textContent = t("{0}: {1} tokens, {2} layers × {3} heads, statistics from the tiles", page.model, L,
-    page.layers, page.heads);
-  const count = (n) => n.toLocaleString("en-US"); // 8,192
+  const L = page.length, count = (n) => n.toLocaleString("en-US"); // 8,192
+  $("summary").textContent = t("{0}: {1} tokens, {2} layers × {3} heads, statistics from the tiles", page.model,
+    count(L), page.layers, page.heads);
   $("headline").textContent = page.cap === null ? "" : t("{0} tokens: past the {1}-token page of weights, this page " +
     "shows statistics computed exactly from the tiles", count(L), count(page.cap));
   $("headline").hidden = page.cap === null;
@@ -31,7 +30,7 @@
     "else mixed", page.sink_keys);
   $("precision").textContent = t("shown as carried: received attention in float16, entropy and shares in steps of 1/255, " +
     "the top {0} keys of each query", page.top_k);
-  for (const note of page.notes) $("notes").append(AL.element("div", { class: "note" }, note));
+  for (const note of page.notes) $("notes").append(AL.element("div", { class: "note" }, AL.noteText(note)));
   const legend = $("legend");
   for (const role of page.roles.names) {
     const swatch = AL.element("span", { class: "swatch" });
