@@ -69,16 +69,16 @@ def test_the_statistics_page_opens_on_the_dense_weights_strongest_previous_token
     scores[..., np.triu_indices(L, 1)[0], np.triu_indices(L, 1)[1]] = -np.inf  # causal
     dense = np.exp(scores - scores.max(-1, keepdims=True))
     dense /= dense.sum(-1, keepdims=True)  # (layers, heads, L, L)
-    previous = np.array([[np.mean([dense[l, h, i, i - 1] for i in range(1, L)]) for h in range(3)] for l in range(2)])
+    previous = np.array([[np.mean([dense[n, h, i, i - 1] for i in range(1, L)]) for h in range(3)] for n in range(2)])
     layer, head = np.unravel_index(np.argmax(previous), previous.shape)
     marks = {"special": [True] + [False] * (L - 2) + [True]}  # [CLS] … [SEP]: the last text token is L − 2
     causal = ModelStatistics.from_layers(
-        [attention_statistics(q[l], k[l], is_causal=True) for l in range(2)],
+        [attention_statistics(q[n], k[n], is_causal=True) for n in range(2)],
         model="m", ids=list(range(L)), tokens=[f"t{i}" for i in range(L)], **marks,
     )  # fmt: skip
     assert telling_statistics_view(causal) == {"layer": layer, "head": head, "query": L - 2}
     both_ways = ModelStatistics.from_layers(
-        [attention_statistics(q[l], k[l]) for l in range(2)], model="m", ids=list(range(L)),
+        [attention_statistics(q[n], k[n]) for n in range(2)], model="m", ids=list(range(L)),
         tokens=[f"t{i}" for i in range(L)], **marks,
     )  # fmt: skip
     assert telling_statistics_view(both_ways) == {}  # an encoder's: rule 3, the caller's first view

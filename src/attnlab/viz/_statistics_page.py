@@ -45,8 +45,9 @@ def render_statistics_page(
     stats: ModelStatistics, *, lang: str = "en", opens: dict[str, int] | None = None, cap: int | None = None
 ) -> str:
     """The statistics page of ``stats`` as HTML text, its interface in ``lang`` ("en" or "zh"),
-    opening on ``opens`` (layer, head, token; default :func:`statistics_opening`'s), saying at its top that it stands in for the
-    page of weights, past its ``cap`` tokens, where one is given (see
+    opening on ``opens`` (layer, head, token; default :func:`statistics_opening`'s), saying
+    at its top that it stands in for the page of weights, past its ``cap`` tokens, where one
+    is given (see
     :func:`~._statistics_data.statistics_data`, which raises what it refuses). The data sits
     in a JSON script block with '<', '>' and '&' escaped, as the page of weights'."""
     opens = statistics_opening(stats) if opens is None else opens
