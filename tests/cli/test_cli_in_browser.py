@@ -21,9 +21,12 @@ SHE = "小明喜欢打球，小红喜欢唱歌，她"
 def test_view_in_browser_writes_one_page_that_carries_the_model_and_says_so(capsys, tmp_path):
     page = tmp_path / "typed.html"
     code, out, err = run_cli(capsys, "view", "--model", "builtin:coref", "--text", SHE, "--in-browser", "-o", str(page))
-    assert (code, err) == (0, "")
+    assert (code, out) == (0, "")
     size = page.stat().st_size / 1e6
-    assert out == f"wrote {page} ({size:.1f} MB): builtin:coref runs in the page; open it in a browser, no server\n"
+    said = (
+        f"attnlab view: wrote {page} ({size:.1f} MB): builtin:coref runs in the page; open it in a browser, no server"
+    )
+    assert err == said + "\n"
     text = page.read_text(encoding="utf-8")
     assert "default-src 'none'" in text and not re.search(r"(src|href)=[\"']?https?:|fetch\(|XMLHttpRequest", text)
     block = re.search(r'<script id="attnlab-model" type="application/json">(.*?)</script>', text, re.S)

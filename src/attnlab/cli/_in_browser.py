@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 
 from ._inputs import InputError
 from ._transformers import checkpoint_of, in_cli_words, loaded
@@ -53,4 +54,8 @@ def write_in_browser_page(args: argparse.Namespace) -> None:
     in_cli_words(lambda: view(runner, args.output, text=args.text, lang=args.lang, in_browser=True), options)
     size = os.path.getsize(args.output)
     name = shown_name(args.model)
-    print(f"wrote {args.output} ({size / 1e6:.1f} MB): {name} runs in the page; open it in a browser, no server")
+    print(
+        f"attnlab view: wrote {args.output} ({size / 1e6:.1f} MB): {name} runs in the page; open it in a browser, "
+        "no server",
+        file=sys.stderr,
+    )

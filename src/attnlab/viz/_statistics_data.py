@@ -119,8 +119,8 @@ def statistics_data(
     """The statistics page's data (the module's docstring): the tokens and their marks (and
     as the text panel writes them: newlines and tabs kept), the counts (layers, heads, L,
     k), the packed heads, each head's distance profile and role, the model's name and
-    notes, ``cap`` and its ``headline`` (where the page stands in for the page of weights,
-    past its ``cap`` tokens: :func:`past_the_page`, said at its top), the view it opens on
+    notes, ``cap`` (where the page stands in for the page of weights, past its ``cap``
+    tokens, which its top says in the page's language), the view it opens on
     (``opens``: layer, head, token; default layer 0, head 0, token 0) and the language
     ``lang``.
 
@@ -149,7 +149,6 @@ def statistics_data(
         "kv_heads": stats.num_key_value_heads,
         "lang": lang,
         "cap": cap,
-        "headline": "" if cap is None else past_the_page(length, cap),
         "notes": [display_text(n) for n in stats.notes],
         "text": [_as_text(t) for t in stats.tokens],
         "sequence": _sequence("tokens", tokens, list(stats.special), list(stats.parts), stats.template),
