@@ -294,6 +294,7 @@ def test_the_table_says_each_policy_and_budget(tiny):
     result = analysis.evict(tiny, list(range(3, 27)), budgets=[0.5], generate=4, sinks=2, window=4, kernel=3)
     table = result.render()
     assert "24 prompt tokens, 4 generated" in table
+    assert "SnapKV keeps that many of the prompt's and every generated key" in table and "up to 4 more" in table
     for policy in ("streaming_llm", "h2o", "snapkv"):
         assert f"| {policy} | 50% | 12 |" in table
     assert [row["policy"] for row in result.to_dict()["rows"]] == ["streaming_llm", "h2o", "snapkv"]

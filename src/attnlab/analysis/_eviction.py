@@ -80,6 +80,10 @@ class Eviction:
         lines = [
             f"{self.prompt} prompt tokens, {T} generated; KL(full ‖ evicted) in nats per generated token",
             "",
+            "keys: the budget, of the prompt's keys. StreamingLLM and H2O keep that many as generation goes "
+            "(a cache of fixed size); SnapKV keeps that many of the prompt's and every generated key (it "
+            f"compresses the prompt once, as its paper and kvpress do): up to {T} more at the last token.",
+            "",
             "| policy | budget | keys | mean KL | max KL | top-1 agreement |",
             "|---|---:|---:|---:|---:|---:|",
         ]
