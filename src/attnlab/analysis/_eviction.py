@@ -129,8 +129,9 @@ def evict(
         budgets: fractions in (0, 1] of the prompt's n keys: each keeps ⌊budget · n⌋.
         generate: T, the tokens generated (fewer where the model ends the text).
         sinks: StreamingLLM's first keys kept.
-        window, kernel, pool: SnapKV's observation window, its pooling's kernel and kind
-            ("avg" or "max").
+        window: SnapKV's observation window, the prompt's last queries that vote.
+        kernel: the width of SnapKV's pooling of the votes.
+        pool: the kind of that pooling, "avg" or "max".
         chunk: the prompt's queries per forward where H2O reads its weights (a layer's
             weights of a chunk, (H, chunk, n) float64, are the memory it costs).
 
