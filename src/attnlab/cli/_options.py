@@ -12,6 +12,7 @@ from types import ModuleType
 from typing import Any, NoReturn
 
 from .._validation import fail
+from ..engine._statistics import LOCAL_KEYS, SINK_KEYS, TOP_K
 from ..trace import ModelTrace
 from ..trace._labels import LANGUAGES
 from ..trace._trace import Trace
@@ -201,7 +202,11 @@ def add_stats_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
-STATS_DEFAULTS = {"top_k": 8, "sink_keys": 4, "local_keys": 64}  # --stats' sizes, as Runner.statistics' defaults
+STATS_DEFAULTS = {
+    "top_k": TOP_K,
+    "sink_keys": SINK_KEYS,
+    "local_keys": LOCAL_KEYS,
+}  # --stats' sizes: the engine's defaults
 
 
 def add_lang_option(parser: argparse.ArgumentParser, default: str, help_text: str) -> None:

@@ -41,6 +41,7 @@ def statistics_page_if_long(args: argparse.Namespace, runner: Runner) -> bool:
     """Where --text through ``runner`` passes the page's cap: the model's statistics written
     to -o as the statistics page (its size checked before the model runs), a line on stderr
     saying so, and True; else False (nothing run)."""
+    from ..engine._statistics import TOP_K
     from ..viz._statistics_data import page_top_k
     from ..viz._statistics_page import page_cap, past_the_page, write_statistics_page
     from ._transformers import in_cli_words, known_length, say_backend
@@ -49,7 +50,7 @@ def statistics_page_if_long(args: argparse.Namespace, runner: Runner) -> bool:
     if length is None or length <= cap:
         return False
     if runner.layers is not None and runner.heads is not None:
-        page_top_k(runner.layers * runner.heads, length, 8)  # the page's size, before the model runs
+        page_top_k(runner.layers * runner.heads, length, TOP_K)  # the page's size, before the model runs
     stats = in_cli_words(lambda: runner.statistics(args.text, truncation=args.truncate, chat=args.chat))
     say_backend(args, runner)
     write_statistics_page(stats, args.output, lang=args.lang, cap=cap)

@@ -58,7 +58,19 @@ from .fused import _engine as _fused
 from .fused._statistics_tasks import add_block, statistics_tasks
 from .variants import Rules
 
-__all__ = ["BATCHED", "CHUNK", "AttentionStatistics", "attention_row", "attention_statistics", "distance_bins"]
+__all__ = [
+    "BATCHED",
+    "CHUNK",
+    "LOCAL_KEYS",
+    "SINK_KEYS",
+    "TOP_K",
+    "AttentionStatistics",
+    "attention_row",
+    "attention_statistics",
+    "distance_bins",
+]
+
+TOP_K, SINK_KEYS, LOCAL_KEYS = 8, 4, 64  # the statistics' default sizes, for every caller
 
 # The second pass adds a block into the statistics this many query rows at a time: the
 # temporaries of 64 × BLOCK_K stay a few times smaller than the block itself.
@@ -428,9 +440,9 @@ def attention_statistics(
     scale: float | None = None,
     enable_gqa: bool = False,
     rules: Rules | None = None,
-    top_k: int = 8,
-    sink_keys: int = 4,
-    local_keys: int = 64,
+    top_k: int = TOP_K,
+    sink_keys: int = SINK_KEYS,
+    local_keys: int = LOCAL_KEYS,
     engine: Engine | None = None,
     num_threads: int | None = None,
     **variants: Any,

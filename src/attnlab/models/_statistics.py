@@ -15,6 +15,7 @@ from typing import Any
 
 from .._validation import Array, fail, is_integer, optional_callable, positive_int
 from ..engine import AttentionStatistics, attention_row, attention_statistics
+from ..engine._statistics import LOCAL_KEYS, SINK_KEYS, TOP_K
 from ..trace import ModelStatistics
 from ._checks import sequence_ids
 from ._model import Model, token_marks
@@ -34,7 +35,7 @@ def statistics_sizes(top_k: Any, sink_keys: Any, local_keys: Any) -> dict[str, A
 
 
 def model_statistics(
-    model: Model, text_or_ids: Any, *, top_k: int = 8, sink_keys: int = 4, local_keys: int = 64,
+    model: Model, text_or_ids: Any, *, top_k: int = TOP_K, sink_keys: int = SINK_KEYS, local_keys: int = LOCAL_KEYS,
     truncation: bool = False, chat: bool = False, check: Any = None,
 ) -> ModelStatistics:  # fmt: skip
     """The statistics of every layer's and head's attention weights in one forward of

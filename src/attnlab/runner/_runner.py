@@ -18,6 +18,7 @@ import numpy as np
 
 from .._exceptions import ArgumentError, UnsupportedModelError
 from .._validation import Array, fail, flag, is_integer, text_ids
+from ..engine._statistics import LOCAL_KEYS, SINK_KEYS, TOP_K
 from ..models._statistics import statistics_sizes
 from ..trace import GenerationTrace, ModelStatistics, ModelTrace
 from ..viz._page import PageShape
@@ -222,7 +223,8 @@ class Runner(abc.ABC):
         return self._trace(text, layers, check, Prompting(truncation, chat))
 
     def statistics(
-        self, text_or_ids: Any, *, top_k: int = 8, sink_keys: int = 4, local_keys: int = 64, check: Check = None,
+        self, text_or_ids: Any, *, top_k: int = TOP_K, sink_keys: int = SINK_KEYS, local_keys: int = LOCAL_KEYS,
+        check: Check = None,
         truncation: bool = False, chat: bool = False,
     ) -> ModelStatistics:  # fmt: skip
         """The statistics of every layer's and head's attention weights in one forward of
