@@ -36,7 +36,7 @@ from ._page_size import PAGE_LIMITS
 __all__ = ["DATA_SLOT", "check_model_type", "in_browser_page", "model_spec", "stored_weights"]
 
 DATA_SLOT = "__ATTNLAB_INPAGE_TRACE__"  # in the frame's page: where the page's script puts the trace's JSON
-INPAGE_SCRIPTS = ("core", "i18n", "inpage_tokenizer", "inpage_model", "inpage_main")
+INPAGE_SCRIPTS = ("core", "i18n", "decoding", "inpage_tokenizer", "inpage_model", "inpage_main")
 ACTIVATIONS = ("gelu", "gelu_new")  # the feed-forward activations js/inpage_model.js runs
 ASKED_ABOUT = {"coref": ["他", "她"]}  # a task's tokens that ask its question (models._model.ASKED_ABOUT's)
 

@@ -5,7 +5,7 @@ const test = require("node:test");
 const assert = require("node:assert/strict");
 const path = require("node:path");
 const { attnlab, JS, cases } = require("./load.js");
-require(path.join(JS, "length_state.js"));
+require(path.join(JS, "length_state.js")); // after load.js's modules, decoding.js among them
 
 test("the page's statistics decode to the engine's, within the precision they are carried in", async () => {
   const { page, expected } = cases().length;

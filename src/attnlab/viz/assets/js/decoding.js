@@ -28,13 +28,36 @@
     }
     return out;
   }
+  // base64 → bytes
+  function bytesOf(text) {
+    const raw = atob(text), bytes = new Uint8Array(raw.length);
+    for (let n = 0; n < raw.length; n++) bytes[n] = raw.charCodeAt(n);
+    return bytes;
+  }
+  // IEEE 754 half precision: every one of the 2¹⁶ patterns' value, made once
+  let halves = null;
+  function halfTable() {
+    if (halves !== null) return halves;
+    halves = new Float32Array(65536);
+    for (let h = 0; h < 65536; h++) {
+      const sign = h & 0x8000 ? -1 : 1, exponent = (h >> 10) & 0x1f, fraction = h & 0x3ff;
+      halves[h] = exponent === 0 ? sign * fraction * 2 ** -24
+        : exponent === 31 ? (fraction ? NaN : sign * Infinity)
+        : sign * (1 + fraction / 1024) * 2 ** (exponent - 15);
+    }
+    return halves;
+  }
+  // little-endian float16 bytes → Float32Array (exact)
+  function float16s(bytes) {
+    const table = halfTable(), out = new Float32Array(bytes.length >> 1);
+    for (let i = 0; i < out.length; i++) out[i] = table[bytes[2 * i] | (bytes[2 * i + 1] << 8)];
+    return out;
+  }
   // base64 `text` of `dtype` ("float64", "float32", "float24", "fixedN"); `width`: the vectors' length (fixedN only)
   function decode(text, dtype, width = 1) {
-    const raw = atob(text);
-    if (dtype === "float24") return decodeFloat24(raw);
-    if (dtype.startsWith("fixed")) return decodeFixed(raw, Number(dtype.slice(5)), width);
-    const bytes = new Uint8Array(raw.length);
-    for (let n = 0; n < raw.length; n++) bytes[n] = raw.charCodeAt(n);
+    if (dtype === "float24") return decodeFloat24(atob(text));
+    if (dtype.startsWith("fixed")) return decodeFixed(atob(text), Number(dtype.slice(5)), width);
+    const bytes = bytesOf(text);
     return dtype === "float64" ? new Float64Array(bytes.buffer) : new Float32Array(bytes.buffer);
   }
   // a mask's rows of runs (unmasked first, alternating) as L·S bytes, 1: masked
@@ -58,5 +81,5 @@
     }
     return record;
   }
-  Object.assign(AL, { decodeFloat24, decodeFixed, decode, maskFromRuns, maskedCells, lazily });
+  Object.assign(AL, { bytesOf, float16s, decodeFloat24, decodeFixed, decode, maskFromRuns, maskedCells, lazily });
 })(globalThis.attnlab ??= {});

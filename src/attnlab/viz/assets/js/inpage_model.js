@@ -10,26 +10,10 @@
 // against attnlab's NumPy forward on the same stored weights.
 (function (AL) {
   "use strict";
-  // float16 bits → value, every pattern once
-  let halves = null;
-  function halfTable() {
-    if (halves) return halves;
-    halves = new Float32Array(65536);
-    for (let bits = 0; bits < 65536; bits++) {
-      const sign = bits & 0x8000 ? -1 : 1, exponent = (bits >> 10) & 0x1f, fraction = bits & 0x3ff;
-      halves[bits] = exponent === 0 ? sign * fraction * 2 ** -24
-        : exponent === 31 ? (fraction ? NaN : sign * Infinity) : sign * (1 + fraction / 1024) * 2 ** (exponent - 15);
-    }
-    return halves;
-  }
   // a stored tensor {dtype: "float16" | "float32", shape, data: base64} as a Float32Array (exact for both)
   function tensorOf(stored) {
-    const raw = atob(stored.data), bytes = new Uint8Array(raw.length);
-    for (let n = 0; n < raw.length; n++) bytes[n] = raw.charCodeAt(n);
-    if (stored.dtype === "float32") return new Float32Array(bytes.buffer);
-    const table = halfTable(), bits = new Uint16Array(bytes.buffer), out = new Float32Array(bits.length);
-    for (let n = 0; n < bits.length; n++) out[n] = table[bits[n]];
-    return out;
+    const bytes = AL.bytesOf(stored.data);
+    return stored.dtype === "float32" ? new Float32Array(bytes.buffer) : AL.float16s(bytes);
   }
   // erf to double precision: its Maclaurin series below |x| = 2.5, the continued fraction of erfc above
   function erf(x) {

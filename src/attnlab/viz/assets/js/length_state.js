@@ -6,31 +6,7 @@
   "use strict";
   const NO_KEY = 0xffff; // a top key past the keys a query sees (viz._statistics_data.NO_KEY)
   const LEAST_SPAN = 16; // the fewest positions a zoomed chart shows
-  // base64 → bytes
-  function bytesOf(text) {
-    const raw = atob(text), bytes = new Uint8Array(raw.length);
-    for (let i = 0; i < raw.length; i++) bytes[i] = raw.charCodeAt(i);
-    return bytes;
-  }
-  // IEEE 754 half precision: every one of the 2¹⁶ patterns' value, made once
-  let halves = null;
-  function halfTable() {
-    if (halves !== null) return halves;
-    halves = new Float32Array(65536);
-    for (let h = 0; h < 65536; h++) {
-      const sign = h & 0x8000 ? -1 : 1, exponent = (h >> 10) & 0x1f, fraction = h & 0x3ff;
-      halves[h] = exponent === 0 ? sign * fraction * 2 ** -24
-        : exponent === 31 ? (fraction ? NaN : sign * Infinity)
-        : sign * (1 + fraction / 1024) * 2 ** (exponent - 15);
-    }
-    return halves;
-  }
-  // little-endian float16 bytes → Float32Array
-  function float16s(bytes) {
-    const table = halfTable(), out = new Float32Array(bytes.length >> 1);
-    for (let i = 0; i < out.length; i++) out[i] = table[bytes[2 * i] | (bytes[2 * i + 1] << 8)];
-    return out;
-  }
+  const { bytesOf, float16s } = AL;
   const uint16s = (bytes) => new Uint16Array(bytes.buffer, bytes.byteOffset, bytes.length >> 1); // little-endian
 
   // a zlib stream (viz._statistics_data's, in base64) inflated: a promise of its bytes
@@ -132,7 +108,7 @@
     return { layer, head };
   }
   Object.assign(AL, {
-    NO_KEY, LEAST_SPAN, bytesOf, float16s, inflated, statisticsOf, initialLengthState, clampRange, zoomRange, panRange,
+    NO_KEY, LEAST_SPAN, inflated, statisticsOf, initialLengthState, clampRange, zoomRange, panRange,
     rangeShowing, positionAt, columns, profileAt,
   });
 })(globalThis.attnlab ??= {});
