@@ -36,7 +36,9 @@ __all__ = [
 ]
 
 # the statistics page's script: these modules of assets/js, inlined in this order into one <script>
-STATISTICS_SCRIPTS = ("core", "i18n", "decoding", "notes", "colours", "state", "length_state", "length_views", "length_main")
+STATISTICS_SCRIPTS = (
+    "core", "i18n", "decoding", "notes", "colours", "state", "length_state", "length_views", "length_main",
+)  # fmt: skip
 STYLES = ("page.css", "length.css")  # the page of weights' styles, then the statistics page's own
 _SLOTS = re.compile("__ATTNLAB_STYLE__|__ATTNLAB_SCRIPT__|__ATTNLAB_DATA__")
 
