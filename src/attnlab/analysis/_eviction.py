@@ -272,7 +272,9 @@ class _PromptWeights:
         first = stop - c if self.accumulate else max(self.n - self.window, stop - c)  # the first query read
         if first >= stop:
             return
-        rows = q[0, :, first - (stop - c) :].astype(np.float64).reshape(Hk, self.group, stop - first, E)
+        rows = (
+            q[0, :, first - (stop - c) :].astype(np.float64).reshape(Hk, self.group, stop - first, E)
+        )  # (H, r, E) -> (Hk, G, r, E)
         scores = rows @ np.swapaxes(k[0].astype(np.float64), -1, -2)[:, None]  # (Hk, G, r, E) @ (Hk, 1, E, stop)
         scores *= self.network.blocks[layer].attn.scale
         scores[..., np.arange(first, stop)[:, None] < np.arange(stop)] = -np.inf  # the causal rule: j ≤ i

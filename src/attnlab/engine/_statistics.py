@@ -267,7 +267,7 @@ def _merge_top(weights: Array, keys: Array, candidates: Array, seen: Array, cols
     starts = np.searchsorted(row[order], changed)  # each changed row's first place in the order, (m,)
     first = order[(starts[:, None] + np.arange(top_k)).ravel()]  # its first top_k, (m·top_k,)
     weights[changed] = weight[first].reshape(-1, top_k)  # (m, top_k)
-    keys[changed] = key[first].reshape(-1, top_k)
+    keys[changed] = key[first].reshape(-1, top_k)  # (m·top_k,) -> (m, top_k)
 
 
 def _row_softmax(

@@ -87,7 +87,9 @@ def page_top_k(heads: int, length: int, top_k: int) -> int:
 def _packed_heads(arrays: list[tuple[Array, str]]) -> list[str]:
     """Each head's numbers of ``arrays`` ((layers, heads, …) each, as its dtype), one after
     another, zlib-compressed and in base64, head by head."""
-    heads = [np.ascontiguousarray(x, dtype=dtype).reshape(x.shape[0] * x.shape[1], -1) for x, dtype in arrays]
+    heads = [  # (layers, heads, …) -> (layers·heads, n) each
+        np.ascontiguousarray(x, dtype=dtype).reshape(x.shape[0] * x.shape[1], -1) for x, dtype in arrays
+    ]
     return [
         base64.b64encode(zlib.compress(b"".join(part[n].tobytes() for part in heads), _LEVEL)).decode()
         for n in range(len(heads[0]))
@@ -162,11 +164,11 @@ def statistics_data(
         "log_length": log_length,
         "head_data": packed,
         "distance_bins": s.distance_bins.tolist(),
-        "distance": np.round(np.nan_to_num(distance), 4).reshape(layers * heads, -1).tolist(),
+        "distance": np.round(np.nan_to_num(distance), 4).reshape(layers * heads, -1).tolist(),  # (layers·heads, bins)
         "roles": {
             "names": list(ROLES),
-            "role": roles.role.reshape(-1).tolist(),
-            "sinks": roles.sinks.reshape(layers * heads, -1).tolist(),
+            "role": roles.role.reshape(-1).tolist(),  # (layers, heads) -> (layers·heads,), as the rest
+            "sinks": roles.sinks.reshape(layers * heads, -1).tolist(),  # (layers·heads, s)
             "sink": np.round(roles.sink, 4).reshape(-1).tolist(),
             "local": np.round(roles.local, 4).reshape(-1).tolist(),
             "far": np.round(roles.far, 4).reshape(-1).tolist(),
