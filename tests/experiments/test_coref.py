@@ -113,4 +113,5 @@ def test_the_experiments_are_listed_in_order():
         "value",
         "rnn",
         "coref",
+        "length",
     ]
