@@ -179,24 +179,15 @@ def add_stats_options(parser: argparse.ArgumentParser) -> None:
         "entropy, largest weight, top keys, sink and local shares; per key: the attention it receives; per "
         "head: the weight by distance), exact and without any L×L matrix: at any length the model takes",
     )
-    group.add_argument(
-        "--top-k",
-        type=at_least(1),
-        metavar="K",
-        help="with --stats: the keys of largest weight each query keeps (default 8)",
-    )
-    group.add_argument(
-        "--sink-keys",
-        type=at_least(1),
-        metavar="S",
-        help="with --stats: the first keys, whose weight is the sink share (default 4)",
-    )
-    group.add_argument(
-        "--local-keys",
-        type=at_least(1),
-        metavar="W",
-        help="with --stats: the last keys a query sees, whose weight is the local share (default 64)",
-    )
+    for name, metavar, what in (
+        ("top_k", "K", "the keys of largest weight each query keeps"),
+        ("sink_keys", "S", "the first keys, whose weight is the sink share"),
+        ("local_keys", "W", "the last keys a query sees, whose weight is the local share"),
+    ):
+        group.add_argument(
+            f"--{name.replace('_', '-')}", type=at_least(1), metavar=metavar,
+            help=f"with --stats: {what} (default {STATS_DEFAULTS[name]})",
+        )  # fmt: skip
     group.add_argument(
         "--out", metavar="FILE.json", help="with --stats: write the JSON there (default: standard output)"
     )
