@@ -36,7 +36,7 @@ def test_view_past_the_cap_writes_the_statistics_page_and_says_so(tmp_path, monk
     line = "27 tokens: past the 8-token page of weights, this page shows statistics computed exactly from the tiles"
     assert code == 0 and f"attnlab view: {line}: wrote x.html" in err.splitlines()
     data = page_data(tmp_path / "x.html")
-    assert data["kind"] == "statistics" and data["headline"] == line
+    assert data["kind"] == "statistics" and data["cap"] == 8  # the page says the line above in its own language
     trace = al.load_model("builtin:coref").trace(TEXT)  # the weights, dense: the oracle
     layers, heads, L = data["layers"], data["heads"], data["length"]
     heads_data = [zlib.decompress(base64.b64decode(text)) for text in data["head_data"]]  # each head's received first
@@ -62,7 +62,7 @@ def test_the_api_view_of_a_model_past_the_cap_and_of_statistics(tmp_path, cap_of
     al.view(model, path, text=TEXT, layer=1, head=0, query=20)
     data = page_data(path)
     assert data["kind"] == "statistics" and data["opens"] == {"layer": 1, "head": 0, "token": 20}
-    assert data["headline"].startswith("27 tokens: past the 8-token page of weights")
+    assert data["cap"] == 8  # past the page of weights' 8 tokens: said at the page's top
     stats = model.statistics(TEXT)
     html = al.view(stats)  # a ModelStatistics: its page, as text
     assert '"kind":"statistics"' in html.replace(" ", "")

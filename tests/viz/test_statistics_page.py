@@ -1,6 +1,6 @@
 """The statistics page (viz._statistics_page, _statistics_data, _head_roles): each head's role
 against the shares computed here from dense weights, the page's size policy against the byte
-count worked by hand, and the page itself (its data block, its headline, a token that would
+count worked by hand, and the page itself (its data block, a token that would
 close the block)."""
 
 from __future__ import annotations
