@@ -31,6 +31,7 @@ from ..trace._trace import Trace
 from ._html import check_path, escaped, escaped_json
 from ._page_data import check_lang, opening, page_data
 from ._page_size import GIVEN_SCORES_UP_TO, PAGE_LIMITS, PageShape, check_page_size, encoding, page_bytes
+from ._statistics_page import cap_of, render_statistics_page, statistics_of, statistics_opening, write_statistics_page
 from ._views import Views, split_pair, views_data
 
 __all__ = [
@@ -236,14 +237,6 @@ def view(
     """
     if in_browser:
         return _in_browser(trace, path, text, lang, (layer, head, query, generation, rollout, flow))
-    from ._statistics_page import (  # here: that module reads this one's helpers
-        cap_of,
-        render_statistics_page,
-        statistics_of,
-        statistics_opening,
-        write_statistics_page,
-    )  # fmt: skip
-
     if (stats := statistics_of(trace, text)) is not None:  # past the page of weights: the statistics page
         for name, given in (("generation", generation), ("rollout", rollout), ("flow", flow)):
             if given is not None:

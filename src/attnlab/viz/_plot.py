@@ -32,6 +32,7 @@ from ..trace._display import display_text
 from ..trace._opening import telling_view
 from ..trace._trace import Trace
 from ._plot_args import FORMATS, check_path, select_heads
+from ._plot_statistics import plot_statistics
 
 __all__ = [
     "FORMATS",
@@ -358,8 +359,6 @@ def plot(
         MissingFontWarning: Chinese tokens and no font to draw them.
     """
     if isinstance(trace, ModelStatistics):  # a model's statistics at length: their views
-        from ._plot_statistics import plot_statistics  # here: that module reads this one's helpers
-
         return plot_statistics(trace, target, view="profiles" if stage == "weights" else stage, heads=heads)
     try:
         from matplotlib.axes import Axes
